@@ -1,0 +1,56 @@
+# aidclab: the Makefile mirrors the CLI (`aidclab --help`). Variables: LAB=leaf-spine, WORKLOAD=..., MODE=...
+LAB      ?= leaf-spine
+VENV     ?= .venv
+PY       := $(VENV)/bin/python
+AIDCLAB  := $(VENV)/bin/aidclab
+PYTEST   := $(VENV)/bin/pytest
+export PATH := $(abspath $(VENV))/bin:$(PATH)
+
+.PHONY: help setup images deploy inspect linkcheck graph destroy test unit e2e lint bench demo
+
+help:
+	@echo "make setup | images | deploy | inspect | linkcheck | graph | destroy   [LAB=$(LAB)]"
+	@echo "make test (lint + unit + e2e) | unit | e2e | lint | bench | demo"
+
+setup:
+	@scripts/setup.sh
+
+images: setup
+	$(AIDCLAB) images
+
+deploy: images
+	$(AIDCLAB) deploy $(LAB) --reconfigure
+
+inspect:
+	$(AIDCLAB) inspect $(LAB)
+
+linkcheck:
+	$(AIDCLAB) linkcheck $(LAB)
+
+graph:
+	$(AIDCLAB) graph $(LAB)
+
+destroy:
+	$(AIDCLAB) destroy $(LAB) --cleanup
+
+lint: setup
+	$(VENV)/bin/ruff check orchestrator aidcnet tests bench
+
+unit: setup
+	$(PYTEST) -q tests/unit
+
+e2e: images
+	$(PYTEST) -q -m e2e tests/e2e
+
+test: images lint
+	$(PYTEST) -q tests/unit tests/e2e
+
+bench: images
+	$(PY) bench/deploy.py
+
+# The main job, from a fresh machine: everything is set up on the way.
+demo: images
+	$(AIDCLAB) deploy $(LAB) --reconfigure
+	$(AIDCLAB) linkcheck $(LAB)
+	$(AIDCLAB) inspect $(LAB)
+	$(AIDCLAB) destroy $(LAB) --cleanup

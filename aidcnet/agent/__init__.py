@@ -1,0 +1,1 @@
+"""Node agents that run inside lab containers: thin asyncio shells around aidcnet's pure logic."""

@@ -1,0 +1,536 @@
+"""The aidclab workload trace format, version 1 (JSON Lines).
+
+Line 1 is a header object, every further line one operation::
+
+    {"format": "aidclab-trace", "version": 1, "generator": "moe", "params": {...}, "hosts": ["h1", ...]}
+    {"t": 0.0, "op": "multicast", "src": "h1", "dst": ["h3", "h5"], "bytes": 14816, "tag": "step0", "id": 0}
+
+The reader streams: it holds one line at a time, so a trace of any size can be replayed or summarised
+in constant memory. The writer applies exactly the reader's checks, so a file it produced always
+reads back. The full specification, with the versioning rules, is ``docs/trace-format.md``.
+
+This module lives in ``aidcnet`` because host agents inside the containers read traces; it therefore
+depends on pydantic and the standard library only.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Literal, TextIO
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+
+FORMAT_NAME = "aidclab-trace"
+TRACE_VERSION = 1
+SUPPORTED_VERSIONS: tuple[int, ...] = (1,)
+
+Source = str | os.PathLike[str] | TextIO | Iterable[str]
+OpKind = Literal["multicast", "unicast", "allreduce"]
+
+# Containerlab node names; anything looser would not survive being an inventory host or a file name.
+HOST_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+_HOST_RE = re.compile(HOST_PATTERN)
+
+_OP_FIELDS = ("t", "op", "src", "dst", "bytes", "tag", "id")
+_HEADER_FIELDS = ("format", "version", "generator", "params", "hosts")
+
+
+class TraceError(ValueError):
+    """A trace that cannot be read or written; the message names the file, line and field."""
+
+    def __init__(self, name: str, line: int | None, problems: list[tuple[str, str]]) -> None:
+        self.name = name
+        self.line = line
+        # (field path or "" for the whole line, message) pairs, in pydantic's order.
+        self.problems = problems
+        where = f"{name} line {line}" if line is not None else name
+        parts = [f"{where}: field '{f}': {m}" if f else f"{where}: {m}" for f, m in problems]
+        super().__init__("\n".join(parts))
+
+    @property
+    def field(self) -> str:
+        return self.problems[0][0] if self.problems else ""
+
+
+class TraceHeader(BaseModel):
+    """Line 1 of every trace: what made it, with which parameters, over which hosts."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    format: Literal["aidclab-trace"]
+    version: int
+    generator: str = Field(min_length=1)
+    params: dict[str, Any] = Field(default_factory=dict)
+    hosts: list[str] = Field(min_length=1)
+
+    @field_validator("version")
+    @classmethod
+    def _supported(cls, v: int) -> int:
+        if v not in SUPPORTED_VERSIONS:
+            raise ValueError(_unsupported_version(v))
+        return v
+
+    @field_validator("hosts")
+    @classmethod
+    def _hosts(cls, v: list[str]) -> list[str]:
+        _check_names(v, "host")
+        dup = _first_duplicate(v)
+        if dup is not None:
+            raise ValueError(f"host {dup!r} is listed twice")
+        return v
+
+
+class TraceOp(BaseModel):
+    """One operation: at time ``t`` host ``src`` sends ``bytes`` bytes to every host in ``dst``.
+
+    For ``multicast`` the same data goes to all of ``dst``, so a multicast fabric carries it once per
+    link while unicast needs ``len(dst)`` copies. ``allreduce`` is reserved: it parses, but no generator
+    emits it and its replay semantics are not defined in version 1.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    t: float = Field(ge=0, allow_inf_nan=False)
+    op: OpKind
+    src: str
+    dst: list[str] = Field(min_length=1)
+    bytes: int = Field(gt=0)
+    tag: str | None = None
+    id: int = Field(ge=0)
+
+    @field_validator("src")
+    @classmethod
+    def _src_known(cls, v: str, info: ValidationInfo) -> str:
+        _check_names([v], "host")
+        hosts = (info.context or {}).get("hosts")
+        if hosts is not None and v not in hosts:
+            raise ValueError(f"host {v!r} is not in the header's hosts")
+        return v
+
+    @field_validator("dst")
+    @classmethod
+    def _dst(cls, v: list[str], info: ValidationInfo) -> list[str]:
+        _check_names(v, "host")
+        dup = _first_duplicate(v)
+        if dup is not None:
+            raise ValueError(f"host {dup!r} is listed twice")
+        hosts = (info.context or {}).get("hosts")
+        if hosts is not None:
+            unknown = [h for h in v if h not in hosts]
+            if unknown:
+                raise ValueError(f"host {unknown[0]!r} is not in the header's hosts")
+        # info.data holds only the fields that validated, so a bad src does not add a second error here.
+        src = info.data.get("src")
+        if src is not None and src in v:
+            raise ValueError(f"contains the source {src!r}; a host never sends to itself")
+        if info.data.get("op") == "unicast" and len(v) != 1:
+            raise ValueError(f"a unicast op has exactly one receiver, got {len(v)}")
+        return v
+
+    @property
+    def fanout(self) -> int:
+        return len(self.dst)
+
+    def to_json(self) -> str:
+        d: dict[str, Any] = {
+            "t": self.t,
+            "op": self.op,
+            "src": self.src,
+            "dst": self.dst,
+            "bytes": self.bytes,
+        }
+        if self.tag is not None:
+            d["tag"] = self.tag
+        d["id"] = self.id
+        return json.dumps(d, separators=(",", ":"))
+
+
+def header_to_json(header: TraceHeader) -> str:
+    return json.dumps(header.model_dump(mode="json"), separators=(",", ":"))
+
+
+def _unsupported_version(v: object) -> str:
+    supported = ", ".join(str(s) for s in SUPPORTED_VERSIONS)
+    return (
+        f"unsupported version {v!r}; this reader supports version(s) {supported} "
+        "(a newer trace needs a newer aidclab)"
+    )
+
+
+def _check_names(names: list[str], what: str) -> None:
+    for n in names:
+        if not _HOST_RE.match(n):
+            raise ValueError(f"{what} name {n!r} is not a node name (letters, digits, '.', '_', '-'; max 64)")
+
+
+def _first_duplicate(items: list[str]) -> str | None:
+    seen: set[str] = set()
+    for x in items:
+        if x in seen:
+            return x
+        seen.add(x)
+    return None
+
+
+# ---------------------------------------------------------------------------------------------- errors
+
+
+def _problems(exc: ValidationError, known_fields: tuple[str, ...]) -> list[tuple[str, str]]:
+    out = []
+    for e in exc.errors(include_url=False):
+        loc = e.get("loc", ())
+        path = ""
+        for part in loc:
+            path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+        out.append((path, explain_error(e, known_fields)))
+    return out
+
+
+def explain_error(e: Any, known_fields: tuple[str, ...] = ()) -> str:
+    """One pydantic error (an item of ``ValidationError.errors()``) as a short 'must be ...' phrase."""
+    kind = e["type"]
+    ctx = e.get("ctx") or {}
+    got = e.get("input")
+    names = {
+        "int_type": "an integer",
+        "float_type": "a number",
+        "string_type": "a string",
+        "list_type": "a list",
+        "dict_type": "an object",
+        "bool_type": "true or false",
+    }
+    if kind in names:
+        return f"must be {names[kind]}, got {json.dumps(got) if _jsonable(got) else type(got).__name__}"
+    match kind:
+        case "greater_than":
+            return f"must be > {_num(ctx['gt'])}, got {got!r}"
+        case "greater_than_equal":
+            return f"must be >= {_num(ctx['ge'])}, got {got!r}"
+        case "finite_number":
+            return "must be a finite number"
+        case "too_short":
+            n = ctx.get("min_length", 1)
+            return "must not be empty" if n == 1 else f"must have at least {n} items"
+        case "missing":
+            return "is required but missing"
+        case "extra_forbidden":
+            if not known_fields:
+                return "unknown field"
+            return f"unknown field (version {TRACE_VERSION} fields: {', '.join(known_fields)})"
+        case "literal_error":
+            return f"must be {ctx['expected']}, got {got!r}"
+        case "json_invalid":
+            return f"not valid JSON: {ctx.get('error', e['msg'])}"
+        case "model_type" | "model_attributes_type":
+            return "must be a JSON object"
+        case "value_error":
+            return str(ctx.get("error", e["msg"]))
+    msg = str(e["msg"])
+    return msg[:1].lower() + msg[1:]
+
+
+def _num(v: object) -> object:
+    return int(v) if isinstance(v, float) and v.is_integer() else v
+
+
+def _jsonable(v: object) -> bool:
+    return v is None or isinstance(v, str | int | float | bool | list | dict)
+
+
+# ---------------------------------------------------------------------------------------------- parsing
+
+
+def parse_header(line: str, *, name: str = "<trace>") -> TraceHeader:
+    """Parse line 1. The version is checked before anything else, so a newer trace says so plainly
+    instead of failing on fields this reader does not know."""
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise TraceError(name, 1, [("", f"not valid JSON: {e.msg} at column {e.colno}")]) from None
+    if not isinstance(obj, dict):
+        raise TraceError(name, 1, [("", "the first line must be the trace header object")])
+    if obj.get("format") != FORMAT_NAME:
+        hint = "the first line must be the header, e.g. " + json.dumps(
+            {
+                "format": FORMAT_NAME,
+                "version": TRACE_VERSION,
+                "generator": "...",
+                "params": {},
+                "hosts": ["h1"],
+            }
+        )
+        got = "missing" if "format" not in obj else f"got {obj['format']!r}"
+        raise TraceError(name, 1, [("format", f"must be {FORMAT_NAME!r} ({got}); {hint}")])
+    if "version" in obj and obj["version"] not in SUPPORTED_VERSIONS:
+        raise TraceError(name, 1, [("version", _unsupported_version(obj["version"]))])
+    try:
+        return TraceHeader.model_validate(obj, strict=True)
+    except ValidationError as e:
+        raise TraceError(name, 1, _problems(e, _HEADER_FIELDS)) from None
+
+
+class _Sequence:
+    """Checks that need the previous op: time never goes back and ids strictly increase.
+
+    Both let a replayer stream the file in order without sorting it.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.last_t = 0.0
+        self.last_id = -1
+        self.last_line = 0
+
+    def check(self, op: TraceOp, line: int | None) -> None:
+        prev = f"line {self.last_line}" if line is not None else "the previous op"
+        if op.t < self.last_t:
+            msg = f"must not go back in time: {op.t!r} < {self.last_t!r} at {prev}"
+            raise TraceError(self.name, line, [("t", msg)])
+        if op.id <= self.last_id:
+            raise TraceError(
+                self.name, line, [("id", f"must increase: {op.id} after {self.last_id} at {prev}")]
+            )
+        self.last_t, self.last_id = op.t, op.id
+        self.last_line = line or 0
+
+
+def _source_name(source: object) -> str:
+    if isinstance(source, str | os.PathLike):
+        return os.path.basename(os.fspath(source))
+    name = getattr(source, "name", None)
+    return os.path.basename(name) if isinstance(name, str) else "<stream>"
+
+
+class TraceReader:
+    """Streaming reader: ``header`` is parsed on construction, iterating yields validated ``TraceOp``.
+
+    ``source`` is a path, an open text stream, or any iterable of lines. Only the current line is held.
+    Blank lines are skipped (but counted, so line numbers match an editor's).
+    """
+
+    def __init__(self, source: Source, *, name: str | None = None) -> None:
+        self.name = name or _source_name(source)
+        self._owned: TextIO | None = None
+        if isinstance(source, str | os.PathLike):
+            self._owned = open(source, encoding="utf-8")  # noqa: SIM115 - closed by close()/__exit__
+            self._lines: Iterator[str] = iter(self._owned)
+        else:
+            self._lines = iter(source)
+        self._lineno = 0
+        self._consumed = False
+        try:
+            self.header = self._read_header()
+        except BaseException:
+            self.close()
+            raise
+        self._hosts = frozenset(self.header.hosts)
+
+    def _read_header(self) -> TraceHeader:
+        for raw in self._lines:
+            self._lineno += 1
+            if raw.strip():
+                if self._lineno != 1:
+                    raise TraceError(self.name, self._lineno, [("", "the header must be on line 1")])
+                return parse_header(raw, name=self.name)
+        raise TraceError(self.name, None, [("", "empty trace: expected a header line")])
+
+    def __iter__(self) -> Iterator[TraceOp]:
+        if self._consumed:
+            raise RuntimeError("a TraceReader can be iterated once; open the trace again")
+        self._consumed = True
+        seq = _Sequence(self.name)
+        ctx = {"hosts": self._hosts}
+        try:
+            for raw in self._lines:
+                self._lineno += 1
+                if not raw.strip():
+                    continue
+                try:
+                    op = TraceOp.model_validate_json(raw, strict=True, context=ctx)
+                except ValidationError as e:
+                    raise TraceError(self.name, self._lineno, _problems(e, _OP_FIELDS)) from None
+                seq.check(op, self._lineno)
+                yield op
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if self._owned is not None:
+            self._owned.close()
+            self._owned = None
+
+    def __enter__(self) -> TraceReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def read_trace(source: Source) -> tuple[TraceHeader, Iterator[TraceOp]]:
+    """Header now, ops lazily. The file (if a path) closes when the iterator is exhausted or collected."""
+    reader = TraceReader(source)
+    return reader.header, iter(reader)
+
+
+# ---------------------------------------------------------------------------------------------- writing
+
+
+class TraceWriter:
+    """Writes a header then ops, checking each op as the reader would (hosts, order, ids).
+
+    Output is byte-deterministic: fixed key order, compact separators, ``\\n`` line ends.
+    """
+
+    def __init__(self, sink: str | os.PathLike[str] | TextIO, header: TraceHeader) -> None:
+        self.name = _source_name(sink)
+        self._owned: TextIO | None = None
+        if isinstance(sink, str | os.PathLike):
+            self._owned = open(sink, "w", encoding="utf-8", newline="\n")  # noqa: SIM115 - closed by close()
+            self._out: TextIO = self._owned
+        else:
+            self._out = sink
+        self.header = header
+        self._hosts = frozenset(header.hosts)
+        self._seq = _Sequence(self.name)
+        self.summary = SummaryAccumulator(header)
+        self._out.write(header_to_json(header) + "\n")
+
+    def write(self, op: TraceOp) -> None:
+        if op.src not in self._hosts:
+            raise TraceError(self.name, None, [("src", f"host {op.src!r} is not in the header's hosts")])
+        unknown = [h for h in op.dst if h not in self._hosts]
+        if unknown:
+            raise TraceError(self.name, None, [("dst", f"host {unknown[0]!r} is not in the header's hosts")])
+        self._seq.check(op, None)
+        self._out.write(op.to_json() + "\n")
+        self.summary.add(op)
+
+    def write_all(self, ops: Iterable[TraceOp]) -> None:
+        for op in ops:
+            self.write(op)
+
+    def close(self) -> None:
+        if self._owned is not None:
+            self._owned.close()
+            self._owned = None
+
+    def __enter__(self) -> TraceWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def write_trace(
+    sink: str | os.PathLike[str] | TextIO, header: TraceHeader, ops: Iterable[TraceOp]
+) -> TraceSummary:
+    with TraceWriter(sink, header) as w:
+        w.write_all(ops)
+        return w.summary.result()
+
+
+def dumps_trace(header: TraceHeader, ops: Iterable[TraceOp]) -> str:
+    buf = io.StringIO()
+    write_trace(buf, header, ops)
+    return buf.getvalue()
+
+
+# ---------------------------------------------------------------------------------------------- summary
+
+
+@dataclass
+class TraceSummary:
+    header: TraceHeader
+    ops: int = 0
+    ops_by_kind: dict[str, int] = field(default_factory=dict)
+    # Payload the sources emit once per op (what a multicast fabric injects).
+    bytes: int = 0
+    # bytes × fan-out: what the receivers get, and what a unicast fabric has to send.
+    delivered_bytes: int = 0
+    fanout_hist: dict[int, int] = field(default_factory=dict)
+    duration: float = 0.0
+    tx_bytes: dict[str, int] = field(default_factory=dict)
+    rx_bytes: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def fanout_mean(self) -> float:
+        return sum(k * v for k, v in self.fanout_hist.items()) / self.ops if self.ops else 0.0
+
+    @property
+    def multicast_saving(self) -> float:
+        """Fraction of source bytes multicast avoids compared with one unicast copy per receiver."""
+        return 1 - self.bytes / self.delivered_bytes if self.delivered_bytes else 0.0
+
+    def one_line(self) -> str:
+        kinds = ", ".join(f"{k} {v}" for k, v in sorted(self.ops_by_kind.items()))
+        return (
+            f"{self.header.generator}: {self.ops} ops ({kinds}), {format_bytes(self.bytes)} sent, "
+            f"{format_bytes(self.delivered_bytes)} delivered, fan-out mean {self.fanout_mean:.2f}, "
+            f"multicast saves {self.multicast_saving:.1%}, {len(self.header.hosts)} hosts, "
+            f"last op at t={self.duration:g} s"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "generator": self.header.generator,
+            "version": self.header.version,
+            "hosts": len(self.header.hosts),
+            "ops": self.ops,
+            "ops_by_kind": dict(sorted(self.ops_by_kind.items())),
+            "bytes": self.bytes,
+            "delivered_bytes": self.delivered_bytes,
+            "fanout_mean": self.fanout_mean,
+            "fanout_hist": {str(k): v for k, v in sorted(self.fanout_hist.items())},
+            "multicast_saving": self.multicast_saving,
+            "duration": self.duration,
+            "tx_bytes": self.tx_bytes,
+            "rx_bytes": self.rx_bytes,
+        }
+
+
+class SummaryAccumulator:
+    """Running totals over an op stream (shared by summarize() and the writer)."""
+
+    def __init__(self, header: TraceHeader) -> None:
+        self._s = TraceSummary(header)
+        self._s.tx_bytes = {h: 0 for h in header.hosts}
+        self._s.rx_bytes = {h: 0 for h in header.hosts}
+
+    def add(self, op: TraceOp) -> None:
+        s = self._s
+        n = len(op.dst)
+        s.ops += 1
+        s.ops_by_kind[op.op] = s.ops_by_kind.get(op.op, 0) + 1
+        s.bytes += op.bytes
+        s.delivered_bytes += op.bytes * n
+        s.fanout_hist[n] = s.fanout_hist.get(n, 0) + 1
+        s.duration = max(s.duration, op.t)
+        s.tx_bytes[op.src] += op.bytes
+        for d in op.dst:
+            s.rx_bytes[d] += op.bytes
+
+    def result(self) -> TraceSummary:
+        self._s.fanout_hist = dict(sorted(self._s.fanout_hist.items()))
+        return self._s
+
+
+def summarize(source: Source) -> TraceSummary:
+    """Stream a trace once, validating it, and return its totals."""
+    with TraceReader(source) as reader:
+        acc = SummaryAccumulator(reader.header)
+        for op in reader:
+            acc.add(op)
+    return acc.result()
+
+
+def format_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")

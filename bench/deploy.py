@@ -1,0 +1,86 @@
+"""Deploy superpod (68 nodes, 256 links) against the floor of a bare parallel `docker run`.
+
+The floor starts the same 68 containers from the same images with the same parallelism, as a plain
+`docker run -d IMAGE` would (default bridge network), and nothing else: no links, no health checks.
+Both are measured in this run, since the machine is shared and
+noisy; the ratio is what to read. Targets (issue 2): deploy within 1.3x the floor, destroy under 10 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from orchestrator.lab import PARALLEL, deploy, destroy  # noqa: E402
+from orchestrator.runtime.docker import DockerRuntime  # noqa: E402
+from orchestrator.topology import load_topology  # noqa: E402
+
+FLOOR_LABEL = "aidclab.bench"
+
+
+def floor(runtime: DockerRuntime, images: list[str]) -> float:
+    api = runtime.api
+
+    def start(i_image: tuple[int, str]) -> str:
+        i, image = i_image
+        c = api.create_container(
+            image,
+            name=f"aidclab-bench-floor-{i}",
+            labels={FLOOR_LABEL: "floor"},
+            host_config=api.create_host_config(init=True),
+        )
+        api.start(c["Id"])
+        return c["Id"]
+
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(max_workers=PARALLEL) as pool:
+        ids = list(pool.map(start, enumerate(images)))
+    elapsed = time.monotonic() - t0
+    with ThreadPoolExecutor(max_workers=PARALLEL) as pool:
+        list(pool.map(lambda c: api.remove_container(c, force=True), ids))
+    return elapsed
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--lab", default="superpod")
+    parser.add_argument("--rounds", type=int, default=2, help="repeat and keep the best of each (noise)")
+    args = parser.parse_args()
+    runtime = DockerRuntime()
+    for c in runtime.api.containers(all=True, filters={"label": FLOOR_LABEL}):
+        runtime.api.remove_container(c["Id"], force=True)
+    topo = load_topology(ROOT / "labs" / f"{args.lab}.clab.yml")
+    images = [n.image for n in topo.nodes.values()]
+    destroy(topo.name, runtime, quiet=True)
+    floors, deploys, destroys = [], [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        os.chdir(tmp)
+        for _ in range(args.rounds):
+            floors.append(floor(runtime, images))
+            t0 = time.monotonic()
+            deploy(topo, runtime)
+            deploys.append(time.monotonic() - t0)
+            t0 = time.monotonic()
+            destroy(topo.name, runtime, cleanup=True, quiet=True)
+            destroys.append(time.monotonic() - t0)
+    f, d, x = min(floors), min(deploys), min(destroys)
+    print(f"bench deploy {args.lab}: {len(topo.nodes)} nodes, {len(topo.links)} links, best of {args.rounds}")
+    print(f"  floor (bare parallel docker run x{len(images)}): {f:.2f} s")
+    print(f"  aidclab deploy (ready = every agent healthy, links up): {d:.2f} s")
+    print(f"  ratio deploy/floor: {d / f:.2f}x (target <= 1.3x)")
+    print(f"  aidclab destroy: {x:.2f} s (target < 10 s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

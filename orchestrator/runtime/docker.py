@@ -1,0 +1,190 @@
+"""The container runtime behind aidclab: Docker Engine API through the docker SDK.
+
+Everything a lab creates carries containerlab's labels, so destroy can find it by label even after a
+crashed deploy (DESIGN.md §2).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import docker
+import docker.errors
+
+LAB_LABEL = "containerlab"
+MANAGED_NETWORK_LABEL = "aidclab.managed"
+NETNS_DIR = Path("/run/netns")
+
+
+class RuntimeError_(RuntimeError):
+    """A runtime failure with what went wrong and what to do about it."""
+
+
+def docker_client() -> docker.DockerClient:
+    try:
+        client = docker.from_env(timeout=120)
+        client.ping()
+    except docker.errors.DockerException as exc:
+        host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+        raise RuntimeError_(
+            f"no Docker engine answers on {host} ({exc.__class__.__name__}); run `make setup`, "
+            "which installs docker.io and starts dockerd"
+        ) from exc
+    return client
+
+
+@dataclass
+class ContainerSpec:
+    name: str
+    image: str
+    hostname: str
+    network: str
+    labels: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+    binds: list[str] = field(default_factory=list)
+    sysctls: dict[str, str] = field(default_factory=dict)
+    cap_add: list[str] = field(default_factory=list)
+    mgmt_ipv4: str | None = None
+    cmd: str | list[str] | None = None
+
+
+class DockerRuntime:
+    def __init__(self, client: docker.DockerClient | None = None):
+        self.client = client or docker_client()
+        self.api = self.client.api
+
+    # -- networks ---------------------------------------------------------------------------------
+    def ensure_mgmt_network(self, name: str, subnet: str, bridge: str | None = None) -> None:
+        """An ``--internal`` bridge: no NAT and no route out of the machine (DESIGN.md §5)."""
+        existing = self.client.networks.list(names=[name])
+        existing = [n for n in existing if n.name == name]
+        if existing:
+            net = existing[0]
+            configs = (net.attrs.get("IPAM") or {}).get("Config") or []
+            subnets = {c.get("Subnet") for c in configs}
+            if subnet not in subnets:
+                raise RuntimeError_(
+                    f"management network {name!r} exists with subnet {sorted(subnets)}, not {subnet}; "
+                    f"set mgmt.ipv4-subnet to match, pick another mgmt.network, or remove it "
+                    f"(docker network rm {name})"
+                )
+            if not net.attrs.get("Internal"):
+                raise RuntimeError_(
+                    f"management network {name!r} exists but is not --internal, so lab containers could "
+                    f"reach outside the machine; remove it (docker network rm {name}) and deploy again"
+                )
+            return
+        options = {"com.docker.network.bridge.name": bridge or f"br-{name}"[:15]}
+        ipam = docker.types.IPAMConfig(pool_configs=[docker.types.IPAMPool(subnet=subnet)])
+        self.client.networks.create(
+            name,
+            driver="bridge",
+            internal=True,
+            ipam=ipam,
+            options=options,
+            labels={MANAGED_NETWORK_LABEL: "true"},
+        )
+
+    def remove_network_if_unused(self, name: str) -> bool:
+        for net in self.client.networks.list(names=[name]):
+            if net.name != name or (net.attrs.get("Labels") or {}).get(MANAGED_NETWORK_LABEL) != "true":
+                continue
+            net.reload()
+            if net.attrs.get("Containers"):
+                return False
+            net.remove()
+            return True
+        return False
+
+    # -- containers -------------------------------------------------------------------------------
+    def run(self, spec: ContainerSpec) -> tuple[str, int]:
+        """Create and start one container; returns (id, pid of its init)."""
+        host_config = self.api.create_host_config(
+            binds=spec.binds or None,
+            sysctls=spec.sysctls or None,
+            cap_add=spec.cap_add or None,
+            init=True,
+            network_mode=spec.network,
+        )
+        endpoint = self.api.create_endpoint_config(ipv4_address=spec.mgmt_ipv4) if spec.mgmt_ipv4 else None
+        networking = self.api.create_networking_config({spec.network: endpoint}) if endpoint else None
+        try:
+            created = self.api.create_container(
+                spec.image,
+                command=spec.cmd,
+                name=spec.name,
+                hostname=spec.hostname,
+                labels=spec.labels,
+                environment=spec.env or None,
+                host_config=host_config,
+                networking_config=networking,
+                detach=True,
+            )
+        except docker.errors.ImageNotFound as exc:
+            raise RuntimeError_(
+                f"image {spec.image!r} for container {spec.name} is not built; run `make images`"
+            ) from exc
+        except docker.errors.APIError as exc:
+            if exc.status_code == 409:
+                raise RuntimeError_(
+                    f"container {spec.name} already exists; run `aidclab destroy` for its lab first"
+                ) from exc
+            raise RuntimeError_(f"creating {spec.name}: {exc.explanation or exc}") from exc
+        cid = created["Id"]
+        try:
+            self.api.start(cid)
+        except docker.errors.APIError as exc:
+            raise RuntimeError_(f"starting {spec.name}: {exc.explanation or exc}") from exc
+        pid = self.api.inspect_container(cid)["State"]["Pid"]
+        return cid, pid
+
+    def lab_containers(self, lab: str | None = None) -> list[dict[str, Any]]:
+        """Containers of one lab (or of every lab), found by containerlab's label, running or not."""
+        label = f"{LAB_LABEL}={lab}" if lab else LAB_LABEL
+        return self.api.containers(all=True, filters={"label": label})
+
+    def inspect(self, name_or_id: str) -> dict[str, Any]:
+        return self.api.inspect_container(name_or_id)
+
+    def remove(self, name_or_id: str) -> None:
+        with contextlib.suppress(docker.errors.NotFound):
+            self.api.remove_container(name_or_id, force=True, v=True)
+
+    def exec(self, container: str, cmd: list[str] | str, timeout: float | None = None) -> tuple[int, str]:
+        """Run a command in a container; returns (exit code, combined output)."""
+        if isinstance(cmd, str):
+            cmd = ["sh", "-c", cmd]
+        exec_id = self.api.exec_create(container, cmd, stdout=True, stderr=True)
+        output = self.api.exec_start(exec_id).decode(errors="replace")
+        code = self.api.exec_inspect(exec_id)["ExitCode"]
+        return int(code if code is not None else -1), output
+
+
+# -- named network namespaces (so `ip netns exec clab-lab-node ...` works) -----------------------------
+def link_netns(container_name: str, pid: int) -> None:
+    NETNS_DIR.mkdir(parents=True, exist_ok=True)
+    path = NETNS_DIR / container_name
+    if path.is_symlink() or path.exists():
+        path.unlink()
+    path.symlink_to(f"/proc/{pid}/ns/net")
+
+
+def unlink_netns(container_name: str) -> bool:
+    path = NETNS_DIR / container_name
+    if path.is_symlink() or path.exists():
+        try:
+            path.unlink()
+        except IsADirectoryError:
+            return False
+        return True
+    return False
+
+
+def netns_links(prefix: str) -> list[str]:
+    if not NETNS_DIR.exists():
+        return []
+    return sorted(p.name for p in NETNS_DIR.iterdir() if p.name.startswith(prefix))

@@ -1,0 +1,51 @@
+"""All-to-all: every host sends ``size`` bytes to every other host.
+
+By default each (source, receiver) pair carries different data (expert-parallel all-to-all), so the ops
+are unicast; receivers are visited in ring order from the source (``src+1, src+2, ...``), the usual
+pairwise schedule that spreads load instead of having every source hit host 0 first. With
+``identical`` the data a source sends is the same for every receiver (all-gather style), which is one
+multicast op per source and chunk.
+
+Chunk ``i`` of every flow is issued at ``i × chunk_interval``. There is no randomness; ``seed`` is
+accepted (and recorded) so every generator takes the same options.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from pydantic import Field
+
+from aidcnet.trace import TraceOp
+from orchestrator.workloads import Workload, WorkloadParams, chunk_sizes, make_header, op_time
+
+GENERATOR = "all-to-all"
+
+
+class AllToAllParams(WorkloadParams):
+    size: int = Field(16 << 20, ge=1, description="bytes each host sends to each other host")
+    chunk_bytes: int = Field(1 << 20, ge=1, description="bytes per op")
+    chunk_interval: float = Field(0.001, ge=0, allow_inf_nan=False, description="seconds between chunks")
+    identical: bool = Field(False, description="same data to every receiver: one multicast op per source")
+
+
+def _ops(params: AllToAllParams) -> Iterator[TraceOp]:
+    hosts = params.hosts
+    n = len(hosts)
+    next_id = 0
+    for i, size in enumerate(chunk_sizes(params.size, params.chunk_bytes)):
+        t = op_time(i, params.chunk_interval)
+        for s, src in enumerate(hosts):
+            ring = [hosts[(s + k) % n] for k in range(1, n)]
+            if params.identical:
+                kind = "multicast" if len(ring) > 1 else "unicast"
+                yield TraceOp(t=t, op=kind, src=src, dst=ring, bytes=size, tag=f"chunk{i}", id=next_id)
+                next_id += 1
+                continue
+            for dst in ring:
+                yield TraceOp(t=t, op="unicast", src=src, dst=[dst], bytes=size, tag=f"chunk{i}", id=next_id)
+                next_id += 1
+
+
+def generate(params: AllToAllParams) -> Workload:
+    return Workload(make_header(GENERATOR, params), _ops(params))

@@ -1,0 +1,57 @@
+"""End-to-end fixtures: real containers through the Docker engine that `make test` starts."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from orchestrator.runtime.docker import DockerRuntime
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if "tests/e2e" in str(item.fspath):
+            item.add_marker(pytest.mark.e2e)
+
+
+@pytest.fixture(scope="session")
+def runtime() -> DockerRuntime:
+    # No skip: make test installs and starts dockerd and builds the images, so a failure here is real.
+    rt = DockerRuntime()
+    for role in ("bfr", "gpu-host", "ina-switch", "frr"):
+        rt.client.images.get(f"aidclab/{role}:latest")
+    return rt
+
+
+def lab_copy(tmp_path: Path, lab: str, name: str) -> Path:
+    """The shipped lab under another name, so tests never touch a lab a user has running."""
+    doc = yaml.safe_load((ROOT / "labs" / f"{lab}.clab.yml").read_text())
+    doc["name"] = name
+    path = tmp_path / f"{name}.clab.yml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def host_veths() -> set[str]:
+    out = subprocess.run(
+        ["ip", "-o", "link", "show", "type", "veth"], capture_output=True, text=True, check=True
+    )
+    return {line.split(":")[1].strip().split("@")[0] for line in out.stdout.splitlines()}
+
+
+def aidclab(*args: str, cwd: Path | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", *args], capture_output=True, text=True, cwd=cwd
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(
+            f"aidclab {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
+        )
+    return proc
