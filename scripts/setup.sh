@@ -44,7 +44,8 @@ if ! docker info >/dev/null 2>&1; then
     echo "setup: dockerd is not running and starting it needs root (run: sudo make setup)" >&2; exit 1
   fi
   echo "setup: starting dockerd (log: /var/log/aidclab-dockerd.log)"
-  nohup dockerd >/var/log/aidclab-dockerd.log 2>&1 &
+  # setsid: dockerd must outlive the shell (and make) that started it.
+  setsid nohup dockerd >/var/log/aidclab-dockerd.log 2>&1 < /dev/null &
   for _ in $(seq 1 120); do
     docker info >/dev/null 2>&1 && break
     sleep 0.5
