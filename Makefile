@@ -6,10 +6,10 @@ AIDCLAB  := $(VENV)/bin/aidclab
 PYTEST   := $(VENV)/bin/pytest
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: help setup images deploy inspect linkcheck graph destroy test unit e2e lint bench demo
+.PHONY: help setup images deploy configure plan inspect linkcheck graph destroy test unit e2e lint bench demo
 
 help:
-	@echo "make setup | images | deploy | inspect | linkcheck | graph | destroy   [LAB=$(LAB)]"
+	@echo "make setup | images | deploy | configure | plan | inspect | linkcheck | graph | destroy   [LAB=$(LAB)]"
 	@echo "make test (lint + unit + e2e) | unit | e2e | lint | bench | demo"
 
 setup:
@@ -20,6 +20,12 @@ images: setup
 
 deploy: images
 	$(AIDCLAB) deploy $(LAB) --reconfigure
+
+configure: deploy
+	$(AIDCLAB) configure $(LAB)
+
+plan:
+	$(AIDCLAB) plan $(LAB)
 
 inspect:
 	$(AIDCLAB) inspect $(LAB)
@@ -47,10 +53,12 @@ test: images lint
 
 bench: images
 	$(PY) bench/deploy.py
+	$(PY) bench/configure.py
 
 # The main job, from a fresh machine: everything is set up on the way.
 demo: images
 	$(AIDCLAB) deploy $(LAB) --reconfigure
 	$(AIDCLAB) linkcheck $(LAB)
+	$(AIDCLAB) configure $(LAB)
 	$(AIDCLAB) inspect $(LAB)
 	$(AIDCLAB) destroy $(LAB) --cleanup

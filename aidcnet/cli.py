@@ -1,8 +1,11 @@
 """``aidcnet``: the command inside every lab node.
 
-aidcnet agent --role bfr        run the node agent (the container's main process)
-aidcnet ctl health              ask the running agent whether it is up
-aidcnet ctl show counters       the agent's counters
+aidcnet agent --role bfr            run the node agent (the container's main process)
+aidcnet ctl health                  is the agent up, and is it configured
+aidcnet ctl reload [--file F]       validate F (default /etc/aidcnet/node.yml) and apply it atomically;
+                                    on any error the running config is kept and the field is named
+aidcnet ctl validate F              check a node file without applying it (Ansible's validate= uses it)
+aidcnet ctl show config|counters    the running config, or the agent's counters
 """
 
 from __future__ import annotations
@@ -12,20 +15,36 @@ import json
 import sys
 
 from aidcnet.agent import control
+from aidcnet.config import DEFAULT_CONFIG_PATH, ConfigError, load_config
 
 
-def _ctl(args: argparse.Namespace) -> int:
-    op = args.what if args.verb == "show" else args.verb
-    if args.verb == "show" and args.what is None:
-        print("aidcnet ctl show: say what to show: counters", file=sys.stderr)
-        return 2
+def _ask(op: str, **fields: str) -> int:
     try:
-        reply = control.request(op)
+        reply = control.request(op, timeout=30.0, **fields)
     except control.ControlError as exc:
         print(f"aidcnet ctl: {exc}", file=sys.stderr)
         return 1
+    if not reply.get("ok"):
+        print(f"aidcnet ctl {op}: {reply.get('error')}", file=sys.stderr)
+        for problem in reply.get("problems", []):
+            print(f"  - {problem}", file=sys.stderr)
+        if reply.get("kept"):
+            print(f"  the running config is unchanged: {reply['kept']}", file=sys.stderr)
+        return 1
     print(json.dumps(reply, indent=2, sort_keys=True))
-    return 0 if reply.get("ok") else 1
+    return 0
+
+
+def _validate(path: str) -> int:
+    try:
+        config = load_config(path)
+    except ConfigError as exc:
+        print(f"aidcnet: {exc.source} is not a valid node file:", file=sys.stderr)
+        for problem in exc.problems:
+            print(f"  - {problem}", file=sys.stderr)
+        return 1
+    print(f"{path}: valid node file for {config.node} ({config.role}, version {config.version})")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,16 +59,31 @@ def main(argv: list[str] | None = None) -> int:
     agent.add_argument(
         "--role", required=True, choices=["bfr", "ina-switch", "gpu-host"], help="which node software to run"
     )
+    agent.add_argument("--config", default=str(DEFAULT_CONFIG_PATH), help="node file to load and reload")
     ctl = sub.add_parser("ctl", help="talk to the running agent over its control socket")
-    ctl.add_argument("verb", choices=["health", "show"], help="health: is the agent up; show: print state")
-    ctl.add_argument("what", nargs="?", choices=["counters"], help="with show: what to print")
+    verbs = ctl.add_subparsers(dest="verb", required=True)
+    verbs.add_parser("health", help="is the agent up")
+    reload_ = verbs.add_parser("reload", help="validate and apply the node file atomically")
+    reload_.add_argument("--file", help=f"node file to apply (default {DEFAULT_CONFIG_PATH})")
+    validate = verbs.add_parser("validate", help="check a node file without applying it")
+    validate.add_argument("file")
+    show = verbs.add_parser("show", help="print the running state")
+    show.add_argument("what", choices=["config", "counters"])
     args = parser.parse_args(argv)
     if args.command == "agent":
+        from pathlib import Path
+
         from aidcnet.agent.daemon import run_agent
 
-        run_agent(args.role)
+        run_agent(args.role, Path(args.config))
         return 0
-    return _ctl(args)
+    if args.verb == "validate":
+        return _validate(args.file)
+    if args.verb == "reload":
+        return _ask("reload", **({"file": args.file} if args.file else {}))
+    if args.verb == "show":
+        return _ask(args.what)
+    return _ask("health")
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ a typical session:
   aidclab deploy labs/leaf-spine.clab.yml start the lab: containers, veth links, lab dir clab-leaf-spine/
   aidclab inspect leaf-spine              what runs, with management addresses
   aidclab linkcheck leaf-spine            UDP across every link, both ways
+  aidclab configure leaf-spine            plan (addresses, ASNs, BFR-IDs) + Ansible; --check for a dry run
   aidclab exec leaf-spine h1 -- ip -br addr
   aidclab graph leaf-spine --format mermaid
   aidclab destroy leaf-spine --cleanup    remove everything the lab created, and its lab dir
@@ -127,6 +128,31 @@ def cmd_exec(args: argparse.Namespace) -> int:
     code, out = runtime.exec(container, cmd)
     sys.stdout.write(out)
     return code
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from orchestrator.configure import write_lab_plan
+
+    topo = _topology(args.lab)
+    path = write_lab_plan(topo)
+    print(f"wrote {path / 'plan.yml'} and {path / 'host_vars'}/ ({len(topo.nodes)} nodes)", file=sys.stderr)
+    return 0
+
+
+def cmd_configure(args: argparse.Namespace) -> int:
+    from orchestrator.configure import configure
+
+    extra = {}
+    for item in args.extra_vars or []:
+        import yaml
+
+        if item.startswith("@"):
+            extra.update(yaml.safe_load(Path(item[1:]).read_text()) or {})
+        else:
+            key, _, value = item.partition("=")
+            extra[key] = yaml.safe_load(value)
+    configure(_topology(args.lab), check=args.check, extra_vars=extra)
+    return 0
 
 
 def cmd_linkcheck(args: argparse.Namespace) -> int:
@@ -242,6 +268,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from orchestrator.configure import ConfigureError
     from orchestrator.images import ImageBuildError
     from orchestrator.lab import DeployError
     from orchestrator.runtime.docker import RuntimeError_
@@ -251,7 +278,15 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except (TopologyError, DeployError, RuntimeError_, ImageBuildError, WiringError, ValueError) as exc:
+    except (
+        TopologyError,
+        DeployError,
+        RuntimeError_,
+        ImageBuildError,
+        WiringError,
+        ConfigureError,
+        ValueError,
+    ) as exc:
         fail(str(exc))
         return 1
     except KeyboardInterrupt:

@@ -19,12 +19,13 @@ import tempfile
 import tomllib
 from pathlib import Path
 
+from orchestrator.paths import CACHE as CACHE_ROOT
+from orchestrator.paths import NODE_IMAGES, ROOT
 from orchestrator.progress import Phases, console
 from orchestrator.runtime.docker import docker_client
 
-ROOT = Path(__file__).resolve().parent.parent
-RECIPES = ROOT / "node-images"
-CACHE = ROOT / ".cache" / "images"
+RECIPES = NODE_IMAGES
+CACHE = CACHE_ROOT / "images"
 DEBIAN_SUITE = "bookworm"
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
 BASE_IMAGE = "aidclab/base:latest"

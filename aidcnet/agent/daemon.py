@@ -1,6 +1,8 @@
-"""The node agent process: loads its role, serves the control socket, keeps counters.
+"""The node agent process: loads its node file, programs the kernel, serves the control socket.
 
-Later features (configuration, BIER, INA, BGP) plug in as services of this one process.
+A reload is atomic from the outside: the new file is validated first, then the kernel is brought to
+it; if the kernel refuses any step, the previous configuration is re-applied and stays the running one.
+A bad file never stops the agent. Later features (BIER, INA, BGP) plug in as services of this process.
 """
 
 from __future__ import annotations
@@ -12,23 +14,89 @@ import signal
 import socket
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 from aidcnet.agent import control
+from aidcnet.config import DEFAULT_CONFIG_PATH, ConfigError, NodeConfig, dump_config, load_config
+from aidcnet.netstate import KernelState, desired_state, diff_state, managed_interfaces
 
 log = logging.getLogger("aidcnet.agent")
 
 ROLES = ("bfr", "ina-switch", "gpu-host")
+APPLIED_SUFFIX = ".applied"
 
 
 class Agent:
-    def __init__(self, role: str):
+    def __init__(self, role: str, config_path: Path = DEFAULT_CONFIG_PATH):
         if role not in ROLES:
             raise ValueError(f"unknown role {role!r}; expected one of {', '.join(ROLES)}")
         self.role = role
+        self.config_path = config_path
+        self.config: NodeConfig | None = None
+        self.config_loaded_at: float | None = None
         self.started = time.time()
         self.counters: Counter[str] = Counter()
+        self._reload_lock = asyncio.Lock()
 
+    # -- configuration ------------------------------------------------------------------------------
+    def _converge(self, target: NodeConfig | None) -> dict[str, int]:
+        from aidcnet.agent.kernel import apply_diff, read_state
+
+        managed = managed_interfaces(target) | managed_interfaces(self.config)
+        desired = desired_state(target) if target else KernelState()
+        diff = diff_state(desired, read_state(managed), managed)
+        apply_diff(diff)
+        return diff.summary()
+
+    async def reload(self, request: dict[str, Any]) -> dict[str, Any]:
+        from aidcnet.agent.kernel import KernelError
+
+        path = Path(request.get("file") or self.config_path)
+        async with self._reload_lock:
+            try:
+                new = load_config(path)
+                if new.role != self.role:
+                    raise ConfigError(
+                        str(path), [f"role: the file is for a {new.role} node, this agent runs {self.role}"]
+                    )
+            except ConfigError as exc:
+                self.counters["config.rejected"] += 1
+                log.warning("config rejected, keeping the running one: %s", exc)
+                return {"ok": False, "error": str(exc), "problems": exc.problems, "kept": self._running_id()}
+            if self.config is not None and new == self.config:
+                self.counters["config.unchanged"] += 1
+                return {"ok": True, "changed": False, "running": self._running_id()}
+            try:
+                summary = await asyncio.to_thread(self._converge, new)
+            except KernelError as exc:
+                self.counters["config.apply_failed"] += 1
+                log.error("applying %s failed, restoring the previous config: %s", path, exc)
+                try:
+                    await asyncio.to_thread(self._converge, self.config)
+                except KernelError as again:
+                    log.error("restoring the previous config failed too: %s", again)
+                return {"ok": False, "error": f"{path}: {exc}", "kept": self._running_id()}
+            self.config = new
+            self.config_loaded_at = time.time()
+            self.counters["config.applied"] += 1
+            path.with_name(path.name + APPLIED_SUFFIX).write_text(dump_config(new))
+            log.info("config applied from %s: %s", path, summary)
+            return {
+                "ok": True,
+                "changed": any(summary.values()),
+                "applied": summary,
+                "running": self._running_id(),
+            }
+
+    def _running_id(self) -> str | None:
+        if self.config is None:
+            return None
+        return (
+            f"{self.config.node} (version {self.config.version}, applied {time.ctime(self.config_loaded_at)})"
+        )
+
+    # -- control handlers ---------------------------------------------------------------------------
     async def health(self, _request: dict[str, Any]) -> dict[str, Any]:
         self.counters["control.health"] += 1
         return {
@@ -37,14 +105,31 @@ class Agent:
             "node": socket.gethostname(),
             "pid": os.getpid(),
             "uptime_s": round(time.time() - self.started, 3),
+            "configured": self.config is not None,
         }
 
     async def show_counters(self, _request: dict[str, Any]) -> dict[str, Any]:
-        return {"ok": True, "counters": dict(self.counters)}
+        return {"ok": True, "counters": dict(sorted(self.counters.items()))}
+
+    async def show_config(self, _request: dict[str, Any]) -> dict[str, Any]:
+        if self.config is None:
+            return {"ok": True, "config": None, "note": f"no config applied yet (expects {self.config_path})"}
+        return {"ok": True, "config": self.config.model_dump(mode="json", exclude_none=True)}
 
     async def run(self) -> None:
-        server = await control.serve({"health": self.health, "counters": self.show_counters})
+        server = await control.serve(
+            {
+                "health": self.health,
+                "counters": self.show_counters,
+                "config": self.show_config,
+                "reload": self.reload,
+            }
+        )
         log.info("aidcnet %s agent ready on %s", self.role, control.CONTROL_SOCKET)
+        if self.config_path.exists():
+            reply = await self.reload({})
+            if not reply["ok"]:
+                log.error("starting unconfigured: %s", reply["error"])
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -54,6 +139,6 @@ class Agent:
         log.info("aidcnet agent stopping")
 
 
-def run_agent(role: str) -> None:
+def run_agent(role: str, config_path: Path = DEFAULT_CONFIG_PATH) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    asyncio.run(Agent(role).run())
+    asyncio.run(Agent(role, config_path).run())

@@ -1,0 +1,159 @@
+"""The node configuration file: one YAML file per node, written by the orchestrator's plan (through
+Ansible) and applied by the node agent. Shared by both sides, so they can never disagree on its shape.
+
+The file carries a ``version``; an agent refuses a version it does not know rather than guessing.
+Every later feature (BIER, BGP/FARE, IGMP, INA) adds an optional section here.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+CONFIG_VERSION = 1
+DEFAULT_CONFIG_PATH = Path("/etc/aidcnet/node.yml")
+
+Role = Literal["bfr", "ina-switch", "gpu-host", "frr"]
+IfName = Annotated[str, Field(min_length=1, max_length=15, pattern=r"^[A-Za-z0-9_.:-]+$")]
+
+
+class ConfigError(ValueError):
+    """A rejected node file; ``problems`` are ``field.path: message`` strings."""
+
+    def __init__(self, source: str, problems: list[str]):
+        self.source = source
+        self.problems = problems
+        super().__init__(f"{source}: " + "; ".join(problems))
+
+
+class _Model(BaseModel):
+    # Unknown keys are typos until proven otherwise: reject them with their path.
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Interface(_Model):
+    name: IfName
+    ipv4: ipaddress.IPv4Interface | None = None
+    peer: str | None = None
+    peer_interface: str | None = None
+    mtu: int | None = Field(default=None, ge=68, le=65535)
+    bandwidth_bps: float | None = Field(default=None, gt=0, description="link bandwidth, bits/s")
+
+    @field_validator("name")
+    @classmethod
+    def _not_mgmt(cls, v: str) -> str:
+        if v in ("eth0", "lo"):
+            raise ValueError(f"{v} is not a data interface (eth0 is management, lo holds the loopback)")
+        return v
+
+
+class NextHop(_Model):
+    via: ipaddress.IPv4Address
+    dev: IfName
+    weight: int = Field(default=1, ge=1, le=256)
+
+
+class Route(_Model):
+    prefix: ipaddress.IPv4Network
+    nexthops: list[NextHop] = Field(min_length=1)
+
+
+class Bier(_Model):
+    """BIER settings of a BFR (RFC 8279); forwarding state comes with the BIER forwarding issue."""
+
+    bfr_id: int = Field(ge=1, le=65535)
+    sub_domain: int = Field(default=0, ge=0, le=255)
+    bsl: Literal[64, 128, 256, 512, 1024, 2048, 4096] = 256
+    bift: Literal["static", "bgp"] = "static"
+
+
+class Bgp(_Model):
+    asn: int = Field(ge=1, le=4294967295)
+    router_id: ipaddress.IPv4Address
+
+
+class NodeConfig(_Model):
+    version: int
+    node: str = Field(min_length=1)
+    role: Role
+    loopback: ipaddress.IPv4Interface
+    interfaces: list[Interface] = Field(default_factory=list)
+    routes: list[Route] = Field(default_factory=list)
+    bgp: Bgp | None = None
+    bier: Bier | None = None
+
+    @field_validator("version")
+    @classmethod
+    def _known_version(cls, v: int) -> int:
+        if v != CONFIG_VERSION:
+            raise ValueError(
+                f"version {v} is not supported by this agent (it reads version {CONFIG_VERSION})"
+            )
+        return v
+
+    @field_validator("loopback")
+    @classmethod
+    def _host_loopback(cls, v: ipaddress.IPv4Interface) -> ipaddress.IPv4Interface:
+        if v.network.prefixlen != 32:
+            raise ValueError(f"loopback {v} must be a /32")
+        return v
+
+    @model_validator(mode="after")
+    def _consistent(self) -> NodeConfig:
+        names = [i.name for i in self.interfaces]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"interfaces: {', '.join(dupes)} listed more than once")
+        known = set(names)
+        prefixes = [str(r.prefix) for r in self.routes]
+        dupes = sorted({p for p in prefixes if prefixes.count(p) > 1})
+        if dupes:
+            raise ValueError(f"routes: prefix {', '.join(dupes)} listed more than once; merge the next hops")
+        for i, route in enumerate(self.routes):
+            for j, hop in enumerate(route.nexthops):
+                if hop.dev not in known:
+                    raise ValueError(
+                        f"routes.{i}.nexthops.{j}.dev: {hop.dev} is not one of this node's interfaces "
+                        f"({', '.join(sorted(known)) or 'none'})"
+                    )
+        return self
+
+
+def _problems(exc: ValidationError) -> list[str]:
+    out = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        msg = err["msg"].removeprefix("Value error, ")
+        out.append(f"{where}: {msg}")
+    return out
+
+
+def parse_config(data: Any, source: str = "<config>") -> NodeConfig:
+    if not isinstance(data, dict):
+        raise ConfigError(source, ["(top level): the file must be a YAML mapping"])
+    try:
+        return NodeConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(source, _problems(exc)) from None
+
+
+def load_config(path: str | Path) -> NodeConfig:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(str(path), [f"(file): cannot read: {exc.strerror}"]) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(str(path), [f"(file): not valid YAML: {exc}"]) from None
+    return parse_config(data, str(path))
+
+
+def dump_config(config: NodeConfig) -> str:
+    """Canonical YAML: the same config always gives the same bytes, so Ansible sees no change."""
+    return yaml.safe_dump(config.model_dump(mode="json", exclude_none=True), sort_keys=False)

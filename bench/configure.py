@@ -1,0 +1,80 @@
+"""Configure time for leaf-spine and superpod, against the floor of a trivial one-task Ansible play.
+
+The floor runs one `ansible.builtin.command: /bin/true` on the same hosts, with the same connection
+(community.docker.docker, pipelining) and ansible.cfg, in the same run: it is the cost of reaching every
+host once. Targets (issue 3): full superpod configure within 2x the floor, and under 60 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from orchestrator.configure import configure, run_playbook  # noqa: E402
+from orchestrator.lab import deploy, destroy  # noqa: E402
+from orchestrator.labdir import lab_dir  # noqa: E402
+from orchestrator.runtime.docker import DockerRuntime  # noqa: E402
+from orchestrator.topology import load_topology  # noqa: E402
+
+FLOOR_PLAY = """\
+- name: floor - one trivial task on every configured host
+  hosts: bfr:ina_switch:gpu_host:frr
+  gather_facts: false
+  tasks:
+    - name: true
+      ansible.builtin.command: /bin/true
+      changed_when: false
+"""
+
+
+def bench_lab(runtime: DockerRuntime, lab: str, workdir: Path) -> list[str]:
+    topo = load_topology(ROOT / "labs" / f"{lab}.clab.yml")
+    destroy(topo.name, runtime, quiet=True)
+    deploy(topo, runtime)
+    try:
+        floor_play = workdir / "floor.yml"
+        floor_play.write_text(FLOOR_PLAY)
+        inventory = lab_dir(topo) / "ansible-inventory.yml"
+        floor = run_playbook(inventory, playbook=floor_play)
+        assert floor.ok, floor.failures
+        first = configure(topo)
+        second = configure(topo)
+        assert second.changed == 0, "second configure was not idempotent"
+    finally:
+        destroy(topo.name, runtime, cleanup=True, quiet=True)
+    n = len(topo.nodes)
+    return [
+        f"bench configure {lab}: {n} nodes",
+        f"  floor (one-task play): {floor.elapsed:.2f} s ({floor.elapsed / n:.3f} s/node)",
+        f"  configure, first run:  {first.elapsed:.2f} s ({first.elapsed / n:.3f} s/node), "
+        f"ratio {first.elapsed / floor.elapsed:.2f}x floor",
+        f"  configure, second run: {second.elapsed:.2f} s ({second.elapsed / n:.3f} s/node), "
+        f"ratio {second.elapsed / floor.elapsed:.2f}x floor, changed={second.changed}",
+    ]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("labs", nargs="*", default=["leaf-spine", "superpod"])
+    args = parser.parse_args()
+    runtime = DockerRuntime()
+    lines = []
+    with tempfile.TemporaryDirectory() as tmp:
+        os.chdir(tmp)
+        for lab in args.labs:
+            lines += bench_lab(runtime, lab, Path(tmp))
+    print("\n".join(lines))
+    print("  targets: superpod first run <= 2x floor and < 60 s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,75 @@
+"""BIER: sub-domain, BitString length and a BFR-ID for every BFR (RFC 8279).
+
+BFR-IDs are dense and stable: GPU hosts first in natural name order (so w1..w8 are bits 1..8, as the
+INA draft's figures number them), then leaves, then the other switches by tier; ids pinned in the
+vars are honoured and skipped. Dense ids keep the BitStrings short: with BSL 256 the first 256 BFRs
+share set identifier 0 (SI = (id-1) // BSL, RFC 8279 §3).
+"""
+
+from __future__ import annotations
+
+from orchestrator.plan.context import Context, Source, clash, natural_key, problem
+from orchestrator.plan.model import LabPlan, PlanBier
+
+# gpu-host runs the host agent as BFIR/BFER (host-BIER); FRR has no BIER.
+BFR_ROLES = frozenset({"gpu-host", "bfr", "ina-switch"})
+BSLS = (64, 128, 256, 512, 1024, 2048, 4096)
+# BFR-ID is a 16-bit field and 0 is reserved (RFC 8279 §2).
+MAX_BFR_ID = 65535
+
+
+def apply(plan: LabPlan, ctx: Context) -> LabPlan:
+    sub_domain, _ = ctx.setting("bier.sub_domain")
+    bsl, bsl_src = ctx.setting("bier.bsl")
+    bift, _ = ctx.setting("bier.bift")
+    if bsl not in BSLS:
+        raise problem(
+            bsl_src,
+            f"BSL {bsl} is not a BitString length RFC 8296 §2.1.2 defines "
+            f"(one of {', '.join(map(str, BSLS))})",
+        )
+    plan.bier = PlanBier(sub_domain=sub_domain, bsl=bsl, bift=bift)
+
+    owner: dict[int, tuple[Source, str]] = {}
+    for name, node_vars in ctx.vars.nodes.items():
+        bfr_id = node_vars.bfr_id
+        if bfr_id is None:
+            continue
+        src = ctx.vars_source(f"nodes.{name}.bfr_id")
+        if ctx.roles[name] not in BFR_ROLES:
+            raise problem(
+                src,
+                f"{name} is a {ctx.roles[name]} node, not a BFR; only "
+                f"{', '.join(sorted(BFR_ROLES))} nodes take a BFR-ID",
+            )
+        if not 1 <= bfr_id <= MAX_BFR_ID:
+            raise problem(
+                src,
+                f"BFR-ID {bfr_id} is outside 1..{MAX_BFR_ID} of sub-domain {sub_domain} "
+                "(0 is reserved, the field is 16 bits; RFC 8279 §2)",
+            )
+        if bfr_id in owner:
+            raise clash(src, bfr_id, owner[bfr_id][0], bfr_id)
+        owner[bfr_id] = (src, name)
+        plan.nodes[name].bfr_id = bfr_id
+
+    def order(name: str) -> tuple[int, int, tuple[object, ...]]:
+        tier = plan.nodes[name].tier
+        # Hosts, then leaves, then higher tiers, then switches no host reaches.
+        return (0 if tier is not None else 1, tier or 0, natural_key(name))
+
+    candidates = sorted(
+        (n for n in plan.nodes if ctx.roles[n] in BFR_ROLES and plan.nodes[n].bfr_id is None), key=order
+    )
+    next_id = 1
+    for name in candidates:
+        while next_id in owner:
+            next_id += 1
+        if next_id > MAX_BFR_ID:
+            raise problem(
+                Source(ctx.vars_file, "nodes"),
+                f"BFR-ID space is exhausted at {name}: more than {MAX_BFR_ID} BFRs in one sub-domain",
+            )
+        plan.nodes[name].bfr_id = next_id
+        owner[next_id] = (Source("automatic allocation", f"bfr_id of {name}"), name)
+    return plan

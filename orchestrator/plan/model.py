@@ -1,0 +1,195 @@
+"""Typed models of the lab plan: the vars file a user writes (:class:`LabVars`) and the plan the feature
+modules compute from it (:class:`LabPlan`).
+
+:class:`LabVars` leaves every key optional; a missing key means "use the default", and the defaults are
+data too (the ``*.yml`` files beside the feature modules, read into the very same model). Semantic
+checks (BSL values, BFR-ID range, address clashes) live in the feature that owns the value, because
+only there can an error name both of the values that disagree.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+
+PLAN_VERSION = 1
+MAX_ASN = 4294967295
+
+
+class PlanError(ValueError):
+    """The vars, the defaults and the topology cannot all be honoured; the message names every source."""
+
+
+class _Vars(BaseModel):
+    # Unknown keys in a vars file are typos until proven otherwise.
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Pools(_Vars):
+    loopback: ipaddress.IPv4Network | None = Field(default=None, description="/32 loopbacks come from here")
+    links: ipaddress.IPv4Network | None = Field(default=None, description="/31 link subnets come from here")
+
+
+class AsnRange(_Vars):
+    first: int = Field(ge=1, le=MAX_ASN)
+    last: int = Field(ge=1, le=MAX_ASN)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> AsnRange:
+        if self.first > self.last:
+            raise ValueError(f"first {self.first} is above last {self.last}")
+        return self
+
+    def __str__(self) -> str:
+        return f"{self.first}-{self.last}"
+
+
+class AsnVars(_Vars):
+    hosts: AsnRange | None = None
+    leaves: AsnRange | None = None
+    upper: AsnRange | None = None
+
+
+BandwidthText = str | int | float
+
+
+class BandwidthVars(_Vars):
+    default: BandwidthText | None = None
+    sublinks: int | None = Field(default=None, ge=1, le=64)
+    host: BandwidthText | None = None
+    host_sublinks: int | None = Field(default=None, ge=1, le=64)
+
+
+class BierVars(_Vars):
+    sub_domain: int | None = Field(default=None, ge=0, le=255)
+    # Range and value set are checked by the bier feature so the message can cite RFC 8296.
+    bsl: int | None = None
+    bift: Literal["static", "bgp"] | None = None
+
+
+class NodeVars(_Vars):
+    loopback: ipaddress.IPv4Interface | None = None
+    asn: int | None = Field(default=None, ge=1, le=MAX_ASN)
+    bfr_id: int | None = None
+
+
+class LinkVars(_Vars):
+    subnet: ipaddress.IPv4Network | None = None
+    bandwidth: BandwidthText | None = None
+    sublinks: int | None = Field(default=None, ge=1, le=64)
+
+
+PlanesSpec = Literal["auto"] | Annotated[int, Field(ge=1)] | list[list[str]]
+
+
+class LabVars(_Vars):
+    """``labs/<lab>.vars.yml``: every key optional; see docs/lab-plan.md for the keys and defaults."""
+
+    pools: Pools = Field(default_factory=Pools)
+    asn: AsnVars = Field(default_factory=AsnVars)
+    bandwidth: BandwidthVars = Field(default_factory=BandwidthVars)
+    bier: BierVars = Field(default_factory=BierVars)
+    planes: PlanesSpec | None = None
+    nodes: dict[str, NodeVars] = Field(default_factory=dict)
+    links: dict[str, LinkVars] = Field(default_factory=dict)
+    # Where these vars came from, for error messages; not a key of the file.
+    _source: str = PrivateAttr(default="lab vars")
+
+    @property
+    def source(self) -> str:
+        return self._source
+
+    def with_source(self, source: str) -> LabVars:
+        self._source = source
+        return self
+
+
+# --- the plan ---------------------------------------------------------------------------------------
+
+
+class _Plan(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class PlanNextHop(_Plan):
+    via: ipaddress.IPv4Address
+    dev: str
+    neighbor: str
+
+
+class PlanRoute(_Plan):
+    to: str
+    prefix: ipaddress.IPv4Network
+    nexthops: list[PlanNextHop]
+
+
+class PlanNode(_Plan):
+    name: str
+    role: str
+    # Hop distance from the nearest GPU host over switches: 0 host, 1 leaf, 2 spine, ...
+    tier: int | None = None
+    loopback: ipaddress.IPv4Interface | None = None
+    asn: int | None = None
+    bfr_id: int | None = None
+    planes: list[int] = Field(default_factory=list)
+    routes: list[PlanRoute] = Field(default_factory=list)
+
+
+class PlanEndpoint(_Plan):
+    node: str
+    interface: str
+    address: ipaddress.IPv4Interface | None = None
+
+    def __str__(self) -> str:
+        return f"{self.node}:{self.interface}"
+
+
+class PlanLink(_Plan):
+    index: int
+    a: PlanEndpoint
+    b: PlanEndpoint
+    subnet: ipaddress.IPv4Network | None = None
+    mtu: int
+    bandwidth: str = ""
+    bandwidth_bps: int = 0
+    # A port split by a Y-cable into parallel sub-links of equal share (superpod: 800G = 2 x 400G).
+    sublinks: int = 1
+    sublink_bandwidth_bps: int = 0
+    plane: int | None = None
+
+    def endpoint(self, node: str, interface: str) -> PlanEndpoint | None:
+        for ep in (self.a, self.b):
+            if ep.node == node and ep.interface == interface:
+                return ep
+        return None
+
+
+class PlanBier(_Plan):
+    sub_domain: int = 0
+    bsl: int = 256
+    bift: Literal["static", "bgp"] = "static"
+
+
+class PlanPlane(_Plan):
+    id: int
+    switches: list[str]
+
+
+class Unreachable(_Plan):
+    count: int = 0
+    # The first few "src -> dst" pairs, enough to see what is cut off without a huge plan file.
+    pairs: list[str] = Field(default_factory=list)
+
+
+class LabPlan(_Plan):
+    version: int = PLAN_VERSION
+    lab: str
+    topology: str
+    vars: str
+    nodes: dict[str, PlanNode]
+    links: list[PlanLink]
+    bier: PlanBier = Field(default_factory=PlanBier)
+    planes: list[PlanPlane] = Field(default_factory=list)
+    unreachable: Unreachable = Field(default_factory=Unreachable)

@@ -1,0 +1,112 @@
+"""The node file model: good files load, bad ones are rejected with the field path."""
+
+from __future__ import annotations
+
+import pytest
+
+from aidcnet.config import ConfigError, dump_config, load_config, parse_config
+from aidcnet.netstate import RTPROT_AIDCNET, KernelState, desired_state, diff_state, managed_interfaces
+
+GOOD = {
+    "version": 1,
+    "node": "leaf1",
+    "role": "bfr",
+    "loopback": "10.255.0.3/32",
+    "interfaces": [
+        {"name": "eth1", "ipv4": "10.0.0.0/31", "peer": "spine1", "peer_interface": "eth1", "mtu": 9500},
+        {"name": "eth2", "ipv4": "10.0.0.2/31", "peer": "spine2", "peer_interface": "eth1"},
+    ],
+    "routes": [
+        {
+            "prefix": "10.255.0.4/32",
+            "nexthops": [{"via": "10.0.0.1", "dev": "eth1"}, {"via": "10.0.0.3", "dev": "eth2"}],
+        },
+        {"prefix": "10.255.0.1/32", "nexthops": [{"via": "10.0.0.1", "dev": "eth1"}]},
+    ],
+    "bier": {"bfr_id": 9},
+}
+
+
+def bad(**changes) -> list[str]:
+    data = {**GOOD, **changes}
+    with pytest.raises(ConfigError) as info:
+        parse_config(data, "node.yml")
+    assert info.value.source == "node.yml"
+    return info.value.problems
+
+
+def test_good_file_round_trips(tmp_path):
+    config = parse_config(GOOD)
+    assert config.bier is not None and config.bier.bsl == 256 and config.bier.bift == "static"
+    path = tmp_path / "node.yml"
+    path.write_text(dump_config(config))
+    assert load_config(path) == config
+    assert dump_config(load_config(path)) == dump_config(config)
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ({"version": 2}, "version: version 2 is not supported"),
+        ({"loopback": "10.255.0.3/24"}, "loopback: loopback 10.255.0.3/24 must be a /32"),
+        ({"loopback": "10.255.0.300/32"}, "loopback:"),
+        ({"role": "router"}, "role:"),
+        ({"colour": "blue"}, "colour: Extra inputs are not permitted"),
+        ({"bier": {"bfr_id": 0}}, "bier.bfr_id:"),
+        ({"bier": {"bfr_id": 1, "bsl": 100}}, "bier.bsl:"),
+    ],
+)
+def test_bad_values_name_their_field(change, expected):
+    problems = bad(**change)
+    assert any(p.startswith(expected.split(" ")[0]) and expected in p for p in problems), problems
+
+
+def test_bad_interface_values():
+    interfaces = [{**GOOD["interfaces"][0], "mtu": 10}, GOOD["interfaces"][1]]
+    (p,) = bad(interfaces=interfaces)
+    assert p.startswith("interfaces.0.mtu:")
+    (p,) = bad(interfaces=[{"name": "eth0"}])
+    assert "eth0 is not a data interface" in p
+    (p,) = bad(interfaces=[GOOD["interfaces"][0], GOOD["interfaces"][0]], routes=[])
+    assert "eth1 listed more than once" in p
+
+
+def test_route_through_unknown_interface():
+    routes = [{"prefix": "10.9.9.9/32", "nexthops": [{"via": "10.0.0.1", "dev": "eth7"}]}]
+    (p,) = bad(routes=routes)
+    assert "routes.0.nexthops.0.dev: eth7 is not one of this node's interfaces" in p
+
+
+def test_unreadable_and_non_mapping_files(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(tmp_path / "missing.yml")
+    (tmp_path / "list.yml").write_text("- 1\n")
+    with pytest.raises(ConfigError, match="must be a YAML mapping"):
+        load_config(tmp_path / "list.yml")
+    (tmp_path / "broken.yml").write_text("version: [1\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(tmp_path / "broken.yml")
+
+
+def test_desired_state_and_diff():
+    config = parse_config(GOOD)
+    want = desired_state(config)
+    assert ("lo", "10.255.0.3/32") in want.addresses and ("eth2", "10.0.0.2/31") in want.addresses
+    assert want.routes["10.255.0.4/32"] == (("10.0.0.1", "eth1", 1), ("10.0.0.3", "eth2", 1))
+    assert want.mtus == {"eth1": 9500}
+    managed = managed_interfaces(config)
+    current = KernelState(
+        addresses=frozenset({("eth1", "10.0.0.0/31"), ("eth1", "10.9.0.0/31"), ("eth0", "172.20.20.3/24")}),
+        routes={"10.255.0.1/32": (("10.0.0.1", "eth1", 1),), "10.255.0.99/32": (("10.0.0.1", "eth1", 1),)},
+        mtus={"eth1": 1500},
+    )
+    d = diff_state(want, current, managed)
+    assert d.add_addresses == [("eth2", "10.0.0.2/31"), ("lo", "10.255.0.3/32")]
+    # the stale data address goes; eth0 (management) is never ours to touch
+    assert d.remove_addresses == [("eth1", "10.9.0.0/31")]
+    assert list(d.replace_routes) == ["10.255.0.4/32"]
+    assert d.remove_routes == ["10.255.0.99/32"]
+    assert d.set_mtus == {"eth1": 9500}
+    converged = KernelState(want.addresses, dict(want.routes), dict(want.mtus))
+    assert diff_state(want, converged, managed).empty
+    assert RTPROT_AIDCNET == 245

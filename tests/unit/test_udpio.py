@@ -1,0 +1,215 @@
+"""Batched UDP I/O over 127.0.0.1: recvmmsg/sendmmsg through ctypes and the forced fallback."""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import socket
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from aidcnet import udpio
+from aidcnet.udpio import BatchIO, recv_batch, send_batch
+
+PATHS = [pytest.param(True, id="mmsg"), pytest.param(False, id="fallback")]
+
+
+@pytest.fixture
+def socks() -> Iterator[list[socket.socket]]:
+    made: list[socket.socket] = []
+    for _ in range(4):
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.bind(("127.0.0.1", 0))
+        made.append(s)
+    yield made
+    for s in made:
+        s.close()
+
+
+def recv_all(io: BatchIO, expected: int, max_msgs: int = 64) -> list[tuple[bytes, tuple[str, int]]]:
+    """Receive until ``expected`` datagrams arrived (copying each) or a second passed."""
+    got: list[tuple[bytes, tuple[str, int]]] = []
+    deadline = time.monotonic() + 1.0
+    while len(got) < expected and time.monotonic() < deadline:
+        got.extend((bytes(d), a) for d, a in io.recv(max_msgs))
+    return got
+
+
+def test_mmsg_is_available_on_this_linux() -> None:
+    # The fast path is what the forwarder is measured with; silently running the fallback is a bug.
+    assert udpio.MMSG_AVAILABLE
+
+
+@pytest.mark.parametrize("mmsg", PATHS)
+def test_batch_between_several_sockets(socks: list[socket.socket], mmsg: bool) -> None:
+    a, b, r1, r2 = socks
+    ios = {s: BatchIO(s, 16, 2048, mmsg=mmsg) for s in socks}
+    assert all(io.mmsg is mmsg for io in ios.values())
+    d1, d2 = r1.getsockname(), r2.getsockname()
+    msgs_a = [(f"a{i}".encode() * (i + 1), d1 if i % 2 else d2) for i in range(10)]
+    msgs_b = [(bytearray(b"b" * 1500), d1), (memoryview(b"tail"), d2)]
+    assert ios[a].send(msgs_a) == 10
+    assert ios[b].send(msgs_b) == 2
+
+    got1 = recv_all(ios[r1], 6)
+    got2 = recv_all(ios[r2], 6)
+    src_a, src_b = a.getsockname(), b.getsockname()
+    assert sorted(got1) == sorted(
+        [(bytes(p), src_a) for p, d in msgs_a if d == d1] + [(b"b" * 1500, src_b)]
+    )
+    assert sorted(got2) == sorted([(bytes(p), src_a) for p, d in msgs_a if d == d2] + [(b"tail", src_b)])
+    assert ios[r1].recv() == [] and ios[r2].recv() == []
+
+
+@pytest.mark.parametrize("mmsg", PATHS)
+def test_recv_respects_max_msgs_and_order(socks: list[socket.socket], mmsg: bool) -> None:
+    tx, rx = BatchIO(socks[0], 64, mmsg=mmsg), BatchIO(socks[1], 64, 2048, mmsg=mmsg)
+    dest = socks[1].getsockname()
+    assert tx.send([(i.to_bytes(2, "big"), dest) for i in range(20)]) == 20
+    first = [bytes(d) for d, _ in rx.recv(7)]
+    assert first == [i.to_bytes(2, "big") for i in range(7)]
+    rest = [d for d, _ in recv_all(rx, 13)]
+    assert rest == [i.to_bytes(2, "big") for i in range(7, 20)]
+
+
+@pytest.mark.parametrize("mmsg", PATHS)
+def test_empty_socket_returns_at_once_even_if_blocking(socks: list[socket.socket], mmsg: bool) -> None:
+    sock = socks[0]
+    sock.setblocking(True)  # MSG_DONTWAIT must make the call non-blocking anyway
+    io = BatchIO(sock, 8, mmsg=mmsg)
+    t0 = time.monotonic()
+    assert io.recv() == []
+    assert time.monotonic() - t0 < 0.5
+
+
+@pytest.mark.parametrize("mmsg", PATHS)
+def test_refused_datagram_is_skipped_and_reported(socks: list[socket.socket], mmsg: bool) -> None:
+    io, rx = BatchIO(socks[0], 8, 2048, mmsg=mmsg), BatchIO(socks[1], 8, 2048, mmsg=mmsg)
+    dest = socks[1].getsockname()
+    # UDP destination port 0 is refused by the kernel with EINVAL; "x" is not an address at all;
+    # 3000 octets exceed the 2048-octet send slot.
+    msgs = [(b"one", dest), (b"bad", ("127.0.0.1", 0)), (b"two", dest), (b"bad", ("x", 1))]
+    msgs.append((b"3" * 3000, dest))
+    failed: list[int] = []
+    assert io.send(msgs, failed) == 2
+    assert failed == [1, 3, 4]
+    assert [d for d, _ in recv_all(rx, 2)] == [b"one", b"two"]
+    assert rx.recv() == []
+
+
+@pytest.mark.parametrize("mmsg", PATHS)
+def test_datagram_longer_than_slot_is_dropped_and_counted(socks: list[socket.socket], mmsg: bool) -> None:
+    tx, rx = BatchIO(socks[0], 8, mmsg=mmsg), BatchIO(socks[1], 8, 16, mmsg=mmsg)
+    dest = socks[1].getsockname()
+    assert tx.send([(b"short", dest), (b"x" * 17, dest), (b"y" * 16, dest)]) == 3
+    assert [d for d, _ in recv_all(rx, 2)] == [b"short", b"y" * 16]
+    assert rx.truncated == 1
+
+
+def test_send_eagain_stops_and_reports_rest_mmsg(socks: list[socket.socket], monkeypatch) -> None:
+    real_recv, real_send = udpio._MMSG  # type: ignore[misc]
+    calls: list[int] = []
+
+    def send_three_then_eagain(fd: int, msgs: int, n: int, flags: int) -> int:
+        # A loopback send never fills up, so the kernel's EAGAIN is played here.
+        calls.append(n)
+        if len(calls) == 1:
+            return real_send(fd, msgs, min(n, 3), flags)
+        ctypes.set_errno(errno.EAGAIN)
+        return -1
+
+    monkeypatch.setattr(udpio, "_MMSG", (real_recv, send_three_then_eagain))
+    io, rx = BatchIO(socks[0], 4, 64), BatchIO(socks[1], 16, 64)
+    dest = socks[1].getsockname()
+    failed: list[int] = []
+    # 10 datagrams over a 4-slot ring: the EAGAIN in the first chunk must end the whole send.
+    assert io.send([(bytes([i]), dest) for i in range(10)], failed) == 3
+    assert failed == list(range(3, 10))
+    assert calls == [4, 1]
+    assert [d for d, _ in recv_all(rx, 3)] == [b"\x00", b"\x01", b"\x02"]
+    assert rx.recv() == []
+
+
+class _FullAfter(socket.socket):
+    """A socket whose send buffer is 'full' after ``limit`` datagrams."""
+
+    limit = 2
+
+    def sendto(self, *args):  # type: ignore[override]
+        if self.limit <= 0:
+            raise BlockingIOError(errno.EAGAIN, "full")
+        self.limit -= 1
+        return super().sendto(*args)
+
+
+def test_send_eagain_stops_and_reports_rest_fallback(socks: list[socket.socket]) -> None:
+    with _FullAfter(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        io = BatchIO(sock, 8, mmsg=False)
+        failed: list[int] = []
+        dest = socks[1].getsockname()
+        assert io.send([(b"x", dest)] * 5, failed) == 2
+        assert failed == [2, 3, 4]
+        assert len(recv_all(BatchIO(socks[1], 8, mmsg=False), 2)) == 2
+
+
+def test_module_functions_pick_fallback_when_libc_lacks_mmsg(socks: list[socket.socket], monkeypatch) -> None:
+    monkeypatch.setattr(udpio, "MMSG_AVAILABLE", False)
+    a, b = socks[2], socks[3]
+    assert send_batch(a, [(b"via-sendto", b.getsockname())]) == 1
+    deadline = time.monotonic() + 1.0
+    got: list = []
+    while not got and time.monotonic() < deadline:
+        got = recv_batch(b, 4)
+    assert udpio.batch_io(a).mmsg is False and udpio.batch_io(b).mmsg is False
+    assert got == [(b"via-sendto", a.getsockname())]
+    assert isinstance(got[0][0], bytes)
+
+
+def test_module_functions_reuse_buffers(socks: list[socket.socket]) -> None:
+    a, b = socks[0], socks[1]
+    dest = b.getsockname()
+    rings = []
+    for round_ in range(3):
+        assert send_batch(a, [(bytes([round_]) * 3, dest)] * 5) == 5
+        got: list = []
+        deadline = time.monotonic() + 1.0
+        while len(got) < 5 and time.monotonic() < deadline:
+            got += [(bytes(d), s) for d, s in recv_batch(b, 8)]
+        assert got == [(bytes([round_]) * 3, a.getsockname())] * 5
+        io_a, io_b = udpio.batch_io(a), udpio.batch_io(b)
+        assert io_a.mmsg and io_b.mmsg
+        rings.append((id(io_a), id(io_a._tx), id(io_b), id(io_b._rx)))
+    assert rings[0] == rings[1] == rings[2]
+
+
+def test_memoryview_is_only_valid_until_next_recv(socks: list[socket.socket]) -> None:
+    # Documents the contract the dataplane relies on: the slot is reused by the next receive.
+    tx, rx = BatchIO(socks[0], 1, 64), BatchIO(socks[1], 1, 64)
+    dest = socks[1].getsockname()
+    tx.send([(b"first", dest)])
+    (view, _), = recv_all_views(rx)
+    assert isinstance(view, memoryview) and bytes(view) == b"first"
+    tx.send([(b"SECOND", dest)])
+    recv_all_views(rx)
+    assert bytes(view) == b"SECON"
+
+
+def recv_all_views(io: BatchIO) -> list:
+    deadline = time.monotonic() + 1.0
+    while time.monotonic() < deadline:
+        got = io.recv()
+        if got:
+            return got
+    return []
+
+
+def test_bad_arguments() -> None:
+    with socket.socket(socket.AF_INET6, socket.SOCK_DGRAM) as s6:
+        assert BatchIO(s6).mmsg is False  # IPv6: automatic fallback
+        with pytest.raises(ValueError, match="AF_INET"):
+            BatchIO(s6, mmsg=True)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s, pytest.raises(ValueError, match="positive"):
+        BatchIO(s, 0)
