@@ -18,7 +18,7 @@ from aidcnet.agent import control
 from aidcnet.config import DEFAULT_CONFIG_PATH, ConfigError, load_config
 
 
-def _ask(op: str, **fields: str) -> int:
+def _ask(op: str, **fields: object) -> int:
     try:
         reply = control.request(op, timeout=30.0, **fields)
     except control.ControlError as exc:
@@ -68,7 +68,17 @@ def main(argv: list[str] | None = None) -> int:
     validate = verbs.add_parser("validate", help="check a node file without applying it")
     validate.add_argument("file")
     show = verbs.add_parser("show", help="print the running state")
-    show.add_argument("what", choices=["config", "counters"])
+    show.add_argument("what", choices=["config", "counters", "bift"])
+    bier = verbs.add_parser("bier", help="host-BIER: send to BFR-ids, read what was delivered")
+    bier_verbs = bier.add_subparsers(dest="bier_verb", required=True)
+    send = bier_verbs.add_parser("send", help="send messages to a set of BFR-ids (BFERs)")
+    send.add_argument("--to", required=True, help="comma-separated BFR-ids, e.g. 3,5,8")
+    send.add_argument("--count", type=int, default=1, help="how many messages (default 1)")
+    send.add_argument("--size", type=int, default=64, help="bytes per message (default 64)")
+    send.add_argument("--tag", default="t", help="tag written into each payload")
+    send.add_argument("--entropy", type=int, default=0, help="BIER entropy of the first message")
+    received = bier_verbs.add_parser("received", help="payloads delivered here (and --clear them)")
+    received.add_argument("--clear", action="store_true")
     args = parser.parse_args(argv)
     if args.command == "agent":
         from pathlib import Path
@@ -83,6 +93,18 @@ def main(argv: list[str] | None = None) -> int:
         return _ask("reload", **({"file": args.file} if args.file else {}))
     if args.verb == "show":
         return _ask(args.what)
+    if args.verb == "bier" and args.bier_verb == "send":
+        receivers = [int(r) for r in args.to.split(",") if r.strip()]
+        return _ask(
+            "bier_send",
+            receivers=receivers,
+            count=args.count,
+            size=args.size,
+            tag=args.tag,
+            entropy=args.entropy,
+        )
+    if args.verb == "bier":
+        return _ask("bier_received", clear=args.clear)
     return _ask("health")
 
 

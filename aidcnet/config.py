@@ -62,13 +62,66 @@ class Route(_Model):
     nexthops: list[NextHop] = Field(min_length=1)
 
 
+class BierNeighbor(_Model):
+    """An adjacent BFR: where its copies go (UDP 6635 on its link address) and its labels."""
+
+    name: str = Field(min_length=1)
+    address: ipaddress.IPv4Address
+    interface: IfName
+    # The neighbor's BIFT-id for SI 0 of (sub-domain, BSL); SI k is label_base + k (RFC 8296 §2.1.1.1).
+    label_base: int = Field(ge=16, le=0xFFFFF)
+
+
+class BierFlow(_Model):
+    """Network-BIER at a BFIR leaf: IP multicast (S,G) arriving on a host port goes to these BFERs."""
+
+    group: ipaddress.IPv4Address
+    source: ipaddress.IPv4Address | None = None
+    bfers: list[int] = Field(min_length=1)
+
+    @field_validator("group")
+    @classmethod
+    def _multicast(cls, v: ipaddress.IPv4Address) -> ipaddress.IPv4Address:
+        if not v.is_multicast:
+            raise ValueError(f"{v} is not an IPv4 multicast group (224.0.0.0/4)")
+        return v
+
+
+class BierMembership(_Model):
+    """Network-BIER at a BFER leaf: host ports that want group G (static until IGMP exists)."""
+
+    group: ipaddress.IPv4Address
+    interfaces: list[IfName] = Field(min_length=1)
+
+
 class Bier(_Model):
-    """BIER settings of a BFR (RFC 8279); forwarding state comes with the BIER forwarding issue."""
+    """BIER settings and static forwarding state of a BFR (RFC 8279, RFC 8296)."""
 
     bfr_id: int = Field(ge=1, le=65535)
     sub_domain: int = Field(default=0, ge=0, le=255)
     bsl: Literal[64, 128, 256, 512, 1024, 2048, 4096] = 256
     bift: Literal["static", "bgp"] = "static"
+    # Our own BIFT-ids: label_base + SI.
+    label_base: int = Field(default=16, ge=16, le=0xFFFFF)
+    neighbors: list[BierNeighbor] = Field(default_factory=list)
+    # static mode: BFR-id -> next-hop neighbor names (several = ECMP); an absent id is unreachable.
+    birt: dict[int, list[str]] = Field(default_factory=dict)
+    host_ports: list[IfName] = Field(default_factory=list)
+    flows: list[BierFlow] = Field(default_factory=list)
+    members: list[BierMembership] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Bier:
+        names = {n.name for n in self.neighbors}
+        for bfr_id, hops in self.birt.items():
+            if not 1 <= bfr_id <= 65535:
+                raise ValueError(f"birt.{bfr_id}: BFR-id must be 1..65535")
+            unknown = [h for h in hops if h not in names]
+            if unknown:
+                raise ValueError(f"birt.{bfr_id}: next hop {', '.join(unknown)} is not in bier.neighbors")
+            if not hops:
+                raise ValueError(f"birt.{bfr_id}: needs at least one next hop (leave unreachable ids out)")
+        return self
 
 
 class Bgp(_Model):

@@ -27,7 +27,7 @@ FLOOR_PLAY = """\
   hosts: bfr:ina_switch:gpu_host:frr
   gather_facts: false
   tasks:
-    - name: true
+    - name: run /bin/true
       ansible.builtin.command: /bin/true
       changed_when: false
 """

@@ -118,7 +118,7 @@ class _Progress:
         data = event.get("event_data") or {}
         if kind in ("playbook_on_task_start", "playbook_on_handler_task_start"):
             self._close_task()
-            self.task = ("handler: " if "handler" in kind else "") + data.get("task", "?")
+            self.task = ("handler: " if "handler" in kind else "") + str(data.get("task", "?"))
             self.task_started = time.monotonic()
             self.counts = Counter()
         elif kind == "playbook_on_play_start":

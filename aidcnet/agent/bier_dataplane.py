@@ -90,6 +90,7 @@ def _fixed_counter_names() -> list[str]:
         *(f"dropped-bits.{r}" for r in sorted(DROP_REASONS)),
     ]
 
+
 _RCVBUF = 4 << 20
 
 

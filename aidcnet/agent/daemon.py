@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from aidcnet.agent import control
+from aidcnet.agent.bier_service import BierService
 from aidcnet.config import DEFAULT_CONFIG_PATH, ConfigError, NodeConfig, dump_config, load_config
 from aidcnet.netstate import KernelState, desired_state, diff_state, managed_interfaces
 
@@ -37,6 +38,7 @@ class Agent:
         self.config_loaded_at: float | None = None
         self.started = time.time()
         self.counters: Counter[str] = Counter()
+        self.bier: BierService | None = None
         self._reload_lock = asyncio.Lock()
 
     # -- configuration ------------------------------------------------------------------------------
@@ -48,6 +50,21 @@ class Agent:
         diff = diff_state(desired, read_state(managed), managed)
         apply_diff(diff)
         return diff.summary()
+
+    def _restart_bier(self, target: NodeConfig | None) -> None:
+        """Replace the BIER service when the bier section changed; raises ValueError/OSError if the new
+        tables or socket cannot be built (the caller then rolls back)."""
+        loop = asyncio.get_running_loop()
+        new = target.bier if target else None
+        if self.bier is not None and self.bier.bier == new:
+            return
+        if self.bier is not None:
+            self.bier.close(loop)
+            self.bier = None
+        if new is not None:
+            service = BierService(new, host=self.role == "gpu-host", loopback=str(target.loopback.ip))
+            service.attach(loop)
+            self.bier = service
 
     async def reload(self, request: dict[str, Any]) -> dict[str, Any]:
         from aidcnet.agent.kernel import KernelError
@@ -69,12 +86,14 @@ class Agent:
                 return {"ok": True, "changed": False, "running": self._running_id()}
             try:
                 summary = await asyncio.to_thread(self._converge, new)
-            except KernelError as exc:
+                self._restart_bier(new)
+            except (KernelError, ValueError, OSError) as exc:
                 self.counters["config.apply_failed"] += 1
                 log.error("applying %s failed, restoring the previous config: %s", path, exc)
                 try:
                     await asyncio.to_thread(self._converge, self.config)
-                except KernelError as again:
+                    self._restart_bier(self.config)
+                except (KernelError, ValueError, OSError) as again:
                     log.error("restoring the previous config failed too: %s", again)
                 return {"ok": False, "error": f"{path}: {exc}", "kept": self._running_id()}
             self.config = new
@@ -109,7 +128,39 @@ class Agent:
         }
 
     async def show_counters(self, _request: dict[str, Any]) -> dict[str, Any]:
-        return {"ok": True, "counters": dict(sorted(self.counters.items()))}
+        counters = dict(self.counters)
+        if self.bier is not None:
+            counters.update({f"bier.{k}": v for k, v in self.bier.dataplane.counters().items()})
+            if self.bier.edge is not None:
+                counters.update({f"net-bier.{k}": v for k, v in self.bier.edge.counters().items()})
+        return {"ok": True, "counters": dict(sorted(counters.items()))}
+
+    def _bier_service(self) -> BierService:
+        if self.bier is None:
+            raise ValueError("this node has no BIER configured (no bier section applied)")
+        return self.bier
+
+    async def show_bift(self, _request: dict[str, Any]) -> dict[str, Any]:
+        return {"ok": True, **self._bier_service().bift_rows()}
+
+    async def bier_send(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Host-BIER: send ``count`` payloads of ``size`` bytes (or the given hex payloads) to BFR-ids.
+        Generated payloads start with ``<own BFR-id>:<tag>:<seq>:`` so receivers can check exactly."""
+        service = self._bier_service()
+        receivers = [int(r) for r in request["receivers"]]
+        if "payloads" in request:
+            payloads = [bytes.fromhex(p) for p in request["payloads"]]
+        else:
+            size, tag = int(request.get("size", 64)), str(request.get("tag", "t"))
+            payloads = []
+            for seq in range(int(request.get("count", 1))):
+                head = f"{service.bier.bfr_id}:{tag}:{seq}:".encode()
+                payloads.append(head + b"x" * max(0, size - len(head)))
+        packets = service.send(payloads, receivers, entropy=int(request.get("entropy", 0)))
+        return {"ok": True, "messages": len(payloads), "packets": packets}
+
+    async def bier_received(self, request: dict[str, Any]) -> dict[str, Any]:
+        return {"ok": True, "received": self._bier_service().take_received(bool(request.get("clear")))}
 
     async def show_config(self, _request: dict[str, Any]) -> dict[str, Any]:
         if self.config is None:
@@ -123,6 +174,9 @@ class Agent:
                 "counters": self.show_counters,
                 "config": self.show_config,
                 "reload": self.reload,
+                "bift": self.show_bift,
+                "bier_send": self.bier_send,
+                "bier_received": self.bier_received,
             }
         )
         log.info("aidcnet %s agent ready on %s", self.role, control.CONTROL_SOCKET)

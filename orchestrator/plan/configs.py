@@ -2,7 +2,18 @@
 
 from __future__ import annotations
 
-from aidcnet.config import CONFIG_VERSION, Bgp, Bier, Interface, NextHop, NodeConfig, Route
+from aidcnet.config import (
+    CONFIG_VERSION,
+    Bgp,
+    Bier,
+    BierFlow,
+    BierMembership,
+    BierNeighbor,
+    Interface,
+    NextHop,
+    NodeConfig,
+    Route,
+)
 from orchestrator.plan.context import natural_key
 from orchestrator.plan.model import LabPlan, PlanError
 
@@ -41,11 +52,71 @@ def node_config(plan: LabPlan, name: str) -> NodeConfig:
         interfaces=interfaces,
         routes=routes,
         bgp=Bgp(asn=node.asn, router_id=node.loopback.ip) if node.asn is not None else None,
-        bier=(
-            Bier(bfr_id=node.bfr_id, sub_domain=plan.bier.sub_domain, bsl=plan.bier.bsl, bift=plan.bier.bift)
-            if node.bfr_id is not None
-            else None
-        ),
+        bier=bier_config(plan, name),
+    )
+
+
+def bier_config(plan: LabPlan, name: str) -> Bier | None:
+    """BIER settings plus the static BIRT: a BFER's next hops are the unicast next hops toward its
+    loopback (BIER follows the underlay's routing, RFC 8279 §6.4), restricted to BFR neighbors."""
+    node = plan.nodes[name]
+    if node.bfr_id is None or node.bier_label_base is None:
+        return None
+    neighbors: dict[str, BierNeighbor] = {}
+    for link in plan.links:
+        for local, remote in ((link.a, link.b), (link.b, link.a)):
+            peer = plan.nodes[remote.node]
+            if (
+                local.node != name
+                or peer.bfr_id is None
+                or remote.address is None
+                or peer.bier_label_base is None
+            ):
+                continue
+            neighbors.setdefault(
+                remote.node,
+                BierNeighbor(
+                    name=remote.node,
+                    address=remote.address.ip,
+                    interface=local.interface,
+                    label_base=peer.bier_label_base,
+                ),
+            )
+    by_node = {other.name: other.bfr_id for other in plan.nodes.values() if other.bfr_id is not None}
+    birt: dict[int, list[str]] = {}
+    if plan.bier.bift == "static":
+        for route in node.routes:
+            bfr_id = by_node.get(route.to)
+            hops = sorted({h.neighbor for h in route.nexthops if h.neighbor in neighbors}, key=natural_key)
+            if bfr_id is not None and hops:
+                birt[bfr_id] = hops
+    host_ports = (
+        sorted(
+            (n.interface for n in neighbors.values() if plan.nodes[n.name].role == "gpu-host"),
+            key=natural_key,
+        )
+        if node.role != "gpu-host"
+        else []
+    )
+    flows, members = [], []
+    if host_ports:
+        for g in plan.bier.groups:
+            bfers = sorted({plan.nodes[leaf].bfr_id for leaf, _port in g.receiver_ports.values()})
+            flows.append(BierFlow(group=g.group, source=g.source_address, bfers=bfers))
+            mine = sorted({port for leaf, port in g.receiver_ports.values() if leaf == name}, key=natural_key)
+            if mine:
+                members.append(BierMembership(group=g.group, interfaces=mine))
+    return Bier(
+        bfr_id=node.bfr_id,
+        sub_domain=plan.bier.sub_domain,
+        bsl=plan.bier.bsl,
+        bift=plan.bier.bift,
+        label_base=node.bier_label_base,
+        neighbors=sorted(neighbors.values(), key=lambda n: natural_key(n.name)),
+        birt=dict(sorted(birt.items())),
+        host_ports=host_ports,
+        flows=flows,
+        members=members,
     )
 
 

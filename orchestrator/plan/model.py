@@ -62,11 +62,21 @@ class BandwidthVars(_Vars):
     host_sublinks: int | None = Field(default=None, ge=1, le=64)
 
 
+class GroupVars(_Vars):
+    """A network-BIER multicast group with static receivers (until IGMP exists)."""
+
+    group: ipaddress.IPv4Address
+    # The sending host; none means any host behind any leaf may send to the group, i.e. (*,G).
+    source: str | None = None
+    receivers: list[str] = Field(min_length=1)
+
+
 class BierVars(_Vars):
     sub_domain: int | None = Field(default=None, ge=0, le=255)
     # Range and value set are checked by the bier feature so the message can cite RFC 8296.
     bsl: int | None = None
     bift: Literal["static", "bgp"] | None = None
+    groups: list[GroupVars] = Field(default_factory=list)
 
 
 class NodeVars(_Vars):
@@ -133,6 +143,8 @@ class PlanNode(_Plan):
     loopback: ipaddress.IPv4Interface | None = None
     asn: int | None = None
     bfr_id: int | None = None
+    # This BFR's BIFT-ids (MPLS labels): label_base + SI, one per SI in use (RFC 8296 §2.1.1.1).
+    bier_label_base: int | None = None
     planes: list[int] = Field(default_factory=list)
     routes: list[PlanRoute] = Field(default_factory=list)
 
@@ -166,10 +178,25 @@ class PlanLink(_Plan):
         return None
 
 
+class PlanGroup(_Plan):
+    """Network-BIER: hosts send (S,G) as IP multicast; their leaf (BFIR) imposes BIER toward the BFER
+    leaves of the receivers, which emit it on the receivers' ports."""
+
+    group: ipaddress.IPv4Address
+    source: str | None = None
+    source_address: ipaddress.IPv4Address | None = None
+    receivers: list[str]
+    # receiver host -> (its leaf, the leaf's port toward it)
+    receiver_ports: dict[str, tuple[str, str]]
+
+
 class PlanBier(_Plan):
     sub_domain: int = 0
     bsl: int = 256
     bift: Literal["static", "bgp"] = "static"
+    # How many SIs the BFR-ids use: (max BFR-id - 1) // BSL + 1; each BFR gets that many labels.
+    si_count: int = 1
+    groups: list[PlanGroup] = Field(default_factory=list)
 
 
 class PlanPlane(_Plan):

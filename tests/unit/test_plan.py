@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import itertools
 import random
 from functools import cache
 from pathlib import Path
@@ -205,7 +206,13 @@ def test_ina_fig1_workers_are_bits_1_to_8():
     assert [plan.nodes[f"w{i}"].bfr_id for i in range(1, 9)] == list(range(1, 9))
     # Then the leaves, then the upper tiers.
     assert [plan.nodes[f"s{i}"].bfr_id for i in range(1, 8)] == list(range(9, 16))
-    assert plan.bier.model_dump() == {"sub_domain": 0, "bsl": 256, "bift": "static"}
+    assert plan.bier.model_dump() == {
+        "sub_domain": 0,
+        "bsl": 256,
+        "bift": "static",
+        "si_count": 1,
+        "groups": [],
+    }
 
 
 def test_leaf_spine_hosts_are_1_to_8_then_leaves_then_spines():
@@ -241,7 +248,7 @@ def test_bfr_id_pins_honoured_and_skipped():
 
 def test_bier_settings_from_vars():
     plan = plan_of(leaf_spine_doc(1, 1, 1), {"bier": {"sub_domain": 3, "bsl": 64, "bift": "bgp"}})
-    assert plan.bier.model_dump() == {"sub_domain": 3, "bsl": 64, "bift": "bgp"}
+    assert plan.bier.model_dump() == {"sub_domain": 3, "bsl": 64, "bift": "bgp", "si_count": 1, "groups": []}
     config = node_configs(plan)["h1"]
     assert config.bier is not None and (config.bier.sub_domain, config.bier.bsl, config.bier.bift) == (
         3,
@@ -521,3 +528,65 @@ def test_write_plan_only_when_changed(tmp_path):
     assert out.read_text() == dump_plan(plan)
     assert write_plan(plan, out) is False
     assert write_plan(plan_of(leaf_spine_doc(1, 1, 2)), out) is True
+
+
+def test_bier_labels_and_static_birt_follow_unicast_routes():
+    from orchestrator.plan import node_configs
+
+    configs = node_configs(lab("leaf-spine"))
+    leaf1, h1 = configs["leaf1"].bier, configs["h1"].bier
+    assert leaf1 is not None and h1 is not None
+    bases = [c.bier.label_base for c in configs.values() if c.bier]
+    assert len(set(bases)) == len(bases) and min(bases) >= 16
+    by_name = {n.name: n for n in leaf1.neighbors}
+    assert set(by_name) == {"h1", "h2", "spine1", "spine2"}
+    assert by_name["spine1"].label_base == configs["spine1"].bier.label_base
+    # leaf1 reaches h3 (BFR-id 3, behind leaf2) over both spines: an ECMP BIRT entry.
+    assert leaf1.birt[3] == ["spine1", "spine2"]
+    assert leaf1.birt[1] == ["h1"] and leaf1.bfr_id not in leaf1.birt
+    # A host reaches every other BFR through its leaf only.
+    assert set(h1.birt) == set(range(2, 15)) and {tuple(v) for v in h1.birt.values()} == {("leaf1",)}
+
+
+def test_bsl_64_with_more_than_64_bfrs_uses_two_sis_and_two_labels_each():
+    plan = build_plan(load_topology(LABS / "superpod.clab.yml"), lab_vars({"bier": {"bsl": 64}}))
+    assert plan.bier.si_count == 2
+    bases = sorted(n.bier_label_base for n in plan.nodes.values() if n.bier_label_base is not None)
+    assert all(b2 - b1 == 2 for b1, b2 in itertools.pairwise(bases))
+
+
+def test_network_bier_groups_become_flows_and_memberships():
+    from orchestrator.plan import node_configs
+
+    topo = load_topology(LABS / "leaf-spine.clab.yml")
+    plan = build_plan(
+        topo, lab_vars({"bier": {"groups": [{"group": "239.1.1.1", "receivers": ["h2", "h3", "h4"]}]}})
+    )
+    configs = node_configs(plan)
+    leaf1, leaf2, leaf3 = (configs[f"leaf{i}"].bier for i in (1, 2, 3))
+    assert leaf1.host_ports == ["eth3", "eth4"]
+    (flow,) = leaf1.flows
+    assert str(flow.group) == "239.1.1.1" and flow.source is None
+    assert flow.bfers == sorted([leaf1.bfr_id, leaf2.bfr_id])
+    assert [(str(m.group), m.interfaces) for m in leaf1.members] == [("239.1.1.1", ["eth4"])]  # h2 only
+    assert [m.interfaces for m in leaf2.members] == [["eth3", "eth4"]]
+    assert leaf3.members == [] and leaf3.flows == [flow]
+    assert configs["h1"].bier.host_ports == [] and configs["spine1"].bier.host_ports == []
+
+
+@pytest.mark.parametrize(
+    ("group", "message"),
+    [
+        ({"group": "10.1.1.1", "receivers": ["h1"]}, "bier.groups.0.group: 10.1.1.1 is not a routable"),
+        ({"group": "224.0.0.5", "receivers": ["h1"]}, "bier.groups.0.group: 224.0.0.5 is not a routable"),
+        (
+            {"group": "239.1.1.1", "receivers": ["spine1"]},
+            "bier.groups.0.receivers: 'spine1' is not a gpu-host",
+        ),
+        ({"group": "239.1.1.1", "source": "h9", "receivers": ["h1"]}, "bier.groups.0.source: 'h9' is not"),
+    ],
+)
+def test_bad_groups_name_their_field(group, message):
+    topo = load_topology(LABS / "leaf-spine.clab.yml")
+    with pytest.raises(PlanError, match=message.replace(".", r"\.")):
+        build_plan(topo, lab_vars({"bier": {"groups": [group]}}))

@@ -1,0 +1,149 @@
+"""The node agent's BIER service: builds the BIFTs from the node file's ``bier`` section and runs the
+dataplane on UDP 6635 inside the agent's event loop.
+
+On a GPU host it is also the host-BIER BFIR/BFER: ``send`` imposes a BitString chosen by the
+application, and payloads for the host's own bit are kept for the control API (and forwarded to a
+local application socket when one is configured).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from typing import Any
+
+from aidcnet.agent.bier_dataplane import BierDataplane
+from aidcnet.agent.bier_host import BierHost
+from aidcnet.agent.net_bier import NetBierEdge
+from aidcnet.bier.bift import SELF, Bift, LabelKey, build_bifts
+from aidcnet.bier.bitstring import bfr_id_to_si_bit
+from aidcnet.bier.header import BierProto
+from aidcnet.config import Bier
+from aidcnet.ipv4 import ROCEV2_PORT, Ipv4DecodeError, build_udp, parse_udp
+
+# Deliveries kept for `aidcnet ctl bier received`; older ones fall off (and are counted).
+RECEIVED_KEEP = 100_000
+
+
+def si_count(bier: Bier) -> int:
+    ids = [bier.bfr_id, *bier.birt]
+    return max(bfr_id_to_si_bit(i, bier.bsl)[0] for i in ids) + 1
+
+
+def build_tables(bier: Bier) -> tuple[dict[int, Bift], dict[str, tuple[str, str]], dict[LabelKey, int]]:
+    """BIFTs, neighbor addresses and our own labels from the node file (static BIFT mode)."""
+    sis = range(si_count(bier))
+    birt: dict[int, Any] = {bier.bfr_id: SELF}
+    birt.update({bfr_id: list(hops) for bfr_id, hops in bier.birt.items() if bfr_id != bier.bfr_id})
+    used = {hop for hops in bier.birt.values() for hop in hops}
+    nbr_labels = {
+        n.name: {(bier.sub_domain, bier.bsl, si): n.label_base + si for si in sis}
+        for n in bier.neighbors
+        if n.name in used
+    }
+    bifts = build_bifts(birt, bier.bsl, nbr_labels, sd=bier.sub_domain)
+    neighbors = {n.name: (str(n.address), n.interface) for n in bier.neighbors}
+    local_labels = {(bier.sub_domain, bier.bsl, si): bier.label_base + si for si in sis}
+    return bifts, neighbors, local_labels
+
+
+# Host-BIER wraps application data as IPv4/UDP from the host's loopback to this SSM group and RoCEv2's
+# port, so captures decode as MPLS-in-UDP / BIER / IPv4 / UDP; the UDP source port is the QP.
+HOST_BIER_GROUP = "232.1.0.1"
+QP_PORT_BASE = 49152
+
+
+class BierService:
+    def __init__(self, bier: Bier, host: bool, loopback: str = "0.0.0.0"):
+        self.bier = bier
+        self.loopback = loopback
+        bifts, neighbors, local_labels = build_tables(bier)
+        self.bifts = bifts
+        self.dataplane = BierDataplane(bier.bfr_id, bier.bsl, bier.sub_domain, bifts, neighbors, local_labels)
+        self.received: deque[dict[str, Any]] = deque(maxlen=RECEIVED_KEEP)
+        self.host = BierHost(self.dataplane, on_payload=self._keep) if host else None
+        if not host:
+            # A BFR with its own bit set only counts deliveries: it has no application.
+            self.dataplane.deliver = lambda payload, bfir_id, proto, header: self._keep(
+                payload, bfir_id, proto
+            )
+        # Network-BIER at a leaf: captures (S,G) on host ports and re-emits deliveries to members; it
+        # chains in front of the deliver callback above, so it must be built after it.
+        self.edge = (
+            NetBierEdge(self.dataplane, bier.host_ports, bier.flows, bier.members)
+            if bier.host_ports
+            else None
+        )
+
+    def _keep(self, payload: bytes, bfir_id: int, proto: int) -> None:
+        entry: dict[str, Any] = {"bfir_id": bfir_id, "proto": proto}
+        if proto == BierProto.IPV4:
+            try:
+                datagram = parse_udp(payload)
+            except Ipv4DecodeError as exc:
+                entry.update(error=exc.reason, payload=payload.hex())
+            else:
+                entry.update(
+                    src=datagram.src,
+                    dst=datagram.dst,
+                    sport=datagram.sport,
+                    dport=datagram.dport,
+                    payload=datagram.payload.hex(),
+                )
+        else:
+            entry["payload"] = payload.hex()
+        self.received.append(entry)
+
+    def attach(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.dataplane.attach(loop)
+        if self.edge is not None:
+            self.edge.attach(loop)
+
+    def close(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        if self.edge is not None:
+            self.edge.close()
+        if loop is not None:
+            self.dataplane.detach(loop)
+        if self.host is not None:
+            self.host.close()
+        else:
+            self.dataplane.close()
+
+    def send(
+        self, payloads: list[bytes], receivers: list[int], entropy: int = 0, group: str = HOST_BIER_GROUP
+    ) -> int:
+        """Each payload becomes one IPv4/UDP datagram to ``group``:4791 imposed with the receivers' bits."""
+        if self.host is None:
+            raise ValueError("bier send is the host-BIER API: only gpu-host nodes are BFIRs for applications")
+        sent = 0
+        for i, data in enumerate(payloads):
+            flow = (entropy + i) & 0xFFFFF
+            datagram = build_udp(
+                self.loopback, group, QP_PORT_BASE + (flow & 0x3FFF), ROCEV2_PORT, data, ident=i
+            )
+            sent += self.host.send(datagram, receivers, entropy=flow)
+        return sent
+
+    def take_received(self, clear: bool) -> list[dict[str, Any]]:
+        out = list(self.received)
+        if clear:
+            self.received.clear()
+        return out
+
+    def bift_rows(self) -> dict[str, Any]:
+        return {
+            "bfr_id": self.bier.bfr_id,
+            "sub_domain": self.bier.sub_domain,
+            "bsl": self.bier.bsl,
+            "label_base": self.bier.label_base,
+            "bift": {
+                str(si): [
+                    {
+                        "bfr_id": bfr_id,
+                        "entries": [{"f_bm": f"0x{fbm:x}", "bfr_nbr": nbr} for fbm, nbr in alts],
+                    }
+                    for bfr_id, alts in bift.rows()
+                ]
+                for si, bift in sorted(self.bifts.items())
+            },
+        }

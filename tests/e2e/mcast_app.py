@@ -1,0 +1,60 @@
+"""A plain IP multicast application for the network-BIER tests, run inside a node's netns with
+`ip netns exec NS python mcast_app.py ...`: exactly what a host application would do, nothing BIER."""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+import sys
+import time
+
+
+def receive(group: str, port: int, ifname: str, seconds: float) -> None:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((group, port))
+    ifindex = socket.if_nametoindex(ifname)
+    # ip_mreqn: group, any local address, this interface
+    sock.setsockopt(
+        socket.IPPROTO_IP,
+        socket.IP_ADD_MEMBERSHIP,
+        struct.pack("4s4si", socket.inet_aton(group), socket.inet_aton("0.0.0.0"), ifindex),
+    )
+    print("ready", flush=True)
+    got = []
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        sock.settimeout(left)
+        try:
+            data, addr = sock.recvfrom(65535)
+        except TimeoutError:
+            break
+        got.append({"payload": data.decode(errors="replace"), "from": addr[0]})
+    print(json.dumps(got), flush=True)
+
+
+def send(group: str, port: int, ifname: str, count: int, tag: str) -> None:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, ifname.encode())
+    sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, 8)
+    # The sender's own kernel would loop the group back to its local listener; only the network counts.
+    sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_LOOP, 0)
+    sock.setsockopt(
+        socket.IPPROTO_IP,
+        socket.IP_MULTICAST_IF,
+        struct.pack(
+            "4s4si", socket.inet_aton(group), socket.inet_aton("0.0.0.0"), socket.if_nametoindex(ifname)
+        ),
+    )
+    for seq in range(count):
+        sock.sendto(f"{tag}:{seq}".encode(), (group, port))
+        time.sleep(0.01)
+
+
+if __name__ == "__main__":
+    mode, group, port, ifname = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+    if mode == "recv":
+        receive(group, port, ifname, float(sys.argv[5]))
+    else:
+        send(group, port, ifname, int(sys.argv[5]), sys.argv[6])

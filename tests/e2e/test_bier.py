@@ -1,0 +1,262 @@
+"""BIER on a running leaf-spine: host-BIER delivery is exact for random receiver sets from every host,
+and a packet captured on a fabric link decodes field by field under RFC 8296."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from orchestrator.configure import configure
+from orchestrator.lab import deploy, destroy
+from orchestrator.topology import load_topology
+
+from .conftest import lab_copy
+
+LAB = "t-bier"
+GROUP = {"group": "239.1.1.1", "receivers": ["h2", "h3", "h5", "h8"]}
+MCAST_APP = Path(__file__).with_name("mcast_app.py")
+
+
+@pytest.fixture(scope="module")
+def lab(runtime, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("bier")
+    old = Path.cwd()
+    os.chdir(tmp)
+    path = lab_copy(tmp, "leaf-spine", LAB)
+    # Network-BIER: one group with static receivers on three of the four leaves (h2 shares leaf1 with
+    # the sender h1).
+    (tmp / f"{LAB}.vars.yml").write_text(yaml.safe_dump({"bier": {"groups": [GROUP]}}))
+    topo = load_topology(path)
+    try:
+        deploy(topo, runtime)
+        assert configure(topo).ok
+        yield topo
+    finally:
+        destroy(LAB, runtime, cleanup=True, quiet=True)
+        os.chdir(old)
+
+
+def ctl(runtime, topo, node: str, *args: str) -> dict:
+    code, out = runtime.exec(topo.container_name(node), ["aidcnet", "ctl", *args])
+    assert code == 0, f"{node}: aidcnet ctl {' '.join(args)}: {out}"
+    return json.loads(out)
+
+
+def bfr_ids(topo) -> dict[str, int]:
+    plan = yaml.safe_load((Path.cwd() / topo.lab_dir_name / "plan.yml").read_text())
+    return {name: node["bfr_id"] for name, node in plan["nodes"].items() if node.get("bfr_id")}
+
+
+def collect(
+    runtime, topo, hosts: list[str], expected_total: int, timeout: float = 10.0
+) -> dict[str, list[dict]]:
+    got: dict[str, list[dict]] = {h: [] for h in hosts}
+    deadline = time.monotonic() + timeout
+    while True:
+        for h in hosts:
+            got[h] += ctl(runtime, topo, h, "bier", "received", "--clear")["received"]
+        if sum(map(len, got.values())) >= expected_total or time.monotonic() > deadline:
+            time.sleep(0.3)  # late duplicates would show up now
+            for h in hosts:
+                got[h] += ctl(runtime, topo, h, "bier", "received", "--clear")["received"]
+            return got
+
+
+def test_host_bier_random_receiver_sets_are_delivered_exactly(runtime, lab):
+    ids = bfr_ids(lab)
+    hosts = [f"h{i}" for i in range(1, 9)]
+    host_ids = {h: ids[h] for h in hosts}
+    rng = random.Random(8279)
+    expected: dict[str, list[str]] = {h: [] for h in hosts}
+    for h in hosts:
+        ctl(runtime, lab, h, "bier", "received", "--clear")
+    for src in hosts:
+        for round_ in range(4):
+            receivers = rng.sample(hosts, rng.randint(1, 8))  # may include the sender itself
+            tag = f"{src}-{round_}"
+            to = ",".join(str(host_ids[r]) for r in receivers)
+            reply = ctl(
+                runtime,
+                lab,
+                src,
+                "bier",
+                "send",
+                "--to",
+                to,
+                "--count",
+                "3",
+                "--size",
+                "200",
+                "--tag",
+                tag,
+                "--entropy",
+                str(rng.randrange(1 << 20)),
+            )
+            assert reply["messages"] == 3
+            for r in receivers:
+                expected[r] += [f"{host_ids[src]}:{tag}:{seq}" for seq in range(3)]
+    total = sum(map(len, expected.values()))
+    got = collect(runtime, lab, hosts, total)
+    for h in hosts:
+        seen = sorted(":".join(bytes.fromhex(d["payload"]).decode().split(":")[:3]) for d in got[h])
+        assert seen == sorted(expected[h]), f"{h} got the wrong set of messages"
+        for d in got[h]:
+            assert d["dport"] == 4791 and d["dst"] == "232.1.0.1" and len(bytes.fromhex(d["payload"])) == 200
+    # Every BFR accounts for every packet: nothing dropped anywhere in a healthy fabric.
+    for node in lab.nodes:
+        counters = ctl(runtime, lab, node, "show", "counters")["counters"]
+        drops = {k: v for k, v in counters.items() if k.startswith("bier.dropped") and v}
+        assert drops == {}, f"{node} dropped: {drops}"
+
+
+def test_bift_is_visible(runtime, lab):
+    ids = bfr_ids(lab)
+    bift = ctl(runtime, lab, "leaf1", "show", "bift")
+    assert bift["bfr_id"] == ids["leaf1"] and bift["bsl"] == 256
+    rows = {row["bfr_id"]: row["entries"] for row in bift["bift"]["0"]}
+    assert {e["bfr_nbr"] for e in rows[ids["h3"]]} == {"spine1", "spine2"}  # ECMP kept
+    assert [e["bfr_nbr"] for e in rows[ids["h1"]]] == ["h1"]
+
+
+def test_captured_packet_decodes_as_rfc8296(runtime, lab, tmp_path):
+    from tests.rfc8296_scapy import decode_bier_capture
+
+    ids = bfr_ids(lab)
+    pcap = tmp_path / "spine-link.pcap"
+    ns = lab.container_name("leaf4")
+    dump = subprocess.Popen(
+        [
+            "ip",
+            "netns",
+            "exec",
+            ns,
+            "tcpdump",
+            "-U",
+            "-n",
+            "-i",
+            "eth1",
+            "-c",
+            "1",
+            "-w",
+            str(pcap),
+            "udp dst port 6635",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        time.sleep(1.0)
+        # h7 (behind leaf4) to h1 (behind leaf1): the packet leaves leaf4 on a spine link.
+        ctl(
+            runtime,
+            lab,
+            "h7",
+            "bier",
+            "send",
+            "--to",
+            str(ids["h1"]),
+            "--size",
+            "100",
+            "--tag",
+            "cap",
+            "--entropy",
+            "0",
+        )
+        deadline = time.monotonic() + 5
+        while dump.poll() is None and time.monotonic() < deadline:
+            ctl(
+                runtime,
+                lab,
+                "h7",
+                "bier",
+                "send",
+                "--to",
+                str(ids["h1"]),
+                "--size",
+                "100",
+                "--tag",
+                "cap",
+                "--entropy",
+                "1",
+            )
+            time.sleep(0.2)
+        dump.wait(timeout=5)
+    finally:
+        if dump.poll() is None:
+            dump.kill()
+    (layers,) = decode_bier_capture(pcap)
+    assert layers["udp.dport"] == 6635
+    assert layers["bier.nibble"] == 0b0101 and layers["bier.ver"] == 0 and layers["bier.s"] == 1
+    assert layers["bier.bsl"] == 3  # 256 bits
+    assert layers["bier.proto"] == 4 and layers["bier.bfir_id"] == ids["h7"]
+    assert layers["bier.bitstring"] == 1 << (ids["h1"] - 1)
+    assert layers["bier.ttl"] == 63  # h7 sent 64, leaf4 forwarded once
+    assert layers["inner.proto"] == 17 and layers["inner.dport"] == 4791
+    assert layers["inner.payload"].startswith(f"{ids['h7']}:cap:".encode())
+
+
+def test_network_bier_delivers_ip_multicast_to_members_only(runtime, lab):
+    listeners = {}
+    try:
+        for h in [f"h{i}" for i in range(1, 9)]:
+            # Every host joins the group in its kernel; only the plan's receivers are members at their
+            # leaf, so only they may get the traffic. The sender h1 must not get its own packets back.
+            proc = subprocess.Popen(
+                [
+                    "ip",
+                    "netns",
+                    "exec",
+                    lab.container_name(h),
+                    sys.executable,
+                    str(MCAST_APP),
+                    "recv",
+                    GROUP["group"],
+                    "5000",
+                    "eth1",
+                    "4",
+                ],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            assert proc.stdout.readline().strip() == "ready"
+            listeners[h] = proc
+        subprocess.run(
+            [
+                "ip",
+                "netns",
+                "exec",
+                lab.container_name("h1"),
+                sys.executable,
+                str(MCAST_APP),
+                "send",
+                GROUP["group"],
+                "5000",
+                "eth1",
+                "20",
+                "h1",
+            ],
+            check=True,
+            timeout=30,
+        )
+        got = {h: json.loads(p.communicate(timeout=30)[0].splitlines()[-1]) for h, p in listeners.items()}
+    finally:
+        for p in listeners.values():
+            if p.poll() is None:
+                p.kill()
+    expected = sorted(f"h1:{seq}" for seq in range(20))
+    for h, received in got.items():
+        payloads = sorted(r["payload"] for r in received)
+        if h in GROUP["receivers"]:
+            assert payloads == expected, f"{h} (member) got {len(payloads)} of 20"
+        else:
+            assert payloads == [], f"{h} is not a member but got {len(payloads)} packets"
+    counters = ctl(runtime, lab, "leaf1", "show", "counters")["counters"]
+    assert counters["net-bier.imposed"] >= 20
