@@ -54,6 +54,7 @@ test: images lint
 bench: images
 	$(PY) bench/deploy.py
 	$(PY) bench/configure.py
+	$(PY) bench/bier_forwarding.py
 
 # The main job, from a fresh machine: everything is set up on the way.
 demo: images

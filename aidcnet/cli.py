@@ -15,7 +15,7 @@ import json
 import sys
 
 from aidcnet.agent import control
-from aidcnet.config import DEFAULT_CONFIG_PATH, ConfigError, load_config
+from aidcnet.paths import DEFAULT_CONFIG_PATH
 
 
 def _ask(op: str, **fields: object) -> int:
@@ -36,6 +36,8 @@ def _ask(op: str, **fields: object) -> int:
 
 
 def _validate(path: str) -> int:
+    from aidcnet.config import ConfigError, load_config
+
     try:
         config = load_config(path)
     except ConfigError as exc:

@@ -14,8 +14,9 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from aidcnet.paths import DEFAULT_CONFIG_PATH  # noqa: F401  (re-exported for the agent)
+
 CONFIG_VERSION = 1
-DEFAULT_CONFIG_PATH = Path("/etc/aidcnet/node.yml")
 
 Role = Literal["bfr", "ina-switch", "gpu-host", "frr"]
 IfName = Annotated[str, Field(min_length=1, max_length=15, pattern=r"^[A-Za-z0-9_.:-]+$")]

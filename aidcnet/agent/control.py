@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import socket
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-CONTROL_SOCKET = Path(os.environ.get("AIDCNET_CONTROL_SOCKET", "/run/aidcnet/control.sock"))
+from aidcnet.paths import CONTROL_SOCKET
 
 Handler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 

@@ -66,6 +66,19 @@ class Agent:
             service.attach(loop)
             self.bier = service
 
+    async def validate(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Check a node file without applying it (Ansible's check mode uses this)."""
+        path = Path(request.get("file") or self.config_path)
+        try:
+            config = load_config(path)
+            if config.role != self.role:
+                raise ConfigError(
+                    str(path), [f"role: the file is for a {config.role} node, this agent runs {self.role}"]
+                )
+        except ConfigError as exc:
+            return {"ok": False, "error": str(exc), "problems": exc.problems, "kept": self._running_id()}
+        return {"ok": True, "valid": str(path), "changed": config != self.config}
+
     async def reload(self, request: dict[str, Any]) -> dict[str, Any]:
         from aidcnet.agent.kernel import KernelError
 
@@ -99,7 +112,7 @@ class Agent:
             self.config = new
             self.config_loaded_at = time.time()
             self.counters["config.applied"] += 1
-            path.with_name(path.name + APPLIED_SUFFIX).write_text(dump_config(new))
+            self.config_path.with_name(self.config_path.name + APPLIED_SUFFIX).write_text(dump_config(new))
             log.info("config applied from %s: %s", path, summary)
             return {
                 "ok": True,
@@ -174,6 +187,7 @@ class Agent:
                 "counters": self.show_counters,
                 "config": self.show_config,
                 "reload": self.reload,
+                "validate": self.validate,
                 "bift": self.show_bift,
                 "bier_send": self.bier_send,
                 "bier_received": self.bier_received,

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
 
 from orchestrator.runtime.docker import DockerRuntime
+from orchestrator.topology import Topology
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -35,6 +39,42 @@ def lab_copy(tmp_path: Path, lab: str, name: str) -> Path:
     path = tmp_path / f"{name}.clab.yml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path
+
+
+@contextlib.contextmanager
+def deployed(
+    runtime: DockerRuntime,
+    tmp: Path,
+    lab: str,
+    name: str,
+    lab_vars: dict | None = None,
+    nodes: dict | None = None,
+    configured: bool = False,
+) -> Iterator[Topology]:
+    """A copy of a shipped lab (optionally with vars and replaced nodes) deployed from ``tmp`` as the
+    working directory, destroyed afterwards whatever happens."""
+    from orchestrator.configure import configure
+    from orchestrator.lab import deploy, destroy
+    from orchestrator.topology import load_topology
+
+    path = lab_copy(tmp, lab, name)
+    if nodes:
+        doc = yaml.safe_load(path.read_text())
+        doc["topology"]["nodes"].update(nodes)
+        path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    if lab_vars:
+        (tmp / f"{name}.vars.yml").write_text(yaml.safe_dump(lab_vars))
+    old = Path.cwd()
+    os.chdir(tmp)
+    topo = load_topology(path)
+    try:
+        deploy(topo, runtime)
+        if configured:
+            assert configure(topo).ok
+        yield topo
+    finally:
+        destroy(name, runtime, cleanup=True, quiet=True)
+        os.chdir(old)
 
 
 def host_veths() -> set[str]:

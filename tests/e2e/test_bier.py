@@ -4,7 +4,6 @@ and a packet captured on a fabric link decodes field by field under RFC 8296."""
 from __future__ import annotations
 
 import json
-import os
 import random
 import subprocess
 import sys
@@ -14,11 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator.configure import configure
-from orchestrator.lab import deploy, destroy
-from orchestrator.topology import load_topology
-
-from .conftest import lab_copy
+from .conftest import deployed
 
 LAB = "t-bier"
 GROUP = {"group": "239.1.1.1", "receivers": ["h2", "h3", "h5", "h8"]}
@@ -27,21 +22,16 @@ MCAST_APP = Path(__file__).with_name("mcast_app.py")
 
 @pytest.fixture(scope="module")
 def lab(runtime, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("bier")
-    old = Path.cwd()
-    os.chdir(tmp)
-    path = lab_copy(tmp, "leaf-spine", LAB)
-    # Network-BIER: one group with static receivers on three of the four leaves (h2 shares leaf1 with
-    # the sender h1).
-    (tmp / f"{LAB}.vars.yml").write_text(yaml.safe_dump({"bier": {"groups": [GROUP]}}))
-    topo = load_topology(path)
-    try:
-        deploy(topo, runtime)
-        assert configure(topo).ok
+    # BSL 64 with h7 and h8 pinned into SI 1 (BFR-ids 100 and 90): one packet per SI. One network-BIER
+    # group with static receivers on three of the four leaves (h2 shares leaf1 with the sender h1).
+    lab_vars = {
+        "bier": {"bsl": 64, "groups": [GROUP]},
+        "nodes": {"h7": {"bfr_id": 100}, "h8": {"bfr_id": 90}},
+    }
+    with deployed(
+        runtime, tmp_path_factory.mktemp("bier"), "leaf-spine", LAB, lab_vars, configured=True
+    ) as topo:
         yield topo
-    finally:
-        destroy(LAB, runtime, cleanup=True, quiet=True)
-        os.chdir(old)
 
 
 def ctl(runtime, topo, node: str, *args: str) -> dict:
@@ -117,10 +107,25 @@ def test_host_bier_random_receiver_sets_are_delivered_exactly(runtime, lab):
         assert drops == {}, f"{node} dropped: {drops}"
 
 
+def test_receivers_in_two_sis_get_one_packet_per_si(runtime, lab):
+    ids = bfr_ids(lab)
+    assert ids["h7"] == 100 and ids["h8"] == 90 and ids["h2"] <= 64
+    for h in ("h2", "h7", "h8"):
+        ctl(runtime, lab, h, "bier", "received", "--clear")
+    to = ",".join(str(ids[h]) for h in ("h2", "h7", "h8"))
+    reply = ctl(runtime, lab, "h1", "bier", "send", "--to", to, "--count", "5", "--tag", "si")
+    assert reply["messages"] == 5 and reply["packets"] == 10  # SI 0 (h2) and SI 1 (h7, h8)
+    got = collect(runtime, lab, ["h2", "h7", "h8"], 15)
+    for h in ("h2", "h7", "h8"):
+        assert len(got[h]) == 5, f"{h} got {len(got[h])} of 5"
+    bift = ctl(runtime, lab, "spine1", "show", "bift")
+    assert set(bift["bift"]) == {"0", "1"}
+
+
 def test_bift_is_visible(runtime, lab):
     ids = bfr_ids(lab)
     bift = ctl(runtime, lab, "leaf1", "show", "bift")
-    assert bift["bfr_id"] == ids["leaf1"] and bift["bsl"] == 256
+    assert bift["bfr_id"] == ids["leaf1"] and bift["bsl"] == 64
     rows = {row["bfr_id"]: row["entries"] for row in bift["bift"]["0"]}
     assert {e["bfr_nbr"] for e in rows[ids["h3"]]} == {"spine1", "spine2"}  # ECMP kept
     assert [e["bfr_nbr"] for e in rows[ids["h1"]]] == ["h1"]
@@ -154,39 +159,11 @@ def test_captured_packet_decodes_as_rfc8296(runtime, lab, tmp_path):
     )
     try:
         time.sleep(1.0)
-        # h7 (behind leaf4) to h1 (behind leaf1): the packet leaves leaf4 on a spine link.
-        ctl(
-            runtime,
-            lab,
-            "h7",
-            "bier",
-            "send",
-            "--to",
-            str(ids["h1"]),
-            "--size",
-            "100",
-            "--tag",
-            "cap",
-            "--entropy",
-            "0",
-        )
+        # h7 (behind leaf4) to h1 (behind leaf1): the packet leaves leaf4 on a spine link. Send until
+        # tcpdump has its packet (it may still be starting up).
         deadline = time.monotonic() + 5
         while dump.poll() is None and time.monotonic() < deadline:
-            ctl(
-                runtime,
-                lab,
-                "h7",
-                "bier",
-                "send",
-                "--to",
-                str(ids["h1"]),
-                "--size",
-                "100",
-                "--tag",
-                "cap",
-                "--entropy",
-                "1",
-            )
+            ctl(runtime, lab, "h7", "bier", "send", "--to", str(ids["h1"]), "--size", "100", "--tag", "cap")
             time.sleep(0.2)
         dump.wait(timeout=5)
     finally:
@@ -195,7 +172,7 @@ def test_captured_packet_decodes_as_rfc8296(runtime, lab, tmp_path):
     (layers,) = decode_bier_capture(pcap)
     assert layers["udp.dport"] == 6635
     assert layers["bier.nibble"] == 0b0101 and layers["bier.ver"] == 0 and layers["bier.s"] == 1
-    assert layers["bier.bsl"] == 3  # 256 bits
+    assert layers["bier.bsl"] == 1  # 64 bits
     assert layers["bier.proto"] == 4 and layers["bier.bfir_id"] == ids["h7"]
     assert layers["bier.bitstring"] == 1 << (ids["h1"] - 1)
     assert layers["bier.ttl"] == 63  # h7 sent 64, leaf4 forwarded once

@@ -13,27 +13,17 @@ import pytest
 import yaml
 
 from orchestrator.configure import configure, run_playbook
-from orchestrator.lab import deploy, destroy
 from orchestrator.paths import ROOT
-from orchestrator.topology import load_topology
 
-from .conftest import lab_copy
+from .conftest import deployed
 
 LAB = "t-cfg"
 
 
 @pytest.fixture(scope="module")
 def lab(runtime, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("cfg")
-    old = Path.cwd()
-    os.chdir(tmp)
-    topo = load_topology(lab_copy(tmp, "leaf-spine", LAB))
-    try:
-        deploy(topo, runtime)
+    with deployed(runtime, tmp_path_factory.mktemp("cfg"), "leaf-spine", LAB) as topo:
         yield topo
-    finally:
-        destroy(LAB, runtime, cleanup=True, quiet=True)
-        os.chdir(old)
 
 
 def node_file(topo, node: str) -> dict:

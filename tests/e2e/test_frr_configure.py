@@ -4,17 +4,14 @@ the planned addresses and static routes, and traffic crosses it."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 import yaml
 
 from orchestrator.configure import configure
-from orchestrator.lab import deploy, destroy
-from orchestrator.topology import load_topology
 
-from .conftest import lab_copy
+from .conftest import deployed
 from .test_configure import unreachable_loopbacks
 
 LAB = "t-frr"
@@ -22,20 +19,9 @@ LAB = "t-frr"
 
 @pytest.fixture(scope="module")
 def lab(runtime, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("frr")
-    path = lab_copy(tmp, "leaf-spine", LAB)
-    doc = yaml.safe_load(path.read_text())
-    doc["topology"]["nodes"]["spine2"] = {"kind": "linux", "image": "aidclab/frr:latest"}
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    old = Path.cwd()
-    os.chdir(tmp)
-    topo = load_topology(path)
-    try:
-        deploy(topo, runtime)
+    frr_spine = {"spine2": {"kind": "linux", "image": "aidclab/frr:latest"}}
+    with deployed(runtime, tmp_path_factory.mktemp("frr"), "leaf-spine", LAB, nodes=frr_spine) as topo:
         yield topo
-    finally:
-        destroy(LAB, runtime, cleanup=True, quiet=True)
-        os.chdir(old)
 
 
 def test_frr_node_takes_the_plan_and_forwards(runtime, lab):
