@@ -107,6 +107,8 @@ class Bier(_Model):
     neighbors: list[BierNeighbor] = Field(default_factory=list)
     # static mode: BFR-id -> next-hop neighbor names (several = ECMP); an absent id is unreachable.
     birt: dict[int, list[str]] = Field(default_factory=dict)
+    # Host-BIER at a GPU host: delivered UDP payloads also go to 127.0.0.1:app_port (the application).
+    app_port: int | None = Field(default=None, ge=1, le=65535)
     host_ports: list[IfName] = Field(default_factory=list)
     flows: list[BierFlow] = Field(default_factory=list)
     members: list[BierMembership] = Field(default_factory=list)

@@ -41,11 +41,14 @@ def bench_lab(runtime: DockerRuntime, lab: str, workdir: Path) -> list[str]:
         floor_play = workdir / "floor.yml"
         floor_play.write_text(FLOOR_PLAY)
         inventory = lab_dir(topo) / "ansible-inventory.yml"
-        floor = run_playbook(inventory, playbook=floor_play)
-        assert floor.ok, floor.failures
+        floor_before = run_playbook(inventory, playbook=floor_play)
         first = configure(topo)
         second = configure(topo)
         assert second.changed == 0, "second configure was not idempotent"
+        floor_after = run_playbook(inventory, playbook=floor_play)
+        assert floor_before.ok and floor_after.ok, floor_before.failures + floor_after.failures
+        # The floor is measured before and after and the faster kept: the machine is shared and noisy.
+        floor = min(floor_before, floor_after, key=lambda r: r.elapsed)
     finally:
         destroy(topo.name, runtime, cleanup=True, quiet=True)
     n = len(topo.nodes)

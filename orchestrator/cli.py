@@ -264,6 +264,9 @@ def build_parser() -> argparse.ArgumentParser:
         add_workload_parser = None
     if add_workload_parser is not None:
         add_workload_parser(sub)
+    from orchestrator.report_cli import add_parser as add_report_parser
+
+    add_report_parser(sub)
     return parser
 
 

@@ -24,7 +24,6 @@ from orchestrator.paths import ANSIBLE_CFG, PLAYBOOKS
 from orchestrator.progress import Phases, console
 from orchestrator.topology import Topology
 
-
 # libyaml's emitter when PyYAML has it: the superpod host_vars are ~1 MB of routes.
 FAST_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 

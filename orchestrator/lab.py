@@ -15,7 +15,6 @@ from rich.console import Console
 
 from aidcnet.agent import control
 from orchestrator import labdir
-from orchestrator.configure import compute_plan, write_lab_plan
 from orchestrator.nodes import role_of
 from orchestrator.nodes.base import AGENT_HEALTH
 from orchestrator.progress import Counter, Phases
@@ -130,8 +129,6 @@ def deploy(topo: Topology, runtime: DockerRuntime | None = None, reconfigure: bo
     with phases.phase("validate", f"{len(topo.nodes)} nodes, {len(topo.links)} links"):
         for node in topo.nodes.values():
             role_of(node)
-        # The plan is checked before anything starts, so a vars conflict costs no containers.
-        plan = compute_plan(topo)
         _check_images(runtime, topo)
         existing = runtime.lab_containers(topo.name)
         if existing and not reconfigure:
@@ -201,7 +198,6 @@ def deploy(topo: Topology, runtime: DockerRuntime | None = None, reconfigure: bo
         addresses = mgmt_addresses(runtime, topo)
         prefix_len = ipaddress.ip_network(topo.mgmt.ipv4_subnet, strict=False).prefixlen
         path = labdir.write_lab_dir(topo, addresses, prefix_len)
-        write_lab_plan(topo, plan, path)
     phases.summary(f"{len(topo.nodes)} nodes healthy, {len(topo.links)} links up, lab dir {path.name}/")
     return path
 

@@ -197,8 +197,9 @@ def percentile(sorted_values: Sequence[float], p: float) -> float:
     """Nearest-rank percentile: the smallest sample with at least p% of the samples <= it.
 
     ``sorted_values`` must be sorted ascending and non-empty; 0 < p <= 100. The result is always an
-    observed sample (no interpolation), equal to ``numpy.percentile(x, p, method="inverted_cdf")``. The
-    rank is computed in exact arithmetic so p=90 of 10 samples is the 9th, not the 10th by rounding.
+    observed sample (no interpolation), the same as ``numpy.percentile(x, p, method="inverted_cdf")``
+    except that the rank ceil(p*n/100) is computed in exact decimal arithmetic: p=99.9 of 1000 samples is
+    the 999th, where numpy's float product rounds up to the 1000th.
     """
     n = len(sorted_values)
     if n == 0:

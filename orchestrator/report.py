@@ -28,7 +28,6 @@ import matplotlib.pyplot as plt
 import networkx as nx
 from matplotlib.cm import ScalarMappable
 from matplotlib.colors import Normalize
-from matplotlib.ticker import FuncFormatter
 from rich.console import Console
 from rich.table import Table
 
@@ -171,32 +170,20 @@ def _peer(link: str, sender: str | None) -> str:
 
 
 def ratios_table(c: Comparison) -> TableBlock | None:
+    """Ratio rows, one column per mode compared with the baseline (same layout as the summary)."""
     if not c.ratios:
         return None
-    header = [
-        f"mode vs {c.baseline}",
-        "source egress ÷",
-        "theoretical fan-out",
-        "egress ÷ / fan-out",
-        "fabric bytes ÷",
-        "bandwidth saved",
-        "most-loaded link ÷",
-        "completion speed-up",
-    ]
+    rs = c.ratios
     rows = [
-        [
-            r.label,
-            fmt_ratio(r.source_egress),
-            "–" if r.fanout is None else f"{r.fanout:.2f}",
-            fmt_pct(r.egress_vs_fanout),
-            fmt_ratio(r.fabric_bytes),
-            fmt_pct(r.bandwidth_saved),
-            fmt_ratio(r.max_link),
-            fmt_ratio(r.completion_speedup),
-        ]
-        for r in c.ratios
+        ["source egress ÷", *(fmt_ratio(r.source_egress) for r in rs)],
+        ["theoretical fan-out", *("–" if r.fanout is None else f"{r.fanout:.2f}" for r in rs)],
+        ["egress ÷ / fan-out", *(fmt_pct(r.egress_vs_fanout) for r in rs)],
+        ["fabric bytes ÷", *(fmt_ratio(r.fabric_bytes) for r in rs)],
+        ["bandwidth saved", *(fmt_pct(r.bandwidth_saved) for r in rs)],
+        ["most-loaded link ÷", *(fmt_ratio(r.max_link) for r in rs)],
+        ["completion speed-up", *(fmt_ratio(r.completion_speedup) for r in rs)],
     ]
-    return TableBlock(header=header, rows=rows)
+    return TableBlock(header=[f"against {c.baseline}", *(r.label for r in rs)], rows=rows)
 
 
 def ratio_sentences(c: Comparison) -> list[str]:
@@ -351,8 +338,12 @@ def _edge_bytes(run: RunResult) -> dict[frozenset[str], int]:
     return out
 
 
-def _bytes_formatter() -> FuncFormatter:
-    return FuncFormatter(lambda v, _pos: format_bytes(v))
+def byte_unit(largest: float) -> tuple[int, str]:
+    """(divisor, name) of the binary unit that keeps ``largest`` below 1024, for round axis ticks."""
+    for shift, name in ((40, "TiB"), (30, "GiB"), (20, "MiB"), (10, "KiB")):
+        if largest >= 1 << shift:
+            return 1 << shift, name
+    return 1, "B"
 
 
 def _save(fig: plt.Figure, path: Path) -> Path:
@@ -367,16 +358,19 @@ def plot_heatmap(c: Comparison, topology: Topology | None, path: Path) -> Path:
     pos = layered_layout(g, hosts)
     per_run = [_edge_bytes(col.run) for col in c.columns]
     vmax = max([1, *(v for eb in per_run for v in eb.values())])
-    norm = Normalize(vmin=0, vmax=vmax)
+    # One scale for every panel, so the same colour means the same bytes in every mode; in display units
+    # so the colour bar gets round ticks.
+    divisor, unit = byte_unit(vmax)
+    norm = Normalize(vmin=0, vmax=vmax / divisor)
     cmap = matplotlib.colormaps["YlOrRd"]
     n = len(c.columns)
     ncols = min(3, n)
     nrows = math.ceil(n / ncols)
     widest = max([1, *(sum(1 for p in pos.values() if p[1] == y) for y in {p[1] for p in pos.values()})])
-    panel_w = min(14.0, max(4.5, 0.42 * widest))
-    panel_h = max(3.5, 1.3 * len({p[1] for p in pos.values()}) + 1.0)
+    panel_w = min(9.0, max(4.5, 0.3 * widest))
+    panel_h = max(3.5, 1.1 * len({p[1] for p in pos.values()}) + 1.0)
     fig, axes = plt.subplots(nrows, ncols, figsize=(panel_w * ncols + 1.2, panel_h * nrows), squeeze=False)
-    label_size = 8 if len(g) <= 30 else 5
+    label_size = 8 if widest <= 16 else 4
     edges = list(g.edges())
     for i, ax in enumerate(axes.flat):
         ax.set_axis_off()
@@ -399,7 +393,7 @@ def plot_heatmap(c: Comparison, topology: Topology | None, path: Path) -> Path:
                 pos,
                 edgelist=busy,
                 ax=ax,
-                edge_color=[cmap(norm(v)) for v in values],
+                edge_color=[cmap(norm(v / divisor)) for v in values],
                 width=[1.0 + 5.0 * v / vmax for v in values],
             )
         host_nodes = [v for v in g if v in hosts]
@@ -413,8 +407,8 @@ def plot_heatmap(c: Comparison, topology: Topology | None, path: Path) -> Path:
             f"{col.label}: {format_bytes(col.metrics.total_fabric_bytes)} on the fabric", fontsize=10
         )
     sm = ScalarMappable(norm=norm, cmap=cmap)
-    cb = fig.colorbar(sm, ax=axes.ravel().tolist(), fraction=0.03, pad=0.02, format=_bytes_formatter())
-    cb.set_label("bytes on link (both directions)")
+    cb = fig.colorbar(sm, ax=axes.ravel().tolist(), fraction=0.03, pad=0.02)
+    cb.set_label(f"{unit} on link (both directions)")
     fig.suptitle(f"{c.lab} / {c.trace}: bytes per link")
     return _save(fig, path)
 
@@ -422,27 +416,28 @@ def plot_heatmap(c: Comparison, topology: Topology | None, path: Path) -> Path:
 def plot_egress(c: Comparison, path: Path) -> Path:
     labels = c.labels
     values = [col.metrics.source_egress_bytes for col in c.columns]
-    fig, ax = plt.subplots(figsize=(max(4.5, 1.3 * len(labels) + 2), 4))
-    bars = ax.bar(labels, values, color="#4c72b0")
+    divisor, unit = byte_unit(max([1, *values]))
+    scaled = [v / divisor for v in values]
+    fig, ax = plt.subplots(figsize=(max(5.5, 1.3 * len(labels) + 2.5), 4))
+    bars = ax.bar(labels, scaled, color="#4c72b0")
     for bar, v in zip(bars, values, strict=True):
-        ax.annotate(
-            format_bytes(v), (bar.get_x() + bar.get_width() / 2, v), ha="center", va="bottom", fontsize=8
-        )
+        x = bar.get_x() + bar.get_width() / 2
+        ax.annotate(format_bytes(v), (x, v / divisor), ha="center", va="bottom", fontsize=8)
     base = next((col for col in c.columns if col.label == c.baseline), None)
     if base is not None and c.fanout:
-        ideal = base.metrics.source_egress_bytes / c.fanout
-        ax.axhline(ideal, color="#c44e52", linestyle="--", linewidth=1)
-        ax.annotate(
-            f"{base.label} ÷ fan-out {c.fanout:.2f}",
-            (len(labels) - 0.5, ideal),
-            ha="right",
-            va="bottom",
-            fontsize=8,
+        # Where a perfect multicast mode would land: the unicast egress divided by the fan-out.
+        ideal = base.metrics.source_egress_bytes / c.fanout / divisor
+        ax.axhline(
+            ideal,
             color="#c44e52",
+            linestyle="--",
+            linewidth=1,
+            label=f"{base.label} ÷ theoretical fan-out {c.fanout:.2f}",
         )
-    ax.yaxis.set_major_formatter(_bytes_formatter())
-    ax.set_ylabel("bytes sent by the sources")
-    ax.set_title(f"{c.lab} / {c.trace}: source egress per mode")
+        ax.legend(fontsize=8, loc="upper right")
+    ax.set_ylim(0, max([1e-9, *scaled]) * 1.25)
+    ax.set_ylabel(f"{unit} sent by the sources")
+    ax.set_title(f"{c.lab} / {c.trace}\nsource egress per mode", fontsize=10)
     fig.tight_layout()
     return _save(fig, path)
 
@@ -470,7 +465,7 @@ def plot_latency_cdf(c: Comparison, path: Path) -> Path:
     ax.set_ylabel("fraction of deliveries")
     ax.set_ylim(0, 1.02)
     ax.grid(True, alpha=0.3)
-    ax.set_title(f"{c.lab} / {c.trace}: latency CDF")
+    ax.set_title(f"{c.lab} / {c.trace}\nlatency CDF", fontsize=10)
     fig.tight_layout()
     return _save(fig, path)
 

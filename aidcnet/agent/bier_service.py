@@ -9,7 +9,9 @@ local application socket when one is configured).
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from aidcnet.agent.bier_dataplane import BierDataplane
@@ -19,7 +21,7 @@ from aidcnet.bier.bift import SELF, Bift, LabelKey, build_bifts
 from aidcnet.bier.bitstring import bfr_id_to_si_bit
 from aidcnet.bier.header import BierProto
 from aidcnet.config import Bier
-from aidcnet.ipv4 import ROCEV2_PORT, Ipv4DecodeError, build_udp, parse_udp
+from aidcnet.ipv4 import ROCEV2_PORT, Ipv4DecodeError, UdpDatagram, build_udp, parse_udp
 
 # Deliveries kept for `aidcnet ctl bier received`; older ones fall off (and are counted).
 RECEIVED_KEEP = 100_000
@@ -61,6 +63,13 @@ class BierService:
         self.bifts = bifts
         self.dataplane = BierDataplane(bier.bfr_id, bier.bsl, bier.sub_domain, bifts, neighbors, local_labels)
         self.received: deque[dict[str, Any]] = deque(maxlen=RECEIVED_KEEP)
+        self.app = ("127.0.0.1", bier.app_port) if bier.app_port else None
+        self.app_dropped = 0
+        # A consumer in the agent (the replay service) may claim decoded deliveries before they are kept.
+        self.on_udp: Callable[[UdpDatagram], bool] | None = None
+        self.app_sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM) if self.app else None
+        if self.app_sock is not None:
+            self.app_sock.setblocking(False)
         self.host = BierHost(self.dataplane, on_payload=self._keep) if host else None
         if not host:
             # A BFR with its own bit set only counts deliveries: it has no application.
@@ -83,6 +92,14 @@ class BierService:
             except Ipv4DecodeError as exc:
                 entry.update(error=exc.reason, payload=payload.hex())
             else:
+                if self.on_udp is not None and self.on_udp(datagram):
+                    return
+                if self.app_sock is not None:
+                    # A missing or slow application must never stall forwarding: drop and count.
+                    try:
+                        self.app_sock.sendto(datagram.payload, self.app)
+                    except OSError:
+                        self.app_dropped += 1
                 entry.update(
                     src=datagram.src,
                     dst=datagram.dst,
@@ -100,6 +117,8 @@ class BierService:
             self.edge.attach(loop)
 
     def close(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        if self.app_sock is not None:
+            self.app_sock.close()
         if self.edge is not None:
             self.edge.close()
         if loop is not None:

@@ -144,6 +144,7 @@ class Agent:
         counters = dict(self.counters)
         if self.bier is not None:
             counters.update({f"bier.{k}": v for k, v in self.bier.dataplane.counters().items()})
+            counters["bier.app-dropped"] = self.bier.app_dropped
             if self.bier.edge is not None:
                 counters.update({f"net-bier.{k}": v for k, v in self.bier.edge.counters().items()})
         return {"ok": True, "counters": dict(sorted(counters.items()))}

@@ -56,6 +56,10 @@ def node_config(plan: LabPlan, name: str) -> NodeConfig:
     )
 
 
+# Host-BIER hands delivered payloads to the host's application on the RoCEv2 port (DESIGN.md §3).
+HOST_APP_PORT = 4791
+
+
 def bier_config(plan: LabPlan, name: str) -> Bier | None:
     """BIER settings plus the static BIRT: a BFER's next hops are the unicast next hops toward its
     loopback (BIER follows the underlay's routing, RFC 8279 §6.4), restricted to BFR neighbors."""
@@ -115,6 +119,7 @@ def bier_config(plan: LabPlan, name: str) -> Bier | None:
         neighbors=sorted(neighbors.values(), key=lambda n: natural_key(n.name)),
         birt=dict(sorted(birt.items())),
         host_ports=host_ports,
+        app_port=HOST_APP_PORT if node.role == "gpu-host" else None,
         flows=flows,
         members=members,
     )

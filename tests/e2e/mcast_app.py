@@ -34,8 +34,27 @@ def receive(group: str, port: int, ifname: str, seconds: float) -> None:
     print(json.dumps(got), flush=True)
 
 
-def send(group: str, port: int, ifname: str, count: int, tag: str) -> None:
+def app(port: int, seconds: float) -> None:
+    """A host application on 127.0.0.1:PORT, where host-BIER hands delivered payloads."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind(("127.0.0.1", port))
+    print("ready", flush=True)
+    got = []
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        sock.settimeout(left)
+        try:
+            got.append(sock.recv(65535).decode(errors="replace"))
+        except TimeoutError:
+            break
+    print(json.dumps(got), flush=True)
+
+
+def send(group: str, port: int, ifname: str, count: int, tag: str, source: str = "") -> None:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    if source:
+        # Like a GPU application bound to its GPU (loopback) address: that is the S of (S,G).
+        sock.bind((source, 0))
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, ifname.encode())
     sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, 8)
     # The sender's own kernel would loop the group back to its local listener; only the network counts.
@@ -53,8 +72,11 @@ def send(group: str, port: int, ifname: str, count: int, tag: str) -> None:
 
 
 if __name__ == "__main__":
+    if sys.argv[1] == "app":
+        app(int(sys.argv[2]), float(sys.argv[3]))
+        sys.exit(0)
     mode, group, port, ifname = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
     if mode == "recv":
         receive(group, port, ifname, float(sys.argv[5]))
     else:
-        send(group, port, ifname, int(sys.argv[5]), sys.argv[6])
+        send(group, port, ifname, int(sys.argv[5]), sys.argv[6], *(sys.argv[7:8]))

@@ -17,6 +17,17 @@ from .conftest import deployed
 
 LAB = "t-bier"
 GROUP = {"group": "239.1.1.1", "receivers": ["h2", "h3", "h5", "h8"]}
+HOSTS = [f"h{i}" for i in range(1, 9)]
+# One source-specific group per host, each with its own random receivers: (S,G) from every host.
+_rng = random.Random(8279)
+SG_GROUPS = [
+    {
+        "group": f"239.2.0.{i}",
+        "source": h,
+        "receivers": sorted(_rng.sample([x for x in HOSTS if x != h], _rng.randint(1, 7))),
+    }
+    for i, h in enumerate(HOSTS, 1)
+]
 MCAST_APP = Path(__file__).with_name("mcast_app.py")
 
 
@@ -40,9 +51,12 @@ def ctl(runtime, topo, node: str, *args: str) -> dict:
     return json.loads(out)
 
 
+def plan_nodes(topo) -> dict[str, dict]:
+    return yaml.safe_load((Path.cwd() / topo.lab_dir_name / "plan.yml").read_text())["nodes"]
+
+
 def bfr_ids(topo) -> dict[str, int]:
-    plan = yaml.safe_load((Path.cwd() / topo.lab_dir_name / "plan.yml").read_text())
-    return {name: node["bfr_id"] for name, node in plan["nodes"].items() if node.get("bfr_id")}
+    return {name: node["bfr_id"] for name, node in plan_nodes(topo).items() if node.get("bfr_id")}
 
 
 def collect(
@@ -68,6 +82,13 @@ def test_host_bier_random_receiver_sets_are_delivered_exactly(runtime, lab):
     expected: dict[str, list[str]] = {h: [] for h in hosts}
     for h in hosts:
         ctl(runtime, lab, h, "bier", "received", "--clear")
+    # h3's application listens where host-BIER hands payloads (127.0.0.1:4791 in h3's namespace).
+    app = subprocess.Popen(
+        ["ip", "netns", "exec", lab.container_name("h3"), sys.executable, str(MCAST_APP), "app", "4791", "8"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert app.stdout.readline().strip() == "ready"
     for src in hosts:
         for round_ in range(4):
             receivers = rng.sample(hosts, rng.randint(1, 8))  # may include the sender itself
@@ -95,6 +116,8 @@ def test_host_bier_random_receiver_sets_are_delivered_exactly(runtime, lab):
                 expected[r] += [f"{host_ids[src]}:{tag}:{seq}" for seq in range(3)]
     total = sum(map(len, expected.values()))
     got = collect(runtime, lab, hosts, total)
+    app_got = json.loads(app.communicate(timeout=30)[0].splitlines()[-1])
+    assert sorted(":".join(m.split(":")[:3]) for m in app_got) == sorted(expected["h3"])
     for h in hosts:
         seen = sorted(":".join(bytes.fromhex(d["payload"]).decode().split(":")[:3]) for d in got[h])
         assert seen == sorted(expected[h]), f"{h} got the wrong set of messages"
@@ -180,12 +203,11 @@ def test_captured_packet_decodes_as_rfc8296(runtime, lab, tmp_path):
     assert layers["inner.payload"].startswith(f"{ids['h7']}:cap:".encode())
 
 
-def test_network_bier_delivers_ip_multicast_to_members_only(runtime, lab):
+def multicast_round(lab, group: str, sender: str, count: int, source: str = "") -> dict[str, list[str]]:
+    """Every host listens on ``group``; ``sender`` sends ``count`` datagrams; what each host got."""
     listeners = {}
     try:
-        for h in [f"h{i}" for i in range(1, 9)]:
-            # Every host joins the group in its kernel; only the plan's receivers are members at their
-            # leaf, so only they may get the traffic. The sender h1 must not get its own packets back.
+        for h in HOSTS:
             proc = subprocess.Popen(
                 [
                     "ip",
@@ -195,10 +217,10 @@ def test_network_bier_delivers_ip_multicast_to_members_only(runtime, lab):
                     sys.executable,
                     str(MCAST_APP),
                     "recv",
-                    GROUP["group"],
+                    group,
                     "5000",
                     "eth1",
-                    "4",
+                    "2.5",
                 ],
                 stdout=subprocess.PIPE,
                 text=True,
@@ -210,30 +232,48 @@ def test_network_bier_delivers_ip_multicast_to_members_only(runtime, lab):
                 "ip",
                 "netns",
                 "exec",
-                lab.container_name("h1"),
+                lab.container_name(sender),
                 sys.executable,
                 str(MCAST_APP),
                 "send",
-                GROUP["group"],
+                group,
                 "5000",
                 "eth1",
-                "20",
-                "h1",
+                str(count),
+                sender,
+                *([source] if source else []),
             ],
             check=True,
             timeout=30,
         )
-        got = {h: json.loads(p.communicate(timeout=30)[0].splitlines()[-1]) for h, p in listeners.items()}
+        return {
+            h: sorted(r["payload"] for r in json.loads(p.communicate(timeout=30)[0].splitlines()[-1]))
+            for h, p in listeners.items()
+        }
     finally:
         for p in listeners.values():
             if p.poll() is None:
                 p.kill()
+
+
+def test_network_bier_delivers_ip_multicast_to_members_only(runtime, lab):
+    # Every host joins the group in its kernel; only the plan's receivers are members at their leaf,
+    # so only they may get the traffic. The sender h1 must not get its own packets back.
+    got = multicast_round(lab, GROUP["group"], "h1", 20)
     expected = sorted(f"h1:{seq}" for seq in range(20))
-    for h, received in got.items():
-        payloads = sorted(r["payload"] for r in received)
-        if h in GROUP["receivers"]:
-            assert payloads == expected, f"{h} (member) got {len(payloads)} of 20"
-        else:
-            assert payloads == [], f"{h} is not a member but got {len(payloads)} packets"
+    for h, payloads in got.items():
+        want = expected if h in GROUP["receivers"] else []
+        assert payloads == want, f"{h}: got {len(payloads)}, want {len(want)}"
     counters = ctl(runtime, lab, "leaf1", "show", "counters")["counters"]
     assert counters["net-bier.imposed"] >= 20
+
+
+def test_network_bier_source_specific_groups_from_every_host(runtime, lab):
+    loopbacks = {h: n["loopback"].split("/")[0] for h, n in plan_nodes(lab).items()}
+    for g in SG_GROUPS:
+        got = multicast_round(lab, g["group"], g["source"], 5, source=loopbacks[g["source"]])
+        for h, payloads in got.items():
+            want = sorted(f"{g['source']}:{seq}" for seq in range(5)) if h in g["receivers"] else []
+            assert payloads == want, (
+                f"{g['group']} from {g['source']}: {h} got {len(payloads)}, want {len(want)}"
+            )
