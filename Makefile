@@ -1,15 +1,18 @@
 # aidclab: the Makefile mirrors the CLI (`aidclab --help`). Variables: LAB=leaf-spine, WORKLOAD=..., MODE=...
 LAB      ?= leaf-spine
+WORKLOAD ?= workloads/moe-sample.jsonl
+MODE     ?= host-bier
 VENV     ?= .venv
 PY       := $(VENV)/bin/python
 AIDCLAB  := $(VENV)/bin/aidclab
 PYTEST   := $(VENV)/bin/pytest
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: help setup images deploy configure plan inspect linkcheck graph destroy test unit e2e lint bench demo
+.PHONY: help setup images deploy configure plan replay report inspect linkcheck graph destroy test unit e2e lint bench demo
 
 help:
 	@echo "make setup | images | deploy | configure | plan | inspect | linkcheck | graph | destroy   [LAB=$(LAB)]"
+	@echo "make replay [WORKLOAD=$(WORKLOAD) MODE=$(MODE)] | report"
 	@echo "make test (lint + unit + e2e) | unit | e2e | lint | bench | demo"
 
 setup:
@@ -26,6 +29,13 @@ configure: deploy
 
 plan:
 	$(AIDCLAB) plan $(LAB)
+
+# On a deployed and configured lab (make configure): one trace in one mode, results in results/.
+replay:
+	$(AIDCLAB) replay $(LAB) $(WORKLOAD) --mode $(MODE)
+
+report:
+	$(AIDCLAB) report latest
 
 inspect:
 	$(AIDCLAB) inspect $(LAB)
@@ -56,10 +66,14 @@ bench: images
 	$(PY) bench/configure.py
 	$(PY) bench/bier_forwarding.py
 
-# The main job, from a fresh machine: everything is set up on the way.
+# The main job, from a fresh machine: everything is set up on the way. Deploy, check, configure, replay the
+# sample MoE dispatch trace under unicast and host-BIER, report, destroy.
 demo: images
 	$(AIDCLAB) deploy $(LAB) --reconfigure
 	$(AIDCLAB) linkcheck $(LAB)
 	$(AIDCLAB) configure $(LAB)
 	$(AIDCLAB) inspect $(LAB)
+	$(AIDCLAB) replay $(LAB) $(WORKLOAD) --mode unicast
+	$(AIDCLAB) replay $(LAB) $(WORKLOAD) --mode host-bier
+	$(AIDCLAB) report latest
 	$(AIDCLAB) destroy $(LAB) --cleanup

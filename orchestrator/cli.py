@@ -249,6 +249,40 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_exec)
 
     p = sub.add_parser(
+        "plan",
+        help="compute the lab plan (addresses, ASNs, BFR-IDs, BIFTs) into clab-<lab>/",
+        description="Compute the deterministic lab plan from the topology and labs/<lab>.vars.yml and write "
+        "clab-<lab>/plan.yml, host_vars/ and group_vars/ where Ansible finds them. configure does this "
+        "itself; plan alone is for reading it or for running ansible-playbook by hand.",
+    )
+    p.add_argument("lab", help="lab name or topology file")
+    p.set_defaults(func=cmd_plan)
+
+    p = sub.add_parser(
+        "configure",
+        help="configure a deployed lab with Ansible (plan + playbooks/site.yml)",
+        description="Writes the plan, then runs playbooks/site.yml through ansible-runner against "
+        "clab-<lab>/ansible-inventory.yml, showing progress by task and a recap. Exits non-zero naming "
+        "the failing host, task and message. A second run reports changed=0.",
+        epilog="examples:\n  aidclab configure leaf-spine\n  aidclab configure leaf-spine --check\n"
+        "  by hand: aidclab plan leaf-spine && "
+        "ansible-playbook -i clab-leaf-spine/ansible-inventory.yml playbooks/site.yml",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("lab", help="lab name or topology file")
+    p.add_argument(
+        "--check", action="store_true", help="Ansible check mode: report what would change, change nothing"
+    )
+    p.add_argument(
+        "-e",
+        "--extra-vars",
+        action="append",
+        metavar="K=V|@FILE",
+        help="extra Ansible variables (override the plan; for experiments)",
+    )
+    p.set_defaults(func=cmd_configure)
+
+    p = sub.add_parser(
         "linkcheck",
         help="check every data link of a running lab with UDP, both ways",
         description="Sends a UDP probe to ff02::1 out of every data interface of every node "
@@ -264,9 +298,11 @@ def build_parser() -> argparse.ArgumentParser:
         add_workload_parser = None
     if add_workload_parser is not None:
         add_workload_parser(sub)
+    from orchestrator.replay_cli import add_parser as add_replay_parser
     from orchestrator.report_cli import add_parser as add_report_parser
 
     add_report_parser(sub)
+    add_replay_parser(sub)
     return parser
 
 

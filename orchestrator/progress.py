@@ -9,7 +9,8 @@ from contextlib import contextmanager
 
 from rich.console import Console
 
-console = Console(stderr=True, highlight=False)
+# soft_wrap: never break lines, so logs and CI output stay greppable.
+console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 class Phases:

@@ -383,7 +383,8 @@ def new_run_id(lab: str, mode: str, now: datetime | None = None) -> str:
     global _last_stamp
     stamp = (now or datetime.now(UTC)).astimezone(UTC)
     with _id_lock:
-        if _last_stamp is not None and stamp <= _last_stamp:
+        # Bump only near the last stamp: an explicitly older time (a caller's own clock) is taken as is.
+        if _last_stamp is not None and _last_stamp - timedelta(seconds=1) < stamp <= _last_stamp:
             stamp = _last_stamp + timedelta(microseconds=1)
         _last_stamp = stamp
     return f"{stamp:%Y%m%dT%H%M%S}.{stamp.microsecond:06d}Z-{_safe(lab)}-{_safe(mode)}"

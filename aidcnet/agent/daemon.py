@@ -19,6 +19,7 @@ from typing import Any
 
 from aidcnet.agent import control
 from aidcnet.agent.bier_service import BierService
+from aidcnet.agent.replay_service import ReplayService
 from aidcnet.config import DEFAULT_CONFIG_PATH, ConfigError, NodeConfig, dump_config, load_config
 from aidcnet.netstate import KernelState, desired_state, diff_state, managed_interfaces
 
@@ -39,6 +40,7 @@ class Agent:
         self.started = time.time()
         self.counters: Counter[str] = Counter()
         self.bier: BierService | None = None
+        self.replay: ReplayService | None = None
         self._reload_lock = asyncio.Lock()
 
     # -- configuration ------------------------------------------------------------------------------
@@ -176,6 +178,30 @@ class Agent:
     async def bier_received(self, request: dict[str, Any]) -> dict[str, Any]:
         return {"ok": True, "received": self._bier_service().take_received(bool(request.get("clear")))}
 
+    async def _replay_service(self) -> ReplayService:
+        if self.role != "gpu-host" or self.config is None or self.config.loopback is None:
+            raise ValueError("replay runs on configured gpu-host nodes only (aidclab configure LAB first)")
+        if self.replay is None:
+            self.replay = ReplayService(str(self.config.loopback.ip))
+            await self.replay.listen()
+        # The BIER service is rebuilt on reload: hook whichever one runs now.
+        self.replay.bier = self.bier
+        if self.bier is not None:
+            self.bier.on_udp = self.replay.on_bier_datagram
+        return self.replay
+
+    async def replay_load(self, request: dict[str, Any]) -> dict[str, Any]:
+        return (await self._replay_service()).load(request)
+
+    async def replay_start(self, request: dict[str, Any]) -> dict[str, Any]:
+        return (await self._replay_service()).start(request)
+
+    async def replay_status(self, _request: dict[str, Any]) -> dict[str, Any]:
+        return (await self._replay_service()).status()
+
+    async def replay_results(self, _request: dict[str, Any]) -> dict[str, Any]:
+        return (await self._replay_service()).results()
+
     async def show_config(self, _request: dict[str, Any]) -> dict[str, Any]:
         if self.config is None:
             return {"ok": True, "config": None, "note": f"no config applied yet (expects {self.config_path})"}
@@ -192,6 +218,10 @@ class Agent:
                 "bift": self.show_bift,
                 "bier_send": self.bier_send,
                 "bier_received": self.bier_received,
+                "replay_load": self.replay_load,
+                "replay_start": self.replay_start,
+                "replay_status": self.replay_status,
+                "replay_results": self.replay_results,
             }
         )
         log.info("aidcnet %s agent ready on %s", self.role, control.CONTROL_SOCKET)

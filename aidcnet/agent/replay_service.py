@@ -94,7 +94,9 @@ class ReplayService:
             name: (str(addr), None if bfr_id is None else int(bfr_id))
             for name, (addr, bfr_id) in request.get("receivers", {}).items()
         }
-        ops = [[int(i), float(t), int(size), [str(d) for d in dst]] for i, t, size, dst in request.get("ops", [])]
+        ops = [
+            [int(i), float(t), int(size), [str(d) for d in dst]] for i, t, size, dst in request.get("ops", [])
+        ]
         for _i, _t, _size, dst in ops:
             for d in dst:
                 if d not in receivers:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import select
 import socket
 import struct
 import sys
@@ -11,24 +12,28 @@ import time
 
 
 def receive(group: str, port: int, ifname: str, seconds: float) -> None:
+    """Listen until a line arrives on stdin (the test says stop) or ``seconds`` pass, then report."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((group, port))
     ifindex = socket.if_nametoindex(ifname)
     # ip_mreqn: group, any local address, this interface
-    sock.setsockopt(
-        socket.IPPROTO_IP,
-        socket.IP_ADD_MEMBERSHIP,
-        struct.pack("4s4si", socket.inet_aton(group), socket.inet_aton("0.0.0.0"), ifindex),
-    )
+    mreqn = struct.pack("4s4si", socket.inet_aton(group), socket.inet_aton("0.0.0.0"), ifindex)
+    sock.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP, mreqn)
     print("ready", flush=True)
     got = []
     deadline = time.monotonic() + seconds
     while (left := deadline - time.monotonic()) > 0:
-        sock.settimeout(left)
-        try:
+        readable, _, _ = select.select([sock, sys.stdin], [], [], left)
+        if sys.stdin in readable:
+            break
+        if sock in readable:
             data, addr = sock.recvfrom(65535)
-        except TimeoutError:
+            got.append({"payload": data.decode(errors="replace"), "from": addr[0]})
+    while True:  # anything already queued still counts
+        try:
+            data, addr = sock.recvfrom(65535, socket.MSG_DONTWAIT)
+        except BlockingIOError:
             break
         got.append({"payload": data.decode(errors="replace"), "from": addr[0]})
     print(json.dumps(got), flush=True)

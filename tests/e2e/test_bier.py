@@ -33,10 +33,11 @@ MCAST_APP = Path(__file__).with_name("mcast_app.py")
 
 @pytest.fixture(scope="module")
 def lab(runtime, tmp_path_factory):
-    # BSL 64 with h7 and h8 pinned into SI 1 (BFR-ids 100 and 90): one packet per SI. One network-BIER
-    # group with static receivers on three of the four leaves (h2 shares leaf1 with the sender h1).
+    # BSL 64 with h7 and h8 pinned into SI 1 (BFR-ids 100 and 90): one packet per SI. Network-BIER: one
+    # (*,G) group with static receivers on three of the four leaves (h2 shares leaf1 with the sender h1),
+    # and one (S,G) group per host.
     lab_vars = {
-        "bier": {"bsl": 64, "groups": [GROUP]},
+        "bier": {"bsl": 64, "groups": [GROUP, *SG_GROUPS]},
         "nodes": {"h7": {"bfr_id": 100}, "h8": {"bfr_id": 90}},
     }
     with deployed(
@@ -205,28 +206,30 @@ def test_captured_packet_decodes_as_rfc8296(runtime, lab, tmp_path):
 
 def multicast_round(lab, group: str, sender: str, count: int, source: str = "") -> dict[str, list[str]]:
     """Every host listens on ``group``; ``sender`` sends ``count`` datagrams; what each host got."""
-    listeners = {}
+    listeners = {
+        h: subprocess.Popen(
+            [
+                "ip",
+                "netns",
+                "exec",
+                lab.container_name(h),
+                sys.executable,
+                str(MCAST_APP),
+                "recv",
+                group,
+                "5000",
+                "eth1",
+                "60",
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for h in HOSTS
+    }
     try:
-        for h in HOSTS:
-            proc = subprocess.Popen(
-                [
-                    "ip",
-                    "netns",
-                    "exec",
-                    lab.container_name(h),
-                    sys.executable,
-                    str(MCAST_APP),
-                    "recv",
-                    group,
-                    "5000",
-                    "eth1",
-                    "2.5",
-                ],
-                stdout=subprocess.PIPE,
-                text=True,
-            )
+        for proc in listeners.values():
             assert proc.stdout.readline().strip() == "ready"
-            listeners[h] = proc
         subprocess.run(
             [
                 "ip",
@@ -246,8 +249,11 @@ def multicast_round(lab, group: str, sender: str, count: int, source: str = "") 
             check=True,
             timeout=30,
         )
+        time.sleep(0.5)  # in flight through two leaves and a spine at most
         return {
-            h: sorted(r["payload"] for r in json.loads(p.communicate(timeout=30)[0].splitlines()[-1]))
+            h: sorted(
+                r["payload"] for r in json.loads(p.communicate("stop\n", timeout=30)[0].splitlines()[-1])
+            )
             for h, p in listeners.items()
         }
     finally:
@@ -268,6 +274,11 @@ def test_network_bier_delivers_ip_multicast_to_members_only(runtime, lab):
     assert counters["net-bier.imposed"] >= 20
 
 
+def net_bier_counters(runtime, lab, node: str) -> dict[str, int]:
+    counters = ctl(runtime, lab, node, "show", "counters")["counters"]
+    return {k: v for k, v in counters.items() if k.startswith("net-bier.") and ".port." not in k and v}
+
+
 def test_network_bier_source_specific_groups_from_every_host(runtime, lab):
     loopbacks = {h: n["loopback"].split("/")[0] for h, n in plan_nodes(lab).items()}
     for g in SG_GROUPS:
@@ -275,5 +286,6 @@ def test_network_bier_source_specific_groups_from_every_host(runtime, lab):
         for h, payloads in got.items():
             want = sorted(f"{g['source']}:{seq}" for seq in range(5)) if h in g["receivers"] else []
             assert payloads == want, (
-                f"{g['group']} from {g['source']}: {h} got {len(payloads)}, want {len(want)}"
+                f"{g['group']} from {g['source']}: {h} got {len(payloads)}, want {len(want)}; all: {got}; "
+                + "; ".join(f"{leaf}: {net_bier_counters(runtime, lab, leaf)}" for leaf in ("leaf1", "leaf2"))
             )

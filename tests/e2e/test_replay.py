@@ -1,0 +1,85 @@
+"""Replay a trace over a real leaf-spine lab in unicast and host-BIER modes, then report on both."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from orchestrator.metrics import trace_fanout
+from orchestrator.replay import ask, node_pids
+from orchestrator.results import list_runs, load_run
+from orchestrator.runtime.docker import DockerRuntime
+from tests.e2e.conftest import ROOT, aidclab, deployed
+
+TRACE = ROOT / "workloads" / "moe-sample.jsonl"
+
+
+def _replay(topo_path: Path, mode: str, results: Path):
+    before = set(list_runs(results)) if results.exists() else set()
+    # check=True: the command exits non-zero unless every (message, receiver) arrived intact once.
+    aidclab("replay", str(topo_path), str(TRACE), "--mode", mode, "--results-dir", str(results))
+    (new,) = set(list_runs(results)) - before
+    return load_run(new)
+
+
+def test_replay_unicast_and_host_bier(runtime: DockerRuntime, tmp_path: Path) -> None:
+    from aidcnet.trace import TraceReader
+
+    with TraceReader(TRACE) as reader:
+        ops = list(reader)
+    fanout = trace_fanout(ops)
+    assert fanout is not None and fanout > 2
+    results = tmp_path / "results"
+    with deployed(runtime, tmp_path, "leaf-spine", "rp-replay", configured=True) as topo:
+        runs = {mode: _replay(topo.path, mode, results) for mode in ("unicast", "host-bier")}
+        # The receivers' own records, not only the driver's summary: one good copy of each message.
+        pids = node_pids(topo, runtime)
+        got: dict[int, set[str]] = {}
+        for host in {d for op in ops for d in op.dst}:
+            for rec in ask(pids[host], "replay_results", host)["records"]:
+                assert rec["checksum_ok"] and rec["duplicates"] == 0 and rec["bad"] == 0, rec
+                got.setdefault(rec["id"], set()).add(host)
+        assert got == {op.id: set(op.dst) for op in ops}
+
+    for mode, run in runs.items():
+        m = run.metrics
+        assert m is not None
+        d = m.delivery
+        assert (d.expected, d.delivered, d.missing, d.duplicates, d.wrong_receivers) == (
+            sum(len(op.dst) for op in ops),
+            d.expected,
+            0,
+            0,
+            0,
+        ), mode
+        assert len(run.messages) == len(ops)
+        assert m.completion_time is not None and m.completion_time > 0
+        # Source egress covers at least the payload each source had to put on the wire.
+        per_copy = sum(op.bytes for op in ops)
+        assert m.source_egress_bytes >= (per_copy * fanout if mode == "unicast" else per_copy)
+
+    uni, bier = runs["unicast"].metrics, runs["host-bier"].metrics
+    assert uni is not None and bier is not None
+    ratio = uni.source_egress_bytes / bier.source_egress_bytes
+    # Headers differ per mode (BIER adds MPLS, BIER and an outer IPv4/UDP): close to, not at, the fan-out.
+    assert 0.85 * fanout <= ratio <= 1.02 * fanout, (ratio, fanout)
+
+    out = tmp_path / "report"
+    aidclab(
+        "report",
+        runs["unicast"].run_id,
+        runs["host-bier"].run_id,
+        "--results-dir",
+        str(results),
+        "-o",
+        str(out),
+    )
+    md = (out / "report.md").read_text()
+    assert "host-bier" in md and "unicast" in md
+    assert (out / "report.html").stat().st_size > 1000
+
+
+def test_replay_refuses_an_unconfigured_lab(runtime: DockerRuntime, tmp_path: Path) -> None:
+    with deployed(runtime, tmp_path, "leaf-spine", "rp-unconf") as topo:
+        proc = aidclab("replay", str(topo.path), str(TRACE), "--mode", "unicast", check=False)
+    assert proc.returncode == 1
+    assert "configured" in proc.stdout + proc.stderr
