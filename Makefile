@@ -65,6 +65,7 @@ bench: images
 	$(PY) bench/deploy.py
 	$(PY) bench/configure.py
 	$(PY) bench/bier_forwarding.py
+	$(PY) bench/replay.py
 
 # The main job, from a fresh machine: everything is set up on the way. Deploy, check, configure, replay the
 # sample MoE dispatch trace under unicast and host-BIER, report, destroy.

@@ -32,11 +32,12 @@ class ConfigureError(RuntimeError):
     pass
 
 
-def compute_plan(topo: Topology):
-    """The lab plan from the topology and ``labs/<lab>.vars.yml``; raises PlanError naming both sources."""
+def compute_plan(topo: Topology, extra_groups: list[dict[str, Any]] | None = None):
+    """The lab plan from the topology and ``labs/<lab>.vars.yml`` (plus ``extra_groups``, network-BIER
+    groups the vars file does not list); raises PlanError naming both sources."""
     from orchestrator.plan import build_plan, load_vars, vars_path_for
 
-    return build_plan(topo, load_vars(vars_path_for(topo)))
+    return build_plan(topo, load_vars(vars_path_for(topo)), extra_groups or ())
 
 
 def write_lab_plan(topo: Topology, plan=None, path: Path | None = None) -> Path:
@@ -203,14 +204,21 @@ def print_recap(report: RunReport) -> None:
     console.print(table)
 
 
-def configure(topo: Topology, check: bool = False, extra_vars: dict[str, Any] | None = None) -> RunReport:
+def configure(
+    topo: Topology,
+    check: bool = False,
+    extra_vars: dict[str, Any] | None = None,
+    extra_groups: list[dict[str, Any]] | None = None,
+) -> RunReport:
+    """Plan and apply. ``extra_groups`` (``bier.groups``-shaped) join the vars file's groups in this plan
+    only; a later configure without them removes them again."""
     phases = Phases(f"configure {topo.name}{' --check' if check else ''}")
     path = lab_dir(topo)
     inventory = path / "ansible-inventory.yml"
     if not inventory.exists():
         raise ConfigureError(f"{inventory} does not exist: deploy the lab first (aidclab deploy {topo.path})")
     with phases.phase("plan", f"{topo.path} + vars"):
-        write_lab_plan(topo, path=path)
+        write_lab_plan(topo, compute_plan(topo, extra_groups), path=path)
     with phases.phase("ansible", f"{PLAYBOOKS.name}/site.yml on {len(topo.nodes)} nodes"):
         report = run_playbook(inventory, check=check, extra_vars=extra_vars)
     if len(report.stats.get("ok", {})) <= 40:

@@ -26,6 +26,7 @@ from aidcnet.trace import TraceOp, TraceReader
 from orchestrator import labdir
 from orchestrator.metrics import MGMT_INTERFACES, STAT_KEYS, agent_deltas, link_deltas, link_pairs
 from orchestrator.plan.model import LabPlan
+from orchestrator.replay_groups import groups_received
 from orchestrator.results import (
     DEFAULT_RESULTS_DIR,
     MessageResult,
@@ -38,7 +39,7 @@ from orchestrator.results import (
 from orchestrator.runtime.docker import DockerRuntime
 from orchestrator.topology import Topology
 
-MODES = ("unicast", "host-bier")
+MODES = ("unicast", "host-bier", "net-bier")
 AGENT_ROLES = frozenset({"bfr", "ina-switch", "gpu-host"})
 # Keeps each replay_load line well under the agent's 64 KiB request-line limit.
 OPS_PER_LOAD = 200
@@ -84,6 +85,26 @@ def ask(pid: int, op: str, node: str, timeout: float = 10.0, **fields: Any) -> d
     if not reply.get("ok"):
         raise ReplayError(f"node {node}: {op}: {reply.get('error')}")
     return reply
+
+
+class Unresponsive:
+    """Nodes whose agent stopped answering mid-replay (a paused or stopped container). A replay must
+    report their loss, not hang or crash on them: after one failed request a node is not asked again."""
+
+    def __init__(self, say: Any = None):
+        self.nodes: dict[str, str] = {}
+        self.say = say
+
+    def ask(self, pid: int, op: str, node: str, timeout: float = 2.0, **fields: Any) -> dict[str, Any] | None:
+        if node in self.nodes:
+            return None
+        try:
+            return ask(pid, op, node, timeout=timeout, **fields)
+        except ReplayError as exc:
+            self.nodes[node] = str(exc)
+            if self.say is not None:
+                self.say(f"node {node} stopped answering; counting its deliveries as lost ({exc})")
+            return None
 
 
 def load_plan(topo: Topology) -> LabPlan:
@@ -134,6 +155,33 @@ def host_map(
     return out
 
 
+def fabric_interface(plan: LabPlan, host: str) -> str:
+    """The host's first data interface (natural order, as in its node file): where net-bier multicast
+    leaves and where its groups are joined."""
+    from orchestrator.plan.context import natural_key
+
+    names = sorted(
+        (ep.interface for link in plan.links for ep in (link.a, link.b) if ep.node == host),
+        key=natural_key,
+    )
+    if not names:
+        raise ReplayError(f"host {host} has no data interface in the plan")
+    return names[0]
+
+
+def net_bier_groups(topo: Topology, ops: list[TraceOp]) -> tuple[list[dict[str, Any]], dict[int, str]]:
+    """The replay's groups (orchestrator.replay_groups), clear of the groups the lab's vars file defines.
+    Not of plan.yml's: that holds the previous replay's groups, and a re-run must get the same ones."""
+    from orchestrator.plan import PlanError, load_vars, vars_path_for
+    from orchestrator.replay_groups import ReplayGroupsError, derive_groups
+
+    try:
+        user = load_vars(vars_path_for(topo)).bier.groups
+        return derive_groups(ops, avoid=[g.group for g in user])
+    except (ReplayGroupsError, PlanError) as exc:
+        raise ReplayError(f"lab {topo.name}: {exc}") from exc
+
+
 # ---------------------------------------------------------------------------------------------- snapshots
 
 
@@ -148,7 +196,11 @@ def interface_snapshot(topo: Topology, pids: dict[str, int]) -> dict[str, dict[s
                 wanted.setdefault(ep.node, set()).add(ep.interface)
 
     def one(node: str) -> dict[str, dict[str, int]]:
-        state = link_state(pids[node])
+        try:
+            state = link_state(pids[node])
+        except OSError:
+            # A stopped container has no namespace left; metrics fall back to the peers' counters.
+            return {}
         return {
             f"{node}:{iface}": {k: int(state[iface][k]) for k in STAT_KEYS}
             for iface in sorted(wanted[node])
@@ -162,13 +214,19 @@ def interface_snapshot(topo: Topology, pids: dict[str, int]) -> dict[str, dict[s
     return snap
 
 
-def agent_snapshot(agents: dict[str, int]) -> dict[str, dict[str, int]]:
-    def one(node: str) -> tuple[str, dict[str, int]]:
-        counters = ask(agents[node], "counters", node)["counters"]
+def agent_snapshot(agents: dict[str, int], lost: Unresponsive | None = None) -> dict[str, dict[str, int]]:
+    def one(node: str) -> tuple[str, dict[str, int] | None]:
+        if lost is None:
+            counters = ask(agents[node], "counters", node)["counters"]
+        else:
+            reply = lost.ask(agents[node], "counters", node)
+            if reply is None:
+                return node, None
+            counters = reply["counters"]
         return node, {k: int(v) for k, v in counters.items() if isinstance(v, int)}
 
     with ThreadPoolExecutor(8) as pool:
-        return dict(pool.map(one, sorted(agents)))
+        return {node: c for node, c in pool.map(one, sorted(agents)) if c is not None}
 
 
 # ---------------------------------------------------------------------------------------------- results
@@ -267,15 +325,36 @@ def replay(
             unnumbered = [h.name for h in hosts.values() if h.bfr_id is None]
             if unnumbered:
                 raise ReplayError(f"host-bier needs BFR-ids; the plan gives none to {', '.join(unnumbered)}")
+        groups: list[dict[str, Any]] = []
+        op_group: dict[int, str] = {}
+        if mode == "net-bier":
+            groups, op_group = net_bier_groups(topo, ops)
         per_src: dict[str, list[list[Any]]] = {n: [] for n in all_hosts}
         for op in ops:
-            per_src[op.src].append([op.id, op.t, op.bytes, list(op.dst)])
+            entry = [op.id, op.t, op.bytes, list(op.dst)]
+            per_src[op.src].append([*entry, op_group[op.id]] if op_group else entry)
         expected = sum(len(op.dst) for op in ops)
 
+    if mode == "net-bier":
+        from orchestrator.configure import ConfigureError, configure
+
+        with phases.phase("groups", f"{len(groups)} (S,G) groups onto the leaves"):
+            # The leaves learn (S,G) -> BFERs from static config; a re-run with the same trace changes
+            # nothing (the addresses are derived deterministically).
+            try:
+                report = configure(topo, extra_groups=groups)
+            except ConfigureError as exc:
+                raise ReplayError(f"lab {topo.name}: configuring the replay's groups failed: {exc}") from exc
+            say(f"configure: changed={report.changed}")
+            plan = load_plan(topo)
+
     with phases.phase("load", f"{len(ops)} ops onto {len(all_hosts)} hosts"):
-        settings = {"max_datagram": max_datagram, "gap_us": gap_us}
+        settings: dict[str, Any] = {"max_datagram": max_datagram, "gap_us": gap_us}
         for name, h in all_hosts.items():
             mine = per_src[name]
+            net: dict[str, Any] = {}
+            if mode == "net-bier":
+                net = {"interface": fabric_interface(plan, name), "groups": groups_received(groups, name)}
             for k, chunk in enumerate(_chunks(mine, OPS_PER_LOAD) if mine else [[]]):
                 needed = {d for op in chunk for d in op[3]}
                 receivers = {r: [hosts[r].loopback, hosts[r].bfr_id] for r in sorted(needed)}
@@ -287,14 +366,20 @@ def replay(
                     ops=chunk,
                     receivers=receivers,
                     append=k > 0,
+                    # The joins ride on the first load only, so they happen once per run.
+                    **(net if k == 0 else {}),
                     **settings,
                 )
+        if groups:
+            settings["groups"] = len(groups)
 
     with phases.phase("snapshot", "interface and agent counters before"):
         links_before = interface_snapshot(topo, pids)
         agents_before = agent_snapshot(agents)
 
     senders = {n: all_hosts[n] for n, mine in per_src.items() if mine}
+    lost = Unresponsive(say)
+    status: dict[str, dict[str, Any]] = {}
     started = datetime.now(UTC)
     start_ns = time.time_ns() + int(START_LEAD_S * 1e9)
     with phases.phase("run", f"{len(ops)} ops from {len(senders)} sources, {expected} deliveries expected"):
@@ -304,10 +389,14 @@ def replay(
         drain_until: float | None = None
         last = ""
         while True:
-            status = {n: ask(h.pid, "replay_status", n) for n, h in all_hosts.items()}
+            for n, h in all_hosts.items():
+                reply = lost.ask(h.pid, "replay_status", n)
+                if reply is not None:
+                    status[n] = reply
             sent = sum(s["sent_ops"] for s in status.values())
             delivered = sum(s["received_complete"] for s in status.values())
-            done = all(status[n]["done"] for n in senders)
+            # A sender that stopped answering will send no more: do not wait for it.
+            done = all(n in lost.nodes or status.get(n, {}).get("done") for n in senders)
             line = f"sent {sent}/{len(ops)} ops, delivered {delivered}/{expected}"
             if line != last:
                 say(line)
@@ -323,20 +412,23 @@ def replay(
                 say(f"stopped waiting: {line}" + ("" if done else " (senders not done: timeout)"))
                 break
             time.sleep(POLL_S)
-        errors = {n: s["send_errors"] for n, s in status.items() if s["send_errors"]}
+        errors = {n: s["send_errors"] for n, s in status.items() if s.get("send_errors")}
         if errors:
             say(f"send errors: {errors}")
     finished = datetime.now(UTC)
 
     with phases.phase("collect", "counters after, receiver records"):
         links_after = interface_snapshot(topo, pids)
-        agents_after = agent_snapshot(agents)
+        agents_after = agent_snapshot(agents, lost)
+        agents_before = {n: c for n, c in agents_before.items() if n in agents_after}
         records: dict[str, dict[int, dict[str, Any]]] = {}
         for name, h in all_hosts.items():
-            reply = ask(h.pid, "replay_results", name, timeout=30.0)
-            records[name] = {int(r["id"]): r for r in reply["records"]}
+            reply = lost.ask(h.pid, "replay_results", name, timeout=30.0)
+            records[name] = {int(r["id"]): r for r in reply["records"]} if reply is not None else {}
         messages, missing, wrong = build_messages(ops, records, start_ns)
-        settings.update(drain_s=drain_s, send_errors=errors, start_lead_s=START_LEAD_S)
+        settings.update(
+            drain_s=drain_s, send_errors=errors, start_lead_s=START_LEAD_S, unresponsive=lost.nodes
+        )
         result = RunResult(
             meta=new_meta(
                 run_id=new_run_id(topo.name, mode),

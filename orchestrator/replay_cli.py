@@ -8,6 +8,9 @@ from typing import Any
 from aidcnet.replay import DEFAULT_MAX_DATAGRAM
 from orchestrator.results import DEFAULT_RESULTS_DIR
 
+# orchestrator.replay's MODES, repeated so --help does not import the driver and Docker.
+MODES = ("unicast", "host-bier", "net-bier")
+
 DESCRIPTION = """\
 Replay a trace (docs/trace-format.md) over a deployed and configured lab in one transport mode, write
 the run to RESULTS_DIR/<run-id>/ (docs/results-format.md) and print its summary. Exits 1 if any
@@ -16,13 +19,16 @@ expected receiver did not get a message intact (the first missing one is named),
 modes:
   unicast    the source sends one copy per receiver, host loopback to host loopback, UDP 4791
   host-bier  the source host is the BFIR: one copy with the receivers' BFR-ids (docs/bier.md)
-  (net-bier is not implemented yet)
+  net-bier   plain IP multicast from the source's loopback to one group per (source, receivers) of
+             the trace (239.100.0.0/16); the leaves are BFIR/BFER. The groups are configured on the
+             leaves first (aidclab configure with them added; the vars file is not edited)
 """
 
 EXAMPLES = """\
 examples:
   aidclab replay leaf-spine workloads/moe-sample.jsonl --mode unicast
   aidclab replay leaf-spine workloads/moe-sample.jsonl --mode host-bier
+  aidclab replay leaf-spine workloads/moe-sample.jsonl --mode net-bier
   aidclab report latest
 """
 
@@ -75,7 +81,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     p.add_argument("lab", help="lab name or topology file (deployed and configured)")
     p.add_argument("trace", help="trace file (JSON Lines, docs/trace-format.md)")
-    p.add_argument("--mode", required=True, choices=("unicast", "host-bier"), help="transport mode")
+    p.add_argument("--mode", required=True, choices=MODES, help="transport mode")
     p.add_argument(
         "--results-dir", default=DEFAULT_RESULTS_DIR, metavar="DIR", help=f"default: {DEFAULT_RESULTS_DIR}"
     )

@@ -17,7 +17,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from aidcnet.agent import control
+from aidcnet.agent import control, metrics
 from aidcnet.agent.bier_service import BierService
 from aidcnet.agent.replay_service import ReplayService
 from aidcnet.config import DEFAULT_CONFIG_PATH, ConfigError, NodeConfig, dump_config, load_config
@@ -72,14 +72,18 @@ class Agent:
         """Check a node file without applying it (Ansible's check mode uses this)."""
         path = Path(request.get("file") or self.config_path)
         try:
-            config = load_config(path)
-            if config.role != self.role:
-                raise ConfigError(
-                    str(path), [f"role: the file is for a {config.role} node, this agent runs {self.role}"]
-                )
+            config = self._load_for_this_node(path)
         except ConfigError as exc:
             return {"ok": False, "error": str(exc), "problems": exc.problems, "kept": self._running_id()}
         return {"ok": True, "valid": str(path), "changed": config != self.config}
+
+    def _load_for_this_node(self, path: Path) -> NodeConfig:
+        config = load_config(path)
+        if config.role != self.role:
+            raise ConfigError(
+                str(path), [f"role: the file is for a {config.role} node, this agent runs {self.role}"]
+            )
+        return config
 
     async def reload(self, request: dict[str, Any]) -> dict[str, Any]:
         from aidcnet.agent.kernel import KernelError
@@ -87,11 +91,7 @@ class Agent:
         path = Path(request.get("file") or self.config_path)
         async with self._reload_lock:
             try:
-                new = load_config(path)
-                if new.role != self.role:
-                    raise ConfigError(
-                        str(path), [f"role: the file is for a {new.role} node, this agent runs {self.role}"]
-                    )
+                new = self._load_for_this_node(path)
             except ConfigError as exc:
                 self.counters["config.rejected"] += 1
                 log.warning("config rejected, keeping the running one: %s", exc)
@@ -225,6 +225,7 @@ class Agent:
             }
         )
         log.info("aidcnet %s agent ready on %s", self.role, control.CONTROL_SOCKET)
+        metrics.serve_agent(self)
         if self.config_path.exists():
             reply = await self.reload({})
             if not reply["ok"]:

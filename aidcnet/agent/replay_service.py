@@ -3,7 +3,10 @@ at ``start + t``, and the receiver accounting of every replay message that reach
 
 Unicast: one datagram stream per receiver, from the host's loopback to the receiver's loopback, UDP
 destination port 4791 (RoCEv2), source port = QP. Host-BIER: each fragment once through the BIER
-service with the receivers' BFR-ids. Both modes land in the same :class:`~aidcnet.replay.Reassembly`.
+service with the receivers' BFR-ids. Network-BIER: plain IP multicast, one socket bound to the loopback
+(the S of (S,G)) sending each op once to its group out of the fabric interface; the leaves do BIER.
+Receivers join their groups on the replay port. All modes land in the same
+:class:`~aidcnet.replay.Reassembly`.
 The payload format is ``docs/replay-payload.md``; the orchestrator side is ``orchestrator/replay.py``.
 """
 
@@ -11,8 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
 import socket
+import struct
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -25,12 +30,20 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("aidcnet.replay")
 
-MODES = ("unicast", "host-bier")
+MODES = ("unicast", "host-bier", "net-bier")
 QP_PORT_BASE = 49152
 DEFAULT_QPS = 8
 # A burst of ops at one t from 8 senders can put megabytes into one receiver's socket at once.
 RCVBUF = 32 << 20
 SNDBUF = 8 << 20
+# Crossing the BIER domain costs one IP hop; 8 leaves room for a longer path (docs/bier.md).
+MCAST_TTL = 8
+# Not in Python 3.11's socket module (Linux 2.6.31): 0 = a socket gets only the groups it joined itself.
+IP_MULTICAST_ALL = getattr(socket, "IP_MULTICAST_ALL", 49)
+# net.ipv4.igmp_max_memberships: the per-socket join limit; containers cannot raise it (/proc/sys is
+# read-only), so the groups are spread over as many sockets as they need.
+IGMP_MAX_MEMBERSHIPS_FILE = "/proc/sys/net/ipv4/igmp_max_memberships"
+RECV_SIZE = 65536
 
 
 class _Receiver(asyncio.DatagramProtocol):
@@ -60,6 +73,10 @@ class ReplayService:
         self.task: asyncio.Task[None] | None = None
         self._transport: asyncio.DatagramTransport | None = None
         self._send_socks: list[socket.socket] = []
+        # net-bier: the fabric interface, the groups joined here and the sockets holding the joins.
+        self.interface: str | None = None
+        self.groups: list[str] = []
+        self._group_socks: list[socket.socket] = []
 
     # -- receiving -------------------------------------------------------------------------------------
     async def listen(self) -> None:
@@ -68,11 +85,60 @@ class ReplayService:
         sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         _big_buffer(sock, socket.SO_RCVBUF, RCVBUF)
+        # Group sockets share this port; without this every one of them would get every joined group.
+        sock.setsockopt(socket.IPPROTO_IP, IP_MULTICAST_ALL, 0)
         sock.bind(("0.0.0.0", ROCEV2_PORT))
         sock.setblocking(False)
         loop = asyncio.get_running_loop()
         transport, _ = await loop.create_datagram_endpoint(lambda: _Receiver(self), sock=sock)
         self._transport = transport  # type: ignore[assignment]
+
+    def join(self, groups: list[str], interface: str) -> None:
+        """Join ``groups`` on ``interface`` for the replay port; each datagram reaches exactly one
+        socket (the one that joined its group), which feeds the common reassembly. Synchronous (a
+        reader on the running loop, not a transport) because control handlers call load() unawaited."""
+        self.leave()
+        ifindex = socket.if_nametoindex(interface)
+        per_socket = _max_memberships()
+        loop = asyncio.get_running_loop()
+        for i in range(0, len(groups), per_socket):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                sock.setsockopt(socket.IPPROTO_IP, IP_MULTICAST_ALL, 0)
+                _big_buffer(sock, socket.SO_RCVBUF, RCVBUF)
+                sock.bind(("0.0.0.0", ROCEV2_PORT))
+                for group in groups[i : i + per_socket]:
+                    sock.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP, _mreqn(group, ifindex))
+                sock.setblocking(False)
+            except OSError:
+                sock.close()
+                self.leave()
+                raise
+            loop.add_reader(sock.fileno(), self._drain_group_socket, sock)
+            self._group_socks.append(sock)
+        self.groups = list(groups)
+
+    def _drain_group_socket(self, sock: socket.socket) -> None:
+        while True:
+            try:
+                data, addr = sock.recvfrom(RECV_SIZE)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                log.warning("group socket receive failed: %s", exc)
+                return
+            self.reassembly.add(data, time.time_ns(), src=addr[0])
+
+    def leave(self) -> None:
+        """Drop every group joined for the run (closing a socket leaves its groups)."""
+        if self._group_socks:
+            loop = asyncio.get_running_loop()
+            for sock in self._group_socks:
+                loop.remove_reader(sock.fileno())
+                sock.close()
+        self._group_socks = []
+        self.groups = []
 
     def on_bier_datagram(self, datagram: UdpDatagram) -> bool:
         """BIER service hook: take host-BIER deliveries to the replay port; others stay with the service."""
@@ -94,22 +160,49 @@ class ReplayService:
             name: (str(addr), None if bfr_id is None else int(bfr_id))
             for name, (addr, bfr_id) in request.get("receivers", {}).items()
         }
-        ops = [
-            [int(i), float(t), int(size), [str(d) for d in dst]] for i, t, size, dst in request.get("ops", [])
-        ]
-        for _i, _t, _size, dst in ops:
-            for d in dst:
+        ops: list[list[Any]] = []
+        for raw in request.get("ops", []):
+            i, t, size, dst = raw[:4]
+            op: list[Any] = [int(i), float(t), int(size), [str(d) for d in dst]]
+            if mode == "net-bier":
+                if len(raw) < 5 or not _is_multicast(raw[4]):
+                    raise ValueError(f"net-bier op {i} needs a multicast group as its fifth element")
+                op.append(str(raw[4]))
+            ops.append(op)
+        for op in ops:
+            for d in op[3]:
                 if d not in receivers:
                     raise ValueError(f"op receiver {d!r} is not in the request's receivers")
                 if mode == "host-bier" and receivers[d][1] is None:
                     raise ValueError(f"receiver {d!r} has no BFR-id: host-bier needs one")
+        joins = [str(g) for g in request.get("groups", [])]
+        bad = [g for g in joins if not _is_multicast(g)]
+        if bad:
+            raise ValueError(f"groups: {', '.join(bad)} not multicast")
+        interface = request.get("interface")
+        if mode == "net-bier" and not request.get("append"):
+            if not interface:
+                raise ValueError("net-bier needs the fabric interface (interface)")
+            try:
+                socket.if_nametoindex(str(interface))
+            except OSError:
+                raise ValueError(f"interface {interface!r} does not exist on this host") from None
         if request.get("append"):
             if mode != self.mode:
                 raise ValueError(f"append in mode {mode} to a schedule loaded in mode {self.mode}")
             self.receivers.update(receivers)
             self.ops.extend(ops)
+            if joins:
+                if self.interface is None:
+                    raise ValueError("groups to join in a schedule without a net-bier interface")
+                self.join([*self.groups, *joins], self.interface)
         else:
             self.mode, self.receivers, self.ops = mode, receivers, ops
+            self.interface = str(interface) if mode == "net-bier" else None
+            # A new run's groups replace the last run's (or none for other modes).
+            self.leave()
+            if self.interface is not None and joins:
+                self.join(joins, self.interface)
             self.max_datagram = int(request.get("max_datagram", DEFAULT_MAX_DATAGRAM))
             self.qps = max(1, int(request.get("qps", DEFAULT_QPS)))
             self.gap_us = float(request.get("gap_us", 0.0))
@@ -119,7 +212,7 @@ class ReplayService:
             self.send_errors = {}
             self.start_ns = self.finished_ns = None
         self.ops.sort(key=lambda op: (op[1], op[0]))
-        return {"ok": True, "ops": len(self.ops), "mode": self.mode}
+        return {"ok": True, "ops": len(self.ops), "mode": self.mode, "groups": len(self.groups)}
 
     def start(self, request: dict[str, Any]) -> dict[str, Any]:
         if self.task is not None and not self.task.done():
@@ -141,9 +234,14 @@ class ReplayService:
             "finished_ns": self.finished_ns,
             "received_messages": len(self.reassembly.records),
             "received_complete": self.reassembly.complete_good(),
+            "groups": len(self.groups),
         }
 
     def results(self) -> dict[str, Any]:
+        # The driver asks for results once the run is over: the groups are no longer needed (a net-bier
+        # receiver has no task of its own whose end could leave them). The records stay.
+        if self.task is None or self.task.done():
+            self.leave()
         return {"ok": True, **self.reassembly.to_dict()}
 
     # -- sending ---------------------------------------------------------------------------------------
@@ -155,6 +253,28 @@ class ReplayService:
             sock.bind((self.loopback, QP_PORT_BASE + k))
             sock.setblocking(False)
             self._send_socks.append(sock)
+
+    def _open_mcast_socket(self) -> None:
+        """One socket for every group: S = the loopback (the leaf matches (S,G)), out of the fabric
+        interface, never looped back to this host."""
+        self._close_send_sockets()
+        assert self.interface is not None
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            _big_buffer(sock, socket.SO_SNDBUF, SNDBUF)
+            sock.bind((self.loopback, QP_PORT_BASE))
+            sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, MCAST_TTL)
+            sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_LOOP, 0)
+            sock.setsockopt(
+                socket.IPPROTO_IP,
+                socket.IP_MULTICAST_IF,
+                _mreqn("0.0.0.0", socket.if_nametoindex(self.interface)),
+            )
+            sock.setblocking(False)
+        except OSError:
+            sock.close()
+            raise
+        self._send_socks.append(sock)
 
     def _close_send_sockets(self) -> None:
         for sock in self._send_socks:
@@ -170,7 +290,9 @@ class ReplayService:
         try:
             if self.mode == "unicast":
                 self._open_send_sockets()
-            for msg_id, t, size, dst in self.ops:
+            elif self.mode == "net-bier":
+                self._open_mcast_socket()
+            for msg_id, t, size, dst, *group in self.ops:
                 due = self.start_ns + int(t * 1e9)
                 delay = (due - time.time_ns()) / 1e9
                 if delay > 0:
@@ -184,6 +306,10 @@ class ReplayService:
                         addr = (self.receivers[name][0], ROCEV2_PORT)
                         for frag in frags:
                             await self._sendto(loop, sock, frag, addr)
+                elif self.mode == "net-bier":
+                    addr = (group[0], ROCEV2_PORT)
+                    for frag in frags:
+                        await self._sendto(loop, self._send_socks[0], frag, addr)
                 else:
                     bits = [self.receivers[name][1] for name in dst]
                     assert self.bier is not None
@@ -222,6 +348,7 @@ class ReplayService:
         if self.task is not None:
             self.task.cancel()
         self._close_send_sockets()
+        self.leave()
         if self._transport is not None:
             self._transport.close()
             self._transport = None
@@ -235,3 +362,23 @@ def _big_buffer(sock: socket.socket, opt: int, size: int) -> None:
     except OSError:
         with contextlib.suppress(OSError):
             sock.setsockopt(socket.SOL_SOCKET, opt, size)
+
+
+def _mreqn(group: str, ifindex: int) -> bytes:
+    """struct ip_mreqn: the group (or 0.0.0.0 for IP_MULTICAST_IF), any local address, the interface."""
+    return struct.pack("4s4si", socket.inet_aton(group), socket.inet_aton("0.0.0.0"), ifindex)
+
+
+def _is_multicast(value: object) -> bool:
+    try:
+        return ipaddress.IPv4Address(str(value)).is_multicast
+    except ValueError:
+        return False
+
+
+def _max_memberships() -> int:
+    try:
+        with open(IGMP_MAX_MEMBERSHIPS_FILE) as f:
+            return max(1, int(f.read().strip()))
+    except (OSError, ValueError):
+        return 20  # the kernel default

@@ -8,6 +8,7 @@ the vars file and writing the plan file.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 import yaml
@@ -16,7 +17,7 @@ from pydantic import ValidationError
 from orchestrator.plan import addressing, asn, bandwidth, bier, planes, routes, tiers
 from orchestrator.plan.configs import node_config, node_configs
 from orchestrator.plan.context import Context, check_pin_targets, validation_problems
-from orchestrator.plan.model import LabPlan, LabVars, PlanEndpoint, PlanError, PlanLink, PlanNode
+from orchestrator.plan.model import GroupVars, LabPlan, LabVars, PlanEndpoint, PlanError, PlanLink, PlanNode
 from orchestrator.topology import Topology
 
 __all__ = [
@@ -98,10 +99,21 @@ def load_vars(path: str | Path) -> LabVars:
         raise PlanError(f"{path}: " + "; ".join(validation_problems(exc))) from None
 
 
-def build_plan(topo: Topology, lab_vars: LabVars | None = None) -> LabPlan:
-    """Compute the plan; ``lab_vars`` defaults to the topology's vars file (or all defaults)."""
+def build_plan(
+    topo: Topology, lab_vars: LabVars | None = None, extra_groups: Iterable[GroupVars | dict] = ()
+) -> LabPlan:
+    """Compute the plan; ``lab_vars`` defaults to the topology's vars file (or all defaults).
+    ``extra_groups`` (``bier.groups`` entries) are appended to the vars' groups for this plan only:
+    ``aidclab replay --mode net-bier`` adds its groups this way without editing the user's file."""
     if lab_vars is None:
         lab_vars = load_vars(vars_path_for(topo))
+    extra = [GroupVars.model_validate(g) for g in extra_groups]
+    if extra:
+        source = lab_vars.source
+        groups = [*lab_vars.bier.groups, *extra]
+        lab_vars = lab_vars.model_copy(
+            update={"bier": lab_vars.bier.model_copy(update={"groups": groups})}
+        ).with_source(source)
     ctx = Context(topo=topo, vars=lab_vars)
     check_pin_targets(ctx)
     plan = LabPlan(

@@ -1,0 +1,135 @@
+"""Replay a ~10k-token MoE dispatch trace over leaf-spine under unicast and host-BIER, in one run.
+
+Both modes replay the same trace on the same deployed lab in this process, since the machine is shared
+and noisy: the ratios are what to read. Throughput is host-BIER over unicast; source egress is unicast
+over host-BIER, which should approach the trace's theoretical fan-out (the bytes-weighted receivers per
+multicast op) less header overheads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from orchestrator.configure import configure  # noqa: E402
+from orchestrator.lab import deploy, destroy  # noqa: E402
+from orchestrator.replay import ReplayOutcome, replay  # noqa: E402
+from orchestrator.runtime.docker import DockerRuntime  # noqa: E402
+from orchestrator.topology import load_topology  # noqa: E402
+
+LAB = "bench-replay"
+HOSTS = [f"h{i}" for i in range(1, 9)]
+MODES = ("unicast", "host-bier")
+
+
+def make_trace(path: Path, steps: int, tokens_per_host: int, seed: int) -> None:
+    subprocess.run(
+        [
+            sys.executable, "-m", "orchestrator.workloads.cli", "moe", "--hosts", ",".join(HOSTS),
+            "--steps", str(steps), "--tokens-per-host", str(tokens_per_host), "--seed", str(seed),
+            "-o", str(path),
+        ],
+        check=True, cwd=ROOT,
+    )  # fmt: skip
+
+
+def lab_file(tmp: Path) -> Path:
+    doc = yaml.safe_load((ROOT / "labs" / "leaf-spine.clab.yml").read_text())
+    doc["name"] = LAB
+    path = tmp / f"{LAB}.clab.yml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def figures(outcome: ReplayOutcome) -> dict[str, float]:
+    m = outcome.result.metrics
+    assert m is not None
+    ct = m.completion_time or float("nan")
+    delivered_bytes = sum(
+        msg.bytes * len(set(msg.delivered) & set(msg.expected)) for msg in outcome.result.messages
+    )
+    return {
+        "messages": float(m.delivery.messages),
+        "complete": float(m.delivery.complete_messages),
+        "delivered": float(m.delivery.delivered),
+        "expected": float(m.delivery.expected),
+        "completion_s": ct,
+        "msgs_per_s": m.delivery.complete_messages / ct,
+        "bytes_per_s": delivered_bytes / ct,
+        "egress": float(m.source_egress_bytes),
+        "fanout": m.theoretical_fanout or float("nan"),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument(
+        "--tokens-per-host", type=int, default=128, help="default: 10 x 128 x 8 hosts = 10240 tokens"
+    )
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--timeout", type=float, default=300.0, help="replay timeout beyond the trace")
+    args = parser.parse_args()
+    runtime = DockerRuntime()
+    destroy(LAB, runtime, quiet=True)
+    out: dict[str, dict[str, float]] = {}
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        trace = tmp / "moe-bench.jsonl"
+        make_trace(trace, args.steps, args.tokens_per_host, args.seed)
+        old = Path.cwd()
+        os.chdir(tmp)
+        try:
+            topo = load_topology(lab_file(tmp))
+            deploy(topo, runtime)
+            if not configure(topo).ok:
+                print(f"bench replay: configure {LAB} failed", file=sys.stderr)
+                return 1
+            for mode in MODES:
+                outcome = replay(
+                    topo, trace, mode, runtime=runtime, results_dir=tmp / "results", timeout_s=args.timeout
+                )
+                out[mode] = figures(outcome)
+        finally:
+            destroy(LAB, runtime, cleanup=True, quiet=True)
+            os.chdir(old)
+    tokens = args.steps * args.tokens_per_host * len(HOSTS)
+    uni, bier = out["unicast"], out["host-bier"]
+    print(
+        f"bench replay leaf-spine: MoE {args.steps} steps x {args.tokens_per_host} tokens x "
+        f"{len(HOSTS)} hosts = {tokens} tokens, {int(uni['messages'])} ops, "
+        f"theoretical fan-out {uni['fanout']:.2f}"
+    )
+    for mode, f in out.items():
+        print(
+            f"  {mode:9s}: {f['msgs_per_s']:8.1f} messages/s, {f['bytes_per_s'] / 1e6:8.2f} MB/s delivered, "
+            f"completion {f['completion_s']:.2f} s, delivered {int(f['delivered'])}/{int(f['expected'])}, "
+            f"source egress {f['egress'] / 1e6:.2f} MB"
+        )
+    print(
+        f"  ratio host-bier/unicast throughput: {bier['bytes_per_s'] / uni['bytes_per_s']:.2f}x "
+        f"(messages/s {bier['msgs_per_s'] / uni['msgs_per_s']:.2f}x)"
+    )
+    print(
+        f"  ratio unicast/host-bier source egress: {uni['egress'] / bier['egress']:.2f}x "
+        f"(theoretical fan-out {uni['fanout']:.2f})"
+    )
+    lost = [m for m, f in out.items() if f["delivered"] < f["expected"]]
+    if lost:
+        print(f"  incomplete delivery in: {', '.join(lost)}")
+    return 1 if lost else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
