@@ -68,7 +68,7 @@ bench: images
 	$(PY) bench/replay.py
 
 # The main job, from a fresh machine: everything is set up on the way. Deploy, check, configure, replay the
-# sample MoE dispatch trace under unicast and host-BIER, report, destroy.
+# sample MoE dispatch trace under unicast and host-BIER, destroy, then report (its path is the last line).
 demo: images
 	$(AIDCLAB) deploy $(LAB) --reconfigure
 	$(AIDCLAB) linkcheck $(LAB)
@@ -76,5 +76,5 @@ demo: images
 	$(AIDCLAB) inspect $(LAB)
 	$(AIDCLAB) replay $(LAB) $(WORKLOAD) --mode unicast
 	$(AIDCLAB) replay $(LAB) $(WORKLOAD) --mode host-bier
-	$(AIDCLAB) report latest
 	$(AIDCLAB) destroy $(LAB) --cleanup
+	$(AIDCLAB) report latest

@@ -23,6 +23,7 @@ per socket and per direction by :class:`BatchIO`; the module functions keep one 
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import errno
@@ -76,9 +77,7 @@ _IOV_LEN_OFF = _IOVec.iov_len.offset
 # sockaddr_in: family in host order, then port and address in network order, then 8 zero octets.
 _SOCKADDR_IN = struct.Struct("=H2s4s8x")
 # (msg_hdr.msg_flags, msg_len) of one mmsghdr, for iter_unpack over the received ones.
-_FLAGS_LEN = struct.Struct(
-    f"={_FLAGS_OFF}xi{_LEN_OFF - _FLAGS_OFF - 4}xI{_MMSG_SIZE - _LEN_OFF - 4}x"
-)
+_FLAGS_LEN = struct.Struct(f"={_FLAGS_OFF}xi{_LEN_OFF - _FLAGS_OFF - 4}xI{_MMSG_SIZE - _LEN_OFF - 4}x")
 
 
 def _load_mmsg() -> tuple[object, object] | None:
@@ -353,3 +352,20 @@ def recv_batch(sock: socket.socket, max_msgs: int = DEFAULT_BATCH) -> list[Datag
 def send_batch(sock: socket.socket, msgs: Sequence[Datagram], failed: list[int] | None = None) -> int:
     """Send ``[(payload, (addr, port)), ...]`` without blocking; return how many were sent."""
     return batch_io(sock).send(msgs, failed)
+
+
+# <asm-generic/socket.h>; Python's socket module does not export them.
+SO_SNDBUFFORCE = 32
+SO_RCVBUFFORCE = 33
+
+
+def set_socket_buffer(sock: socket.socket, opt: int, size: int) -> None:
+    """Ask for a ``size``-byte SO_RCVBUF or SO_SNDBUF. The plain options are capped at the host's
+    rmem_max/wmem_max (about 200 KiB: a few dozen jumbo datagrams, which a burst overruns); the FORCE
+    variants pass the cap with CAP_NET_ADMIN, which lab nodes have. Falls back to the capped one."""
+    force = {socket.SO_RCVBUF: SO_RCVBUFFORCE, socket.SO_SNDBUF: SO_SNDBUFFORCE}[opt]
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, force, size)
+    except OSError:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, opt, size)

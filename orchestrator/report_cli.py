@@ -91,7 +91,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         md, html = write_report(runs, topology, out, title=args.title or "aidclab report")
     print_summary(runs)
     console.print(f"  {md}\n  {html}")
-    phases.summary(f"{len(runs)} run(s) compared, report in {out}/")
+    phases.summary(f"{len(runs)} run(s) compared, report: {html}")
     return 0
 
 

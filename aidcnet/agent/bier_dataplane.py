@@ -34,7 +34,6 @@ is unaffected, IP-underlay ECMP on the UDP source port is.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import selectors
 import socket
@@ -47,7 +46,7 @@ from aidcnet.bier.forwarding import DROP_REASONS, ForwardResult, build_copies, f
 from aidcnet.bier.forwarding import impose as impose_decision
 from aidcnet.bier.header import DECODE_REASONS, BierDecodeError, BierHeader, BierProto, peek_bift_id
 from aidcnet.bier.mpls import MPLS_IN_UDP_PORT, encode_bier_udp_payload, parse_bier_udp_payload
-from aidcnet.udpio import DEFAULT_BATCH, BatchIO, Datagram
+from aidcnet.udpio import DEFAULT_BATCH, BatchIO, Datagram, set_socket_buffer
 
 log = logging.getLogger("aidcnet.bier.dataplane")
 
@@ -91,7 +90,7 @@ def _fixed_counter_names() -> list[str]:
     ]
 
 
-_RCVBUF = 4 << 20
+_RCVBUF = 32 << 20
 
 
 class BierDataplane:
@@ -149,8 +148,9 @@ class BierDataplane:
         self._lock = threading.Lock()
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         try:
-            with contextlib.suppress(OSError):  # the kernel caps it at rmem_max; a smaller one still works
-                self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _RCVBUF)
+            # A BFR replicates bursts: room for thousands of jumbo datagrams each way.
+            set_socket_buffer(self.sock, socket.SO_RCVBUF, _RCVBUF)
+            set_socket_buffer(self.sock, socket.SO_SNDBUF, _RCVBUF)
             self.sock.bind((bind_addr, port))
             self.sock.setblocking(False)
             self.io = BatchIO(self.sock, max_batch, mmsg=mmsg)

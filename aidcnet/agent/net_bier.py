@@ -46,7 +46,6 @@ Counters (:meth:`NetBierEdge.counters`, flat), every one also per host port as
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ctypes
 import ipaddress
 import logging
@@ -72,6 +71,7 @@ from aidcnet.bier.edge import (
     parse_ipv4,
 )
 from aidcnet.bier.header import BierProto
+from aidcnet.udpio import set_socket_buffer
 
 log = logging.getLogger("aidcnet.bier.net")
 
@@ -82,7 +82,7 @@ PACKET_AUXDATA = 8
 TP_STATUS_CSUMNOTREADY = 1 << 3
 _AUX_SPACE = socket.CMSG_SPACE(20)  # struct tpacket_auxdata
 _ACCEPTED_PKTTYPES = frozenset({socket.PACKET_HOST, socket.PACKET_MULTICAST})
-_RCVBUF = 4 << 20
+_RCVBUF = 16 << 20
 _RECV_SIZE = 65536  # the largest IPv4 packet plus one
 
 
@@ -172,8 +172,7 @@ class _Port:
         # Protocol 0 until bound: a packet socket with a protocol receives from every interface
         # between socket() and bind(), and the filter must be in place before the first packet.
         cap = self.capture = socket.socket(socket.AF_PACKET, socket.SOCK_DGRAM, 0)
-        with contextlib.suppress(OSError):  # capped at rmem_max; a smaller buffer still works
-            cap.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _RCVBUF)
+        set_socket_buffer(cap, socket.SO_RCVBUF, _RCVBUF)
         try:
             cap.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
         except OSError:

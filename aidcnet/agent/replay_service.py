@@ -13,7 +13,6 @@ The payload format is ``docs/replay-payload.md``; the orchestrator side is ``orc
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ipaddress
 import logging
 import socket
@@ -23,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from aidcnet.ipv4 import ROCEV2_PORT
 from aidcnet.replay import DEFAULT_MAX_DATAGRAM, Reassembly, build_fragments
+from aidcnet.udpio import set_socket_buffer
 
 if TYPE_CHECKING:
     from aidcnet.agent.bier_service import BierService
@@ -84,7 +84,7 @@ class ReplayService:
             return
         sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        _big_buffer(sock, socket.SO_RCVBUF, RCVBUF)
+        set_socket_buffer(sock, socket.SO_RCVBUF, RCVBUF)
         # Group sockets share this port; without this every one of them would get every joined group.
         sock.setsockopt(socket.IPPROTO_IP, IP_MULTICAST_ALL, 0)
         sock.bind(("0.0.0.0", ROCEV2_PORT))
@@ -106,7 +106,7 @@ class ReplayService:
             try:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
                 sock.setsockopt(socket.IPPROTO_IP, IP_MULTICAST_ALL, 0)
-                _big_buffer(sock, socket.SO_RCVBUF, RCVBUF)
+                set_socket_buffer(sock, socket.SO_RCVBUF, RCVBUF)
                 sock.bind(("0.0.0.0", ROCEV2_PORT))
                 for group in groups[i : i + per_socket]:
                     sock.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP, _mreqn(group, ifindex))
@@ -249,7 +249,7 @@ class ReplayService:
         self._close_send_sockets()
         for k in range(self.qps):
             sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-            _big_buffer(sock, socket.SO_SNDBUF, SNDBUF)
+            set_socket_buffer(sock, socket.SO_SNDBUF, SNDBUF)
             sock.bind((self.loopback, QP_PORT_BASE + k))
             sock.setblocking(False)
             self._send_socks.append(sock)
@@ -261,7 +261,7 @@ class ReplayService:
         assert self.interface is not None
         sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         try:
-            _big_buffer(sock, socket.SO_SNDBUF, SNDBUF)
+            set_socket_buffer(sock, socket.SO_SNDBUF, SNDBUF)
             sock.bind((self.loopback, QP_PORT_BASE))
             sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, MCAST_TTL)
             sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_LOOP, 0)
@@ -352,16 +352,6 @@ class ReplayService:
         if self._transport is not None:
             self._transport.close()
             self._transport = None
-
-
-def _big_buffer(sock: socket.socket, opt: int, size: int) -> None:
-    # SO_*BUFFORCE passes the netns's rmem_max/wmem_max with CAP_NET_ADMIN; fall back to the capped one.
-    force = {socket.SO_RCVBUF: 33, socket.SO_SNDBUF: 32}[opt]
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, force, size)
-    except OSError:
-        with contextlib.suppress(OSError):
-            sock.setsockopt(socket.SOL_SOCKET, opt, size)
 
 
 def _mreqn(group: str, ifindex: int) -> bytes:
