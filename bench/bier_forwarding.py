@@ -51,8 +51,21 @@ def egress_packets(pid: int) -> int:
     return sum(int(state[f"eth{i + 1}"]["tx_packets"]) for i in range(1, SINKS + 1))
 
 
+def quiesce(pid: int, timeout: float = 60.0) -> None:
+    """Wait until the DUT sends nothing more: with large socket buffers a BFR can still be draining the
+    previous run's backlog, which would count toward the next run's window."""
+    deadline = time.monotonic() + timeout
+    last, still = egress_packets(pid), 0
+    while still < 2 and time.monotonic() < deadline:
+        time.sleep(0.25)
+        now = egress_packets(pid)
+        still = still + 1 if now == last else 0
+        last = now
+
+
 def run(topo, pid: int, args: list[str], seconds: float) -> tuple[float, float]:
     """Start the sender; return (DUT egress packets/s in the middle window, sender packets/s)."""
+    quiesce(pid)
     cmd = [
         "ip",
         "netns",
