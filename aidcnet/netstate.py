@@ -8,8 +8,10 @@ the routes it installs with its own routing protocol number. It never touches et
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from aidcnet.config import NodeConfig
+if TYPE_CHECKING:  # the agent imports this before it has (or needs) the pydantic models
+    from aidcnet.config import NodeConfig
 
 # rtnetlink protocol number marking our routes. Debian's rt_protos names 186-197 (bgp, isis, ospf,
 # FRR's daemons, ...); 245 is free, and the node image names it `aidcnet` (ip route show proto aidcnet).

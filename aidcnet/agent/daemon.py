@@ -15,13 +15,17 @@ import socket
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aidcnet.agent import control, metrics
-from aidcnet.agent.bier_service import BierService
-from aidcnet.agent.replay_service import ReplayService
-from aidcnet.config import DEFAULT_CONFIG_PATH, ConfigError, NodeConfig, dump_config, load_config
-from aidcnet.netstate import KernelState, desired_state, diff_state, managed_interfaces
+from aidcnet.paths import DEFAULT_CONFIG_PATH
+
+# Everything behind a node file (pydantic models, BIER, replay) is imported when first needed: a fresh
+# agent only has to answer its health check, and 68 of them start at once on two cores during deploy.
+if TYPE_CHECKING:
+    from aidcnet.agent.bier_service import BierService
+    from aidcnet.agent.replay_service import ReplayService
+    from aidcnet.config import NodeConfig
 
 log = logging.getLogger("aidcnet.agent")
 
@@ -46,6 +50,7 @@ class Agent:
     # -- configuration ------------------------------------------------------------------------------
     def _converge(self, target: NodeConfig | None) -> dict[str, int]:
         from aidcnet.agent.kernel import apply_diff, read_state
+        from aidcnet.netstate import KernelState, desired_state, diff_state, managed_interfaces
 
         managed = managed_interfaces(target) | managed_interfaces(self.config)
         desired = desired_state(target) if target else KernelState()
@@ -64,12 +69,16 @@ class Agent:
             self.bier.close(loop)
             self.bier = None
         if new is not None:
+            from aidcnet.agent.bier_service import BierService
+
             service = BierService(new, host=self.role == "gpu-host", loopback=str(target.loopback.ip))
             service.attach(loop)
             self.bier = service
 
     async def validate(self, request: dict[str, Any]) -> dict[str, Any]:
         """Check a node file without applying it (Ansible's check mode uses this)."""
+        from aidcnet.config import ConfigError
+
         path = Path(request.get("file") or self.config_path)
         try:
             config = self._load_for_this_node(path)
@@ -78,6 +87,8 @@ class Agent:
         return {"ok": True, "valid": str(path), "changed": config != self.config}
 
     def _load_for_this_node(self, path: Path) -> NodeConfig:
+        from aidcnet.config import ConfigError, load_config
+
         config = load_config(path)
         if config.role != self.role:
             raise ConfigError(
@@ -87,6 +98,7 @@ class Agent:
 
     async def reload(self, request: dict[str, Any]) -> dict[str, Any]:
         from aidcnet.agent.kernel import KernelError
+        from aidcnet.config import ConfigError, dump_config
 
         path = Path(request.get("file") or self.config_path)
         async with self._reload_lock:
@@ -182,6 +194,8 @@ class Agent:
         if self.role != "gpu-host" or self.config is None or self.config.loopback is None:
             raise ValueError("replay runs on configured gpu-host nodes only (aidclab configure LAB first)")
         if self.replay is None:
+            from aidcnet.agent.replay_service import ReplayService
+
             self.replay = ReplayService(str(self.config.loopback.ip))
             await self.replay.listen()
         # The BIER service is rebuilt on reload: hook whichever one runs now.

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -93,11 +94,20 @@ class DockerRuntime:
         for net in self.client.networks.list(names=[name]):
             if net.name != name or (net.attrs.get("Labels") or {}).get(MANAGED_NETWORK_LABEL) != "true":
                 continue
-            net.reload()
-            if net.attrs.get("Containers"):
-                return False
-            net.remove()
-            return True
+            # Docker releases a removed container's endpoint shortly after the removal returns, so a
+            # network that looks empty can still refuse: retry briefly, then leave it for the next destroy.
+            for _attempt in range(20):
+                net.reload()
+                if net.attrs.get("Containers"):
+                    return False
+                try:
+                    net.remove()
+                    return True
+                except docker.errors.APIError as exc:
+                    if "active endpoints" not in str(exc):
+                        raise
+                    time.sleep(0.2)
+            return False
         return False
 
     # -- containers -------------------------------------------------------------------------------
