@@ -17,7 +17,7 @@ from aidcnet.agent import control
 from orchestrator import labdir
 from orchestrator.nodes import role_of
 from orchestrator.nodes.base import AGENT_HEALTH
-from orchestrator.progress import Counter, Phases
+from orchestrator.progress import Counter, Phases, console
 from orchestrator.runtime.docker import (
     ContainerSpec,
     DockerRuntime,
@@ -238,7 +238,12 @@ def destroy(
                 removed_ns += unlink_netns(stale)
     with phases.phase("network"):
         for net in networks - {"none", "host", "bridge"}:
-            runtime.remove_network_if_unused(net)
+            if not runtime.remove_network_if_unused(net) and not runtime.network_in_use(net):
+                console.print(
+                    f"  network {net}: Docker still reports endpoints of removed containers and refuses to "
+                    f"remove it; it is harmless to the next deploy, and `docker network rm {net}` after a "
+                    "dockerd restart clears it"
+                )
     if cleanup:
         for lab_name in labs | ({lab} if lab else set()):
             path = (lab_dir_root or Path.cwd()) / f"clab-{lab_name}"

@@ -70,15 +70,6 @@ class IncrementalWiring:
         return len(self.topo.links)
 
 
-def wire_links(topo: Topology, pids: dict[str, int], workers: int = 8) -> int:
-    """Create every link of ``topo`` at once; ``pids`` maps node name → PID of its network namespace."""
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        wiring = IncrementalWiring(topo, pool)
-        for node, pid in pids.items():
-            wiring.node_started(node, pid)
-        return wiring.finish()
-
-
 def _create_pair(ipr: IPRoute, link: Link, pids: dict[str, int]) -> None:
     try:
         ipr.link(

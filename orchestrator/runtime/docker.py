@@ -110,6 +110,14 @@ class DockerRuntime:
             return False
         return False
 
+    def network_in_use(self, name: str) -> bool:
+        """True when containers are attached (another lab), False when empty or not ours."""
+        for net in self.client.networks.list(names=[name]):
+            if net.name == name and (net.attrs.get("Labels") or {}).get(MANAGED_NETWORK_LABEL) == "true":
+                net.reload()
+                return bool(net.attrs.get("Containers"))
+        return True
+
     # -- containers -------------------------------------------------------------------------------
     def run(self, spec: ContainerSpec) -> tuple[str, int]:
         """Create and start one container; returns (id, pid of its init)."""

@@ -32,10 +32,13 @@ def runtime() -> DockerRuntime:
     return rt
 
 
-def lab_copy(tmp_path: Path, lab: str, name: str) -> Path:
-    """The shipped lab under another name, so tests never touch a lab a user has running."""
+def lab_copy(tmp_path: Path, lab: str, name: str, mgmt: dict | None = None) -> Path:
+    """The shipped lab under another name, so tests never touch a lab a user has running; ``mgmt``
+    gives it a management network of its own."""
     doc = yaml.safe_load((ROOT / "labs" / f"{lab}.clab.yml").read_text())
     doc["name"] = name
+    if mgmt:
+        doc["mgmt"] = mgmt
     path = tmp_path / f"{name}.clab.yml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path

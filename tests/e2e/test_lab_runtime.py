@@ -16,20 +16,26 @@ from orchestrator.topology import load_topology
 
 from .conftest import ROOT, aidclab, host_veths, lab_copy
 
+# Each lab here gets a management network of its own, so "the network is gone" is about the network this
+# lab created, whatever other labs (or other tests) left on the shared default one.
+MGMT = {
+    "t-ls": {"network": "t-ls-mgmt", "ipv4-subnet": "172.20.21.0/24"},
+    "t-crash": {"network": "t-crash-mgmt", "ipv4-subnet": "172.20.22.0/24"},
+}
+
 
 def assert_nothing_left(runtime, lab: str, veths_before: set[str]) -> None:
     assert runtime.lab_containers(lab) == []
     assert netns_links(f"clab-{lab}-") == []
     assert host_veths() <= veths_before
-    if not runtime.lab_containers(None):
-        # With no other lab running, the management network we created is gone too.
-        assert [n for n in runtime.client.networks.list(names=["clab"]) if n.name == "clab"] == []
+    network = MGMT[lab]["network"]
+    assert [n for n in runtime.client.networks.list(names=[network]) if n.name == network] == []
 
 
 def test_deploy_check_every_link_then_destroy(runtime, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     veths_before = host_veths()
-    topo = load_topology(lab_copy(tmp_path, "leaf-spine", "t-ls"))
+    topo = load_topology(lab_copy(tmp_path, "leaf-spine", "t-ls", MGMT["t-ls"]))
     try:
         lab_dir = deploy(topo, runtime)
         containers = runtime.lab_containers("t-ls")
@@ -57,7 +63,7 @@ def test_deploy_check_every_link_then_destroy(runtime, tmp_path, monkeypatch):
                 check=True,
             ).stdout
             assert mtu.strip() == "9500"
-        net = runtime.client.networks.get("clab")
+        net = runtime.client.networks.get(MGMT["t-ls"]["network"])
         assert net.attrs["Internal"] is True
 
         listing = json.loads(aidclab("inspect", str(topo.path), "--format", "json").stdout)
@@ -81,7 +87,7 @@ def test_deploy_check_every_link_then_destroy(runtime, tmp_path, monkeypatch):
 
 def test_destroy_cleans_up_after_killed_deploy(runtime, tmp_path):
     veths_before = host_veths()
-    path = lab_copy(tmp_path, "superpod", "t-crash")
+    path = lab_copy(tmp_path, "superpod", "t-crash", MGMT["t-crash"])
     proc = subprocess.Popen(
         [sys.executable, "-m", "orchestrator.cli", "deploy", str(path), "-q"],
         cwd=tmp_path,

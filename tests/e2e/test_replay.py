@@ -21,6 +21,16 @@ def _replay(topo_path: Path, mode: str, results: Path):
     return load_run(new)
 
 
+def receivers_records(pids: dict[str, int], ops) -> dict[int, set[str]]:
+    """Message id -> hosts holding one good copy, from the receivers' own records (not the driver's)."""
+    got: dict[int, set[str]] = {}
+    for host in {d for op in ops for d in op.dst}:
+        for rec in ask(pids[host], "replay_results", host)["records"]:
+            assert rec["checksum_ok"] and rec["duplicates"] == 0 and rec["bad"] == 0, rec
+            got.setdefault(rec["id"], set()).add(host)
+    return got
+
+
 def test_replay_unicast_and_host_bier(runtime: DockerRuntime, tmp_path: Path) -> None:
     from aidcnet.trace import TraceReader
 
@@ -33,12 +43,7 @@ def test_replay_unicast_and_host_bier(runtime: DockerRuntime, tmp_path: Path) ->
         runs = {mode: _replay(topo.path, mode, results) for mode in ("unicast", "host-bier")}
         # The receivers' own records, not only the driver's summary: one good copy of each message.
         pids = node_pids(topo, runtime)
-        got: dict[int, set[str]] = {}
-        for host in {d for op in ops for d in op.dst}:
-            for rec in ask(pids[host], "replay_results", host)["records"]:
-                assert rec["checksum_ok"] and rec["duplicates"] == 0 and rec["bad"] == 0, rec
-                got.setdefault(rec["id"], set()).add(host)
-        assert got == {op.id: set(op.dst) for op in ops}
+        assert receivers_records(pids, ops) == {op.id: set(op.dst) for op in ops}
 
     for mode, run in runs.items():
         m = run.metrics
@@ -99,11 +104,8 @@ def test_replay_net_bier_sends_one_copy_per_message(runtime: DockerRuntime, tmp_
     with deployed(runtime, tmp_path, "leaf-spine", "rp-netbier", configured=True) as topo:
         runs = {mode: _replay(topo.path, mode, results) for mode in ("unicast", "host-bier", "net-bier")}
         pids = node_pids(topo, runtime)
-        got: dict[int, set[str]] = {}
+        got = receivers_records(pids, ops)
         for host in {d for op in ops for d in op.dst}:
-            for rec in ask(pids[host], "replay_results", host)["records"]:
-                assert rec["checksum_ok"] and rec["duplicates"] == 0 and rec["bad"] == 0, rec
-                got.setdefault(rec["id"], set()).add(host)
             # The run's groups are left once its results are collected.
             assert ask(pids[host], "replay_status", host)["groups"] == 0
         assert got == {op.id: set(op.dst) for op in ops}
