@@ -6,6 +6,10 @@ aidcnet ctl reload [--file F]       validate F (default /etc/aidcnet/node.yml) a
                                     on any error the running config is kept and the field is named
 aidcnet ctl validate F              check a node file without applying it (Ansible's validate= uses it)
 aidcnet ctl show config|counters    the running config, or the agent's counters
+aidcnet ctl ina show                INA jobs, slots in use and drop probabilities of this node
+aidcnet ctl ina reset JOB           forget the slots of a job (before reusing its chunk numbers)
+aidcnet ctl ina allreduce --job 1   run one AllReduce of a generated array here (docs/allreduce.md)
+aidcnet ctl drop eth1 0.02          drop 2% of what this agent sends on eth1 (0 removes the rule)
 """
 
 from __future__ import annotations
@@ -81,6 +85,20 @@ def main(argv: list[str] | None = None) -> int:
     send.add_argument("--entropy", type=int, default=0, help="BIER entropy of the first message")
     received = bier_verbs.add_parser("received", help="payloads delivered here (and --clear them)")
     received.add_argument("--clear", action="store_true")
+    ina = verbs.add_parser("ina", help="in-network aggregation: jobs, slots, AllReduce (docs/allreduce.md)")
+    ina_verbs = ina.add_subparsers(dest="ina_verb", required=True)
+    ina_verbs.add_parser("show", help="jobs, slots in use, drop probabilities")
+    reset = ina_verbs.add_parser("reset", help="forget every slot of a job")
+    reset.add_argument("job", type=int)
+    ar = ina_verbs.add_parser("allreduce", help="AllReduce this worker's generated array (gpu-host)")
+    ar.add_argument("--job", type=int, required=True)
+    ar.add_argument("--mode", choices=["ina", "ps", "ring"], default="ina")
+    ar.add_argument("--elements", type=int, default=4096, help="array length (default 4096)")
+    ar.add_argument("--seed", type=int, default=0, help="seed of the generated arrays (same on every worker)")
+    ar.add_argument("--chunk-base", type=int, default=0, help="first chunk number (default 0)")
+    drop = verbs.add_parser("drop", help="drop a share of what this agent sends on an interface")
+    drop.add_argument("interface", help="data interface, e.g. eth1")
+    drop.add_argument("probability", type=float, help="0..1; 0 removes the rule")
     args = parser.parse_args(argv)
     if args.command == "agent":
         from pathlib import Path
@@ -107,6 +125,17 @@ def main(argv: list[str] | None = None) -> int:
         )
     if args.verb == "bier":
         return _ask("bier_received", clear=args.clear)
+    if args.verb == "drop":
+        return _ask("drop", interface=args.interface, probability=args.probability)
+    if args.verb == "ina" and args.ina_verb == "reset":
+        return _ask("ina_reset", job=args.job)
+    if args.verb == "ina" and args.ina_verb == "allreduce":
+        return _ask(
+            "allreduce", job=args.job, mode=args.mode, elements=args.elements, seed=args.seed,
+            chunk_base=args.chunk_base,
+        )
+    if args.verb == "ina":
+        return _ask("ina")
     return _ask("health")
 
 

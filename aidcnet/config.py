@@ -132,6 +132,70 @@ class Bgp(_Model):
     router_id: ipaddress.IPv4Address
 
 
+class InaJob(_Model):
+    """One job's VAT node on an INA switch (seed draft 002 §2.1); ``aidcnet.ina.aggregator.JobConfig``
+    checks the rest (BSL, one SI, op/dtype pairing) when the switch agent builds its aggregator."""
+
+    job_id: int = Field(ge=0, le=0xFFFFFFFF)
+    # A-BM: BFR-ids of the workers below this VAT node.
+    abm: list[int] = Field(min_length=1)
+    root: bool = False
+    # The parent VAT node (a node name); results go there by following next_hop toward the root.
+    parent: str | None = None
+    op: Literal["sum", "min", "max", "prod"] = "sum"
+    dtype: Literal["int32", "float32", "fixed32"] = "int32"
+    slot_budget: int = Field(default=64, ge=1, le=1 << 20)
+    # The neighbour's link address toward the root (none at the root, which disseminates by BIER).
+    next_hop: ipaddress.IPv4Address | None = None
+
+    @model_validator(mode="after")
+    def _root_or_parent(self) -> InaJob:
+        if self.root and (self.parent or self.next_hop):
+            raise ValueError(f"job {self.job_id}: the root sends its result by BIER; no parent or next_hop")
+        if not self.root and not (self.parent and self.next_hop):
+            raise ValueError(f"job {self.job_id}: a non-root VAT node needs a parent and a next_hop")
+        return self
+
+
+class InaTransit(_Model):
+    """A switch on a job's path with no VAT node of it: INA packets of the job go on toward the root."""
+
+    job_id: int = Field(ge=0, le=0xFFFFFFFF)
+    next_hop: ipaddress.IPv4Address
+
+
+class InaMember(_Model):
+    """A GPU host's part in a job: where its chunks go first and who else takes part."""
+
+    job_id: int = Field(ge=0, le=0xFFFFFFFF)
+    # BFR-ids of every worker of the job (the root's A-BM); this host's own is its bier.bfr_id.
+    workers: list[int] = Field(min_length=1)
+    next_hop: ipaddress.IPv4Address
+    root: str
+    op: Literal["sum", "min", "max", "prod"] = "sum"
+    dtype: Literal["int32", "float32", "fixed32"] = "int32"
+    # Chunks in flight per worker: at most half the smallest slot budget on the VAT, so a slot is never
+    # reused while a slower worker may still retransmit into it (docs/allreduce.md).
+    window: int = Field(default=32, ge=1)
+
+
+class Ina(_Model):
+    """In-network aggregation (docs/ina-header.md, docs/allreduce.md)."""
+
+    port: int = Field(default=4792, ge=1, le=65535)
+    jobs: list[InaJob] = Field(default_factory=list)
+    transit: list[InaTransit] = Field(default_factory=list)
+    members: list[InaMember] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _one_entry_per_job(self) -> Ina:
+        ids = [j.job_id for j in self.jobs] + [t.job_id for t in self.transit]
+        dupes = sorted({i for i in ids if ids.count(i) > 1})
+        if dupes:
+            raise ValueError(f"job {', '.join(map(str, dupes))}: listed more than once in jobs/transit")
+        return self
+
+
 class NodeConfig(_Model):
     version: int
     node: str = Field(min_length=1)
@@ -141,6 +205,7 @@ class NodeConfig(_Model):
     routes: list[Route] = Field(default_factory=list)
     bgp: Bgp | None = None
     bier: Bier | None = None
+    ina: Ina | None = None
 
     @field_validator("version")
     @classmethod

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aidcnet.agent import control, metrics
+from aidcnet.agent.ina_agent import InaPart
 from aidcnet.paths import DEFAULT_CONFIG_PATH
 
 # Everything behind a node file (pydantic models, BIER, replay) is imported when first needed: a fresh
@@ -45,6 +46,7 @@ class Agent:
         self.counters: Counter[str] = Counter()
         self.bier: BierService | None = None
         self.replay: ReplayService | None = None
+        self.ina = InaPart(self)
         self._reload_lock = asyncio.Lock()
 
     # -- configuration ------------------------------------------------------------------------------
@@ -114,12 +116,14 @@ class Agent:
             try:
                 summary = await asyncio.to_thread(self._converge, new)
                 self._restart_bier(new)
+                self.ina.restart(new)
             except (KernelError, ValueError, OSError) as exc:
                 self.counters["config.apply_failed"] += 1
                 log.error("applying %s failed, restoring the previous config: %s", path, exc)
                 try:
                     await asyncio.to_thread(self._converge, self.config)
                     self._restart_bier(self.config)
+                    self.ina.restart(self.config)
                 except (KernelError, ValueError, OSError) as again:
                     log.error("restoring the previous config failed too: %s", again)
                 return {"ok": False, "error": f"{path}: {exc}", "kept": self._running_id()}
@@ -161,6 +165,7 @@ class Agent:
             counters["bier.app-dropped"] = self.bier.app_dropped
             if self.bier.edge is not None:
                 counters.update({f"net-bier.{k}": v for k, v in self.bier.edge.counters().items()})
+        counters.update(self.ina.counters())
         return {"ok": True, "counters": dict(sorted(counters.items()))}
 
     def _bier_service(self) -> BierService:
@@ -201,7 +206,7 @@ class Agent:
         # The BIER service is rebuilt on reload: hook whichever one runs now.
         self.replay.bier = self.bier
         if self.bier is not None:
-            self.bier.on_udp = self.replay.on_bier_datagram
+            self.bier.on_udp = self.ina.on_bier_udp  # INA results first, then the replay's datagrams
         return self.replay
 
     async def replay_load(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -236,6 +241,7 @@ class Agent:
                 "replay_start": self.replay_start,
                 "replay_status": self.replay_status,
                 "replay_results": self.replay_results,
+                **self.ina.handlers(),
             }
         )
         log.info("aidcnet %s agent ready on %s", self.role, control.CONTROL_SOCKET)

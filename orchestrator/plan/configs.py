@@ -15,6 +15,7 @@ from aidcnet.config import (
     Route,
 )
 from orchestrator.plan.context import natural_key
+from orchestrator.plan.ina import ina_config
 from orchestrator.plan.model import LabPlan, PlanError
 
 
@@ -53,6 +54,7 @@ def node_config(plan: LabPlan, name: str) -> NodeConfig:
         routes=routes,
         bgp=Bgp(asn=node.asn, router_id=node.loopback.ip) if node.asn is not None else None,
         bier=bier_config(plan, name),
+        ina=ina_config(plan, name),
     )
 
 

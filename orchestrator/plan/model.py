@@ -91,6 +91,26 @@ class LinkVars(_Vars):
     sublinks: int | None = Field(default=None, ge=1, le=64)
 
 
+class InaJobVars(_Vars):
+    """One AllReduce job: its workers, its VAT root and the A-BM of every VAT node (seed draft 002)."""
+
+    job: int = Field(ge=0, le=0xFFFFFFFF)
+    workers: list[str] = Field(min_length=1)
+    root: str
+    # switch -> the workers it aggregates (its A-BM); the root may be left out (its A-BM is every worker).
+    abm: dict[str, list[str]] = Field(default_factory=dict)
+    op: Literal["sum", "min", "max", "prod"] | None = None
+    dtype: Literal["int32", "float32", "fixed32"] | None = None
+    slot_budget: int | None = Field(default=None, ge=2, le=1 << 20)
+
+
+class InaVars(_Vars):
+    op: Literal["sum", "min", "max", "prod"] | None = None
+    dtype: Literal["int32", "float32", "fixed32"] | None = None
+    slot_budget: int | None = Field(default=None, ge=2, le=1 << 20)
+    jobs: list[InaJobVars] = Field(default_factory=list)
+
+
 PlanesSpec = Literal["auto"] | Annotated[int, Field(ge=1)] | list[list[str]]
 
 
@@ -101,6 +121,7 @@ class LabVars(_Vars):
     asn: AsnVars = Field(default_factory=AsnVars)
     bandwidth: BandwidthVars = Field(default_factory=BandwidthVars)
     bier: BierVars = Field(default_factory=BierVars)
+    ina: InaVars = Field(default_factory=InaVars)
     planes: PlanesSpec | None = None
     nodes: dict[str, NodeVars] = Field(default_factory=dict)
     links: dict[str, LinkVars] = Field(default_factory=dict)
@@ -210,6 +231,31 @@ class Unreachable(_Plan):
     pairs: list[str] = Field(default_factory=list)
 
 
+class PlanVatNode(_Plan):
+    abm: list[str]
+    abm_bfr_ids: list[int]
+    parent: str | None = None
+    next_hop: ipaddress.IPv4Address | None = None
+
+
+class PlanInaJob(_Plan):
+    """A job as the switches and hosts see it: VAT nodes, transit switches and each worker's first hop."""
+
+    job: int
+    workers: list[str]
+    worker_bfr_ids: list[int]
+    root: str
+    op: str
+    dtype: str
+    slot_budget: int
+    window: int
+    vat: dict[str, PlanVatNode]
+    # transit switch -> its next hop toward the root
+    transit: dict[str, ipaddress.IPv4Address] = Field(default_factory=dict)
+    # worker -> its first hop toward the root
+    first_hop: dict[str, ipaddress.IPv4Address] = Field(default_factory=dict)
+
+
 class LabPlan(_Plan):
     version: int = PLAN_VERSION
     lab: str
@@ -219,4 +265,5 @@ class LabPlan(_Plan):
     links: list[PlanLink]
     bier: PlanBier = Field(default_factory=PlanBier)
     planes: list[PlanPlane] = Field(default_factory=list)
+    ina: list[PlanInaJob] = Field(default_factory=list)
     unreachable: Unreachable = Field(default_factory=Unreachable)

@@ -1,0 +1,319 @@
+"""The GPU host's AllReduce service: ``allreduce(array, job)`` over INA, and the two baselines
+(parameter server, ring) over plain UDP between the same hosts. The protocol logic is
+:mod:`aidcnet.ina.worker` and :mod:`aidcnet.ina.aggregator`; this module owns sockets and timers.
+
+* ``ina``: chunks go to the host's first hop toward the job's VAT root (UDP 4792); results come back
+  by BIER (the host's BIER service hands them over, :meth:`on_bier_udp`).
+* ``ps``: the same INA packets go straight to a parameter server host, which runs the very same
+  aggregator as a VAT root on a server (the draft's §1 "PS") and answers every worker by unicast.
+* ``ring``: reduce-scatter + all-gather between the workers on UDP 4793, every message acknowledged
+  (docs/allreduce.md).
+
+All three retransmit on timeout, so a lost packet costs time, never a wrong or missing result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import time
+from collections import Counter
+from typing import Any
+
+import numpy as np
+
+from aidcnet.config import Ina, InaMember
+from aidcnet.ina.aggregator import Aggregator, JobConfig
+from aidcnet.ina.header import DType, InaDecodeError, InaHeader, Op
+from aidcnet.ina.vat import Action
+from aidcnet.ina.worker import (
+    DEFAULT_CHUNK_ELEMENTS,
+    DEFAULT_TIMEOUT_S,
+    AllreduceJob,
+    ReliableSender,
+    RingAllreduce,
+    ack_for,
+    digest,
+    worker_array,
+)
+from aidcnet.ipv4 import UdpDatagram
+from aidcnet.udpio import BatchIO, Datagram, set_socket_buffer
+
+log = logging.getLogger("aidcnet.ina.worker")
+
+MODES = ("ina", "ps", "ring")
+_BUF = 32 << 20
+
+
+def _udp_socket(port: int) -> tuple[socket.socket, BatchIO]:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    set_socket_buffer(sock, socket.SO_RCVBUF, _BUF)
+    set_socket_buffer(sock, socket.SO_SNDBUF, _BUF)
+    sock.bind(("0.0.0.0", port))
+    sock.setblocking(False)
+    return sock, BatchIO(sock)
+
+
+class InaWorkerService:
+    def __init__(self, ina: Ina, bfr_id: int, bsl: int, loopback: str) -> None:
+        self.ina = ina
+        self.bfr_id = bfr_id
+        self.bsl = bsl
+        self.loopback = loopback
+        self.members: dict[int, InaMember] = {m.job_id: m for m in ina.members}
+        self.c: Counter[str] = Counter()
+        self.sock, self.io = _udp_socket(ina.port)
+        self.ring_sock, self.ring_io = _udp_socket(ina.port + 1)
+        # job -> (AllreduceJob, where its packets go, future set when complete)
+        self.active: dict[int, tuple[AllreduceJob, str, asyncio.Future[None]]] = {}
+        self.ring: dict[int, tuple[RingAllreduce, ReliableSender, str, asyncio.Future[None]]] = {}
+        # Parameter-server role: an aggregator whose jobs are roots, and each job's worker addresses.
+        self.ps = Aggregator()
+        self.ps_workers: dict[int, dict[int, str]] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._tick: asyncio.TimerHandle | None = None
+
+    # -- lifecycle --------------------------------------------------------------------------------
+    def attach(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        loop.add_reader(self.sock.fileno(), self._drain)
+        loop.add_reader(self.ring_sock.fileno(), self._drain_ring)
+
+    def close(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        if loop is not None:
+            loop.remove_reader(self.sock.fileno())
+            loop.remove_reader(self.ring_sock.fileno())
+        if self._tick is not None:
+            self._tick.cancel()
+        for _job, _dst, fut in self.active.values():
+            if not fut.done():
+                fut.set_exception(RuntimeError("the INA service was reconfigured mid-AllReduce"))
+        self.sock.close()
+        self.ring_sock.close()
+
+    def counters(self) -> dict[str, int]:
+        return {f"ina.{k}": v for k, v in sorted(self.c.items())}
+
+    # -- receive paths ----------------------------------------------------------------------------
+    def on_bier_udp(self, datagram: UdpDatagram) -> bool:
+        """BIER delivery hook: claims INA results (UDP destination port 4792) sent by a VAT root."""
+        if datagram.dport != self.ina.port:
+            return False
+        self.c["rx.bier.packets"] += 1
+        self._on_ina(datagram.payload, None)
+        return True
+
+    def _drain(self) -> None:
+        for _ in range(16):
+            pkts = self.io.recv()
+            for buf, src in pkts:
+                self.c["rx.udp.packets"] += 1
+                self._on_ina(bytes(buf), src[0])
+            if len(pkts) < self.io.max_msgs:
+                break
+
+    def _on_ina(self, buf: bytes, src: str | None) -> None:
+        try:
+            hdr = InaHeader.decode(buf)
+        except InaDecodeError as exc:
+            self.c["dropped.malformed-" + exc.reason] += 1
+            return
+        if not hdr.result:
+            self._ps_handle(hdr)
+            return
+        entry = self.active.get(hdr.job_id)
+        if entry is None:
+            self.c["dropped.result-not-running"] += 1
+            return
+        job, dst, fut = entry
+        if job.on_result(hdr):
+            self.c["results"] += 1
+            if job.complete:
+                del self.active[hdr.job_id]
+                if not fut.done():
+                    fut.set_result(None)
+            else:
+                self._send([(p, (dst, self.ina.port)) for p in job.due(time.monotonic())], self.io)
+        else:
+            self.c["dropped.duplicate-result"] += 1
+
+    def _ps_handle(self, hdr: InaHeader) -> None:
+        decision = self.ps.handle(hdr)
+        if decision.action is Action.DISSEMINATE and decision.packet is not None:
+            from aidcnet.bier.bitstring import ids_from_bitstring
+
+            data = decision.packet.encode()
+            addrs = self.ps_workers[hdr.job_id]
+            ids = ids_from_bitstring(decision.si, decision.bitstring, self.bsl)
+            # The baseline's dissemination: one unicast copy per worker.
+            self._send([(data, (addrs[i], self.ina.port)) for i in ids if i in addrs], self.io)
+            self.c["ps." + decision.reason] += 1
+        elif decision.action is Action.DROP:
+            self.c["ps.dropped." + decision.reason] += 1
+        else:
+            self.c["ps." + decision.reason] += 1
+
+    def _drain_ring(self) -> None:
+        for _ in range(16):
+            pkts = self.ring_io.recv()
+            for buf, src in pkts:
+                self._on_ring(bytes(buf), src)
+            if len(pkts) < self.ring_io.max_msgs:
+                break
+
+    def _on_ring(self, buf: bytes, src: tuple[str, int]) -> None:
+        try:
+            hdr = InaHeader.decode(buf)
+        except InaDecodeError as exc:
+            self.c["ring.dropped.malformed-" + exc.reason] += 1
+            return
+        entry = self.ring.get(hdr.job_id)
+        if entry is None:
+            self.c["ring.dropped.not-running"] += 1
+            return
+        ring, sender, nxt, fut = entry
+        if hdr.element_count == 0:
+            sender.ack((hdr.chunk - ring.chunk_base, hdr.result))
+        else:
+            self._send([(ack_for(hdr), src)], self.ring_io)
+            step = ring.on_message(hdr)
+            if step is None:
+                self.c["ring.duplicates"] += 1
+            elif step.send is not None:
+                sender.push((step.send.chunk - ring.chunk_base, step.send.result), step.send.encode())
+        self._send([(p, (nxt, self.ina.port + 1)) for p in sender.due(time.monotonic())], self.ring_io)
+        if ring.complete and sender.idle:
+            del self.ring[hdr.job_id]
+            if not fut.done():
+                fut.set_result(None)
+
+    def _send(self, out: list[Datagram], io: BatchIO) -> None:
+        if not out:
+            return
+        failed: list[int] = []
+        io.send(out, failed)
+        self.c["tx.packets"] += len(out) - len(failed)
+        self.c["tx.errors"] += len(failed)
+
+    # -- timers -----------------------------------------------------------------------------------
+    def _schedule(self, period: float) -> None:
+        if self._tick is None and self._loop is not None:
+            self._tick = self._loop.call_later(period, self._on_tick, period)
+
+    def _on_tick(self, period: float) -> None:
+        self._tick = None
+        now = time.monotonic()
+        for job, dst, _fut in self.active.values():
+            self._send([(p, (dst, self.ina.port)) for p in job.due(now)], self.io)
+        for ring, sender, nxt, fut in list(self.ring.values()):
+            self._send([(p, (nxt, self.ina.port + 1)) for p in sender.due(now)], self.ring_io)
+            if ring.complete and sender.idle:
+                self.ring.pop(ring.job_id, None)
+                if not fut.done():
+                    fut.set_result(None)
+        if self.active or self.ring:
+            self._schedule(period)
+
+    # -- control ops ------------------------------------------------------------------------------
+    def ps_serve(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Be the parameter server of ``job`` for ``workers`` ({BFR-id: address}); replaces its slots."""
+        job_id = int(request["job"])
+        workers = {int(k): str(v) for k, v in request["workers"].items()}
+        self.ps.add_job(
+            JobConfig(
+                job_id=job_id,
+                bsl=self.bsl,
+                abm=tuple(workers),
+                op=request.get("op", "sum"),
+                dtype=request.get("dtype", "int32"),
+                root=True,
+                slot_budget=int(request.get("slot_budget", 64)),
+            )
+        )
+        self.ps_workers[job_id] = workers
+        return {"ok": True, "job": job_id, "workers": len(workers)}
+
+    async def allreduce(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Run one AllReduce of this worker's generated array (``worker_array(seed, bfr_id, elements)``)
+        and report its digest; ``start_at`` (epoch seconds) lines up the workers' starts."""
+        job_id = int(request["job"])
+        mode = request.get("mode", "ina")
+        if mode not in MODES:
+            raise ValueError(f"mode {mode!r}: one of {', '.join(MODES)}")
+        member = self.members.get(job_id)
+        if member is None:
+            known = sorted(self.members)
+            raise ValueError(f"this host is no worker of job {job_id} (its ina.members: {known})")
+        if job_id in self.active or job_id in self.ring:
+            raise ValueError(f"job {job_id} is already running an AllReduce here")
+        op, dtype = Op[member.op.upper()], DType[member.dtype.upper()]
+        elements = int(request["elements"])
+        if elements < 1:
+            raise ValueError("elements must be >= 1")
+        values = worker_array(int(request.get("seed", 0)), self.bfr_id, elements, dtype)
+        timeout = float(request.get("timeout_s", DEFAULT_TIMEOUT_S))
+        per_chunk = int(request.get("chunk_elements", DEFAULT_CHUNK_ELEMENTS))
+        chunk_base = int(request.get("chunk_base", 0))
+        start_at = float(request.get("start_at", 0.0))
+        if start_at > time.time():
+            await asyncio.sleep(start_at - time.time())
+        assert self._loop is not None
+        fut: asyncio.Future[None] = self._loop.create_future()
+        t0 = time.time()
+        retransmits = 0
+        if mode == "ring":
+            if op is not Op.SUM or dtype is not DType.INT32:
+                raise ValueError("the ring baseline does int32 sums")
+            ranks = sorted(member.workers)
+            addrs = {int(k): str(v) for k, v in request["addresses"].items()}
+            rank = ranks.index(self.bfr_id)
+            ring = RingAllreduce(
+                values, rank=rank, ranks=ranks, job_id=job_id, bsl=self.bsl, op=op,
+                chunk_base=chunk_base, per_chunk=per_chunk,
+            )
+            sender = ReliableSender(member.window, timeout)
+            nxt = addrs[ranks[(rank + 1) % len(ranks)]]
+            self.ring[job_id] = (ring, sender, nxt, fut)
+            for msg in ring.originate():
+                sender.push((msg.chunk - chunk_base, msg.result), msg.encode())
+            self._send([(p, (nxt, self.ina.port + 1)) for p in sender.due(time.monotonic())], self.ring_io)
+            if ring.complete and sender.idle:
+                self.ring.pop(job_id, None)
+                fut.set_result(None)
+            self._schedule(timeout / 4)
+            await fut
+            result, retransmits = ring.out, sender.retransmits
+        else:
+            dst = str(member.next_hop) if mode == "ina" else str(request["ps"])
+            scale = int(request.get("scale", 0))
+            if dtype is DType.FIXED32 and "scale" not in request:
+                from aidcnet.ina.fixedpoint import choose_scale
+
+                scale = choose_scale(1.0, len(member.workers))  # worker_array floats lie in [-1, 1)
+            job = AllreduceJob(
+                values, job_id=job_id, bfr_id=self.bfr_id, bsl=self.bsl, op=op, dtype=dtype,
+                chunk_base=chunk_base, per_chunk=per_chunk, window=member.window, timeout=timeout,
+                scale=scale,
+            )
+            self.active[job_id] = (job, dst, fut)
+            self._send([(p, (dst, self.ina.port)) for p in job.due(time.monotonic())], self.io)
+            self._schedule(timeout / 4)
+            await fut
+            result, retransmits = job.out, job.window.retransmits
+        end = time.time()
+        self.c[f"allreduce.{mode}"] += 1
+        self.c["retransmits"] += retransmits
+        return {
+            "ok": True,
+            "job": job_id,
+            "mode": mode,
+            "bfr_id": self.bfr_id,
+            "elements": elements,
+            "seconds": round(end - t0, 6),
+            "started": t0,
+            "finished": end,
+            "retransmits": retransmits,
+            "digest": digest(result),
+            "head": np.asarray(result[:4]).tolist(),
+        }

@@ -1,0 +1,333 @@
+"""The worker's side of an AllReduce, as pure logic: chunking, the send window, retransmit on timeout,
+result assembly (SwitchML/ATP style), and the ring baseline's per-chunk rules. No sockets, no clock:
+callers pass ``now``; the agent (``aidcnet/agent/ina_worker.py``) does the I/O.
+
+Window rule (why a slot is never reused under a slow worker): a worker sends chunk ``c`` only while
+``c < lowest chunk without a result + window``. Every chunk below the slowest worker's lowest missing
+result is finished and needed by nobody, and the chunks anyone can have sent span fewer than
+``2 * window`` numbers, so with ``window <= slot_budget // 2`` a switch that reuses its oldest finished
+slot never reuses one a worker may still retransmit into (docs/allreduce.md).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Final
+
+import numpy as np
+
+from aidcnet.ina import fixedpoint
+from aidcnet.ina.header import DType, InaFlags, InaHeader, Op, payload_from_array
+
+# 2048 four-octet elements: an 8 KiB payload that still fits a 9500-octet link MTU after the BIER
+# encapsulation of the result (outer IPv4/UDP, MPLS, RFC 8296 header with up to a 1024-bit BitString,
+# inner IPv4/UDP, INA header with the P-BM).
+DEFAULT_CHUNK_ELEMENTS: Final = 2048
+DEFAULT_TIMEOUT_S: Final = 0.2
+
+NP_DTYPES: Final = {DType.INT32: np.int32, DType.FLOAT32: np.float32, DType.FIXED32: np.float32}
+_REDUCE: Final = {Op.SUM: np.add, Op.MIN: np.minimum, Op.MAX: np.maximum, Op.PROD: np.multiply}
+
+
+def worker_array(seed: int, worker: int, elements: int, dtype: DType) -> np.ndarray:
+    """The deterministic test array of worker ``worker`` (its BFR-id): full-range int32 (so sums wrap)
+    or floats in [-1, 1). Drivers recompute every worker's array to know the exact expected result."""
+    rng = np.random.default_rng([seed, worker])
+    if dtype is DType.INT32:
+        return rng.integers(-(2**31), 2**31, elements, dtype=np.int64).astype(np.int32)
+    return rng.uniform(-1.0, 1.0, elements).astype(np.float32)
+
+
+def reference(arrays: list[np.ndarray], op: Op) -> np.ndarray:
+    """numpy's reduction of the workers' arrays: int32 wraps modulo 2**32, as the switch ALU does."""
+    out = arrays[0].copy()
+    for a in arrays[1:]:
+        _REDUCE[op](out, a, out=out)
+    return out
+
+
+def digest(values: np.ndarray) -> str:
+    """sha256 of the array as big-endian elements: equal digests mean bit-exact equal results."""
+    big = np.ascontiguousarray(values).astype(values.dtype.newbyteorder(">"))
+    return hashlib.sha256(big.tobytes()).hexdigest()
+
+
+def chunk_count(elements: int, per_chunk: int) -> int:
+    return max(1, -(-elements // per_chunk))
+
+
+@dataclass
+class SendWindow:
+    """Which chunks to send now: new ones inside the window, and those whose result is overdue.
+
+    A chunk is outstanding from its first send until :meth:`done`; after ``timeout`` without a result
+    it is sent again with the R flag (and its timer restarts).
+    """
+
+    chunks: int
+    window: int
+    timeout: float
+    lowest: int = 0  # lowest chunk without a result
+    next_new: int = 0
+    retransmits: int = 0
+    sent_at: dict[int, float] = field(default_factory=dict)
+    finished: set[int] = field(default_factory=set)
+
+    @property
+    def complete(self) -> bool:
+        return len(self.finished) == self.chunks
+
+    def due(self, now: float) -> list[tuple[int, bool]]:
+        """``(chunk, retransmit)`` pairs to send at ``now``, marking them sent."""
+        out: list[tuple[int, bool]] = []
+        for chunk, at in self.sent_at.items():
+            if now - at >= self.timeout:
+                out.append((chunk, True))
+        for chunk, _ in out:
+            self.sent_at[chunk] = now
+        self.retransmits += len(out)
+        while self.next_new < self.chunks and self.next_new < self.lowest + self.window:
+            self.sent_at[self.next_new] = now
+            out.append((self.next_new, False))
+            self.next_new += 1
+        return out
+
+    def done(self, chunk: int) -> bool:
+        """Record a result; False for a chunk out of range or already finished (a duplicate)."""
+        if not 0 <= chunk < self.chunks or chunk in self.finished:
+            return False
+        self.finished.add(chunk)
+        self.sent_at.pop(chunk, None)
+        while self.lowest in self.finished:
+            self.lowest += 1
+        return True
+
+
+class AllreduceJob:
+    """One worker's AllReduce of ``values`` over INA (or a parameter server speaking the same header).
+
+    ``packet(chunk, retransmit)`` builds what to send; ``on_result(hdr)`` takes a result packet and
+    returns True when it was new. FIXED32 jobs convert with a shared ``scale`` (every worker must use
+    the same one: :func:`aidcnet.ina.fixedpoint.choose_scale` from a bound all workers know).
+    """
+
+    def __init__(
+        self,
+        values: np.ndarray,
+        *,
+        job_id: int,
+        bfr_id: int,
+        bsl: int,
+        op: Op,
+        dtype: DType,
+        chunk_base: int = 0,
+        per_chunk: int = DEFAULT_CHUNK_ELEMENTS,
+        window: int = 32,
+        timeout: float = DEFAULT_TIMEOUT_S,
+        scale: int = 0,
+    ) -> None:
+        from aidcnet.bier.bitstring import bfr_id_to_si_bit
+
+        self.job_id, self.op, self.dtype, self.bsl = job_id, op, dtype, bsl
+        self.si, bit = bfr_id_to_si_bit(bfr_id, bsl)
+        self.pbm = 1 << (bit - 1)
+        self.chunk_base, self.per_chunk, self.scale = chunk_base, per_chunk, scale
+        self.elements = len(values)
+        wire = fixedpoint.to_fixed(values, scale) if dtype is DType.FIXED32 else values
+        self.wire = np.ascontiguousarray(wire).astype(wire.dtype.newbyteorder(">"))
+        self.out = np.zeros(self.elements, dtype=NP_DTYPES[dtype])
+        self.window = SendWindow(chunk_count(self.elements, per_chunk), window, timeout)
+        self.results = 0
+        self.ignored = 0
+
+    def _slice(self, chunk: int) -> slice:
+        return slice(chunk * self.per_chunk, min(self.elements, (chunk + 1) * self.per_chunk))
+
+    def packet(self, chunk: int, retransmit: bool) -> bytes:
+        return InaHeader(
+            job_id=self.job_id,
+            chunk=self.chunk_base + chunk,
+            op=self.op,
+            dtype=self.dtype,
+            bsl=self.bsl,
+            si=self.si,
+            pbm=self.pbm,
+            scale=self.scale,
+            flags=InaFlags.RETRANSMIT if retransmit else InaFlags.NONE,
+            payload=memoryview(self.wire[self._slice(chunk)]).cast("B"),
+        ).encode()
+
+    def due(self, now: float) -> list[bytes]:
+        return [self.packet(c, r) for c, r in self.window.due(now)]
+
+    def on_result(self, hdr: InaHeader) -> bool:
+        chunk = hdr.chunk - self.chunk_base
+        where = self._slice(chunk) if 0 <= chunk < self.window.chunks else None
+        if (
+            where is None
+            or hdr.job_id != self.job_id
+            or not hdr.result
+            or not hdr.pbm & self.pbm
+            or hdr.element_count != where.stop - where.start
+            or not self.window.done(chunk)
+        ):
+            self.ignored += 1
+            return False
+        values = hdr.payload_array()
+        self.out[where] = fixedpoint.from_fixed(values, hdr.scale) if self.dtype is DType.FIXED32 else values
+        self.results += 1
+        return True
+
+    @property
+    def complete(self) -> bool:
+        return self.window.complete
+
+
+# ------------------------------------------------------------------------------------------- ring
+
+
+@dataclass(frozen=True)
+class RingStep:
+    """What a ring worker does with a message: keep ``result`` (final values) and/or send ``send`` on."""
+
+    send: InaHeader | None
+    result: np.ndarray | None
+
+
+class RingAllreduce:
+    """Ring AllReduce (reduce-scatter then all-gather) pipelined per chunk, between ``n`` workers.
+
+    Chunk ``k`` starts at rank ``k % n`` with that worker's values and P-BM = its bit; each rank adds
+    its own values and passes it to the next rank until the P-BM holds every worker (reduce-scatter,
+    n - 1 hops); the completing rank then passes the final values around with the S flag until every
+    rank has them (all-gather, n - 1 more hops). Every rank sends 2 (n - 1) / n of the array, the
+    classic ring cost. Duplicates (a retransmitted message already handled) are recognised by
+    ``(chunk, S)`` and only re-acknowledged.
+    """
+
+    def __init__(
+        self,
+        values: np.ndarray,
+        *,
+        rank: int,
+        ranks: list[int],
+        job_id: int,
+        bsl: int,
+        op: Op,
+        chunk_base: int = 0,
+        per_chunk: int = DEFAULT_CHUNK_ELEMENTS,
+    ) -> None:
+        from aidcnet.bier.bitstring import bfr_id_to_si_bit
+
+        self.ranks = ranks  # BFR-ids in ring order
+        self.n = len(ranks)
+        self.rank = rank  # index into ranks
+        self.job_id, self.bsl, self.op = job_id, bsl, op
+        self.si = bfr_id_to_si_bit(ranks[0], bsl)[0]
+        self.bits = [1 << (bfr_id_to_si_bit(r, bsl)[1] - 1) for r in ranks]
+        self.all_bits = sum(self.bits)
+        self.values = np.ascontiguousarray(values, dtype=np.int32)
+        self.out = np.zeros(len(values), dtype=np.int32)
+        self.per_chunk, self.chunk_base = per_chunk, chunk_base
+        self.chunks = chunk_count(len(values), per_chunk)
+        self.handled: set[tuple[int, bool]] = set()
+        self.have = 0
+
+    def _slice(self, chunk: int) -> slice:
+        return slice(chunk * self.per_chunk, min(len(self.values), (chunk + 1) * self.per_chunk))
+
+    def _msg(self, chunk: int, pbm: int, values: np.ndarray, result: bool) -> InaHeader:
+        return InaHeader(
+            job_id=self.job_id, chunk=self.chunk_base + chunk, op=self.op, dtype=DType.INT32, bsl=self.bsl,
+            si=self.si, pbm=pbm, flags=InaFlags.RESULT if result else InaFlags.NONE,
+            payload=payload_from_array(values, DType.INT32),
+        )
+
+    def originate(self) -> list[InaHeader]:
+        """This rank's own chunks (those starting here), to send to the next rank."""
+        if self.n == 1:
+            self.out[:] = self.values
+            self.have = self.chunks
+            return []
+        return [
+            self._msg(k, self.bits[self.rank], self.values[self._slice(k)], False)
+            for k in range(self.rank, self.chunks, self.n)
+        ]
+
+    @property
+    def complete(self) -> bool:
+        return self.have == self.chunks
+
+    def on_message(self, hdr: InaHeader) -> RingStep | None:
+        """None for a duplicate or a message that is not ours (acknowledge it anyway)."""
+        chunk = hdr.chunk - self.chunk_base
+        if hdr.job_id != self.job_id or not 0 <= chunk < self.chunks:
+            return None
+        key = (chunk, hdr.result)
+        if key in self.handled:
+            return None
+        where = self._slice(chunk)
+        if hdr.element_count != where.stop - where.start:
+            return None
+        self.handled.add(key)
+        values = hdr.payload_array()
+        completer = (chunk % self.n - 1) % self.n
+        nxt = (self.rank + 1) % self.n
+        if hdr.result:
+            self.out[where] = values
+            self.have += 1
+            send = self._msg(chunk, self.all_bits, values, True) if nxt != completer else None
+            return RingStep(send, self.out[where])
+        acc = values.astype(np.int32)
+        _REDUCE[self.op](acc, self.values[where], out=acc)
+        pbm = hdr.pbm | self.bits[self.rank]
+        if pbm == self.all_bits:
+            self.out[where] = acc
+            self.have += 1
+            self.handled.add((chunk, True))
+            return RingStep(self._msg(chunk, pbm, acc, True), acc)
+        return RingStep(self._msg(chunk, pbm, acc, False), None)
+
+
+class ReliableSender:
+    """Per-peer reliable delivery for the ring: each message waits for an ACK (the same header with no
+    elements), is resent after ``timeout``, and at most ``window`` are unacknowledged at a time."""
+
+    def __init__(self, window: int, timeout: float) -> None:
+        self.window, self.timeout = window, timeout
+        self.queue: deque[tuple[tuple[int, bool], bytes]] = deque()
+        self.unacked: dict[tuple[int, bool], tuple[bytes, float]] = {}
+        self.retransmits = 0
+
+    def push(self, key: tuple[int, bool], data: bytes) -> None:
+        self.queue.append((key, data))
+
+    def ack(self, key: tuple[int, bool]) -> None:
+        self.unacked.pop(key, None)
+
+    @property
+    def idle(self) -> bool:
+        return not self.queue and not self.unacked
+
+    def due(self, now: float) -> list[bytes]:
+        out = []
+        for key, (data, at) in list(self.unacked.items()):
+            if now - at >= self.timeout:
+                self.unacked[key] = (data, now)
+                self.retransmits += 1
+                out.append(data)
+        while self.queue and len(self.unacked) < self.window:
+            key, data = self.queue.popleft()
+            self.unacked[key] = (data, now)
+            out.append(data)
+        return out
+
+
+def ack_for(hdr: InaHeader) -> bytes:
+    """The acknowledgement of a ring message: its header fields with no elements."""
+    return InaHeader(
+        job_id=hdr.job_id, chunk=hdr.chunk, op=hdr.op, dtype=hdr.dtype, bsl=hdr.bsl, si=hdr.si,
+        pbm=hdr.pbm, flags=hdr.flags,
+    ).encode()
