@@ -10,6 +10,8 @@ from orchestrator.results import DEFAULT_RESULTS_DIR
 
 # orchestrator.replay's MODES, repeated so --help does not import the driver and Docker.
 MODES = ("unicast", "host-bier", "net-bier")
+# orchestrator.allreduce's MODES: for traces of allreduce ops (docs/allreduce.md).
+ALLREDUCE_MODES = ("ina", "ring", "ps")
 
 DESCRIPTION = """\
 Replay a trace (docs/trace-format.md) over a deployed and configured lab in one transport mode, write
@@ -22,6 +24,11 @@ modes:
   net-bier   plain IP multicast from the source's loopback to one group per (source, receivers) of
              the trace (239.100.0.0/16); the leaves are BFIR/BFER. The groups are configured on the
              leaves first (aidclab configure with them added; the vars file is not edited)
+
+AllReduce modes (traces of allreduce ops only; the lab's vars define INA jobs, docs/allreduce.md):
+  ina        in-network aggregation on the job's VAT; the root returns the result by BIER
+  ring       ring AllReduce between the workers over UDP
+  ps         a parameter server host (--ps-host, default the first gpu-host outside the job)
 """
 
 EXAMPLES = """\
@@ -29,6 +36,7 @@ examples:
   aidclab replay leaf-spine workloads/moe-sample.jsonl --mode unicast
   aidclab replay leaf-spine workloads/moe-sample.jsonl --mode host-bier
   aidclab replay leaf-spine workloads/moe-sample.jsonl --mode net-bier
+  aidclab replay ina-fig1 workloads/allreduce-sample.jsonl --mode ina
   aidclab report latest
 """
 
@@ -40,6 +48,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from orchestrator.topology import load_topology, resolve_lab
 
     topo = load_topology(resolve_lab(args.lab))
+    if args.mode in ALLREDUCE_MODES:
+        return _replay_allreduce(topo, args)
     outcome = replay(
         topo,
         args.trace,
@@ -71,6 +81,26 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return 0
 
 
+def _replay_allreduce(topo: Any, args: argparse.Namespace) -> int:
+    from orchestrator.allreduce import replay_allreduce
+    from orchestrator.progress import fail
+
+    runs, run_dir = replay_allreduce(topo, args.trace, args.mode, args.results_dir, ps_host=args.ps_host)
+    for run in runs:
+        mib = run.elements * 4 / (1 << 20)
+        print(
+            f"allreduce job {run.job} {run.mode}: {mib:.2f} MiB x {len(run.replies)} workers in "
+            f"{run.seconds:.3f} s, {run.retransmits} retransmits, "
+            + ("exact on every worker" if run.ok else f"WRONG on {', '.join(run.wrong)}")
+        )
+    print(f"results: {run_dir}/allreduce.json")
+    wrong = [r for r in runs if not r.ok]
+    if wrong:
+        fail(f"{len(wrong)} AllReduce ops gave a wrong result (run {run_dir})")
+        return 1
+    return 0
+
+
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "replay",
@@ -81,7 +111,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     p.add_argument("lab", help="lab name or topology file (deployed and configured)")
     p.add_argument("trace", help="trace file (JSON Lines, docs/trace-format.md)")
-    p.add_argument("--mode", required=True, choices=MODES, help="transport mode")
+    p.add_argument("--mode", required=True, choices=MODES + ALLREDUCE_MODES, help="transport mode")
+    p.add_argument("--ps-host", metavar="HOST", help="parameter server host for --mode ps")
     p.add_argument(
         "--results-dir", default=DEFAULT_RESULTS_DIR, metavar="DIR", help=f"default: {DEFAULT_RESULTS_DIR}"
     )

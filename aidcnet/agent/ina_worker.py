@@ -67,7 +67,9 @@ class InaWorkerService:
         self.ring_sock, self.ring_io = _udp_socket(ina.port + 1)
         # job -> (AllreduceJob, where its packets go, future set when complete)
         self.active: dict[int, tuple[AllreduceJob, str, asyncio.Future[None]]] = {}
-        self.ring: dict[int, tuple[RingAllreduce, ReliableSender, str, asyncio.Future[None]]] = {}
+        # job -> (ring state, its sender, next rank's address, previous rank's address, future)
+        self.ring: dict[int, tuple[RingAllreduce, ReliableSender, str, str, asyncio.Future[None]]] = {}
+        self.ring_prev: dict[int, str] = {}  # job -> previous rank, kept after the ring finished here
         # Parameter-server role: an aggregator whose jobs are roots, and each job's worker addresses.
         self.ps = Aggregator()
         self.ps_workers: dict[int, dict[int, str]] = {}
@@ -157,12 +159,12 @@ class InaWorkerService:
     def _drain_ring(self) -> None:
         for _ in range(16):
             pkts = self.ring_io.recv()
-            for buf, src in pkts:
-                self._on_ring(bytes(buf), src)
+            for buf, _src in pkts:
+                self._on_ring(bytes(buf))
             if len(pkts) < self.ring_io.max_msgs:
                 break
 
-    def _on_ring(self, buf: bytes, src: tuple[str, int]) -> None:
+    def _on_ring(self, buf: bytes) -> None:
         try:
             hdr = InaHeader.decode(buf)
         except InaDecodeError as exc:
@@ -170,13 +172,19 @@ class InaWorkerService:
             return
         entry = self.ring.get(hdr.job_id)
         if entry is None:
+            prev_of_done = self.ring_prev.get(hdr.job_id)
+            if prev_of_done is not None and hdr.element_count:
+                # Done here, but our ACK was lost: acknowledge again or the previous rank never finishes.
+                self._send([(ack_for(hdr), (prev_of_done, self.ina.port + 1))], self.ring_io)
             self.c["ring.dropped.not-running"] += 1
             return
-        ring, sender, nxt, fut = entry
+        ring, sender, nxt, prev, fut = entry
         if hdr.element_count == 0:
             sender.ack((hdr.chunk - ring.chunk_base, hdr.result))
         else:
-            self._send([(ack_for(hdr), src)], self.ring_io)
+            # To the previous rank's loopback, not the datagram's source: that is the sender's link
+            # address, which only its own leaf has a route to.
+            self._send([(ack_for(hdr), (prev, self.ina.port + 1))], self.ring_io)
             step = ring.on_message(hdr)
             if step is None:
                 self.c["ring.duplicates"] += 1
@@ -206,7 +214,7 @@ class InaWorkerService:
         now = time.monotonic()
         for job, dst, _fut in self.active.values():
             self._send([(p, (dst, self.ina.port)) for p in job.due(now)], self.io)
-        for ring, sender, nxt, fut in list(self.ring.values()):
+        for ring, sender, nxt, _prev, fut in list(self.ring.values()):
             self._send([(p, (nxt, self.ina.port + 1)) for p in sender.due(now)], self.ring_io)
             if ring.complete and sender.idle:
                 self.ring.pop(ring.job_id, None)
@@ -214,6 +222,15 @@ class InaWorkerService:
                     fut.set_result(None)
         if self.active or self.ring:
             self._schedule(period)
+
+    async def _wait(self, fut: asyncio.Future[None], job_id: int, deadline: float, progress: Any) -> None:
+        try:
+            await asyncio.wait_for(fut, deadline)
+        except TimeoutError:
+            self.active.pop(job_id, None)
+            self.ring.pop(job_id, None)
+            self.c["allreduce.timed-out"] += 1
+            raise ValueError(f"job {job_id}: no complete result within {deadline} s ({progress()})") from None
 
     # -- control ops ------------------------------------------------------------------------------
     def ps_serve(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -225,7 +242,7 @@ class InaWorkerService:
                 job_id=job_id,
                 bsl=self.bsl,
                 abm=tuple(workers),
-                op=request.get("op", "sum"),
+                op=request.get("reduce", "sum"),  # "op" names the control op itself
                 dtype=request.get("dtype", "int32"),
                 root=True,
                 slot_budget=int(request.get("slot_budget", 64)),
@@ -256,6 +273,7 @@ class InaWorkerService:
         per_chunk = int(request.get("chunk_elements", DEFAULT_CHUNK_ELEMENTS))
         chunk_base = int(request.get("chunk_base", 0))
         start_at = float(request.get("start_at", 0.0))
+        deadline = float(request.get("deadline_s", 300.0))
         if start_at > time.time():
             await asyncio.sleep(start_at - time.time())
         assert self._loop is not None
@@ -274,7 +292,9 @@ class InaWorkerService:
             )
             sender = ReliableSender(member.window, timeout)
             nxt = addrs[ranks[(rank + 1) % len(ranks)]]
-            self.ring[job_id] = (ring, sender, nxt, fut)
+            prev = addrs[ranks[(rank - 1) % len(ranks)]]
+            self.ring[job_id] = (ring, sender, nxt, prev, fut)
+            self.ring_prev[job_id] = prev
             for msg in ring.originate():
                 sender.push((msg.chunk - chunk_base, msg.result), msg.encode())
             self._send([(p, (nxt, self.ina.port + 1)) for p in sender.due(time.monotonic())], self.ring_io)
@@ -282,7 +302,7 @@ class InaWorkerService:
                 self.ring.pop(job_id, None)
                 fut.set_result(None)
             self._schedule(timeout / 4)
-            await fut
+            await self._wait(fut, job_id, deadline, lambda: f"{ring.have}/{ring.chunks} chunks")
             result, retransmits = ring.out, sender.retransmits
         else:
             dst = str(member.next_hop) if mode == "ina" else str(request["ps"])
@@ -299,7 +319,7 @@ class InaWorkerService:
             self.active[job_id] = (job, dst, fut)
             self._send([(p, (dst, self.ina.port)) for p in job.due(time.monotonic())], self.io)
             self._schedule(timeout / 4)
-            await fut
+            await self._wait(fut, job_id, deadline, lambda: f"{job.results}/{job.window.chunks} chunks")
             result, retransmits = job.out, job.window.retransmits
         end = time.time()
         self.c[f"allreduce.{mode}"] += 1

@@ -300,6 +300,34 @@ def _add_alltoall(sub: Any) -> None:
     p.set_defaults(func=_run_generator, _module="alltoall", _params=m, _parser=p)
 
 
+def _add_allreduce(sub: Any) -> None:
+    from orchestrator.workloads.allreduce import AllreduceParams as m
+
+    p = sub.add_parser(
+        "allreduce",
+        help="AllReduce steps: the hosts reduce SIZE bytes each, one op per step",
+        formatter_class=_HelpFormatter,
+        description=(
+            "AllReduce: every --interval seconds all hosts reduce a SIZE-byte int32 array (one op per\n"
+            "step; src is the first host, dst the others). Replay it with aidclab replay --mode ina,\n"
+            "ring or ps on a lab whose vars define an INA job with exactly these hosts (docs/allreduce.md).\n"
+            "Deterministic; --seed is recorded."
+        ),
+        epilog=f"example:\n  {PROG} allreduce --hosts w1,w2,w3,w4 --size 16MiB --steps 2 -o ar.jsonl",
+    )
+    p.add_argument(
+        "--size", type=parse_size, default=format_size(_default(m, "size")), metavar="SIZE",
+        help=_describe(m, "size"),
+    )
+    p.add_argument("--steps", type=int, default=_default(m, "steps"), help=_describe(m, "steps"))
+    p.add_argument(
+        "--interval", type=float, default=_default(m, "interval"), metavar="SECONDS",
+        help=_describe(m, "interval"),
+    )
+    _add_common(p)
+    p.set_defaults(func=_run_generator, _module="allreduce", _params=m, _parser=p)
+
+
 def _add_summary(sub: Any) -> None:
     p = sub.add_parser(
         "summary",
@@ -422,6 +450,7 @@ def _add_commands(parser: argparse.ArgumentParser) -> None:
         _add_model_dist,
         _add_checkpoint,
         _add_alltoall,
+        _add_allreduce,
         _add_summary,
     ]
     for add in adders:

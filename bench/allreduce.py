@@ -1,0 +1,119 @@
+"""AllReduce of 16 MiB per worker on Figure 1 (labs/ina-fig1, job 1: w1..w4) under INA, ring and
+parameter server, in one run on one deployed lab.
+
+Per mode, from the kernel's link counters (veth rx/tx bytes, every data link, both directions):
+bytes into the aggregation point (INA: the VAT root s6; PS: the parameter server host, by default w5;
+ring: none, shown as the busiest worker's ingress), total fabric bytes, and completion time (first
+start to last worker done). Every result is checked bit-exact against numpy on every worker. The
+ratios are what to read: the machine is shared and noisy, the modes run back to back.
+
+Expected shape: the root receives one aggregate per child (fan-in 2 at s6) while the PS receives one
+array per worker (4), so INA's root ingress should be about 1/2 of the PS's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from orchestrator.allreduce import MODES, find_job, run_allreduce  # noqa: E402
+from orchestrator.configure import configure  # noqa: E402
+from orchestrator.lab import deploy, destroy  # noqa: E402
+from orchestrator.metrics import link_deltas, link_pairs  # noqa: E402
+from orchestrator.replay import interface_snapshot, load_plan, node_pids  # noqa: E402
+from orchestrator.runtime.docker import DockerRuntime  # noqa: E402
+from orchestrator.topology import load_topology  # noqa: E402
+
+LAB = "bench-ina"
+MIB = 1 << 20
+
+
+def lab_files(tmp: Path) -> Path:
+    doc = yaml.safe_load((ROOT / "labs" / "ina-fig1.clab.yml").read_text())
+    doc["name"] = LAB
+    path = tmp / f"{LAB}.clab.yml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    (tmp / f"{LAB}.vars.yml").write_text((ROOT / "labs" / "ina-fig1.vars.yml").read_text())
+    return path
+
+
+def ingress(links: list, node: str) -> int:
+    """Bytes that arrived at ``node`` over its data links."""
+    total = 0
+    for lc in links:
+        if lc.b.split(":")[0] == node:
+            total += lc.a_to_b_bytes
+        if lc.a.split(":")[0] == node:
+            total += lc.b_to_a_bytes
+    return total
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--mib", type=float, default=16.0, help="array size per worker in MiB (default 16)")
+    parser.add_argument("--job", type=int, default=1, help="INA job of labs/ina-fig1.vars.yml (default 1)")
+    parser.add_argument("--ps-host", default="w5", help="parameter server host (default w5: not in job 1)")
+    parser.add_argument("--keep", action="store_true", help="leave the lab deployed")
+    args = parser.parse_args()
+    elements = int(args.mib * MIB) // 4
+    runtime = DockerRuntime()
+    with tempfile.TemporaryDirectory(prefix="bench-ina-") as tmp:
+        topo = load_topology(lab_files(Path(tmp)))
+        import os
+
+        old = os.getcwd()
+        os.chdir(tmp)
+        try:
+            deploy(topo, runtime)
+            if not configure(topo).ok:
+                print("bench allreduce: configure failed", file=sys.stderr)
+                return 1
+            plan = load_plan(topo)
+            pids = node_pids(topo, runtime)
+            job = find_job(plan, args.job)
+            pairs = link_pairs(topo)
+            rows = {}
+            for mode in MODES:
+                before = interface_snapshot(topo, pids)
+                run = run_allreduce(plan, pids, args.job, mode, elements, seed=42, ps_host=args.ps_host)
+                after = interface_snapshot(topo, pids)
+                links = link_deltas(before, after, pairs)
+                if not run.ok:
+                    print(f"bench allreduce: {mode}: wrong result on {run.wrong}", file=sys.stderr)
+                    return 1
+                point = {"ina": job.root, "ps": args.ps_host}.get(mode)
+                into = ingress(links, point) if point else max(ingress(links, w) for w in job.workers)
+                fabric = sum(lc.a_to_b_bytes + lc.b_to_a_bytes for lc in links)
+                rows[mode] = (into, fabric, run.seconds, run.retransmits, point or "max worker")
+                print(
+                    f"allreduce {mode:4s} {args.mib:g} MiB x {len(job.workers)} workers: exact on all, "
+                    f"bytes into {point or 'busiest worker'} {into / MIB:.2f} MiB, "
+                    f"fabric {fabric / MIB:.2f} MiB, "
+                    f"completion {run.seconds:.3f} s, retransmits {run.retransmits}"
+                )
+            ina, ring, ps = rows["ina"], rows["ring"], rows["ps"]
+            fan_in = len([n for n, v in job.vat.items() if v.parent == job.root])
+            print(
+                f"ratio bytes into root (INA {job.root}) / into PS ({args.ps_host}): {ina[0] / ps[0]:.3f} "
+                f"(1/fan-in of the root = {1 / fan_in:.3f})"
+            )
+            print(f"ratio fabric bytes ring/INA: {ring[1] / ina[1]:.2f}, PS/INA: {ps[1] / ina[1]:.2f}")
+            print(f"ratio completion time ring/INA: {ring[2] / ina[2]:.2f}, PS/INA: {ps[2] / ina[2]:.2f}")
+        finally:
+            if not args.keep:
+                destroy(LAB, runtime, cleanup=True, quiet=True)
+            os.chdir(old)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

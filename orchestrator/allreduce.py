@@ -1,0 +1,212 @@
+"""Driver of AllReduce runs on a deployed, configured lab: INA, parameter server or ring.
+
+Each worker's agent generates its own array (``aidcnet.ina.worker.worker_array(seed, BFR-id, n)``),
+runs the AllReduce and reports the sha256 of its result; this side recomputes every worker's array,
+reduces them with numpy (int32 wraps) and checks every worker's digest against that: exact or not,
+per worker. Workers start together at an agreed wall-clock time; completion time is the last worker's
+finish minus that start.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from aidcnet.ina.header import DType, Op
+from aidcnet.ina.worker import digest, reference, worker_array
+from orchestrator.plan.model import LabPlan, PlanInaJob
+from orchestrator.replay import ReplayError, ask
+
+MODES = ("ina", "ring", "ps")
+START_LEAD_S = 0.5
+
+
+@dataclass
+class AllreduceRun:
+    job: int
+    mode: str
+    elements: int
+    expected: str
+    replies: dict[str, dict[str, Any]]
+    start_at: float
+    wrong: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.wrong
+
+    @property
+    def seconds(self) -> float:
+        return max(r["finished"] for r in self.replies.values()) - self.start_at
+
+    @property
+    def retransmits(self) -> int:
+        return sum(int(r["retransmits"]) for r in self.replies.values())
+
+
+def find_job(plan: LabPlan, job: int) -> PlanInaJob:
+    for j in plan.ina:
+        if j.job == job:
+            return j
+    known = ", ".join(str(j.job) for j in plan.ina) or "none"
+    raise ReplayError(f"lab {plan.lab} has no INA job {job} in its plan (jobs: {known}; see ina.jobs)")
+
+
+def expected_digest(plan: LabPlan, job: PlanInaJob, elements: int, seed: int) -> tuple[str, np.ndarray]:
+    dtype = DType[job.dtype.upper()]
+    if dtype is not DType.INT32:
+        raise ReplayError(f"job {job.job}: the driver checks int32 jobs exactly; {job.dtype} is not one")
+    arrays = [worker_array(seed, plan.nodes[w].bfr_id or 0, elements, dtype) for w in job.workers]
+    result = reference(arrays, Op[job.op.upper()])
+    return digest(result), result
+
+
+def default_ps_host(plan: LabPlan, job: PlanInaJob) -> str:
+    """The parameter server of the baseline: the first gpu-host that is not a worker of the job."""
+    for name, node in plan.nodes.items():
+        if node.role == "gpu-host" and name not in job.workers:
+            return name
+    raise ReplayError(f"job {job.job}: every gpu-host is a worker; name a parameter server host (--ps-host)")
+
+
+def run_allreduce(
+    plan: LabPlan,
+    pids: dict[str, int],
+    job_id: int,
+    mode: str,
+    elements: int,
+    seed: int = 1,
+    ps_host: str | None = None,
+    timeout_s: float = 0.2,
+    deadline_s: float = 300.0,
+    start_at: float | None = None,
+    chunk_elements: int | None = None,
+) -> AllreduceRun:
+    if mode not in MODES:
+        raise ReplayError(f"mode {mode!r} is not an AllReduce mode ({', '.join(MODES)})")
+    job = find_job(plan, job_id)
+    expected, _ = expected_digest(plan, job, elements, seed)
+    loopbacks = {
+        plan.nodes[w].bfr_id: str(plan.nodes[w].loopback.ip)  # type: ignore[union-attr]
+        for w in job.workers
+    }
+    request: dict[str, Any] = {
+        "job": job.job, "mode": mode, "elements": elements, "seed": seed, "timeout_s": timeout_s,
+        "deadline_s": deadline_s,
+    }
+    if mode == "ina":
+        # Chunk numbers restart at 0 every run: the switches must forget the previous run's slots.
+        for name in [*job.vat, *job.transit]:
+            ask(pids[name], "ina_reset", name, job=job.job)
+    elif mode == "ps":
+        ps = ps_host or default_ps_host(plan, job)
+        ask(pids[ps], "ps_serve", ps, job=job.job, workers=loopbacks, reduce=job.op, dtype=job.dtype,
+            slot_budget=job.slot_budget)
+        request["ps"] = str(plan.nodes[ps].loopback.ip)  # type: ignore[union-attr]
+    else:
+        request["addresses"] = loopbacks
+    if chunk_elements:
+        request["chunk_elements"] = chunk_elements
+    request["start_at"] = start_at if start_at is not None else time.time() + START_LEAD_S
+
+    def one(worker: str) -> tuple[str, dict[str, Any]]:
+        return worker, ask(pids[worker], "allreduce", worker, timeout=deadline_s + 10, **request)
+
+    with ThreadPoolExecutor(len(job.workers)) as pool:
+        replies = dict(pool.map(one, job.workers))
+    wrong = [w for w, r in replies.items() if r["digest"] != expected]
+    return AllreduceRun(job.job, mode, elements, expected, replies, request["start_at"], wrong)
+
+
+def run_concurrent(
+    plan: LabPlan, pids: dict[str, int], jobs: list[int], mode: str, elements: int, seed: int = 1, **kw: Any
+) -> list[AllreduceRun]:
+    """Several jobs at once (tenants sharing the fabric), all starting at the same instant."""
+    start_at = time.time() + START_LEAD_S + 0.2 * len(jobs)
+    with ThreadPoolExecutor(len(jobs)) as pool:
+        futures = [
+            pool.submit(run_allreduce, plan, pids, j, mode, elements, seed + j, start_at=start_at, **kw)
+            for j in jobs
+        ]
+        return [f.result() for f in futures]
+
+
+# ------------------------------------------------------------------------------------ trace replay
+
+
+def _job_for(plan: LabPlan, op: Any) -> PlanInaJob:
+    members = {op.src, *op.dst}
+    for job in plan.ina:
+        if set(job.workers) == members:
+            return job
+    jobs = "; ".join(f"job {j.job}: {', '.join(j.workers)}" for j in plan.ina) or "none"
+    raise ReplayError(
+        f"trace op {op.id}: no INA job of lab {plan.lab} has exactly the workers "
+        f"{', '.join(sorted(members))} (its jobs: {jobs}); add one under ina.jobs in the lab's vars"
+    )
+
+
+def replay_allreduce(
+    topo: Any, trace: str, mode: str, results_dir: str, ps_host: str | None = None, seed: int = 1,
+) -> tuple[list[AllreduceRun], Path]:
+    """Replay a trace's ``allreduce`` ops (docs/trace-format.md) in ``mode``; ops issued at the same
+    ``t`` for different jobs run concurrently. Writes ``RESULTS_DIR/<run-id>/allreduce.json``."""
+    import json
+
+    from aidcnet.trace import TraceReader
+    from orchestrator.replay import load_plan, node_pids
+    from orchestrator.results import new_run_id
+    from orchestrator.runtime.docker import DockerRuntime
+
+    with TraceReader(trace) as reader:
+        ops = list(reader)
+    others = [op for op in ops if op.op != "allreduce"]
+    if others:
+        raise ReplayError(
+            f"{trace}: mode {mode} replays allreduce ops only; op {others[0].id} is {others[0].op} "
+            "(replay it with --mode unicast, host-bier or net-bier)"
+        )
+    for op in ops:
+        if op.bytes % 4:
+            raise ReplayError(f"{trace}: op {op.id}: bytes {op.bytes} is not a whole number of int32s")
+    plan = load_plan(topo)
+    pids = node_pids(topo, DockerRuntime())
+    jobs = {op.id: _job_for(plan, op) for op in ops}
+    runs: list[AllreduceRun] = []
+    t0 = time.time() + START_LEAD_S
+    i = 0
+    while i < len(ops):
+        # One wave: ops at the same t, each job at most once (a job runs one AllReduce at a time).
+        wave, seen = [], set()
+        while i < len(ops) and jobs[ops[i].id].job not in seen and (not wave or ops[i].t == wave[0].t):
+            wave.append(ops[i])
+            seen.add(jobs[ops[i].id].job)
+            i += 1
+        start = max(t0 + wave[0].t, time.time() + START_LEAD_S)
+        with ThreadPoolExecutor(len(wave)) as pool:
+            futures = [
+                pool.submit(
+                    run_allreduce, plan, pids, jobs[op.id].job, mode, op.bytes // 4, seed=seed + op.id,
+                    ps_host=ps_host, start_at=start,
+                )
+                for op in wave
+            ]
+            runs += [f.result() for f in futures]
+    run_dir = Path(results_dir) / new_run_id(topo.name, mode)
+    run_dir.mkdir(parents=True, exist_ok=False)
+    rows = [
+        {
+            "id": op.id, "tag": op.tag, "job": run.job, "mode": mode, "bytes": op.bytes,
+            "seconds": round(run.seconds, 6), "retransmits": run.retransmits, "exact": run.ok,
+            "wrong": run.wrong, "digest": run.expected,
+        }
+        for op, run in zip(ops, runs, strict=True)
+    ]
+    doc = {"lab": topo.name, "trace": trace, "ops": rows}
+    (run_dir / "allreduce.json").write_text(json.dumps(doc, indent=2))
+    return runs, run_dir
