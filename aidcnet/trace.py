@@ -89,8 +89,8 @@ class TraceOp(BaseModel):
     """One operation: at time ``t`` host ``src`` sends ``bytes`` bytes to every host in ``dst``.
 
     For ``multicast`` the same data goes to all of ``dst``, so a multicast fabric carries it once per
-    link while unicast needs ``len(dst)`` copies. ``allreduce`` is reserved: it parses, but no generator
-    emits it and its replay semantics are not defined in version 1.
+    link while unicast needs ``len(dst)`` copies. ``allreduce``: ``src`` and ``dst`` each contribute
+    ``bytes`` and all receive the reduction (docs/trace-format.md, docs/allreduce.md).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)

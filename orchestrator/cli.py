@@ -303,6 +303,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_report_parser(sub)
     add_replay_parser(sub)
+    from orchestrator.drop_cli import add_parser as add_drop_parser
+
+    add_drop_parser(sub)
     return parser
 
 

@@ -313,6 +313,12 @@ def replay(
         info = trace_info(trace)
         with TraceReader(trace) as reader:
             ops = list(reader)
+        reduce_ops = [op.id for op in ops if op.op == "allreduce"]
+        if reduce_ops:
+            raise ReplayError(
+                f"{trace}: op {reduce_ops[0]} is an allreduce; replay allreduce traces with --mode ina, "
+                "ring or ps (docs/allreduce.md)"
+            )
         hosts = host_map(topo, plan, pids, info.hosts)
         all_hosts = host_map(topo, plan, pids, [n for n, p in plan.nodes.items() if p.role == "gpu-host"])
         agents = {n: pids[n] for n, p in plan.nodes.items() if p.role in AGENT_ROLES and n in pids}
