@@ -15,7 +15,7 @@ Counters (``aidcnet ctl show counters``, Prometheus ``aidcnet_ina_*``): ``ina.rx
 resend-result and disseminated, and ``ina.dropped.<reason>`` for every drop: the aggregator's reasons
 (slot-budget-exceeded, duplicate, stale-chunk, pbm-outside-abm, ...), ``malformed-<decode reason>``,
 ``no-next-hop`` (a transit packet of a job this switch has no route for), ``no-bier`` (a root without
-a BIER dataplane) and ``tx-error``.
+a BIER dataplane), ``tx-error`` and ``internal-error`` (a bug; logged with the job and chunk).
 """
 
 from __future__ import annotations
@@ -116,30 +116,39 @@ class InaSwitchService:
             except InaDecodeError as exc:
                 c["dropped.malformed-" + exc.reason] += 1
                 continue
-            decision = self.aggregator.handle(hdr)
-            action = decision.action
-            if action is Action.ABSORB:
-                c["aggregated"] += 1
-            elif action is Action.FORWARD:
-                c[decision.reason] += 1
-                hop = self.next_hop.get(hdr.job_id)
-                if hop is None:
-                    c["dropped.no-next-hop"] += 1
-                else:
-                    out.append((bytes(buf), (hop, self.ina.port)))
-            elif action is Action.TO_PARENT:
-                c[decision.reason] += 1
-                assert decision.packet is not None
-                out.append((decision.packet.encode(), (self.next_hop[hdr.job_id], self.ina.port)))
-            elif action is Action.DISSEMINATE:
-                c[decision.reason] += 1
-                assert decision.packet is not None
-                self._disseminate(decision.packet, decision.si, decision.bitstring)
-            else:
-                c["dropped." + decision.reason] += 1
+            try:
+                self._decide(hdr, buf, out)
+            except Exception:
+                # A bug met by one packet must not stop aggregation for every other job.
+                c["dropped.internal-error"] += 1
+                log.exception("INA packet of job %d chunk %d failed", hdr.job_id, hdr.chunk)
         if out:
             self._send(out)
         return len(pkts)
+
+    def _decide(self, hdr: InaHeader, buf: bytes | memoryview, out: list[Datagram]) -> None:
+        c = self.c
+        decision = self.aggregator.handle(hdr)
+        action = decision.action
+        if action is Action.ABSORB:
+            c["aggregated"] += 1
+        elif action is Action.FORWARD:
+            c[decision.reason] += 1
+            hop = self.next_hop.get(hdr.job_id)
+            if hop is None:
+                c["dropped.no-next-hop"] += 1
+            else:
+                out.append((bytes(buf), (hop, self.ina.port)))
+        elif action is Action.TO_PARENT:
+            c[decision.reason] += 1
+            assert decision.packet is not None
+            out.append((decision.packet.encode(), (self.next_hop[hdr.job_id], self.ina.port)))
+        elif action is Action.DISSEMINATE:
+            c[decision.reason] += 1
+            assert decision.packet is not None
+            self._disseminate(decision.packet, decision.si, decision.bitstring)
+        else:
+            c["dropped." + decision.reason] += 1
 
     def _disseminate(self, packet: InaHeader, si: int, bitstring: int) -> None:
         """The draft's §2.2: the root is the BFIR, the workers of its A-BM the BFERs."""

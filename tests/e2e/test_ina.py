@@ -13,7 +13,7 @@ import yaml
 from orchestrator.allreduce import run_allreduce, run_concurrent
 from orchestrator.replay import load_plan, node_pids
 
-from .conftest import ROOT, deployed
+from .conftest import ROOT, aidclab, deployed
 
 LAB = "t-ina-fig1"
 # 3 chunks of 2048 elements and a short last one per worker; ragged on purpose.
@@ -98,3 +98,26 @@ def test_vat_is_configured_as_drawn(runtime, lab):
     assert [(j["job"], j["abm"], j["root"], j["parent"]) for j in jobs["s7"]] == [(1, [3, 4], False, "s6")]
     assert [(j["job"], j["abm"], j["root"]) for j in jobs["s6"]] == [(1, [1, 2, 3, 4], True)]
     assert Path(topo.path).exists()
+
+
+def test_replay_of_an_allreduce_trace_runs_both_jobs_exactly(runtime, lab, tmp_path):
+    from aidcnet.trace import TraceHeader, TraceOp, TraceWriter
+
+    topo, _plan, _pids = lab
+    trace = tmp_path / "ar.jsonl"
+    hosts = [f"w{i}" for i in range(1, 9)]
+    header = TraceHeader(format="aidclab-trace", version=1, generator="test", hosts=hosts)
+    with TraceWriter(trace, header) as w:
+        w.write(TraceOp(t=0.0, op="allreduce", src="w1", dst=["w2", "w3", "w4"], bytes=20000, id=0))
+        w.write(TraceOp(t=0.0, op="allreduce", src="w5", dst=["w6", "w7", "w8"], bytes=20000, id=1))
+        w.write(TraceOp(t=0.1, op="allreduce", src="w4", dst=["w3", "w2", "w1"], bytes=4, id=2))
+    out = aidclab("replay", str(topo.path), str(trace), "--mode", "ina", "--results-dir", str(tmp_path))
+    assert out.stdout.count("exact on every worker") == 3, out.stdout
+    doc = json.loads(next(tmp_path.glob("*/allreduce.json")).read_text())
+    assert [(r["id"], r["job"], r["exact"]) for r in doc["ops"]] == [(0, 1, True), (1, 2, True), (2, 1, True)]
+    # A trace naming workers no job has is refused with the fix.
+    bad = tmp_path / "bad.jsonl"
+    with TraceWriter(bad, header) as w:
+        w.write(TraceOp(t=0.0, op="allreduce", src="w1", dst=["w5"], bytes=8, id=0))
+    proc = aidclab("replay", str(topo.path), str(bad), "--mode", "ring", check=False)
+    assert proc.returncode != 0 and "ina.jobs" in proc.stdout + proc.stderr
