@@ -153,6 +153,7 @@ def _job_for(plan: LabPlan, op: Any) -> PlanInaJob:
 
 def replay_allreduce(
     topo: Any, trace: str, mode: str, results_dir: str, ps_host: str | None = None, seed: int = 1,
+    say: Any = None,
 ) -> tuple[list[AllreduceRun], Path]:
     """Replay a trace's ``allreduce`` ops (docs/trace-format.md) in ``mode``; ops issued at the same
     ``t`` for different jobs run concurrently. Writes ``RESULTS_DIR/<run-id>/allreduce.json``."""
@@ -196,7 +197,15 @@ def replay_allreduce(
                 )
                 for op in wave
             ]
-            runs += [f.result() for f in futures]
+            done = [f.result() for f in futures]
+        runs += done
+        if say is not None:
+            for op, run in zip(wave, done, strict=True):
+                say(
+                    f"op {op.id} job {run.job}: {run.seconds:.3f} s, {run.retransmits} retransmits, "
+                    + ("exact" if run.ok else f"WRONG on {', '.join(run.wrong)}")
+                    + f" ({len(runs)}/{len(ops)})"
+                )
     run_dir = Path(results_dir) / new_run_id(topo.name, mode)
     run_dir.mkdir(parents=True, exist_ok=False)
     rows = [

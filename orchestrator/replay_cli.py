@@ -83,9 +83,14 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 def _replay_allreduce(topo: Any, args: argparse.Namespace) -> int:
     from orchestrator.allreduce import replay_allreduce
-    from orchestrator.progress import fail
+    from orchestrator.progress import console, fail
 
-    runs, run_dir = replay_allreduce(topo, args.trace, args.mode, args.results_dir, ps_host=args.ps_host)
+    def say(text: str) -> None:
+        console.print(f"  {text}", highlight=False)
+
+    runs, run_dir = replay_allreduce(
+        topo, args.trace, args.mode, args.results_dir, ps_host=args.ps_host, say=say
+    )
     for run in runs:
         mib = run.elements * 4 / (1 << 20)
         print(
