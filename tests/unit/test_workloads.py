@@ -353,9 +353,10 @@ def documented_commands() -> list[tuple[str, list[str]]]:
     return [(m.group(2), shlex.split(m.group(1))) for m in SAMPLE_RE.finditer(readme)]
 
 
-def test_readme_documents_all_four_samples() -> None:
+def test_readme_documents_all_five_samples() -> None:
     assert sorted(f for f, _ in documented_commands()) == [
         "workloads/all-to-all-sample.jsonl",
+        "workloads/allreduce-sample.jsonl",
         "workloads/checkpoint-sample.jsonl",
         "workloads/model-dist-sample.jsonl",
         "workloads/moe-sample.jsonl",
@@ -375,7 +376,8 @@ def test_committed_samples_equal_what_the_documented_commands_produce(
     )
     assert committed.stat().st_size < 200_000
     with TraceReader(committed) as r:
-        assert r.header.hosts == list(H8)
+        # The AllReduce sample is for ina-fig1's job 1 (w1..w4); the others for leaf-spine's h1..h8.
+        assert r.header.hosts == (["w1", "w2", "w3", "w4"] if "allreduce" in sample else list(H8))
         assert 0 < sum(1 for _ in r) <= 300
 
 
