@@ -156,12 +156,17 @@ def replay_allreduce(
     say: Any = None,
 ) -> tuple[list[AllreduceRun], Path]:
     """Replay a trace's ``allreduce`` ops (docs/trace-format.md) in ``mode``; ops issued at the same
-    ``t`` for different jobs run concurrently. Writes ``RESULTS_DIR/<run-id>/allreduce.json``."""
+    ``t`` for different jobs run concurrently. Records the run like any replay (``RESULTS_DIR/<run-id>/``,
+    docs/results-format.md: one message per op, delivered to the workers whose result was exact, with
+    link and agent counter deltas), so ``aidclab report`` compares ina, ring and ps, with ps as the
+    baseline; the per-op digests and retransmits go to ``allreduce.json`` beside it."""
     import json
+    from datetime import UTC, datetime
 
     from aidcnet.trace import TraceReader
-    from orchestrator.replay import load_plan, node_pids
-    from orchestrator.results import new_run_id
+    from orchestrator.metrics import agent_deltas, link_deltas, link_pairs
+    from orchestrator.replay import AGENT_ROLES, agent_snapshot, interface_snapshot, load_plan, node_pids
+    from orchestrator.results import MessageResult, RunResult, new_meta, new_run_id, save_run, trace_info
     from orchestrator.runtime.docker import DockerRuntime
 
     with TraceReader(trace) as reader:
@@ -178,6 +183,9 @@ def replay_allreduce(
     plan = load_plan(topo)
     pids = node_pids(topo, DockerRuntime())
     jobs = {op.id: _job_for(plan, op) for op in ops}
+    agents = {n: pids[n] for n, p in plan.nodes.items() if p.role in AGENT_ROLES and n in pids}
+    links_before, agents_before = interface_snapshot(topo, pids), agent_snapshot(agents)
+    started = datetime.now(UTC)
     runs: list[AllreduceRun] = []
     t0 = time.time() + START_LEAD_S
     i = 0
@@ -206,8 +214,28 @@ def replay_allreduce(
                     + ("exact" if run.ok else f"WRONG on {', '.join(run.wrong)}")
                     + f" ({len(runs)}/{len(ops)})"
                 )
-    run_dir = Path(results_dir) / new_run_id(topo.name, mode)
-    run_dir.mkdir(parents=True, exist_ok=False)
+    finished = datetime.now(UTC)
+    messages = []
+    for op, run in zip(ops, runs, strict=True):
+        exact = [w for w, r in run.replies.items() if r["digest"] == run.expected]
+        messages.append(
+            MessageResult(
+                id=op.id, op="allreduce", src=op.src, expected=[op.src, *op.dst], delivered=exact,
+                bytes=op.bytes, sent_at=run.start_at - t0,
+                latency={w: max(0.0, run.replies[w]["finished"] - run.start_at) for w in exact},
+            )
+        )
+    result = RunResult(
+        meta=new_meta(
+            run_id=new_run_id(topo.name, mode), lab=topo.name, mode=mode, trace=trace_info(trace),
+            started=started, finished=finished, topology_file=Path(topo.path).resolve(),
+            settings={"seed": seed, "ps_host": ps_host},
+        ),
+        links=link_deltas(links_before, interface_snapshot(topo, pids), link_pairs(topo)),
+        agents=agent_deltas(agents_before, agent_snapshot(agents)),
+        messages=messages,
+    )
+    run_dir = save_run(result, results_dir)
     rows = [
         {
             "id": op.id, "tag": op.tag, "job": run.job, "mode": mode, "bytes": op.bytes,

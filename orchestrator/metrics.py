@@ -382,6 +382,9 @@ class Comparison:
         return [c.label for c in self.columns]
 
 
+BASELINE_MODES = ("unicast", "ps")
+
+
 def mode_rank(mode: str) -> tuple[int, str]:
     return (MODE_ORDER.index(mode) if mode in MODE_ORDER else len(MODE_ORDER), mode)
 
@@ -416,7 +419,8 @@ def compare_runs(runs: Iterable[RunResult]) -> list[Comparison]:
     """Group runs by lab and trace; within a group one column per run, unicast first.
 
     Two runs of the same mode in a group get labels ``mode #1``, ``mode #2`` in run-id (time) order.
-    The unicast column (the first, if repeated) is the baseline of the ratios.
+    The unicast column (the first, if repeated) is the baseline of the ratios; for AllReduce traces, the
+    parameter-server (ps) column.
     """
     groups: dict[tuple[str, str], list[RunResult]] = {}
     for run in runs:
@@ -436,7 +440,8 @@ def compare_runs(runs: Iterable[RunResult]) -> list[Comparison]:
             label = r.mode if counts[r.mode] == 1 else f"{r.mode} #{seen[r.mode]}"
             columns.append(Column(label=label, run=r, metrics=metrics_of(r)))
         fanout = next((c.metrics.theoretical_fanout for c in columns if c.metrics.theoretical_fanout), None)
-        base = next((c for c in columns if c.run.mode == "unicast"), None)
+        # Unicast is the baseline of the transport modes; the parameter server that of AllReduce.
+        base = next((c for c in columns if c.run.mode in BASELINE_MODES), None)
         rs = (
             [ratios(c.label, c.metrics, base.label, base.metrics, fanout) for c in columns if c is not base]
             if base is not None

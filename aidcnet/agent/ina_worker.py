@@ -88,7 +88,8 @@ class InaWorkerService:
             loop.remove_reader(self.ring_sock.fileno())
         if self._tick is not None:
             self._tick.cancel()
-        for _job, _dst, fut in self.active.values():
+        pending = [e[-1] for e in self.active.values()] + [e[-1] for e in self.ring.values()]
+        for fut in pending:
             if not fut.done():
                 fut.set_exception(RuntimeError("the INA service was reconfigured mid-AllReduce"))
         self.sock.close()

@@ -113,8 +113,19 @@ def test_replay_of_an_allreduce_trace_runs_both_jobs_exactly(runtime, lab, tmp_p
         w.write(TraceOp(t=0.1, op="allreduce", src="w4", dst=["w3", "w2", "w1"], bytes=4, id=2))
     out = aidclab("replay", str(topo.path), str(trace), "--mode", "ina", "--results-dir", str(tmp_path))
     assert out.stdout.count("exact on every worker") == 3, out.stdout
-    doc = json.loads(next(tmp_path.glob("*/allreduce.json")).read_text())
+    (ina_run,) = [p.parent for p in tmp_path.glob("*/allreduce.json")]
+    doc = json.loads((ina_run / "allreduce.json").read_text())
     assert [(r["id"], r["job"], r["exact"]) for r in doc["ops"]] == [(0, 1, True), (1, 2, True), (2, 1, True)]
+    run = json.loads((ina_run / "run.json").read_text())
+    assert run["meta"]["mode"] == "ina"
+    assert all(set(m["delivered"]) == set(m["expected"]) for m in run["messages"])
+    # The same trace under the parameter server, then one report comparing both (ps is the baseline).
+    out = aidclab("replay", str(topo.path), str(trace), "--mode", "ps", "--results-dir", str(tmp_path))
+    assert out.stdout.count("exact on every worker") == 3, out.stdout
+    runs = sorted(p.parent.name for p in tmp_path.glob("*/allreduce.json"))
+    report = aidclab("report", *runs, "--results-dir", str(tmp_path), "-o", str(tmp_path / "report"))
+    text = (tmp_path / "report" / "report.md").read_text()
+    assert "ina" in text and "ps" in text, report.stdout
     # A trace naming workers no job has is refused with the fix.
     bad = tmp_path / "bad.jsonl"
     with TraceWriter(bad, header) as w:
