@@ -116,6 +116,7 @@ def bier_config(plan: LabPlan, name: str) -> Bier | None:
         bsl=plan.bier.bsl,
         bift=plan.bier.bift,
         label_base=node.bier_label_base,
+        si_count=plan.bier.si_count,
         neighbors=sorted(neighbors.values(), key=lambda n: natural_key(n.name)),
         birt=dict(sorted(birt.items())),
         host_ports=host_ports,
