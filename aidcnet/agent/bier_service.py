@@ -9,6 +9,7 @@ local application socket when one is configured).
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -18,12 +19,14 @@ from aidcnet.agent.bier_dataplane import BierDataplane
 from aidcnet.agent.bier_host import BierHost
 from aidcnet.agent.net_bier import NetBierEdge
 from aidcnet.bgp.bier_attribute import BierAttribute
-from aidcnet.bier.bgp import BgpBirt, BgpPath, birt_from_bgp, loopback_attribute
+from aidcnet.bgp.bier_routes import BgpBirt, BgpPath, bgp_paths, birt_from_bgp, loopback_attribute
 from aidcnet.bier.bift import SELF, Bift, LabelKey, build_bifts
 from aidcnet.bier.bitstring import bfr_id_to_si_bit
 from aidcnet.bier.header import BierProto
 from aidcnet.config import Bier
 from aidcnet.ipv4 import ROCEV2_PORT, Ipv4DecodeError, UdpDatagram, build_udp, parse_udp
+
+log = logging.getLogger("aidcnet.bier.service")
 
 # Deliveries kept for `aidcnet ctl bier received`; older ones fall off (and are counted).
 RECEIVED_KEEP = 100_000
@@ -40,7 +43,7 @@ def build_tables(
     """BIFTs, neighbor addresses and our own labels from the node file.
 
     ``birt`` (``{BFR-id: neighbor names}``) replaces the node file's static one: in ``bift: bgp`` mode
-    it comes from the BGP best paths (:func:`aidcnet.bier.bgp.birt_from_bgp`)."""
+    it comes from the BGP best paths (:func:`aidcnet.bgp.bier_routes.birt_from_bgp`)."""
     rows = bier.birt if birt is None else birt
     sis = range(si_count(bier, rows))
     table: dict[int, Any] = {bier.bfr_id: SELF}
@@ -156,18 +159,21 @@ class BierService:
     # -- BIER over BGP (RFC 9793) -------------------------------------------------------------------
     def bgp_attribute(self) -> BierAttribute:
         """The BIER attribute for our loopback announcement (``.to_exabgp()`` gives ExaBGP's syntax)."""
-        b = self.bier
-        return loopback_attribute(b.bfr_id, b.sub_domain, b.bsl, b.label_base, b.si_count)
+        return loopback_attribute(self.bier)
 
-    def apply_bgp(self, routes: Mapping[str, BgpPath]) -> bool:
+    def apply_bgp(self, routes: Mapping[str, BgpPath | tuple[Sequence[str], str | None]]) -> bool:
         """Rebuild the BIRT and BIFTs from the BGP best paths; True when the BIRT changed.
 
-        Cheap when nothing changed (the common case on every RIB update), so the agent may call it on
-        every best-path change. Ignored (False) in static mode."""
+        ``routes`` is :func:`aidcnet.bgp.rib.bier_view` (``{prefix: (next hops, attribute-41 hex)}``) or
+        ``{prefix: BgpPath}``. Cheap when nothing changed (the common case on every RIB update), so the agent
+        may call it on every best-path change. Ignored (False) in static mode."""
         if self.bgp_birt is None:
             return False
         addresses = {str(n.address): n.name for n in self.bier.neighbors}
-        new = birt_from_bgp(self.bier.bfr_id, self.bier.sub_domain, routes, addresses)
+        new = birt_from_bgp(self.bier.bfr_id, self.bier.sub_domain, bgp_paths(routes), addresses)
+        for problem in new.problems:
+            if problem not in self.bgp_birt.problems:
+                log.warning("BIER over BGP: %s", problem)
         if new.birt == self.bgp_birt.birt:
             self.bgp_birt = new
             return False

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from aidcnet.agent.bier_service import build_tables
 from aidcnet.bgp.bier_attribute import BierAttribute, BierTlv
-from aidcnet.bier.bgp import BgpPath, birt_from_bgp, loopback_attribute
+from aidcnet.bgp.bier_routes import BgpPath, bgp_paths, birt_from_bgp, loopback_attribute
 from aidcnet.bier.forwarding import forward
 from aidcnet.bier.routing import compute_birts, undirected
 from orchestrator.plan import build_plan, node_configs
@@ -41,16 +41,32 @@ def bgp_view(configs, node: str, dead: frozenset[str] = frozenset()) -> dict[str
         hops = tuple(str(h.via) for h in route.nexthops if addr_of.get(str(h.via)) not in dead)
         if not hops:
             continue
-        b = other.bier
-        attr = loopback_attribute(b.bfr_id, b.sub_domain, b.bsl, b.label_base, b.si_count)
+        attr = loopback_attribute(other.bier)
         routes[str(other.loopback.network)] = BgpPath(hops, attr)
     return routes
 
 
 def test_loopback_attribute_is_the_rfc9793_vector() -> None:
-    attr = loopback_attribute(bfr_id=5, sub_domain=0, bsl=256, label_base=1000, si_count=1)
+    from aidcnet.config import Bier
+
+    attr = loopback_attribute(Bier(bfr_id=5, sub_domain=0, bsl=256, label_base=1000, si_count=1))
     assert attr.encode().hex() == "0001000c0000050000020004013003e8"
     assert BierAttribute.decode(attr.encode()) == attr
+
+
+def test_bgp_paths_reads_the_rib_view_shape() -> None:
+    attr = BierAttribute((BierTlv(sub_domain_id=0, bfr_id=3),))
+    view = {
+        "10.255.0.3/32": (["10.0.0.1", "10.0.0.3"], attr.encode().hex()),
+        "10.255.0.4/32": (["10.0.0.1"], None),
+        "10.255.0.5/32": (["10.0.0.3"], "0x" + attr.encode().hex()),
+        "10.255.0.6/32": BgpPath(("10.0.0.1",)),
+    }
+    paths = bgp_paths(view)
+    assert paths["10.255.0.3/32"] == BgpPath(("10.0.0.1", "10.0.0.3"), attr)
+    assert paths["10.255.0.4/32"] == BgpPath(("10.0.0.1",), None)
+    assert paths["10.255.0.5/32"].bier == attr
+    assert paths["10.255.0.6/32"] is view["10.255.0.6/32"]
 
 
 @pytest.mark.parametrize("node", ["leaf1", "spine2", "h3"])

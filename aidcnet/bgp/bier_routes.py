@@ -13,31 +13,31 @@ that of the *originator*, which is only the right one when the originator is the
 next hop that is not a BFR neighbour (no entry in ``bier.neighbors``) cannot be a BFR-NBR: that route
 gives no BIRT row (RFC 9793 would tunnel through such a hop; our labs have none).
 
-Pure: the agent turns its RIB into ``{prefix: BgpPath}`` and builds the BIFTs with
+Pure: the agent turns its RIB into ``{prefix: BgpPath}`` (:func:`bgp_paths`) and builds the BIFTs with
 :func:`aidcnet.bier.bift.build_bifts` from the BIRT returned here.
 """
 
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from aidcnet.bgp.bier_attribute import BierAttribute, BierTlv, MplsEncapsulationSubTlv
+from aidcnet.config import Bier
 
-__all__ = ["BgpBirt", "BgpPath", "birt_from_bgp", "loopback_attribute"]
+__all__ = ["BgpBirt", "BgpPath", "bgp_paths", "birt_from_bgp", "loopback_attribute"]
 
 
-def loopback_attribute(
-    bfr_id: int, sub_domain: int, bsl: int, label_base: int, si_count: int = 1
-) -> BierAttribute:
-    """The BIER attribute a BFR attaches to its own loopback route (RFC 9793 §2)."""
+def loopback_attribute(bier: Bier) -> BierAttribute:
+    """The BIER attribute a BFR attaches to its own loopback route (RFC 9793 §2): its BFR-ID in its
+    sub-domain and its label range, one label per SI of the sub-domain."""
     return BierAttribute(
         (
             BierTlv(
-                sub_domain_id=sub_domain,
-                bfr_id=bfr_id,
-                sub_tlvs=(MplsEncapsulationSubTlv(si_count, bsl, label_base),),
+                sub_domain_id=bier.sub_domain,
+                bfr_id=bier.bfr_id,
+                sub_tlvs=(MplsEncapsulationSubTlv(bier.si_count, bier.bsl, bier.label_base),),
             ),
         )
     )
@@ -49,6 +49,20 @@ class BgpPath:
 
     nexthops: tuple[str, ...]
     bier: BierAttribute | None = None
+
+
+def bgp_paths(view: Mapping[str, BgpPath | tuple[Sequence[str], str | None]]) -> dict[str, BgpPath]:
+    """Normalize the agent's RIB view (:func:`aidcnet.bgp.rib.bier_view`: ``{prefix: (next hops,
+    attribute-41 value hex or None)}``) into :class:`BgpPath`; BgpPath values pass through."""
+    out: dict[str, BgpPath] = {}
+    for prefix, item in view.items():
+        if isinstance(item, BgpPath):
+            out[prefix] = item
+            continue
+        nexthops, attr_hex = item
+        text = attr_hex[2:] if attr_hex and attr_hex.lower().startswith("0x") else attr_hex
+        out[prefix] = BgpPath(tuple(nexthops), BierAttribute.decode(bytes.fromhex(text)) if text else None)
+    return out
 
 
 @dataclass
