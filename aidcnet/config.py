@@ -206,6 +206,12 @@ class NodeConfig(_Model):
                         f"routes.{i}.nexthops.{j}.dev: {hop.dev} is not one of this node's interfaces "
                         f"({', '.join(sorted(known)) or 'none'})"
                     )
+        for i, neighbor in enumerate(self.bgp.neighbors if self.bgp else []):
+            if neighbor.interface not in known:
+                raise ValueError(
+                    f"bgp.neighbors.{i}.interface: {neighbor.interface} is not one of this node's interfaces "
+                    f"({', '.join(sorted(known)) or 'none'})"
+                )
         return self
 
 

@@ -292,6 +292,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-v", "--verbose", action="store_true", help="print passing links too")
     p.set_defaults(func=cmd_linkcheck)
 
+    from orchestrator.linkset import add_parser as add_link_parser
+
+    add_link_parser(sub)
+
     try:
         from orchestrator.workloads.cli import add_parser as add_workload_parser
     except ImportError:  # the generators are optional for a lab-only install
