@@ -52,6 +52,10 @@ def test_loopback_attribute_is_the_rfc9793_vector() -> None:
     attr = loopback_attribute(Bier(bfr_id=5, sub_domain=0, bsl=256, label_base=1000, si_count=1))
     assert attr.encode().hex() == "0001000c0000050000020004013003e8"
     assert BierAttribute.decode(attr.encode()) == attr
+    # docs/bier.md's example: h5 of leaf-spine (labels from 20), whole path attribute.
+    h5 = leaf_spine("bgp")["h5"].bier
+    assert (h5.bfr_id, h5.label_base, h5.si_count) == (5, 20, 1)
+    assert loopback_attribute(h5).encode_path_attribute().hex() == "c029100001000c000005000002000401300014"
 
 
 def test_bgp_paths_reads_the_rib_view_shape() -> None:
