@@ -66,6 +66,7 @@ bench: images
 	$(PY) bench/configure.py
 	$(PY) bench/bier_forwarding.py
 	$(PY) bench/replay.py
+	$(PY) bench/fare.py
 
 # The main job, from a fresh machine: everything is set up on the way. Deploy, check, configure, replay the
 # sample MoE dispatch trace under unicast and host-BIER, destroy, then report (its path is the last line).
