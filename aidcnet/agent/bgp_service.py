@@ -89,6 +89,10 @@ class BgpService:
         return self.run_dir / "bgp-api.sock"
 
     @property
+    def sessions_path(self) -> Path:
+        return self.run_dir / "bgp-sessions"
+
+    @property
     def config_path(self) -> Path:
         return self.run_dir / "exabgp.conf"
 
@@ -111,6 +115,7 @@ class BgpService:
         ]
         relay = f"{sys.executable} -m aidcnet.bgp.relay {self.socket_path}"
         self.config_path.write_text(exabgp.config_text(neighbors, relay))
+        self._write_session_count()
         self._tasks.append(asyncio.create_task(self._supervise()))
         self.recompute()
 
@@ -163,6 +168,8 @@ class BgpService:
         self.sent = {}
         for peer in list(self.rib.adj_in):
             self.rib.clear_peer(peer)
+        self.sessions = dict.fromkeys(self.links, "idle")
+        self._write_session_count()
         self.counters["relay.connected"] += 1
         self.recompute()
         try:
@@ -197,8 +204,17 @@ class BgpService:
                 changed |= self.rib.update(path)
             for prefix in event.withdrawn:
                 changed |= self.rib.withdraw(event.peer, prefix)
+        if event.kind in ("up", "down"):
+            self._write_session_count()
         if changed:
             self._schedule()
+
+    def _write_session_count(self) -> None:
+        """``UP TOTAL`` in a file, so readiness checks (the fare_bgp role) poll with ``cat``, not Python."""
+        up = sum(1 for peer in self.links if self.sessions.get(peer) == "up")
+        tmp = self.sessions_path.with_suffix(".tmp")
+        tmp.write_text(f"{up} {len(self.links)}\n")
+        tmp.replace(self.sessions_path)
 
     def _schedule(self) -> None:
         # One recompute per burst of messages: ExaBGP delivers a peer's table as many lines at once.
