@@ -6,6 +6,9 @@ aidcnet ctl reload [--file F]       validate F (default /etc/aidcnet/node.yml) a
                                     on any error the running config is kept and the field is named
 aidcnet ctl validate F              check a node file without applying it (Ansible's validate= uses it)
 aidcnet ctl show config|counters    the running config, or the agent's counters
+aidcnet ctl show bgp                BGP sessions, routes with FARE weights, link events (docs/fare.md)
+aidcnet ctl link-bandwidth IF BW    FARE: the link on IF now carries BW (aidclab link set ... bandwidth)
+aidcnet ctl fare-send --dst IP      FARE: send per-flow/per-packet test traffic, report tx per interface
 """
 
 from __future__ import annotations
