@@ -21,6 +21,7 @@ Design (RFC 7938 §5 eBGP-only fabric, DESIGN.md §3):
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -217,15 +218,28 @@ class Announcement:
     extra: str = ""
 
     def text(self, community_asn: int, transitive: bool) -> str:
-        parts = [f"route {self.prefix} next-hop self", f"as-path [ {' '.join(map(str, self.as_path))} ]"]
-        if self.link_bw is not None:
-            # Always the hex form: ExaBGP's bandwidth: keyword only builds the non-transitive type and
-            # rejects values above 2^32 (an 800G link is 1e11 bytes/s).
-            lb = LinkBandwidth(asn=community_asn, bytes_per_s=self.link_bw, transitive=transitive)
-            parts.append(f"extended-community [ 0x{lb.encode().hex().upper()} ]")
-        if self.extra:
-            parts.append(self.extra)
-        return " ".join(parts)
+        return _route_text(self.prefix, self.as_path, self.link_bw, self.extra, community_asn, transitive)
+
+
+@functools.lru_cache(maxsize=8192)
+def _route_text(
+    prefix: str,
+    as_path: tuple[int, ...],
+    link_bw: float | None,
+    extra: str,
+    community_asn: int,
+    transitive: bool,
+) -> str:
+    # Cached: the agent re-derives every announcement on each change and sends only texts that moved.
+    parts = [f"route {prefix} next-hop self", f"as-path [ {' '.join(map(str, as_path))} ]"]
+    if link_bw is not None:
+        # Always the hex form: ExaBGP's bandwidth: keyword only builds the non-transitive type and
+        # rejects values above 2^32 (an 800G link is 1e11 bytes/s).
+        lb = LinkBandwidth(asn=community_asn, bytes_per_s=link_bw, transitive=transitive)
+        parts.append(f"extended-community [ 0x{lb.encode().hex().upper()} ]")
+    if extra:
+        parts.append(extra)
+    return " ".join(parts)
 
 
 AS_TRANS = 23456
@@ -254,6 +268,19 @@ def advertisements(
     for link in links.values():
         if link.usable:
             up_bw[link.neighbor] = up_bw.get(link.neighbor, 0.0) + link.bandwidth
+    # Learned routes are built once per prefix (a leaf has ~64 prefixes and ~64 peers), with the neighbor
+    # ASes and next-hop nodes they must not go back to.
+    learned: list[tuple[str, Announcement, frozenset[int], frozenset[str]]] = []
+    if transit:
+        for prefix, sel in selected.items():
+            if prefix in originate or sel.advertised_bw is None:
+                continue
+            best = sel.best
+            extra = " ".join(a.to_exabgp() for a in best.attributes if a.optional_transitive)
+            ann = Announcement(prefix, (local_asn, *best.as_path), sel.advertised_bw, extra)
+            learned.append(
+                (prefix, ann, frozenset(best.as_path), frozenset(links[p.peer].neighbor for p in sel.paths))
+            )
     out: dict[str, dict[str, Announcement]] = {}
     for peer, link in links.items():
         if not link.usable:
@@ -261,17 +288,9 @@ def advertisements(
         routes: dict[str, Announcement] = {}
         for prefix, extra in originate.items():
             routes[prefix] = Announcement(prefix, (local_asn,), up_bw[link.neighbor], extra)
-        if transit:
-            for prefix, sel in selected.items():
-                if prefix in originate or sel.advertised_bw is None:
-                    continue
-                best = sel.best
-                if link.asn in best.as_path or any(
-                    links[p.peer].neighbor == link.neighbor for p in sel.paths
-                ):
-                    continue
-                extra = " ".join(a.to_exabgp() for a in best.attributes if a.optional_transitive)
-                routes[prefix] = Announcement(prefix, (local_asn, *best.as_path), sel.advertised_bw, extra)
+        for prefix, ann, path_asns, via_nodes in learned:
+            if link.asn not in path_asns and link.neighbor not in via_nodes:
+                routes[prefix] = ann
         out[peer] = routes
     return out
 
