@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import time
 
+from orchestrator.cli import main as cli_main
 from orchestrator.linkset import link_set
 from tests.e2e.conftest import deployed
 
@@ -123,7 +124,8 @@ def test_fare_weights_follow_link_events(runtime, tmp_path):
         assert got["eth2"] < shares(before)["eth2"] * 0.75, (before, flow)
 
         # G1's plane-3 port fails: G1 withdraws plane 3 toward everyone at once, and no traffic goes there.
-        assert link_set(runtime, lab_dir, "G1:eth3", "down")
+        # Through the CLI, as a user types it (the lab dir is found in the working directory).
+        assert cli_main(["link", "set", "G1:eth3", "down"]) == 0
         without3 = {"eth1": 2, "eth2": 1, "eth4": 2}
         route = weights_when(runtime, topo, "G1", g2, without3)
         assert {h["dev"]: h["weight"] for h in route["nexthops"]} == without3, route
