@@ -17,7 +17,12 @@ from tests.e2e.conftest import deployed
 
 GPUS = 3  # SUPERPOD_GPUS: enough for a sender, a receiver and a bystander; CI stays fast
 PLANES = ("eth1", "eth2", "eth3", "eth4")
-LAB_VARS = {"bandwidth": {"host": "800G", "host_sublinks": 2}, "planes": 4, "bgp": {"enabled": True}}
+LAB_VARS = {
+    "bandwidth": {"host": "800G", "host_sublinks": 2},
+    "planes": 4,
+    # A short hold time lets the test see a session expire behind a dead link without waiting long.
+    "bgp": {"enabled": True, "hold_time": 3},
+}
 
 
 def scale_superpod(gpus: int):
@@ -58,6 +63,19 @@ def weights_when(runtime, topo, node: str, dst: str, want: dict[str, int], wait_
             return route
         time.sleep(0.3)
     return route
+
+
+def session_when(runtime, topo, node: str, interface: str, done, wait_s: float = 60.0) -> str:
+    """The state of the node's BGP session over ``interface`` once ``done(state)`` holds (or at timeout)."""
+    deadline = time.monotonic() + wait_s
+    state = ""
+    while time.monotonic() < deadline:
+        neighbors = ctl(runtime, topo, node, "show", "bgp")["neighbors"]
+        state = next(n["session"] for n in neighbors if n["interface"] == interface)
+        if done(state):
+            return state
+        time.sleep(0.5)
+    return state
 
 
 def shares(reply: dict) -> dict[str, float]:
@@ -134,8 +152,13 @@ def test_fare_weights_follow_link_events(runtime, tmp_path):
         assert down["tx_packets"]["eth3"] == 0, down
         assert sum(down["tx_packets"].values()) >= 2000
 
+        # The session over the dead link then expires (hold time 3 s here): the routes must come back by a
+        # new session (ExaBGP re-sends its adj-RIB-out, ours included) once the link is up again.
+        assert session_when(runtime, topo, "G1", "eth3", lambda state: state != "up") != "up"
+
         # Restored: the plane comes back, and so does the full bandwidth.
         assert link_set(runtime, lab_dir, "G1:eth3", "up")
+        assert session_when(runtime, topo, "G1", "eth3", lambda state: state == "up") == "up"
         assert link_set(runtime, lab_dir, "G2:eth2", "bandwidth", "800G")
         route = weights_when(runtime, topo, "G1", g2, equal)
         assert {h["dev"]: h["weight"] for h in route["nexthops"]} == equal, route
