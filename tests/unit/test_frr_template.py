@@ -57,6 +57,7 @@ def test_superpod_frr_leaf_gets_one_ebgp_session_per_cable(tmp_path: Path) -> No
     for n in config.bgp.neighbors:
         assert f" neighbor {n.address} remote-as {n.asn}" in lines
         assert f" neighbor {n.address} update-source {n.local_address}" in lines
+        assert f"  neighbor {n.address} activate" in lines
         assert f"  neighbor {n.address} route-map AIDCLAB-LBW-OUT out" in lines
     # Each GPU twice, with its own ASN on both sessions.
     g1 = [n for n in config.bgp.neighbors if n.name == "G1"]
