@@ -18,6 +18,7 @@ a typical session:
   aidclab configure leaf-spine            plan (addresses, ASNs, BFR-IDs) + Ansible; --check for a dry run
   aidclab exec leaf-spine h1 -- ip -br addr
   aidclab graph leaf-spine --format mermaid
+  aidclab link set leaf1:eth1 down        fault injection (down|up|bandwidth 400G); FARE: docs/fare.md
   aidclab destroy leaf-spine --cleanup    remove everything the lab created, and its lab dir
 
 A LAB argument is a lab name (labs/NAME.clab.yml) or a path to a containerlab topology file.
