@@ -82,6 +82,7 @@ class BgpService:
         self._kernel_events: list[dict[str, Any]] = []
         self._kernel_wanted: dict[str, tuple[tuple[str, str, int], ...]] = {}
         self._kernel_kick = asyncio.Event()
+        self._installed: dict[str, tuple[tuple[str, str, int], ...]] | None = None  # None: read the kernel
 
     # -- lifecycle ---------------------------------------------------------------------------------
     @property
@@ -249,6 +250,9 @@ class BgpService:
                     if msg.get("event") == "RTM_NEWLINK":
                         changed |= self._link_state(msg, time.time())
                 if changed:
+                    # The kernel flushes routes of a downed link itself: after a link event, diff against a
+                    # fresh dump, not against what we installed.
+                    self._installed = None
                     self.recompute()
             except asyncio.CancelledError:
                 raise
@@ -327,14 +331,32 @@ class BgpService:
             self.events = [*self.events, *events][-20:]
 
     def _program_kernel(self, routes: dict[str, tuple[tuple[str, str, int], ...]]) -> None:
-        from aidcnet.agent.kernel import apply_diff, read_state
+        """Bring the kernel's proto-bgp routes to ``routes``. The diff is taken against what we installed
+        last (a full netlink dump per UPDATE costs a SuperPoD GPU more than the decision itself); when the
+        kernel refuses a step, e.g. a route it already flushed with a downed link, the real table is read
+        and the diff applied once more."""
+        from aidcnet.agent.kernel import KernelError, apply_diff, read_state
         from aidcnet.netstate import KernelState, diff_state
 
-        diff = diff_state(KernelState(routes=routes), read_state(set(), proto=RTPROT_BGP), set())
-        if not diff.empty:
-            apply_diff(diff, proto=RTPROT_BGP)
+        for attempt in (1, 2):
+            if self._installed is None or attempt == 2:
+                self._installed = read_state(set(), proto=RTPROT_BGP).routes
+                self.counters["kernel.dumps"] += 1
+            diff = diff_state(KernelState(routes=routes), KernelState(routes=self._installed), set())
+            if diff.empty:
+                return
+            try:
+                apply_diff(diff, proto=RTPROT_BGP)
+            except KernelError:
+                self._installed = None
+                if attempt == 2:
+                    raise
+                self.counters["kernel.resync"] += 1
+                continue
+            self._installed = dict(routes)
             self.counters["kernel.routes-replaced"] += len(diff.replace_routes)
             self.counters["kernel.routes-removed"] += len(diff.remove_routes)
+            return
 
     def _advertise(self) -> None:
         if self._writer is None:
