@@ -170,15 +170,24 @@ class BierService:
         if self.bgp_birt is None:
             return False
         addresses = {str(n.address): n.name for n in self.bier.neighbors}
-        new = birt_from_bgp(self.bier.bfr_id, self.bier.sub_domain, bgp_paths(routes), addresses)
+        paths, problems = bgp_paths(routes)
+        new = birt_from_bgp(self.bier.bfr_id, self.bier.sub_domain, paths, addresses)
+        new.problems[:0] = problems
         for problem in new.problems:
             if problem not in self.bgp_birt.problems:
                 log.warning("BIER over BGP: %s", problem)
         if new.birt == self.bgp_birt.birt:
             self.bgp_birt = new
             return False
-        bifts, _neighbors, local_labels = build_tables(self.bier, new.birt)
-        self.dataplane.set_bifts(bifts, local_labels)
+        try:
+            bifts, _neighbors, local_labels = build_tables(self.bier, new.birt)
+            self.dataplane.set_bifts(bifts, local_labels)
+        except ValueError as exc:
+            # Called from the BGP service: a table we cannot build must not stop BGP; forwarding keeps the
+            # previous BIFTs and the problem shows in `aidcnet ctl show bift`.
+            log.error("BIER over BGP: BIFTs not rebuilt, keeping the previous ones: %s", exc)
+            self.bgp_birt.problems = [*new.problems, f"BIFTs not rebuilt: {exc}"]
+            return False
         self.bifts = bifts
         self.bgp_birt = new
         return True

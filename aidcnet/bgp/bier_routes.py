@@ -51,18 +51,30 @@ class BgpPath:
     bier: BierAttribute | None = None
 
 
-def bgp_paths(view: Mapping[str, BgpPath | tuple[Sequence[str], str | None]]) -> dict[str, BgpPath]:
+def bgp_paths(
+    view: Mapping[str, BgpPath | tuple[Sequence[str], str | None]],
+) -> tuple[dict[str, BgpPath], list[str]]:
     """Normalize the agent's RIB view (:func:`aidcnet.bgp.rib.bier_view`: ``{prefix: (next hops,
-    attribute-41 value hex or None)}``) into :class:`BgpPath`; BgpPath values pass through."""
+    attribute-41 value hex or None)}``) into :class:`BgpPath`; BgpPath values pass through.
+
+    A malformed attribute spoils only its own route (RFC 7606's spirit: the route is kept, as plain unicast,
+    without a BIER row) and is reported in the second element."""
     out: dict[str, BgpPath] = {}
+    problems: list[str] = []
     for prefix, item in view.items():
         if isinstance(item, BgpPath):
             out[prefix] = item
             continue
         nexthops, attr_hex = item
         text = attr_hex[2:] if attr_hex and attr_hex.lower().startswith("0x") else attr_hex
-        out[prefix] = BgpPath(tuple(nexthops), BierAttribute.decode(bytes.fromhex(text)) if text else None)
-    return out
+        attr = None
+        if text:
+            try:
+                attr = BierAttribute.decode(bytes.fromhex(text))
+            except ValueError as exc:  # BierAttributeDecodeError or bad hex
+                problems.append(f"{prefix}: malformed BIER attribute ignored: {exc}")
+        out[prefix] = BgpPath(tuple(nexthops), attr)
+    return out, problems
 
 
 @dataclass

@@ -66,11 +66,28 @@ def test_bgp_paths_reads_the_rib_view_shape() -> None:
         "10.255.0.5/32": (["10.0.0.3"], "0x" + attr.encode().hex()),
         "10.255.0.6/32": BgpPath(("10.0.0.1",)),
     }
-    paths = bgp_paths(view)
+    paths, problems = bgp_paths(view)
+    assert problems == []
     assert paths["10.255.0.3/32"] == BgpPath(("10.0.0.1", "10.0.0.3"), attr)
     assert paths["10.255.0.4/32"] == BgpPath(("10.0.0.1",), None)
     assert paths["10.255.0.5/32"].bier == attr
     assert paths["10.255.0.6/32"] is view["10.255.0.6/32"]
+
+
+def test_a_malformed_attribute_spoils_only_its_own_route() -> None:
+    good = BierAttribute((BierTlv(sub_domain_id=0, bfr_id=3),)).encode().hex()
+    view = {
+        "10.255.0.3/32": (["10.0.0.1"], good),
+        "10.255.0.4/32": (["10.0.0.1"], "0001 0010 00"),  # not hex
+        "10.255.0.5/32": (["10.0.0.1"], "000100100000050000"),  # BIER TLV Length overruns
+    }
+    paths, problems = bgp_paths(view)
+    assert paths["10.255.0.3/32"].bier is not None
+    assert paths["10.255.0.4/32"] == BgpPath(("10.0.0.1",), None)
+    assert paths["10.255.0.5/32"] == BgpPath(("10.0.0.1",), None)
+    assert len(problems) == 2 and all("malformed BIER attribute ignored" in p for p in problems)
+    assert "10.255.0.5/32" in problems[1] and "overruns" in problems[1]
+    assert birt_from_bgp(7, 0, paths, {"10.0.0.1": "s1"}).birt == {3: ["s1"]}
 
 
 @pytest.mark.parametrize("node", ["leaf1", "spine2", "h3"])
@@ -186,3 +203,36 @@ def test_dataplane_swaps_in_bgp_tables_and_rejects_inconsistent_ones() -> None:
         assert dp.tables[label] is dp.bifts[0] and dp.bifts[0] is new_bifts[0]
     finally:
         dp.close()
+
+
+def test_bier_service_apply_bgp_rebuilds_only_on_change(monkeypatch) -> None:
+    import functools
+
+    import aidcnet.agent.bier_service as svc
+    from aidcnet.agent.bier_dataplane import BierDataplane
+
+    # The service's own dataplane, on an ephemeral loopback port instead of UDP 6635.
+    monkeypatch.setattr(svc, "BierDataplane", functools.partial(BierDataplane, bind_addr="127.0.0.1", port=0))
+    static = leaf_spine("static")
+    spine1 = leaf_spine("bgp")["spine1"].bier  # a spine: no host ports, so no raw sockets
+    service = svc.BierService(spine1, host=False)
+    try:
+        h3 = static["h3"].bier.bfr_id
+        assert service.bift_rows()["bift_mode"] == "bgp" and service.bifts[0].entries[h3] is None
+        view = {
+            p: (list(path.nexthops), path.bier.encode().hex())
+            for p, path in bgp_view(static, "spine1").items()
+        }
+        assert service.apply_bgp(view) is True
+        assert {nbr for _f, nbr, _l in service.dataplane.bifts[0].entries[h3]} == {"leaf2"}
+        assert service.apply_bgp(view) is False  # same best paths: nothing rebuilt
+        view["10.255.99.1/32"] = (["10.0.0.0"], "zz")
+        assert service.apply_bgp(view) is False
+        assert service.bift_rows()["bgp_problems"] == [
+            "10.255.99.1/32: malformed BIER attribute ignored: non-hexadecimal number found in fromhex() "
+            "arg at position 0"
+        ]
+        rows = service.bift_rows()
+        assert rows["bgp_prefixes"][str(h3)] == str(static["h3"].loopback.network)
+    finally:
+        service.close()
