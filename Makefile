@@ -67,6 +67,7 @@ bench: images
 	$(PY) bench/bier_forwarding.py
 	$(PY) bench/replay.py
 	$(PY) bench/allreduce.py
+	$(PY) bench/fare.py
 
 # The main job, from a fresh machine: everything is set up on the way. Deploy, check, configure, replay the
 # sample MoE dispatch trace under unicast and host-BIER, destroy, then report (its path is the last line).

@@ -10,6 +10,9 @@ aidcnet ctl ina show                INA jobs, slots in use and drop probabilitie
 aidcnet ctl ina reset JOB           forget the slots of a job (before reusing its chunk numbers)
 aidcnet ctl ina allreduce --job 1   run one AllReduce of a generated array here (docs/allreduce.md)
 aidcnet ctl drop eth1 0.02          drop 2% of what this agent sends on eth1 (0 removes the rule)
+aidcnet ctl show bgp                BGP sessions, routes with FARE weights, link events (docs/fare.md)
+aidcnet ctl link-bandwidth IF BW    FARE: the link on IF now carries BW (aidclab link set ... bandwidth)
+aidcnet ctl fare-send --dst IP      FARE: send per-flow/per-packet test traffic, report tx per interface
 """
 
 from __future__ import annotations
@@ -74,7 +77,16 @@ def main(argv: list[str] | None = None) -> int:
     validate = verbs.add_parser("validate", help="check a node file without applying it")
     validate.add_argument("file")
     show = verbs.add_parser("show", help="print the running state")
-    show.add_argument("what", choices=["config", "counters", "bift"])
+    show.add_argument("what", choices=["config", "counters", "bift", "bgp"])
+    link_bw = verbs.add_parser("link-bandwidth", help="FARE: set a BGP link's bandwidth (aidclab link set)")
+    link_bw.add_argument("interface", help="the local interface, e.g. eth2")
+    link_bw.add_argument("bandwidth", help="bits/s with an SI prefix, e.g. 400G")
+    fare = verbs.add_parser("fare-send", help="FARE: send test traffic to a loopback, report tx per plane")
+    fare.add_argument("--dst", required=True, help="destination loopback address")
+    fare.add_argument("--mode", choices=["per-flow", "per-packet"], help="default: the node's bgp.mode")
+    fare.add_argument("--flows", type=int, default=1000, help="per-flow: QPs (UDP source ports)")
+    fare.add_argument("--packets", type=int, default=1, help="per-flow: packets per QP; per-packet: total")
+    fare.add_argument("--size", type=int, default=64, help="UDP payload bytes")
     bier = verbs.add_parser("bier", help="host-BIER: send to BFR-ids, read what was delivered")
     bier_verbs = bier.add_subparsers(dest="bier_verb", required=True)
     send = bier_verbs.add_parser("send", help="send messages to a set of BFR-ids (BFERs)")
@@ -113,6 +125,11 @@ def main(argv: list[str] | None = None) -> int:
         return _ask("reload", **({"file": args.file} if args.file else {}))
     if args.verb == "show":
         return _ask(args.what)
+    if args.verb == "link-bandwidth":
+        return _ask("bgp_link", interface=args.interface, bandwidth=args.bandwidth)
+    if args.verb == "fare-send":
+        fields = {"dst": args.dst, "flows": args.flows, "packets": args.packets, "size": args.size}
+        return _ask("fare_send", **fields, **({"mode": args.mode} if args.mode else {}))
     if args.verb == "bier" and args.bier_verb == "send":
         receivers = [int(r) for r in args.to.split(",") if r.strip()]
         return _ask(

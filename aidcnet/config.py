@@ -104,6 +104,8 @@ class Bier(_Model):
     bift: Literal["static", "bgp"] = "static"
     # Our own BIFT-ids: label_base + SI.
     label_base: int = Field(default=16, ge=16, le=0xFFFFF)
+    # SIs in the sub-domain (the plan's): the label range size advertised in the BGP BIER attribute.
+    si_count: int = Field(default=1, ge=1, le=255)
     neighbors: list[BierNeighbor] = Field(default_factory=list)
     # static mode: BFR-id -> next-hop neighbor names (several = ECMP); an absent id is unreachable.
     birt: dict[int, list[str]] = Field(default_factory=dict)
@@ -127,9 +129,37 @@ class Bier(_Model):
         return self
 
 
+class BgpNeighbor(_Model):
+    """One eBGP session, over one link (RFC 7938: sessions on the link addresses)."""
+
+    name: str = Field(min_length=1, description="the neighbor node")
+    address: ipaddress.IPv4Address
+    local_address: ipaddress.IPv4Address
+    interface: IfName
+    asn: int = Field(ge=1, le=4294967295)
+
+
 class Bgp(_Model):
     asn: int = Field(ge=1, le=4294967295)
     router_id: ipaddress.IPv4Address
+    # The sessions; with none the agent runs no BGP (the section then only records the plan's ASN).
+    neighbors: list[BgpNeighbor] = Field(default_factory=list)
+    # FARE in the host sender (seed draft §3): per-flow = the kernel hashes each QP's UDP source port over
+    # the weighted nexthops; per-packet = the sender sprays packets over the planes by weight.
+    mode: Literal["per-flow", "per-packet"] = "per-flow"
+    # Link-bandwidth community type we send (RFC 10005: 0x00 transitive, 0x40 non-transitive); both are read.
+    link_bandwidth: Literal["transitive", "non-transitive"] = "transitive"
+    hold_time: int = Field(default=9, ge=3, le=65535)
+    # GPU hosts are stub speakers (originate only); switches re-advertise.
+    transit: bool = True
+
+    @model_validator(mode="after")
+    def _unique_peers(self) -> Bgp:
+        peers = [str(n.address) for n in self.neighbors]
+        dupes = sorted({p for p in peers if peers.count(p) > 1})
+        if dupes:
+            raise ValueError(f"neighbors: address {', '.join(dupes)} listed more than once")
+        return self
 
 
 class InaJob(_Model):
@@ -241,6 +271,12 @@ class NodeConfig(_Model):
                         f"routes.{i}.nexthops.{j}.dev: {hop.dev} is not one of this node's interfaces "
                         f"({', '.join(sorted(known)) or 'none'})"
                     )
+        for i, neighbor in enumerate(self.bgp.neighbors if self.bgp else []):
+            if neighbor.interface not in known:
+                raise ValueError(
+                    f"bgp.neighbors.{i}.interface: {neighbor.interface} is not one of this node's interfaces "
+                    f"({', '.join(sorted(known)) or 'none'})"
+                )
         return self
 
 

@@ -18,6 +18,7 @@ a typical session:
   aidclab configure leaf-spine            plan (addresses, ASNs, BFR-IDs) + Ansible; --check for a dry run
   aidclab exec leaf-spine h1 -- ip -br addr
   aidclab graph leaf-spine --format mermaid
+  aidclab link set leaf1:eth1 down        fault injection (down|up|bandwidth 400G); FARE: docs/fare.md
   aidclab destroy leaf-spine --cleanup    remove everything the lab created, and its lab dir
 
 A LAB argument is a lab name (labs/NAME.clab.yml) or a path to a containerlab topology file.
@@ -291,6 +292,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("lab", help="lab name or topology file")
     p.add_argument("-v", "--verbose", action="store_true", help="print passing links too")
     p.set_defaults(func=cmd_linkcheck)
+
+    from orchestrator.linkset import add_parser as add_link_parser
+
+    add_link_parser(sub)
 
     try:
         from orchestrator.workloads.cli import add_parser as add_workload_parser

@@ -197,6 +197,23 @@ class BierDataplane:
                 f"no local BIER-MPLS label for SI {missing} (sub-domain {self.sd}, BSL {self.bsl})"
             )
 
+    def set_bifts(self, bifts: Mapping[int, Bift], local_labels: Mapping[LabelKey, int]) -> None:
+        """Swap in new BIFTs (BIER over BGP after a best-path change); neighbors stay as built.
+
+        Checked like the constructor's tables; the swap is a few reference assignments under the lock,
+        so a batch in flight finishes on the old tables and the next one uses the new."""
+        old = self.bifts
+        self.bifts = dict(bifts)
+        try:
+            self._check_tables(self.neighbors, local_labels)
+            tables = bifts_by_label(self.bifts, local_labels)
+        except ValueError:
+            self.bifts = old
+            raise
+        with self._lock:
+            self.tables = tables
+            self._label_by_si = {si: local_labels[(self.sd, self.bsl, si)] for si in self.bifts}
+
     # -- the packet path --------------------------------------------------------------------------
     def poll_once(self, max_batch: int | None = None) -> int:
         """Receive one batch, forward and deliver it; return how many datagrams were received."""

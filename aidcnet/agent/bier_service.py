@@ -9,41 +9,52 @@ local application socket when one is configured).
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from aidcnet.agent.bier_dataplane import BierDataplane
 from aidcnet.agent.bier_host import BierHost
 from aidcnet.agent.net_bier import NetBierEdge
+from aidcnet.bgp.bier_attribute import BierAttribute
+from aidcnet.bgp.bier_routes import BgpBirt, BgpPath, bgp_paths, birt_from_bgp, loopback_attribute
 from aidcnet.bier.bift import SELF, Bift, LabelKey, build_bifts
 from aidcnet.bier.bitstring import bfr_id_to_si_bit
 from aidcnet.bier.header import BierProto
 from aidcnet.config import Bier
 from aidcnet.ipv4 import ROCEV2_PORT, Ipv4DecodeError, UdpDatagram, build_udp, parse_udp
 
+log = logging.getLogger("aidcnet.bier.service")
+
 # Deliveries kept for `aidcnet ctl bier received`; older ones fall off (and are counted).
 RECEIVED_KEEP = 100_000
 
 
-def si_count(bier: Bier) -> int:
-    ids = [bier.bfr_id, *bier.birt]
+def si_count(bier: Bier, birt: Mapping[int, Sequence[str]] | None = None) -> int:
+    ids = [bier.bfr_id, *(bier.birt if birt is None else birt)]
     return max(bfr_id_to_si_bit(i, bier.bsl)[0] for i in ids) + 1
 
 
-def build_tables(bier: Bier) -> tuple[dict[int, Bift], dict[str, tuple[str, str]], dict[LabelKey, int]]:
-    """BIFTs, neighbor addresses and our own labels from the node file (static BIFT mode)."""
-    sis = range(si_count(bier))
-    birt: dict[int, Any] = {bier.bfr_id: SELF}
-    birt.update({bfr_id: list(hops) for bfr_id, hops in bier.birt.items() if bfr_id != bier.bfr_id})
-    used = {hop for hops in bier.birt.values() for hop in hops}
+def build_tables(
+    bier: Bier, birt: Mapping[int, Sequence[str]] | None = None
+) -> tuple[dict[int, Bift], dict[str, tuple[str, str]], dict[LabelKey, int]]:
+    """BIFTs, neighbor addresses and our own labels from the node file.
+
+    ``birt`` (``{BFR-id: neighbor names}``) replaces the node file's static one: in ``bift: bgp`` mode
+    it comes from the BGP best paths (:func:`aidcnet.bgp.bier_routes.birt_from_bgp`)."""
+    rows = bier.birt if birt is None else birt
+    sis = range(si_count(bier, rows))
+    table: dict[int, Any] = {bier.bfr_id: SELF}
+    table.update({bfr_id: list(hops) for bfr_id, hops in rows.items() if bfr_id != bier.bfr_id})
+    used = {hop for hops in rows.values() for hop in hops}
     nbr_labels = {
         n.name: {(bier.sub_domain, bier.bsl, si): n.label_base + si for si in sis}
         for n in bier.neighbors
         if n.name in used
     }
-    bifts = build_bifts(birt, bier.bsl, nbr_labels, sd=bier.sub_domain)
+    bifts = build_bifts(table, bier.bsl, nbr_labels, sd=bier.sub_domain)
     neighbors = {n.name: (str(n.address), n.interface) for n in bier.neighbors}
     local_labels = {(bier.sub_domain, bier.bsl, si): bier.label_base + si for si in sis}
     return bifts, neighbors, local_labels
@@ -59,7 +70,9 @@ class BierService:
     def __init__(self, bier: Bier, host: bool, loopback: str = "0.0.0.0"):
         self.bier = bier
         self.loopback = loopback
-        bifts, neighbors, local_labels = build_tables(bier)
+        # bift: bgp starts with only the own row; apply_bgp() fills the BIRT as best paths arrive.
+        self.bgp_birt: BgpBirt | None = BgpBirt() if bier.bift == "bgp" else None
+        bifts, neighbors, local_labels = build_tables(bier, {} if self.bgp_birt is not None else None)
         self.bifts = bifts
         self.dataplane = BierDataplane(bier.bfr_id, bier.bsl, bier.sub_domain, bifts, neighbors, local_labels)
         self.received: deque[dict[str, Any]] = deque(maxlen=RECEIVED_KEEP)
@@ -143,6 +156,42 @@ class BierService:
             sent += self.host.send(datagram, receivers, entropy=flow)
         return sent
 
+    # -- BIER over BGP (RFC 9793) -------------------------------------------------------------------
+    def bgp_attribute(self) -> BierAttribute:
+        """The BIER attribute for our loopback announcement (``.to_exabgp()`` gives ExaBGP's syntax)."""
+        return loopback_attribute(self.bier)
+
+    def apply_bgp(self, routes: Mapping[str, BgpPath | tuple[Sequence[str], str | None]]) -> bool:
+        """Rebuild the BIRT and BIFTs from the BGP best paths; True when the BIRT changed.
+
+        ``routes`` is :func:`aidcnet.bgp.rib.bier_view` (``{prefix: (next hops, attribute-41 hex)}``) or
+        ``{prefix: BgpPath}``. Cheap when nothing changed (the common case on every RIB update), so the agent
+        may call it on every best-path change. Ignored (False) in static mode."""
+        if self.bgp_birt is None:
+            return False
+        addresses = {str(n.address): n.name for n in self.bier.neighbors}
+        paths, problems = bgp_paths(routes)
+        new = birt_from_bgp(self.bier.bfr_id, self.bier.sub_domain, paths, addresses)
+        new.problems[:0] = problems
+        for problem in new.problems:
+            if problem not in self.bgp_birt.problems:
+                log.warning("BIER over BGP: %s", problem)
+        if new.birt == self.bgp_birt.birt:
+            self.bgp_birt = new
+            return False
+        try:
+            bifts, _neighbors, local_labels = build_tables(self.bier, new.birt)
+            self.dataplane.set_bifts(bifts, local_labels)
+        except ValueError as exc:
+            # Called from the BGP service: a table we cannot build must not stop BGP; forwarding keeps the
+            # previous BIFTs and the problem shows in `aidcnet ctl show bift`.
+            log.error("BIER over BGP: BIFTs not rebuilt, keeping the previous ones: %s", exc)
+            self.bgp_birt.problems = [*new.problems, f"BIFTs not rebuilt: {exc}"]
+            return False
+        self.bifts = bifts
+        self.bgp_birt = new
+        return True
+
     def take_received(self, clear: bool) -> list[dict[str, Any]]:
         out = list(self.received)
         if clear:
@@ -152,6 +201,11 @@ class BierService:
     def bift_rows(self) -> dict[str, Any]:
         return {
             "bfr_id": self.bier.bfr_id,
+            "bift_mode": self.bier.bift,
+            "bgp_prefixes": (
+                {str(i): p for i, p in sorted(self.bgp_birt.prefixes.items())} if self.bgp_birt else None
+            ),
+            "bgp_problems": self.bgp_birt.problems if self.bgp_birt else None,
             "sub_domain": self.bier.sub_domain,
             "bsl": self.bier.bsl,
             "label_base": self.bier.label_base,

@@ -24,6 +24,7 @@ from aidcnet.paths import DEFAULT_CONFIG_PATH
 # Everything behind a node file (pydantic models, BIER, replay) is imported when first needed: a fresh
 # agent only has to answer its health check, and 68 of them start at once on two cores during deploy.
 if TYPE_CHECKING:
+    from aidcnet.agent.bgp_service import BgpService
     from aidcnet.agent.bier_service import BierService
     from aidcnet.agent.replay_service import ReplayService
     from aidcnet.config import NodeConfig
@@ -47,6 +48,7 @@ class Agent:
         self.bier: BierService | None = None
         self.replay: ReplayService | None = None
         self.ina = InaPart(self)
+        self.bgp: BgpService | None = None
         self._reload_lock = asyncio.Lock()
 
     # -- configuration ------------------------------------------------------------------------------
@@ -76,6 +78,87 @@ class Agent:
             service = BierService(new, host=self.role == "gpu-host", loopback=str(target.loopback.ip))
             service.attach(loop)
             self.bier = service
+
+    @staticmethod
+    def _bgp_inputs(config: NodeConfig | None) -> tuple[Any, ...] | None:
+        if config is None or config.bgp is None or not config.bgp.neighbors:
+            return None
+        return (config.bgp, config.interfaces, config.loopback, config.bier)
+
+    async def _restart_bgp(self, target: NodeConfig | None) -> None:
+        """Replace the BGP service when what it runs on changed (sessions, links, loopback, BIER origin);
+        ``aidclab link set`` bandwidths survive a reload that leaves those alone."""
+        if self.bgp is not None and self._bgp_inputs(self.bgp.config) == self._bgp_inputs(target):
+            return
+        if self.bgp is not None:
+            await self.bgp.close()
+            self.bgp = None
+        if self._bgp_inputs(target) is None:
+            return
+        from aidcnet.agent.bgp_service import BgpService
+
+        extra: dict[str, str] = {}
+        if target.bier is not None and target.bier.bift == "bgp":
+            # BIER over BGP (RFC 9793): the loopback carries the BIER path attribute (type 41).
+            from aidcnet.bgp.bier_routes import loopback_attribute
+
+            extra[str(target.loopback.network)] = loopback_attribute(target.bier).to_exabgp()
+        service = BgpService(target, originate_extra=extra, on_change=self._bgp_changed)
+        await service.start()
+        self.bgp = service
+
+    def _bgp_changed(self, selected: Any) -> None:
+        apply_bgp = getattr(self.bier, "apply_bgp", None)
+        if apply_bgp is not None:
+            from aidcnet.bgp.rib import bier_view
+
+            apply_bgp(bier_view(selected))
+
+    def _bgp_service(self) -> BgpService:
+        if self.bgp is None:
+            raise ValueError(
+                "this node runs no BGP (no bgp.neighbors in its node file: set bgp.enabled in the lab vars)"
+            )
+        return self.bgp
+
+    async def bgp_status(self, _request: dict[str, Any]) -> dict[str, Any]:
+        return {"ok": True, **self._bgp_service().status()}
+
+    async def bgp_link(self, request: dict[str, Any]) -> dict[str, Any]:
+        """FARE input from ``aidclab link set NODE:IF bandwidth X``: the link's bandwidth in bits/s."""
+        from aidcnet.fare.bandwidth import bytes_to_bits, parse_bandwidth
+
+        bps = bytes_to_bits(parse_bandwidth(request["bandwidth"]))
+        return {"ok": True, **self._bgp_service().set_bandwidth(str(request["interface"]), bps)}
+
+    async def fare_send(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Send FARE test traffic to ``dst`` (a loopback) in the node's mode (or ``mode``); the reply has
+        the tx packet counters of every BGP interface before and after."""
+        from aidcnet.agent import fare_sender
+
+        service = self._bgp_service()
+        dst = str(request["dst"])
+        mode = str(request.get("mode") or service.bgp.mode)
+        size = int(request.get("size", 64))
+        weights = service.weights_for(dst)
+        devs = sorted({link.dev for link in service.links.values()})
+        src = str(service.config.loopback.ip)
+        before = fare_sender.tx_packets(devs)
+        if mode == "per-flow":
+            flows, packets = int(request.get("flows", 1000)), int(request.get("packets", 1))
+            await asyncio.to_thread(fare_sender.send_per_flow, src, dst, flows, packets, size)
+        elif mode == "per-packet":
+            packets = int(request.get("packets", 1000))
+            await asyncio.to_thread(fare_sender.send_per_packet, src, dst, weights, packets, size)
+        else:
+            raise ValueError(f"mode {mode!r}: per-flow or per-packet")
+        after = fare_sender.tx_packets(devs)
+        return {
+            "ok": True,
+            "mode": mode,
+            "weights": weights,
+            "tx_packets": {d: after[d] - before[d] for d in devs},
+        }
 
     async def validate(self, request: dict[str, Any]) -> dict[str, Any]:
         """Check a node file without applying it (Ansible's check mode uses this)."""
@@ -117,6 +200,7 @@ class Agent:
                 summary = await asyncio.to_thread(self._converge, new)
                 self._restart_bier(new)
                 self.ina.restart(new)
+                await self._restart_bgp(new)
             except (KernelError, ValueError, OSError) as exc:
                 self.counters["config.apply_failed"] += 1
                 log.error("applying %s failed, restoring the previous config: %s", path, exc)
@@ -124,6 +208,7 @@ class Agent:
                     await asyncio.to_thread(self._converge, self.config)
                     self._restart_bier(self.config)
                     self.ina.restart(self.config)
+                    await self._restart_bgp(self.config)
                 except (KernelError, ValueError, OSError) as again:
                     log.error("restoring the previous config failed too: %s", again)
                 return {"ok": False, "error": f"{path}: {exc}", "kept": self._running_id()}
@@ -242,6 +327,9 @@ class Agent:
                 "replay_status": self.replay_status,
                 "replay_results": self.replay_results,
                 **self.ina.handlers(),
+                "bgp": self.bgp_status,
+                "bgp_link": self.bgp_link,
+                "fare_send": self.fare_send,
             }
         )
         log.info("aidcnet %s agent ready on %s", self.role, control.CONTROL_SOCKET)

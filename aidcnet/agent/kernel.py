@@ -23,7 +23,8 @@ def _index(ipr: IPRoute, ifname: str) -> int:
     return found[0]
 
 
-def read_state(managed: set[str]) -> KernelState:
+def read_state(managed: set[str], proto: int = RTPROT_AIDCNET) -> KernelState:
+    """Addresses and MTUs of ``managed`` interfaces, and the routes installed with ``proto``."""
     addresses = set()
     mtus = {}
     routes: dict[str, NextHops] = {}
@@ -38,7 +39,7 @@ def read_state(managed: set[str]) -> KernelState:
             addr = msg.get_attr("IFA_ADDRESS")
             if name in managed and not ipaddress.ip_address(addr).is_loopback:
                 addresses.add((name, f"{addr}/{msg['prefixlen']}"))
-        for msg in ipr.get_routes(family=socket.AF_INET, proto=RTPROT_AIDCNET):
+        for msg in ipr.get_routes(family=socket.AF_INET, proto=proto):
             prefix = f"{msg.get_attr('RTA_DST') or '0.0.0.0'}/{msg['dst_len']}"
             multipath = msg.get_attr("RTA_MULTIPATH")
             if multipath:
@@ -54,7 +55,7 @@ def read_state(managed: set[str]) -> KernelState:
     return KernelState(frozenset(addresses), routes, mtus)
 
 
-def apply_diff(diff: KernelDiff) -> None:
+def apply_diff(diff: KernelDiff, proto: int = RTPROT_AIDCNET) -> None:
     """Apply in the order that keeps routes resolvable: MTUs and new addresses, then routes, then
     removals. Raises :class:`KernelError` naming the item the kernel refused."""
     with IPRoute() as ipr:
@@ -78,19 +79,19 @@ def apply_diff(diff: KernelDiff) -> None:
                 step = f"route {prefix} via {', '.join(f'{v} dev {d} weight {w}' for v, d, w in hops)}"
                 if len(hops) == 1:
                     via, dev, _w = hops[0]
-                    ipr.route("replace", dst=prefix, gateway=via, oif=_index(ipr, dev), proto=RTPROT_AIDCNET)
+                    ipr.route("replace", dst=prefix, gateway=via, oif=_index(ipr, dev), proto=proto)
                 else:
                     ipr.route(
                         "replace",
                         dst=prefix,
-                        proto=RTPROT_AIDCNET,
+                        proto=proto,
                         multipath=[
                             {"gateway": via, "oif": _index(ipr, dev), "hops": w - 1} for via, dev, w in hops
                         ],
                     )
             for prefix in diff.remove_routes:
                 step = f"remove route {prefix}"
-                ipr.route("del", dst=prefix, proto=RTPROT_AIDCNET)
+                ipr.route("del", dst=prefix, proto=proto)
             for name, cidr in diff.remove_addresses:
                 step = f"remove address {cidr} from {name}"
                 iface = ipaddress.IPv4Interface(cidr)

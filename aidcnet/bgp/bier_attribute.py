@@ -32,10 +32,19 @@ BIER MPLS Encapsulation sub-TLV (inside a BIER TLV)::
 Lbl Range Size is the number of labels (one per SI: label base + SI), BS Len the RFC 8296
 BSL code (1 = 64 … 7 = 4096 bits), Label Range Base a 20-bit label.
 
-.. warning:: ``refs/rfc/rfc9793.txt`` was empty in this checkout, so the figures above were
-   rebuilt from the IANA registry, the RFC 8401 §6.2 analogue and two public BGP
-   implementations (freeRtr's ``placeBier``/``parseBier`` and rustbgpd's RFC 9793 framing
-   checks). Check them against the RFC text before relying on interop.
+Verification: ``refs/rfc/rfc9793.txt`` is empty in this checkout, so the layout was checked
+against independent sources instead: the IANA registry name ("BGP BIER TLV and Sub-TLV Types",
+one registry for TLVs and sub-TLVs, hence MPLS Encapsulation = 2), bgpkit-parser's RFC 9793
+attribute-41 codec (2-octet Type, 2-octet Length framing of every TLV), and freeRtr's current
+``placeBier``/``parseBier`` (BIER TLV value = Sub-domain 1 octet, BFR-ID 2 octets, 1 octet
+Reserved, Length 4; MPLS Encapsulation value = Lbl Range Size in octet 0, BS Len in the high
+nibble of octet 1, Label Range Base in the low 20 bits of the same 32-bit word, Length 4).
+freeRtr places the MPLS Encapsulation TLV *after* the BIER TLV at the top level of the
+attribute rather than inside it; we nest it as the RFC's "sub-TLV" wording says, and keep a
+top-level type-2 TLV from such a peer as :class:`RawTlv` (see :func:`BierAttribute.decode`).
+ExaBGP (5.0) has no class for type 41: it announces it as a generic attribute and reports a
+received one in JSON as ``"attribute-0x29-0xE0": "0x<hex>"`` (it adds the Partial bit), see
+:meth:`BierAttribute.from_exabgp_json`.
 
 Sub-TLVs other than MPLS Encapsulation (e.g. Non-MPLS Encapsulation, type 3) and unknown
 TLVs are kept as :class:`RawTlv` so a route re-advertised through us carries them unchanged.
@@ -324,6 +333,24 @@ class BierAttribute:
             return cls.decode(data[header:])
         except BierAttributeDecodeError as exc:
             raise BierAttributeDecodeError(f"in value at attribute offset {header}: {exc}") from None
+
+    @classmethod
+    def from_exabgp_json(cls, attributes: dict[str, object]) -> BierAttribute | None:
+        """The BIER attribute from an ExaBGP JSON ``attribute`` object, or None when the route has none.
+
+        ExaBGP reports attributes it has no class for as ``attribute-0x<CODE>-0x<FLAGS>`` with the
+        value as ``0x<hex>``; the flags vary (0xC0 as sent, 0xE0 once the Partial bit is set).
+        """
+        prefix = f"attribute-0x{ATTR_TYPE_BIER:02x}-"
+        for key, value in attributes.items():
+            if key.lower().startswith(prefix) and isinstance(value, str):
+                text = value[2:] if value.lower().startswith("0x") else value
+                try:
+                    data = bytes.fromhex(text)
+                except ValueError:
+                    raise BierAttributeDecodeError(f"{key}: {value!r} is not hexadecimal") from None
+                return cls.decode(data)
+        return None
 
     def to_exabgp(self) -> str:
         """ExaBGP's generic-attribute form for announcing it: ``attribute [ 0x29 0xc0 0x<value> ]``."""

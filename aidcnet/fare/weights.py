@@ -15,9 +15,9 @@ advertiser only):
                        bandwidth received from N in its link-bandwidth community)
 
   A route from N that carries no link-bandwidth community is not capped by it
-  (``received_bw=None``): the links toward N are then the only limit. This is how an
-  originator's directly attached neighbor sees it (a GPU announces its loopback plainly
-  and the leaf's links to that GPU bound the path).
+  (``received_bw=None``): the links toward N are then the only limit. (Our BGP agent's
+  originator sends the bandwidth of its own links toward each neighbor, so both ends of
+  a link agree; see aidcnet/bgp/rib.py.)
 * **advertised bandwidth** of the prefix = the sum of ``path_bw`` over the ECMP next hops.
   Each neighbor is an independent path, so their capacities add; a sum of per-neighbor
   minima never exceeds the draft's single-advertiser min() applied to the totals, so this

@@ -14,7 +14,7 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
-from orchestrator.plan import addressing, asn, bandwidth, bier, ina, planes, routes, tiers
+from orchestrator.plan import addressing, asn, bandwidth, bgp, bier, ina, planes, routes, tiers
 from orchestrator.plan.configs import node_config, node_configs
 from orchestrator.plan.context import Context, check_pin_targets, validation_problems
 from orchestrator.plan.model import GroupVars, LabPlan, LabVars, PlanEndpoint, PlanError, PlanLink, PlanNode
@@ -35,7 +35,7 @@ __all__ = [
 ]
 
 # Order matters: tiers feed ASNs and BFR-ID order, addresses feed routes, planes read the tiers' graph.
-FEATURES = (tiers, addressing, bandwidth, planes, asn, bier, routes, ina)
+FEATURES = (tiers, addressing, bandwidth, planes, asn, bier, routes, bgp, ina)
 
 
 class _Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[misc]

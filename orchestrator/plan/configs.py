@@ -5,6 +5,7 @@ from __future__ import annotations
 from aidcnet.config import (
     CONFIG_VERSION,
     Bgp,
+    BgpNeighbor,
     Bier,
     BierFlow,
     BierMembership,
@@ -45,6 +46,9 @@ def node_config(plan: LabPlan, name: str) -> NodeConfig:
         Route(prefix=r.prefix, nexthops=[NextHop(via=h.via, dev=h.dev) for h in r.nexthops])
         for r in node.routes
     ]
+    bgp = bgp_config(plan, name)
+    if bgp is not None and bgp.neighbors:
+        routes = []  # BGP installs the routes (proto bgp); static ones would shadow FARE's weights
     return NodeConfig(
         version=CONFIG_VERSION,
         node=name,
@@ -52,9 +56,44 @@ def node_config(plan: LabPlan, name: str) -> NodeConfig:
         loopback=node.loopback,
         interfaces=interfaces,
         routes=routes,
-        bgp=Bgp(asn=node.asn, router_id=node.loopback.ip) if node.asn is not None else None,
+        bgp=bgp,
         bier=bier_config(plan, name),
         ina=ina_config(plan, name),
+    )
+
+
+def bgp_config(plan: LabPlan, name: str) -> Bgp | None:
+    """The node's ASN and, when the lab runs BGP, one eBGP session per link to another node that has an
+    ASN and addresses (RFC 7938 §5.2: sessions on the point-to-point link addresses)."""
+    node = plan.nodes[name]
+    if node.asn is None or node.loopback is None:
+        return None
+    if not plan.bgp.enabled:
+        return Bgp(asn=node.asn, router_id=node.loopback.ip)
+    neighbors = []
+    for link in plan.links:
+        for local, remote in ((link.a, link.b), (link.b, link.a)):
+            peer = plan.nodes[remote.node]
+            if local.node != name or local.address is None or remote.address is None or peer.asn is None:
+                continue
+            neighbors.append(
+                BgpNeighbor(
+                    name=remote.node,
+                    address=remote.address.ip,
+                    local_address=local.address.ip,
+                    interface=local.interface,
+                    asn=peer.asn,
+                )
+            )
+    neighbors.sort(key=lambda n: natural_key(n.interface))
+    return Bgp(
+        asn=node.asn,
+        router_id=node.loopback.ip,
+        neighbors=neighbors,
+        mode=plan.bgp.mode,
+        link_bandwidth=plan.bgp.link_bandwidth,
+        hold_time=plan.bgp.hold_time,
+        transit=node.role != "gpu-host",
     )
 
 
@@ -118,6 +157,7 @@ def bier_config(plan: LabPlan, name: str) -> Bier | None:
         bsl=plan.bier.bsl,
         bift=plan.bier.bift,
         label_base=node.bier_label_base,
+        si_count=plan.bier.si_count,
         neighbors=sorted(neighbors.values(), key=lambda n: natural_key(n.name)),
         birt=dict(sorted(birt.items())),
         host_ports=host_ports,

@@ -79,6 +79,15 @@ class BierVars(_Vars):
     groups: list[GroupVars] = Field(default_factory=list)
 
 
+class BgpVars(_Vars):
+    """BGP underlay with FARE (docs/fare.md); off means the plan's static routes."""
+
+    enabled: bool | None = None
+    mode: Literal["per-flow", "per-packet"] | None = None
+    link_bandwidth: Literal["transitive", "non-transitive"] | None = None
+    hold_time: int | None = Field(default=None, ge=3, le=65535)
+
+
 class NodeVars(_Vars):
     loopback: ipaddress.IPv4Interface | None = None
     asn: int | None = Field(default=None, ge=1, le=MAX_ASN)
@@ -122,6 +131,7 @@ class LabVars(_Vars):
     bandwidth: BandwidthVars = Field(default_factory=BandwidthVars)
     bier: BierVars = Field(default_factory=BierVars)
     ina: InaVars = Field(default_factory=InaVars)
+    bgp: BgpVars = Field(default_factory=BgpVars)
     planes: PlanesSpec | None = None
     nodes: dict[str, NodeVars] = Field(default_factory=dict)
     links: dict[str, LinkVars] = Field(default_factory=dict)
@@ -220,6 +230,13 @@ class PlanBier(_Plan):
     groups: list[PlanGroup] = Field(default_factory=list)
 
 
+class PlanBgp(_Plan):
+    enabled: bool = False
+    mode: Literal["per-flow", "per-packet"] = "per-flow"
+    link_bandwidth: Literal["transitive", "non-transitive"] = "transitive"
+    hold_time: int = 9
+
+
 class PlanPlane(_Plan):
     id: int
     switches: list[str]
@@ -264,6 +281,7 @@ class LabPlan(_Plan):
     nodes: dict[str, PlanNode]
     links: list[PlanLink]
     bier: PlanBier = Field(default_factory=PlanBier)
+    bgp: PlanBgp = Field(default_factory=PlanBgp)
     planes: list[PlanPlane] = Field(default_factory=list)
     ina: list[PlanInaJob] = Field(default_factory=list)
     unreachable: Unreachable = Field(default_factory=Unreachable)

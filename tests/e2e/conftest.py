@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -53,6 +53,7 @@ def deployed(
     lab_vars: dict | None = None,
     nodes: dict | None = None,
     configured: bool = False,
+    edit: Callable[[dict], None] | None = None,
 ) -> Iterator[Topology]:
     """A copy of a shipped lab (optionally with vars and replaced nodes) deployed from ``tmp`` as the
     working directory, destroyed afterwards whatever happens."""
@@ -61,6 +62,10 @@ def deployed(
     from orchestrator.topology import load_topology
 
     path = lab_copy(tmp, lab, name)
+    if edit is not None:  # e.g. scale a shipped lab down for CI (tests/e2e/test_fare.py)
+        doc = yaml.safe_load(path.read_text())
+        edit(doc)
+        path.write_text(yaml.safe_dump(doc, sort_keys=False))
     if nodes:
         doc = yaml.safe_load(path.read_text())
         doc["topology"]["nodes"].update(nodes)

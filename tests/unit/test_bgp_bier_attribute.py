@@ -106,6 +106,45 @@ def test_exabgp_generic_attribute() -> None:
     assert VECTOR_OBJECT.to_exabgp() == "attribute [ 0x29 0xc0 0x0001000c0000050000020004013003e8 ]"
 
 
+def _exabgp_json_of(path_attributes: bytes) -> dict[str, object]:
+    """What ExaBGP's own decoder reports for a received attribute block (its JSON ``attribute`` object)."""
+    import json
+
+    from exabgp.bgp.message.direction import Direction
+    from exabgp.bgp.message.update.attribute.attributes import Attributes
+    from exabgp.environment import getenv
+    from exabgp.logger import log
+
+    log.init(getenv())
+
+    class Negotiated:  # only what the attribute parser reads for ORIGIN and a generic attribute
+        asn4 = True
+        addpath = None
+        families: tuple[object, ...] = ()
+        aigp = False
+
+        def __getattr__(self, name: str) -> None:
+            return None
+
+    attrs = Attributes.unpack(path_attributes, Direction.IN, Negotiated())
+    return json.loads("{" + attrs.json() + "}")
+
+
+def test_exabgp_decodes_our_attribute_and_we_read_its_json() -> None:
+    origin_igp = bytes.fromhex("400101 00")
+    reported = _exabgp_json_of(origin_igp + VECTOR_OBJECT.encode_path_attribute())
+    # ExaBGP has no class for type 41: generic, with the Partial bit added on receipt.
+    assert reported["attribute-0x29-0xE0"] == "0x" + VECTOR_VALUE.hex()
+    assert BierAttribute.from_exabgp_json(reported) == VECTOR_OBJECT
+
+
+def test_from_exabgp_json_without_the_attribute_and_with_bad_hex() -> None:
+    assert BierAttribute.from_exabgp_json({"origin": "igp"}) is None
+    assert BierAttribute.from_exabgp_json({"attribute-0x29-0xC0": VECTOR_VALUE.hex()}) == VECTOR_OBJECT
+    with pytest.raises(BierAttributeDecodeError, match="not hexadecimal"):
+        BierAttribute.from_exabgp_json({"attribute-0x29-0xE0": "0xzz"})
+
+
 # --- errors ---------------------------------------------------------------------------------
 
 

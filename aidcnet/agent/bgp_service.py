@@ -1,0 +1,419 @@
+"""The node agent's BGP service: supervises ExaBGP, keeps the RIB, programs the kernel, re-advertises.
+
+Thin shell around :mod:`aidcnet.bgp.rib` (decisions) and :mod:`aidcnet.bgp.exabgp` (texts):
+
+* ExaBGP runs as a child process with a generated config; its API process (:mod:`aidcnet.bgp.relay`)
+  connects back to our unix socket, so every JSON update reaches :meth:`BgpService._on_line` and every
+  announce/withdraw we write reaches ExaBGP. If ExaBGP dies it is restarted (and everything re-sent).
+* Link state comes from netlink (RTM_NEWLINK): a link losing carrier or going admin-down removes its paths
+  in the same event-loop turn, so traffic leaves it long before the BGP hold timer would notice.
+* Routes go into the kernel with protocol 186 (``ip route show proto bgp``) and nexthop weights.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from aidcnet.bgp import exabgp
+from aidcnet.bgp.rib import Link, Rib, Selected, advertisements, community_asn, kernel_routes, select
+from aidcnet.fare.bandwidth import bits_to_bytes, format_bandwidth
+
+if TYPE_CHECKING:
+    from aidcnet.config import NodeConfig
+
+log = logging.getLogger("aidcnet.bgp")
+
+RTPROT_BGP = 186  # Linux's RTPROT_BGP; rt_protos names it "bgp"
+RUN_DIR = Path(os.environ.get("AIDCNET_BGP_DIR", "/run/aidcnet"))
+DEFAULT_LINK_BPS = 100e9  # an interface the plan gave no bandwidth counts as 100G (equal weights)
+RESTART_DELAY_S = 1.0
+IFF_UP = 0x1
+IFF_LOWER_UP = 0x10000
+
+OnChange = Callable[[Mapping[str, Selected]], None]
+
+
+class BgpService:
+    def __init__(
+        self,
+        config: NodeConfig,
+        originate_extra: Mapping[str, str] | None = None,
+        on_change: OnChange | None = None,
+        run_dir: Path = RUN_DIR,
+    ) -> None:
+        assert config.bgp is not None
+        self.config = config
+        self.bgp = config.bgp
+        self.asn = self.bgp.asn
+        self.on_change = on_change
+        self.run_dir = run_dir
+        loopback = str(config.loopback.network)
+        self.originate = {loopback: (originate_extra or {}).get(loopback, "")}
+        bw_of = {i.name: i.bandwidth_bps for i in config.interfaces}
+        self.links: dict[str, Link] = {}
+        for n in self.bgp.neighbors:
+            bps = bw_of.get(n.interface) or DEFAULT_LINK_BPS
+            self.links[str(n.address)] = Link(
+                peer=str(n.address), neighbor=n.name, dev=n.interface, asn=n.asn, bandwidth=bits_to_bytes(bps)
+            )
+        self.rib = Rib()
+        self.selected: dict[str, Selected] = {}
+        self.sessions: dict[str, str] = {peer: "idle" for peer in self.links}
+        self.sent: dict[str, dict[str, str]] = {}  # peer -> prefix -> announce text ExaBGP has
+        self.counters: Counter[str] = Counter()
+        self.events: list[dict[str, Any]] = []  # recent link events with their convergence timing
+        self._writer: asyncio.StreamWriter | None = None
+        self._server: asyncio.AbstractServer | None = None
+        self._proc: asyncio.subprocess.Process | None = None
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._ipr: Any = None
+        self._closing = False
+        self._dirty = False
+        self._pending_event: dict[str, Any] | None = None
+        self._kernel_events: list[dict[str, Any]] = []
+        self._kernel_wanted: dict[str, tuple[tuple[str, str, int], ...]] = {}
+        self._kernel_kick = asyncio.Event()
+        self._installed: dict[str, tuple[tuple[str, str, int], ...]] | None = None  # None: read the kernel
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+    @property
+    def socket_path(self) -> Path:
+        return self.run_dir / "bgp-api.sock"
+
+    @property
+    def sessions_path(self) -> Path:
+        return self.run_dir / "bgp-sessions"
+
+    @property
+    def config_path(self) -> Path:
+        return self.run_dir / "exabgp.conf"
+
+    async def start(self) -> None:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.socket_path.unlink(missing_ok=True)
+        self._server = await asyncio.start_unix_server(self._on_relay, path=str(self.socket_path))
+        await self._watch_links()
+        self._tasks.append(asyncio.create_task(self._kernel_worker()))
+        neighbors = [
+            exabgp.Neighbor(
+                address=str(n.address),
+                local_address=str(n.local_address),
+                local_asn=self.asn,
+                peer_asn=n.asn,
+                router_id=str(self.bgp.router_id),
+                hold_time=self.bgp.hold_time,
+            )
+            for n in self.bgp.neighbors
+        ]
+        relay = f"{sys.executable} -m aidcnet.bgp.relay {self.socket_path}"
+        self.config_path.write_text(exabgp.config_text(neighbors, relay))
+        self._write_session_count()
+        self._tasks.append(asyncio.create_task(self._supervise()))
+        self.recompute()
+
+    async def close(self) -> None:
+        self._closing = True
+        for task in self._tasks:
+            task.cancel()
+        if self._proc is not None and self._proc.returncode is None:
+            self._proc.terminate()
+            with contextlib.suppress(asyncio.TimeoutError, ProcessLookupError):
+                await asyncio.wait_for(self._proc.wait(), 5)
+            if self._proc.returncode is None:
+                self._proc.kill()
+        if self._server is not None:
+            self._server.close()
+        if self._ipr is not None:
+            self._ipr.close()
+            self._ipr = None
+        self.selected = {}
+        await asyncio.to_thread(self._program_kernel, {})
+
+    async def _supervise(self) -> None:
+        env = {**os.environ, **exabgp.EXABGP_ENV}
+        log_path = self.run_dir / "exabgp.log"
+        while not self._closing:
+            with log_path.open("ab") as log_file:
+                self._proc = await asyncio.create_subprocess_exec(
+                    sys.executable,
+                    "-m",
+                    "exabgp",
+                    "server",
+                    str(self.config_path),
+                    env=env,
+                    stdin=asyncio.subprocess.DEVNULL,
+                    stdout=log_file,
+                    stderr=log_file,
+                )
+                self.counters["exabgp.started"] += 1
+                code = await self._proc.wait()
+            if self._closing:
+                return
+            self.counters["exabgp.exited"] += 1
+            log.error("exabgp exited with %s (see %s); restarting", code, log_path)
+            await asyncio.sleep(RESTART_DELAY_S)
+
+    # -- ExaBGP API (through the relay) ------------------------------------------------------------
+    async def _on_relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._writer = writer
+        # A new relay means a fresh ExaBGP: it holds none of our routes and no session is up yet.
+        self.sent = {}
+        for peer in list(self.rib.adj_in):
+            self.rib.clear_peer(peer)
+        self.sessions = dict.fromkeys(self.links, "idle")
+        self._write_session_count()
+        self.counters["relay.connected"] += 1
+        self.recompute()
+        try:
+            while line := await reader.readline():
+                self._on_line(line.decode(errors="replace"))
+        finally:
+            if self._writer is writer:
+                self._writer = None
+            writer.close()
+
+    def _on_line(self, line: str) -> None:
+        if not line.strip():
+            return
+        try:
+            event = exabgp.parse_message(line)
+        except (ValueError, KeyError, TypeError) as exc:
+            self.counters["exabgp.bad-message"] += 1
+            log.warning("dropping a message ExaBGP sent that we cannot read: %s", exc)
+            return
+        changed = False
+        if event.kind == "up":
+            self.sessions[event.peer] = "up"
+            self.counters["session.up"] += 1
+        elif event.kind == "down":
+            self.sessions[event.peer] = f"down ({event.reason})" if event.reason else "down"
+            self.counters["session.down"] += 1
+            changed = self.rib.clear_peer(event.peer)
+            # ExaBGP re-sends its adj-RIB-out on the next session; ours stays as it is.
+        elif event.kind == "update":
+            self.counters["update.received"] += 1
+            for path in event.announced:
+                changed |= self.rib.update(path)
+            for prefix in event.withdrawn:
+                changed |= self.rib.withdraw(event.peer, prefix)
+        if event.kind in ("up", "down"):
+            self._write_session_count()
+        if changed:
+            self._schedule()
+
+    def _write_session_count(self) -> None:
+        """``UP TOTAL`` in a file, so readiness checks (the fare_bgp role) poll with ``cat``, not Python."""
+        up = sum(1 for peer in self.links if self.sessions.get(peer) == "up")
+        tmp = self.sessions_path.with_suffix(".tmp")
+        tmp.write_text(f"{up} {len(self.links)}\n")
+        tmp.replace(self.sessions_path)
+
+    def _schedule(self) -> None:
+        # One recompute per burst of messages: ExaBGP delivers a peer's table as many lines at once.
+        if not self._dirty:
+            self._dirty = True
+            asyncio.get_running_loop().call_soon(self.recompute)
+
+    def _send(self, command: str) -> None:
+        if self._writer is None:
+            return
+        self._writer.write(command.encode() + b"\n")
+        self.counters["command.sent"] += 1
+
+    # -- links (netlink) ---------------------------------------------------------------------------
+    async def _watch_links(self) -> None:
+        from pyroute2 import AsyncIPRoute
+        from pyroute2.netlink.rtnl import RTMGRP_LINK
+
+        ipr = AsyncIPRoute()
+        self._ipr = ipr
+        await ipr.bind(groups=RTMGRP_LINK)
+        now = time.time()
+        async for msg in await ipr.link("dump"):
+            self._link_state(msg, now)
+        self._tasks.append(asyncio.create_task(self._netlink_events(ipr)))
+
+    async def _netlink_events(self, ipr: Any) -> None:
+        while True:
+            try:
+                changed = False
+                async for msg in ipr.get():
+                    if msg.get("event") == "RTM_NEWLINK":
+                        changed |= self._link_state(msg, time.time())
+                if changed:
+                    # The kernel flushes routes of a downed link itself: after a link event, diff against a
+                    # fresh dump, not against what we installed.
+                    self._installed = None
+                    self.recompute()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a netlink hiccup must not stop the agent
+                self.counters["netlink.error"] += 1
+                log.warning("netlink read failed: %s", exc)
+                await asyncio.sleep(0.1)
+
+    def _link_state(self, msg: Any, now: float) -> bool:
+        name = msg.get_attr("IFLA_IFNAME")
+        up = bool(msg["flags"] & IFF_UP) and bool(msg["flags"] & IFF_LOWER_UP)
+        changed = False
+        for peer, link in self.links.items():
+            if link.dev == name and link.up != up:
+                self.links[peer] = Link(link.peer, link.neighbor, link.dev, link.asn, link.bandwidth, up)
+                changed = True
+        if changed:
+            self.counters[f"link.{'up' if up else 'down'}"] += 1
+            self._pending_event = {"event": f"{name} {'up' if up else 'down'}", "t_event": now}
+        return changed
+
+    def set_bandwidth(self, interface: str, bps: float) -> dict[str, Any]:
+        """``aidclab link set NODE:IF bandwidth X`` lands here: the link's bandwidth for FARE, in bits/s."""
+        found = [p for p, link in self.links.items() if link.dev == interface]
+        if not found:
+            known = ", ".join(sorted({link.dev for link in self.links.values()})) or "none"
+            raise ValueError(f"no BGP session runs over {interface} (sessions run over: {known})")
+        for peer in found:
+            link = self.links[peer]
+            self.links[peer] = Link(link.peer, link.neighbor, link.dev, link.asn, bits_to_bytes(bps), link.up)
+        self._pending_event = {
+            "event": f"{interface} bandwidth {format_bandwidth(bits_to_bytes(bps))}",
+            "t_event": time.time(),
+        }
+        self.recompute()
+        return {"interface": interface, "bandwidth": format_bandwidth(bits_to_bytes(bps))}
+
+    # -- the decision ------------------------------------------------------------------------------
+    def recompute(self) -> None:
+        self._dirty = False
+        selected = select(self.rib, self.links, self.asn)
+        routes_changed = kernel_routes(selected) != kernel_routes(self.selected)
+        self.selected = selected
+        if self._pending_event is not None:
+            self._pending_event["routes_changed"] = routes_changed
+            self._kernel_events.append(self._pending_event)
+            self._pending_event = None
+        if routes_changed or self._kernel_events:
+            self._kernel_wanted = kernel_routes(selected)
+            self._kernel_kick.set()
+        self._advertise()
+        if self.on_change is not None and routes_changed:
+            try:
+                self.on_change(selected)
+            except Exception as exc:
+                self.counters["on-change.error"] += 1
+                log.error("BGP route consumer failed: %s", exc)
+
+    async def _kernel_worker(self) -> None:
+        """Applies the latest wanted routes; netlink calls run in a thread (pyroute2's sync API must not run
+        inside the event loop), and bursts coalesce into one apply of the newest state."""
+        while True:
+            await self._kernel_kick.wait()
+            self._kernel_kick.clear()
+            routes, events = self._kernel_wanted, self._kernel_events
+            self._kernel_events = []
+            try:
+                await asyncio.to_thread(self._program_kernel, routes)
+            except Exception as exc:  # KernelError, NetlinkError: keep running, count, retry next change
+                self.counters["kernel.error"] += 1
+                log.error("programming BGP routes failed: %s", exc)
+            done = time.time()
+            for event in events:
+                event["t_kernel"] = done
+                event["ms"] = round((done - event["t_event"]) * 1000, 3)
+            self.events = [*self.events, *events][-20:]
+
+    def _program_kernel(self, routes: dict[str, tuple[tuple[str, str, int], ...]]) -> None:
+        """Bring the kernel's proto-bgp routes to ``routes``. The diff is taken against what we installed
+        last (a full netlink dump per UPDATE costs a SuperPoD GPU more than the decision itself); when the
+        kernel refuses a step, e.g. a route it already flushed with a downed link, the real table is read
+        and the diff applied once more."""
+        from aidcnet.agent.kernel import KernelError, apply_diff, read_state
+        from aidcnet.netstate import KernelState, diff_state
+
+        for attempt in (1, 2):
+            if self._installed is None or attempt == 2:
+                self._installed = read_state(set(), proto=RTPROT_BGP).routes
+                self.counters["kernel.dumps"] += 1
+            diff = diff_state(KernelState(routes=routes), KernelState(routes=self._installed), set())
+            if diff.empty:
+                return
+            try:
+                apply_diff(diff, proto=RTPROT_BGP)
+            except KernelError:
+                self._installed = None
+                if attempt == 2:
+                    raise
+                self.counters["kernel.resync"] += 1
+                continue
+            self._installed = dict(routes)
+            self.counters["kernel.routes-replaced"] += len(diff.replace_routes)
+            self.counters["kernel.routes-removed"] += len(diff.remove_routes)
+            return
+
+    def _advertise(self) -> None:
+        if self._writer is None:
+            return
+        wanted = advertisements(self.selected, self.links, self.asn, self.originate, self.bgp.transit)
+        transitive = self.bgp.link_bandwidth == "transitive"
+        gadmin = community_asn(self.asn)
+        for peer in self.links:
+            have = self.sent.setdefault(peer, {})
+            want = {p: a.text(gadmin, transitive) for p, a in wanted.get(peer, {}).items()}
+            for prefix in sorted(have.keys() - want.keys()):
+                self._send(exabgp.withdraw_command(peer, prefix))
+                del have[prefix]
+            for prefix, text in sorted(want.items()):
+                if have.get(prefix) != text:
+                    self._send(exabgp.announce_command(peer, text))
+                    have[prefix] = text
+
+    # -- inspection --------------------------------------------------------------------------------
+    def status(self) -> dict[str, Any]:
+        return {
+            "asn": self.asn,
+            "mode": self.bgp.mode,
+            "neighbors": [
+                {
+                    "peer": peer,
+                    "name": link.neighbor,
+                    "interface": link.dev,
+                    "asn": link.asn,
+                    "link": "up" if link.up else "down",
+                    "bandwidth": format_bandwidth(link.bandwidth),
+                    "session": self.sessions.get(peer, "idle"),
+                    "received": len(self.rib.adj_in.get(peer, {})),
+                    "advertised": len(self.sent.get(peer, {})),
+                }
+                for peer, link in self.links.items()
+            ],
+            "routes": {
+                prefix: {
+                    "nexthops": [{"via": v, "dev": d, "weight": w} for v, d, w in sel.nexthops],
+                    "as_path": list(sel.best.as_path),
+                    "advertised_bw": None
+                    if sel.advertised_bw is None
+                    else format_bandwidth(sel.advertised_bw),
+                }
+                for prefix, sel in self.selected.items()
+            },
+            "events": self.events,
+            "counters": dict(self.counters),
+        }
+
+    def weights_for(self, dst: str) -> dict[str, int]:
+        """Kernel weights per outgoing interface for the route covering host ``dst`` (the sender's view)."""
+        sel = self.selected.get(f"{dst}/32")
+        if sel is None:
+            raise ValueError(f"no BGP route to {dst} (is the destination's loopback advertised?)")
+        out: dict[str, int] = {}
+        for _via, dev, weight in sel.nexthops:
+            out[dev] = out.get(dev, 0) + weight
+        return out

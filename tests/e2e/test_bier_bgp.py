@@ -1,0 +1,148 @@
+"""BIER over BGP (RFC 9793) on leaf-spine: every BFR builds its BIFT from BGP best paths carrying the BIER
+path attribute, host-BIER delivery is exact, and after a spine fails the BIFTs re-converge with unicast
+(every remote BFER through the surviving spine) and delivery stays exact."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from orchestrator.linkset import link_set
+
+from .conftest import deployed
+
+LAB = "t-fare-bierbgp"
+LAB_VARS = {"bgp": {"enabled": True}, "bier": {"bift": "bgp"}}
+HOSTS = [f"h{i}" for i in range(1, 9)]
+LEAVES = [f"leaf{i}" for i in range(1, 5)]
+SPINE1_LINKS = [f"spine1:eth{i}" for i in range(1, 5)]
+
+
+@pytest.fixture(scope="module")
+def lab(runtime, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("bierbgp")
+    with deployed(runtime, tmp, "leaf-spine", LAB, LAB_VARS, configured=True) as topo:
+        yield topo, tmp / f"clab-{LAB}"
+
+
+def ctl(runtime, topo, node: str, *args: str) -> dict:
+    code, out = runtime.exec(topo.container_name(node), ["aidcnet", "ctl", *args])
+    assert code == 0, f"{node}: aidcnet ctl {' '.join(args)}: {out}"
+    return json.loads(out)
+
+
+def bfr_ids(topo) -> dict[str, int]:
+    nodes = yaml.safe_load((Path.cwd() / topo.lab_dir_name / "plan.yml").read_text())["nodes"]
+    return {name: node["bfr_id"] for name, node in nodes.items() if node.get("bfr_id")}
+
+
+def next_hops(bift: dict) -> dict[int, set[str]]:
+    """``{BFR-id: {BFR-NBR, ...}}`` of a ``show bift`` reply (SI 0 is the only SI here)."""
+    return {row["bfr_id"]: {e["bfr_nbr"] for e in row["entries"]} for row in bift["bift"].get("0", [])}
+
+
+def bift_when(runtime, topo, node: str, ok, wait_s: float = 90.0) -> dict[int, set[str]]:
+    """The node's BIFT next hops once ``ok(next_hops)`` holds (a readiness wait: BGP converging), or the
+    last ones seen."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        hops = next_hops(ctl(runtime, topo, node, "show", "bift"))
+        if ok(hops) or time.monotonic() > deadline:
+            return hops
+        time.sleep(0.5)
+
+
+def bgp_neighbors_of(runtime, topo, node: str, prefix: str) -> set[str]:
+    """The BGP multipath next hops of ``prefix`` at ``node``, as neighbor node names."""
+    status = ctl(runtime, topo, node, "show", "bgp")
+    names = {n["peer"]: n["name"] for n in status["neighbors"]}
+    return {names[h["via"]] for h in status["routes"].get(prefix, {}).get("nexthops", [])}
+
+
+def send_and_collect(runtime, topo, ids: dict[str, int], src: str, tag: str, count: int = 10) -> dict:
+    receivers = [h for h in HOSTS if h != src]
+    for h in receivers:
+        ctl(runtime, topo, h, "bier", "received", "--clear")
+    to = ",".join(str(ids[h]) for h in receivers)
+    reply = ctl(runtime, topo, src, "bier", "send", "--to", to, "--count", str(count), "--tag", tag)
+    assert reply["messages"] == count
+    got: dict[str, list[str]] = {h: [] for h in receivers}
+    deadline = time.monotonic() + 10
+    while sum(map(len, got.values())) < count * len(receivers) and time.monotonic() < deadline:
+        for h in receivers:
+            got[h] += [
+                bytes.fromhex(d["payload"]).decode().split(":")[1]
+                for d in ctl(runtime, topo, h, "bier", "received", "--clear")["received"]
+            ]
+        time.sleep(0.2)
+    time.sleep(0.3)  # late duplicates would show up now
+    for h in receivers:
+        got[h] += [
+            bytes.fromhex(d["payload"]).decode().split(":")[1]
+            for d in ctl(runtime, topo, h, "bier", "received", "--clear")["received"]
+        ]
+    return got
+
+
+def test_bift_from_bgp_survives_a_spine_failure(runtime, lab):
+    topo, lab_dir = lab
+    ids = bfr_ids(topo)
+    by_id = {i: n for n, i in ids.items()}
+    remote_hosts = {ids[h] for h in ("h3", "h4", "h5", "h6", "h7", "h8")}
+    everyone_else = set(ids.values()) - {ids["leaf1"]}
+
+    # Converged: leaf1 reaches every other BFR, remote hosts over both spines (ECMP from BGP multipath).
+    hops = bift_when(
+        runtime,
+        topo,
+        "leaf1",
+        lambda h: set(h) >= everyone_else and all(h[i] == {"spine1", "spine2"} for i in remote_hosts),
+    )
+    assert set(hops) >= everyone_else, f"leaf1 BIFT rows: {sorted(hops)}"
+    for i in remote_hosts:
+        assert hops[i] == {"spine1", "spine2"}, (by_id[i], hops[i])
+    assert hops[ids["h1"]] == {"h1"} and hops[ids["h2"]] == {"h2"}
+    bift = ctl(runtime, topo, "leaf1", "show", "bift")
+    assert bift["bift_mode"] == "bgp" and bift["bgp_problems"] == []
+    # Every row came from a BGP route carrying the RFC 9793 attribute with that BFR-id.
+    h5_prefix = bift["bgp_prefixes"][str(ids["h5"])]
+    assert bgp_neighbors_of(runtime, topo, "leaf1", h5_prefix) == {"spine1", "spine2"}
+
+    got = send_and_collect(runtime, topo, ids, "h1", "before")
+    assert got == {h: ["before"] * 10 for h in HOSTS if h != "h1"}, got
+
+    # spine1 fails: all its ports go down. BGP withdraws the paths through it (netlink, not hold timer)
+    # and every BIFT follows unicast: remote BFERs only through spine2.
+    for end in SPINE1_LINKS:
+        link_set(runtime, lab_dir, end, "down")
+    for k, leaf in enumerate(LEAVES, 1):
+        remote = {ids[h] for h in HOSTS if h not in (f"h{2 * k - 1}", f"h{2 * k}")}
+
+        def rerouted(h: dict[int, set[str]], remote: set[int] = remote) -> bool:
+            return all("spine1" not in nbrs for nbrs in h.values()) and all(
+                h.get(i) == {"spine2"} for i in remote
+            )
+
+        hops = bift_when(runtime, topo, leaf, rerouted)
+        assert rerouted(hops), (leaf, hops)
+        leaf_prefixes = ctl(runtime, topo, leaf, "show", "bift")["bgp_prefixes"]
+        for bfr_id, nbrs in hops.items():
+            if by_id[bfr_id] in HOSTS and nbrs == {"spine2"}:
+                # The BIFT's BFR-NBR set is exactly the unicast (BGP) next-hop set of that BFER's loopback.
+                assert bgp_neighbors_of(runtime, topo, leaf, leaf_prefixes[str(bfr_id)]) == {"spine2"}
+    got = send_and_collect(runtime, topo, ids, "h1", "after")
+    assert got == {h: ["after"] * 10 for h in HOSTS if h != "h1"}, got
+    got = send_and_collect(runtime, topo, ids, "h6", "after6")
+    assert got == {h: ["after6"] * 10 for h in HOSTS if h != "h6"}, got
+
+    # spine1 returns: ECMP over both spines again.
+    for end in SPINE1_LINKS:
+        link_set(runtime, lab_dir, end, "up")
+    hops = bift_when(
+        runtime, topo, "leaf1", lambda h: all(h.get(i) == {"spine1", "spine2"} for i in remote_hosts)
+    )
+    assert all(hops[i] == {"spine1", "spine2"} for i in remote_hosts), hops

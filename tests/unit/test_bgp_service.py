@@ -1,0 +1,116 @@
+"""The agent's BGP service without ExaBGP or netlink: what it tells ExaBGP when things change (only the
+differences), and how ExaBGP's messages reach the RIB and the routes it would install."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from aidcnet.agent.bgp_service import BgpService
+from aidcnet.bgp.rib import Link
+from aidcnet.config import parse_config
+
+G1 = {
+    "version": 1,
+    "node": "G1",
+    "role": "gpu-host",
+    "loopback": "10.255.0.5/32",
+    "interfaces": [
+        {"name": f"eth{p}", "ipv4": f"10.0.0.{2 * p - 2}/31", "bandwidth_bps": 800e9} for p in range(1, 5)
+    ],
+    "bgp": {
+        "asn": 4200000000,
+        "router_id": "10.255.0.5",
+        "transit": False,
+        "neighbors": [
+            {
+                "name": f"L{p}",
+                "address": f"10.0.0.{2 * p - 1}",
+                "local_address": f"10.0.0.{2 * p - 2}",
+                "interface": f"eth{p}",
+                "asn": 65099 + p,
+            }
+            for p in range(1, 5)
+        ],
+    },
+}
+
+
+class Writer:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def write(self, data: bytes) -> None:
+        self.lines += data.decode().splitlines()
+
+    def take(self) -> list[str]:
+        out, self.lines = self.lines, []
+        return out
+
+
+def update(peer: str, asn: int, prefix: str, community: int) -> str:
+    """An UPDATE as ExaBGP's JSON encoder prints it (see test_bgp_exabgp.py for a verbatim capture)."""
+    attribute = {
+        "as-path": {"0": {"element": "as-sequence", "value": [asn, 4200000001]}},
+        "extended-community": [{"value": community, "string": ""}],
+    }
+    message = {"update": {"attribute": attribute, "announce": {"ipv4 unicast": {peer: [{"nlri": prefix}]}}}}
+    neighbor = {"address": {"local": "x", "peer": peer}, "direction": "receive", "message": message}
+    return json.dumps({"type": "update", "neighbor": neighbor})
+
+
+def service(tmp_path) -> tuple[BgpService, Writer]:
+    svc = BgpService(parse_config(G1), run_dir=tmp_path)
+    writer = Writer()
+    svc._writer = writer  # type: ignore[assignment]
+    return svc, writer
+
+
+def test_announces_once_and_only_changes(tmp_path) -> None:
+    async def run() -> None:
+        svc, writer = service(tmp_path)
+        svc.recompute()
+        sent = writer.take()
+        assert len(sent) == 4 and all(
+            " announce route 10.255.0.5/32 next-hop self as-path [ 4200000000 ]" in s for s in sent
+        )
+        # 800G per port, transitive, AS_TRANS for the 4-octet ASN
+        assert sent[0].endswith("extended-community [ 0x00045BA051BA43B7 ]")
+        svc.recompute()
+        assert writer.take() == []  # nothing changed, nothing sent
+        svc.set_bandwidth("eth2", 400e9)
+        assert writer.take() == [
+            "neighbor 10.0.0.3 announce route 10.255.0.5/32 next-hop self as-path [ 4200000000 ] "
+            "extended-community [ 0x00045BA0513A43B7 ]"
+        ]
+        link = svc.links["10.0.0.5"]
+        svc.links["10.0.0.5"] = Link(link.peer, link.neighbor, link.dev, link.asn, link.bandwidth, up=False)
+        svc.recompute()
+        assert writer.take() == ["neighbor 10.0.0.5 withdraw route 10.255.0.5/32 next-hop self"]
+
+    asyncio.run(run())
+
+
+def test_updates_reach_the_rib_and_the_kernel_view(tmp_path) -> None:
+    async def run() -> None:
+        svc, writer = service(tmp_path)
+        svc.recompute()
+        writer.take()
+        bw800 = 0x00045BA051BA43B7
+        bw400 = 0x00045BA0513A43B7
+        for p in range(1, 5):
+            svc._on_line(
+                update(f"10.0.0.{2 * p - 1}", 65099 + p, "10.255.0.6/32", bw400 if p == 2 else bw800)
+            )
+        svc._on_line("garbage")
+        await asyncio.sleep(0)  # the coalesced recompute runs
+        assert svc.weights_for("10.255.0.6") == {"eth1": 2, "eth2": 1, "eth3": 2, "eth4": 2}
+        assert svc._kernel_wanted["10.255.0.6/32"][1] == ("10.0.0.3", "eth2", 1)
+        assert svc.counters["exabgp.bad-message"] == 1
+        assert writer.take() == []  # a GPU host is a stub: it re-advertises nothing
+        svc._on_line('{"type": "state", "neighbor": {"address": {"peer": "10.0.0.1"}, "state": "down"}}')
+        await asyncio.sleep(0)
+        assert svc.weights_for("10.255.0.6") == {"eth2": 1, "eth3": 2, "eth4": 2}
+        assert (tmp_path / "bgp-sessions").read_text() == "0 4\n"
+
+    asyncio.run(run())
