@@ -1,7 +1,7 @@
 """Loss injection in our own dataplane: this kernel has no netem, so daemons drop on egress themselves.
 
 One :class:`EgressLoss` per agent holds a drop probability per local interface, set at runtime
-(``aidcnet ctl drop IFACE PROB``, ``aidclab drop LAB NODE:IFACE PROB``) and consulted by every sender
+(``aidcnet ctl drop IFACE PROB``, ``aidclab link set NODE:IFACE loss PROB``) and consulted by every sender
 of the agent (BIER copies, INA packets) just before a datagram would leave on that interface. Drops
 are counted per interface, so a test can tell injected loss from real loss.
 """

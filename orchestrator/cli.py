@@ -18,7 +18,7 @@ a typical session:
   aidclab configure leaf-spine            plan (addresses, ASNs, BFR-IDs) + Ansible; --check for a dry run
   aidclab exec leaf-spine h1 -- ip -br addr
   aidclab graph leaf-spine --format mermaid
-  aidclab link set leaf1:eth1 down        fault injection (down|up|bandwidth 400G); FARE: docs/fare.md
+  aidclab link set leaf1:eth1 down        fault injection (down|up|bandwidth 400G|loss 0.02)
   aidclab destroy leaf-spine --cleanup    remove everything the lab created, and its lab dir
 
 A LAB argument is a lab name (labs/NAME.clab.yml) or a path to a containerlab topology file.
@@ -308,9 +308,6 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_report_parser(sub)
     add_replay_parser(sub)
-    from orchestrator.drop_cli import add_parser as add_drop_parser
-
-    add_drop_parser(sub)
     return parser
 
 

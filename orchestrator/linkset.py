@@ -1,10 +1,12 @@
-"""``aidclab link set NODE:IF down|up|bandwidth BW``: fault injection for FARE (docs/fare.md).
+"""``aidclab link set NODE:IF down|up|bandwidth BW|loss P``: fault injection (docs/fare.md).
 
 * ``down`` / ``up`` sets the interface administratively down/up inside the node (a failed port): the far end
   loses carrier, and both agents see it through netlink and re-route at once.
 * ``bandwidth BW`` tells the agents at both ends that the link now carries BW (a Y-cable losing one of its
   two 400G sub-links becomes 400G instead of 800G): FARE re-weights and re-advertises. The veth itself is
   not shaped; FARE's shares are what changes.
+* ``loss P`` makes the node's agent drop a share P (0..1) of what it sends on the interface (INA packets and
+  BIER copies; ``aidcnet.loss``): this kernel has no netem, so loss lives in our dataplane. 0 removes it.
 
 Both act through the node's own tools (``ip`` and ``aidcnet ctl`` via docker exec), never around them.
 """
@@ -20,7 +22,7 @@ from typing import Protocol
 
 from aidcnet.fare.bandwidth import BandwidthError, format_bandwidth, parse_bandwidth
 
-ACTIONS = ("down", "up", "bandwidth")
+ACTIONS = ("down", "up", "bandwidth", "loss")
 _ENDPOINT = re.compile(r"^(?P<node>[^:\s]+):(?P<iface>[A-Za-z0-9_.-]{1,15})$")
 
 
@@ -89,6 +91,8 @@ def link_set(
         if code != 0:
             raise LinkSetError(f"{node}: ip link set {interface} {action} failed: {out.strip()}")
         return [f"{node}:{interface} {action} (peer {peer.node}:{peer.interface} sees carrier {action})"]
+    if action == "loss":
+        return [_set_loss(runtime, here, value)]
     if action != "bandwidth":
         raise LinkSetError(f"action {action!r}: one of {', '.join(ACTIONS)}")
     if value is None:
@@ -109,6 +113,26 @@ def link_set(
             )
         lines.append(f"{end.node}:{end.interface} bandwidth {shown}")
     return lines
+
+
+def _set_loss(runtime: Runtime, end: End, value: str | None) -> str:
+    try:
+        probability = float(value) if value is not None else None
+    except ValueError:
+        probability = None
+    if probability is None or not 0.0 <= probability <= 1.0:
+        raise LinkSetError(
+            f"loss needs a probability 0..1, e.g. aidclab link set {end.node}:{end.interface} loss 0.02 "
+            f"(got {value!r})"
+        )
+    if not end.kind_ours:
+        raise LinkSetError(f"{end.node} is not an aidcnet node: loss injection lives in the aidcnet agent")
+    code, out = runtime.exec(end.container, ["aidcnet", "ctl", "drop", end.interface, repr(probability)])
+    if code != 0:
+        raise LinkSetError(f"{end.node}: aidcnet ctl drop {end.interface} {probability}: {out.strip()}")
+    if probability == 0:
+        return f"{end.node}:{end.interface} loss removed"
+    return f"{end.node}:{end.interface} drops {probability:.2%} of what its agent sends"
 
 
 def _lab_dir(lab: str | None) -> Path:
@@ -141,22 +165,47 @@ def cmd_link(args: argparse.Namespace) -> int:
     return 0
 
 
+_DESCRIPTION = """\
+aidclab link set NODE:IF down|up|bandwidth BW|loss P
+
+  down / up     set the interface down/up in the node: the peer loses carrier, and both agents
+                withdraw or re-weight through netlink at once (not at hold-timer expiry)
+  bandwidth BW  tell the agents at both ends the link's new bandwidth (e.g. 400G for a Y-cable
+                that lost one of its two 400G sub-links): FARE re-weights and re-advertises
+  loss P        the node's agent drops a share P (0..1) of what it sends on IF (INA packets and
+                BIER copies; the kernel has no netem), counted as loss.injected.<IF>; 0 removes it
+"""
+
+_EPILOG = """\
+examples:
+  aidclab link set G1:eth2 down
+  aidclab link set G1:eth2 up
+  aidclab link set --lab superpod G2:eth1 bandwidth 400G
+  aidclab link set --lab ina-fig1 s5:eth1 loss 0.02
+  aidclab link set --lab ina-fig1 s5:eth1 loss 0
+"""
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "link",
-        help="FARE fault injection: take a link down/up or change its bandwidth",
-        description="aidclab link set NODE:IF down|up|bandwidth BW. down/up sets the interface down/up in "
-        "the node (the peer loses carrier; both agents withdraw or re-weight through netlink at once). "
-        "bandwidth tells the agents at both ends the link's new bandwidth (e.g. 400G for a Y-cable that lost "
-        "one of its two 400G sub-links); FARE re-weights the ECMP routes and re-advertises.",
-        epilog="examples:\n  aidclab link set G1:eth2 down\n  aidclab link set G1:eth2 up\n"
-        "  aidclab link set --lab superpod G2:eth1 bandwidth 400G",
+        help="fault injection: take a link down/up, change its bandwidth, or make it lossy",
+        description=_DESCRIPTION,
+        epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     verbs = p.add_subparsers(dest="link_verb", required=True, metavar="set")
-    s = verbs.add_parser("set", help="change one link")
+    s = verbs.add_parser(
+        "set",
+        help="change one link",
+        description=_DESCRIPTION,
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     s.add_argument("--lab", help="lab name or topology file (default: the only clab-*/ lab dir here)")
     s.add_argument("endpoint", help="NODE:INTERFACE, e.g. G1:eth2")
     s.add_argument("action", choices=ACTIONS)
-    s.add_argument("value", nargs="?", help="bandwidth: bits/s with an SI prefix, e.g. 400G or 200G")
+    s.add_argument(
+        "value", nargs="?", help="bandwidth: bits/s with an SI prefix, e.g. 400G; loss: a probability 0..1"
+    )
     s.set_defaults(func=cmd_link)

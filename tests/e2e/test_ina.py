@@ -71,14 +71,16 @@ def test_figure1_exact_with_two_percent_loss_on_a_link(runtime, lab):
     before = sum(counters(runtime, topo, n).get("loss.injected.eth1", 0) for n in ("s5", "s7"))
     # s5 -> s7 carries every INA packet of job 1 from s1 and s2; s7 -> s5 carries job 1's BIER results
     # toward w1..w4 and job 2's partial sums toward its root s5.
-    ctl(runtime, topo, "s5", "drop", "eth1", "0.02")
-    ctl(runtime, topo, "s7", "drop", "eth1", "0.02")
+    # Through the user's command, from the directory the lab was deployed in.
+    for end in ("s5:eth1", "s7:eth1"):
+        assert "drops 2.00%" in aidclab("link", "set", "--lab", LAB, end, "loss", "0.02").stdout
     try:
         # 300 small chunks: some 1200 packets cross the two lossy egresses, so P(no loss) ~ 3e-11.
         run = run_allreduce(plan, pids, 1, "ina", 300 * 256, seed=5, timeout_s=0.1, chunk_elements=256)
     finally:
-        ctl(runtime, topo, "s5", "drop", "eth1", "0")
-        ctl(runtime, topo, "s7", "drop", "eth1", "0")
+        for end in ("s5:eth1", "s7:eth1"):
+            aidclab("link", "set", "--lab", LAB, end, "loss", "0")
+    assert all(ctl(runtime, topo, n, "ina", "show")["drop"] == {} for n in ("s5", "s7"))
     assert run.ok, f"wrong result on {run.wrong}"
     injected = sum(counters(runtime, topo, n).get("loss.injected.eth1", 0) for n in ("s5", "s7")) - before
     assert injected > 0 and run.retransmits > 0, (injected, run.retransmits)

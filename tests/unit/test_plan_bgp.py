@@ -114,9 +114,24 @@ def test_link_set_bandwidth_tells_both_agents_and_skips_frr(tmp_path) -> None:
     assert [c[0] for c in rt.calls] == ["clab-x-G1"] and "skipped" in lines[1]
 
 
+def test_link_set_loss_asks_the_named_agent_only(tmp_path) -> None:
+    (tmp_path / "topology-data.json").write_text(json.dumps(TOPO_DATA))
+    rt = FakeRuntime()
+    lines = link_set(rt, tmp_path, "L1:eth1", "loss", "0.02")
+    assert rt.calls == [("clab-x-L1", ["aidcnet", "ctl", "drop", "eth1", "0.02"])]
+    assert "2.00%" in lines[0]
+    rt = FakeRuntime()
+    assert "removed" in link_set(rt, tmp_path, "L1:eth1", "loss", "0")[0]
+    assert rt.calls == [("clab-x-L1", ["aidcnet", "ctl", "drop", "eth1", "0.0"])]
+
+
 @pytest.mark.parametrize(
     ("endpoint", "action", "value", "needle"),
     [
+        ("G1:eth1", "loss", None, "probability 0..1"),
+        ("G1:eth1", "loss", "2", "probability 0..1"),
+        ("G1:eth1", "loss", "lots", "got 'lots'"),
+        ("F1:eth1", "loss", "0.1", "not an aidcnet node"),
         ("G1", "down", None, "NODE:INTERFACE"),
         ("G9:eth1", "down", None, "no node 'G9'"),
         ("G1:eth7", "down", None, "its links: eth1, eth2"),
