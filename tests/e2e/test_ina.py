@@ -118,10 +118,11 @@ def test_float_jobs_next_to_the_int32_job_identical_and_within_tolerance(runtime
     assert 0 < runs[3].max_error < 1e-6 and 0 <= runs[4].max_error < 1e-5
     assert {r["scale"] for r in runs[3].replies.values()} == {job_scale(4)}
     after = {n: counters(runtime, topo, n) for n in before}
-    # Each job's 4 chunks were summed on the switches (3 jobs x 4 chunks at s1+s6, 2 x 4 at s5 as root).
+    # Every job's 4 chunks were summed on the switches: jobs 1 and 3 at s1 and at their root s6, job 4
+    # at its root s5.
     assert after["s6"]["ina.disseminated"] - before["s6"].get("ina.disseminated", 0) >= 8
     assert after["s1"]["ina.completed"] - before["s1"].get("ina.completed", 0) >= 8
-    assert after["s5"]["ina.completed"] - before["s5"].get("ina.completed", 0) >= 8
+    assert after["s5"]["ina.completed"] - before["s5"].get("ina.completed", 0) >= 4
     for node in before:
         assert not {k for k in after[node] if k.startswith("ina.dropped.") and "mismatch" in k}
 
