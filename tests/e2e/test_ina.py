@@ -128,11 +128,14 @@ def test_float_jobs_next_to_the_int32_job_identical_and_within_tolerance(runtime
 
 
 @pytest.mark.parametrize("mode", ["ring", "ps"])
-def test_baselines_run_the_fixed32_job_bit_exactly(runtime, lab, mode):
-    """The baselines add fixed32 in int32 too: the very bits INA gives (same Scale, same wrap)."""
+@pytest.mark.parametrize("job", [3, 4])
+def test_baselines_run_the_float_jobs(runtime, lab, mode, job):
+    """The baselines add fixed32 in int32 too (job 3: the very bits INA gives, same Scale, same wrap) and
+    float32 in float32 (job 4: one result for all, within tolerance)."""
     _topo, plan, pids = lab
-    run = run_allreduce(plan, pids, 3, mode, ELEMENTS, seed=9)
+    run = run_allreduce(plan, pids, job, mode, ELEMENTS, seed=9)
     assert run.ok, f"{mode}: {run.verdict}"
+    assert len({r["digest"] for r in run.replies.values()}) == 1
 
 
 def test_vat_is_configured_as_drawn(runtime, lab):
