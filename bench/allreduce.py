@@ -4,8 +4,9 @@ parameter server, in one run on one deployed lab.
 Per mode, from the kernel's link counters (veth rx/tx bytes, every data link, both directions):
 bytes into the aggregation point (INA: the VAT root s6; PS: the parameter server host, by default w5;
 ring: none, shown as the busiest worker's ingress), total fabric bytes, and completion time (first
-start to last worker done). Every result is checked bit-exact against numpy on every worker. The
-ratios are what to read: the machine is shared and noisy, the modes run back to back.
+start to last worker done). Every result is checked on every worker (bit-exact against numpy for
+int32; float jobs as in docs/allreduce.md). The ratios are what to read: the machine is shared and
+noisy, the modes run back to back.
 
 Expected shape: the root receives one aggregate per child (fan-in 2 at s6) while the PS receives one
 array per worker (4), so INA's root ingress should be about 1/2 of the PS's.
@@ -95,7 +96,7 @@ def main() -> int:
                 fabric = sum(lc.a_to_b_bytes + lc.b_to_a_bytes for lc in links)
                 rows[mode] = (into, fabric, run.seconds, run.retransmits, point or "max worker")
                 print(
-                    f"allreduce {mode:4s} {args.mib:g} MiB x {len(job.workers)} workers: exact on all, "
+                    f"allreduce {mode:4s} {args.mib:g} MiB x {len(job.workers)} workers: {run.verdict}, "
                     f"bytes into {point or 'busiest worker'} {into / MIB:.2f} MiB, "
                     f"fabric {fabric / MIB:.2f} MiB, "
                     f"completion {run.seconds:.3f} s, retransmits {run.retransmits}"

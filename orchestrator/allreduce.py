@@ -1,15 +1,26 @@
 """Driver of AllReduce runs on a deployed, configured lab: INA, parameter server or ring.
 
 Each worker's agent generates its own array (``aidcnet.ina.worker.worker_array(seed, BFR-id, n)``),
-runs the AllReduce and reports the sha256 of its result; this side recomputes every worker's array,
-reduces them with numpy (int32 wraps) and checks every worker's digest against that: exact or not,
-per worker. Workers start together at an agreed wall-clock time; completion time is the last worker's
-finish minus that start.
+runs the AllReduce and reports the sha256 of its result; this side recomputes every worker's array and
+judges every worker (:func:`judge`):
+
+* int32, fixed32, float32 min/max: the result is order-independent, so every worker's digest must equal
+  that of numpy's reduction (int32 wraps; fixed32 is computed in int32 on ``rint(x * 2**scale)``);
+  fixed32 results must in addition lie within the stated tolerance of numpy's float64 sum;
+* float32 sum: the switches add in arrival order, so there is no single exact answer; every worker must
+  still hold the identical bits (the root disseminates one result by BIER: digests must all agree), and
+  those values must lie within ``gamma_(n-1) sum |x_i|`` of numpy's sum (aidcnet.ina.worker.float_tolerance).
+
+Float jobs return their whole result (``values``) so the tolerance is checked on what the worker holds.
+Workers start together at an agreed wall-clock time; completion time is the last worker's finish minus
+that start.
 """
 
 from __future__ import annotations
 
+import base64
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from aidcnet.ina.header import DType, Op
-from aidcnet.ina.worker import digest, reference, worker_array
+from aidcnet.ina.worker import digest, exact_result, job_scale, out_of_tolerance, worker_array
 from orchestrator.plan.model import LabPlan, PlanInaJob
 from orchestrator.replay import ReplayError, ask
 
@@ -35,10 +46,20 @@ class AllreduceRun:
     replies: dict[str, dict[str, Any]]
     start_at: float
     wrong: list[str] = field(default_factory=list)
+    dtype: str = "int32"
+    max_error: float = 0.0  # float jobs: largest |result - numpy's float64 reduction| seen
 
     @property
     def ok(self) -> bool:
         return not self.wrong
+
+    @property
+    def verdict(self) -> str:
+        if self.wrong:
+            return f"WRONG on {', '.join(self.wrong)}"
+        if self.dtype == "int32":
+            return "exact on every worker"
+        return f"identical on every worker, {self.dtype} within tolerance (max error {self.max_error:.3g})"
 
     @property
     def seconds(self) -> float:
@@ -57,13 +78,60 @@ def find_job(plan: LabPlan, job: int) -> PlanInaJob:
     raise ReplayError(f"lab {plan.lab} has no INA job {job} in its plan (jobs: {known}; see ina.jobs)")
 
 
-def expected_digest(plan: LabPlan, job: PlanInaJob, elements: int, seed: int) -> tuple[str, np.ndarray]:
+def check_supported(job: PlanInaJob, mode: str) -> None:
+    """Refuse, naming the mode and dtype, what the driver cannot run or cannot judge."""
+    op, dtype = Op[job.op.upper()], DType[job.dtype.upper()]
+    if mode == "ring" and op is not Op.SUM:
+        raise ReplayError(
+            f"job {job.job}: mode ring reduces sums only, the job is {job.dtype} {job.op} "
+            "(run it with --mode ina or ps, or set op: sum in ina.jobs)"
+        )
+    if dtype is DType.FLOAT32 and op is Op.PROD:
+        raise ReplayError(
+            f"job {job.job}: mode {mode}: float32 prod has no tolerance the driver could check it against "
+            "(use int32 prod, or float32 sum/min/max)"
+        )
+
+
+def job_arrays(plan: LabPlan, job: PlanInaJob, elements: int, seed: int) -> list[np.ndarray]:
     dtype = DType[job.dtype.upper()]
+    return [worker_array(seed, plan.nodes[w].bfr_id or 0, elements, dtype) for w in job.workers]
+
+
+def judge(
+    arrays: list[np.ndarray], op: Op, dtype: DType, scale: int, replies: dict[str, dict[str, Any]]
+) -> tuple[list[str], str, float]:
+    """Which workers got a wrong result, the digest all had to hold, and the largest float error.
+
+    A worker is wrong if its digest differs from the exact one (when the arithmetic has one) or from
+    the digest most workers agree on (float32 sum), or, for float jobs, if the values it returned do
+    not hash to its digest or stray beyond the tolerance from numpy's reduction. Values are judged
+    once per distinct digest: equal digests are equal arrays.
+    """
+    exact = exact_result(arrays, op, dtype, scale)
+    if exact is not None:
+        expected = digest(exact)
+    else:
+        counts = Counter(r["digest"] for r in replies.values())
+        expected = max(counts, key=lambda d: counts[d])  # first-seen wins a tie: order is deterministic
+    wrong = {w for w, r in replies.items() if r["digest"] != expected}
+    max_error = 0.0
     if dtype is not DType.INT32:
-        raise ReplayError(f"job {job.job}: the driver checks int32 jobs exactly; {job.dtype} is not one")
-    arrays = [worker_array(seed, plan.nodes[w].bfr_id or 0, elements, dtype) for w in job.workers]
-    result = reference(arrays, Op[job.op.upper()])
-    return digest(result), result
+        verdicts: dict[str, bool] = {}  # digest -> within tolerance, once some worker's values showed it
+        for w, r in replies.items():
+            d = r["digest"]
+            if d not in verdicts:
+                raw = r.get("values")
+                got = np.frombuffer(base64.b64decode(raw), ">f4") if raw is not None else None
+                if got is None or digest(got) != d:
+                    wrong.add(w)  # its values are not what it claims to hold: they vouch for nothing
+                    continue
+                bad, err = out_of_tolerance(arrays, got, op, dtype, scale)
+                verdicts[d] = not len(bad)
+                max_error = max(max_error, err)
+            if not verdicts[d]:
+                wrong.add(w)
+    return [w for w in replies if w in wrong], expected, max_error
 
 
 def default_ps_host(plan: LabPlan, job: PlanInaJob) -> str:
@@ -90,15 +158,20 @@ def run_allreduce(
     if mode not in MODES:
         raise ReplayError(f"mode {mode!r} is not an AllReduce mode ({', '.join(MODES)})")
     job = find_job(plan, job_id)
-    expected, _ = expected_digest(plan, job, elements, seed)
+    check_supported(job, mode)
+    op, dtype = Op[job.op.upper()], DType[job.dtype.upper()]
+    arrays = job_arrays(plan, job, elements, seed)
+    scale = job_scale(len(job.workers)) if dtype is DType.FIXED32 else 0
     loopbacks = {
         plan.nodes[w].bfr_id: str(plan.nodes[w].loopback.ip)  # type: ignore[union-attr]
         for w in job.workers
     }
     request: dict[str, Any] = {
         "job": job.job, "mode": mode, "elements": elements, "seed": seed, "timeout_s": timeout_s,
-        "deadline_s": deadline_s,
+        "deadline_s": deadline_s, "scale": scale,
     }
+    if dtype is not DType.INT32:
+        request["values"] = True  # float results are judged on their values, not only their digest
     if mode == "ina":
         # Chunk numbers restart at 0 every run: the switches must forget the previous run's slots.
         for name in [*job.vat, *job.transit]:
@@ -119,8 +192,12 @@ def run_allreduce(
 
     with ThreadPoolExecutor(len(job.workers)) as pool:
         replies = dict(pool.map(one, job.workers))
-    wrong = [w for w, r in replies.items() if r["digest"] != expected]
-    return AllreduceRun(job.job, mode, elements, expected, replies, request["start_at"], wrong)
+    wrong, expected, max_error = judge(arrays, op, dtype, scale, replies)
+    for r in replies.values():
+        r.pop("values", None)  # judged; runs are kept in memory and written to results
+    return AllreduceRun(
+        job.job, mode, elements, expected, replies, request["start_at"], wrong, job.dtype, max_error
+    )
 
 
 def run_concurrent(
@@ -179,10 +256,15 @@ def replay_allreduce(
         )
     for op in ops:
         if op.bytes % 4:
-            raise ReplayError(f"{trace}: op {op.id}: bytes {op.bytes} is not a whole number of int32s")
+            raise ReplayError(
+                f"{trace}: op {op.id}: bytes {op.bytes} is not a whole number of 4-octet elements "
+                "(int32, float32 and fixed32 are all 4 octets)"
+            )
     plan = load_plan(topo)
     pids = node_pids(topo, DockerRuntime())
     jobs = {op.id: _job_for(plan, op) for op in ops}
+    for op in ops:
+        check_supported(jobs[op.id], mode)  # before any op runs, not halfway through the trace
     agents = {n: pids[n] for n, p in plan.nodes.items() if p.role in AGENT_ROLES and n in pids}
     links_before, agents_before = interface_snapshot(topo, pids), agent_snapshot(agents)
     started = datetime.now(UTC)
@@ -211,13 +293,13 @@ def replay_allreduce(
             for op, run in zip(wave, done, strict=True):
                 say(
                     f"op {op.id} job {run.job}: {run.seconds:.3f} s, {run.retransmits} retransmits, "
-                    + ("exact" if run.ok else f"WRONG on {', '.join(run.wrong)}")
+                    + (run.verdict if not run.ok else "exact" if run.dtype == "int32" else "within tolerance")
                     + f" ({len(runs)}/{len(ops)})"
                 )
     finished = datetime.now(UTC)
     messages = []
     for op, run in zip(ops, runs, strict=True):
-        exact = [w for w, r in run.replies.items() if r["digest"] == run.expected]
+        exact = [w for w in run.replies if w not in run.wrong]
         messages.append(
             MessageResult(
                 id=op.id, op="allreduce", src=op.src, expected=[op.src, *op.dst], delivered=exact,
@@ -240,7 +322,7 @@ def replay_allreduce(
         {
             "id": op.id, "tag": op.tag, "job": run.job, "mode": mode, "bytes": op.bytes,
             "seconds": round(run.seconds, 6), "retransmits": run.retransmits, "exact": run.ok,
-            "wrong": run.wrong, "digest": run.expected,
+            "wrong": run.wrong, "digest": run.expected, "dtype": run.dtype, "max_error": run.max_error,
         }
         for op, run in zip(ops, runs, strict=True)
     ]

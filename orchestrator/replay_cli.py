@@ -96,7 +96,7 @@ def _replay_allreduce(topo: Any, args: argparse.Namespace) -> int:
         print(
             f"allreduce job {run.job} {run.mode}: {mib:.2f} MiB x {len(run.replies)} workers in "
             f"{run.seconds:.3f} s, {run.retransmits} retransmits, "
-            + ("exact on every worker" if run.ok else f"WRONG on {', '.join(run.wrong)}")
+            + run.verdict
         )
     print(f"results: {run_dir}/allreduce.json")
     wrong = [r for r in runs if not r.ok]

@@ -61,10 +61,11 @@ def request(op: str, timeout: float = 5.0, path: Path = CONTROL_SOCKET, **fields
         ) from exc
     with sock:
         sock.sendall(json.dumps({"op": op, **fields}).encode() + b"\n")
-        data = b""
-        while not data.endswith(b"\n"):
-            chunk = sock.recv(65536)
+        # A list, not bytes +=: replies carrying whole AllReduce results run to megabytes.
+        parts: list[bytes] = []
+        while not parts or not parts[-1].endswith(b"\n"):
+            chunk = sock.recv(1 << 20)
             if not chunk:
                 break
-            data += chunk
-    return json.loads(data)
+            parts.append(chunk)
+    return json.loads(b"".join(parts))

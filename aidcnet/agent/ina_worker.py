@@ -15,6 +15,7 @@ All three retransmit on timeout, so a lost packet costs time, never a wrong or m
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
 import socket
 import time
@@ -35,6 +36,7 @@ from aidcnet.ina.worker import (
     RingAllreduce,
     ack_for,
     digest,
+    job_scale,
     worker_array,
 )
 from aidcnet.ipv4 import UdpDatagram
@@ -281,14 +283,17 @@ class InaWorkerService:
         fut: asyncio.Future[None] = self._loop.create_future()
         t0 = time.time()
         retransmits = 0
+        # Every worker of a fixed32 job must use the same Scale: the driver sends it, else all derive
+        # it from the shared bound on worker_array's values.
+        scale = int(request["scale"]) if "scale" in request else job_scale(len(member.workers))
         if mode == "ring":
-            if op is not Op.SUM or dtype is not DType.INT32:
-                raise ValueError("the ring baseline does int32 sums")
+            if op is not Op.SUM:
+                raise ValueError(f"the ring baseline does sums only; job {job_id} is {member.op}")
             ranks = sorted(member.workers)
             addrs = {int(k): str(v) for k, v in request["addresses"].items()}
             rank = ranks.index(self.bfr_id)
             ring = RingAllreduce(
-                values, rank=rank, ranks=ranks, job_id=job_id, bsl=self.bsl, op=op,
+                values, rank=rank, ranks=ranks, job_id=job_id, bsl=self.bsl, op=op, dtype=dtype, scale=scale,
                 chunk_base=chunk_base, per_chunk=per_chunk,
             )
             sender = ReliableSender(member.window, timeout)
@@ -304,14 +309,9 @@ class InaWorkerService:
                 fut.set_result(None)
             self._schedule(timeout / 4)
             await self._wait(fut, job_id, deadline, lambda: f"{ring.have}/{ring.chunks} chunks")
-            result, retransmits = ring.out, sender.retransmits
+            result, retransmits = ring.result, sender.retransmits
         else:
             dst = str(member.next_hop) if mode == "ina" else str(request["ps"])
-            scale = int(request.get("scale", 0))
-            if dtype is DType.FIXED32 and "scale" not in request:
-                from aidcnet.ina.fixedpoint import choose_scale
-
-                scale = choose_scale(1.0, len(member.workers))  # worker_array floats lie in [-1, 1)
             job = AllreduceJob(
                 values, job_id=job_id, bfr_id=self.bfr_id, bsl=self.bsl, op=op, dtype=dtype,
                 chunk_base=chunk_base, per_chunk=per_chunk, window=member.window, timeout=timeout,
@@ -325,7 +325,7 @@ class InaWorkerService:
         end = time.time()
         self.c[f"allreduce.{mode}"] += 1
         self.c["retransmits"] += retransmits
-        return {
+        reply: dict[str, Any] = {
             "ok": True,
             "job": job_id,
             "mode": mode,
@@ -337,4 +337,12 @@ class InaWorkerService:
             "retransmits": retransmits,
             "digest": digest(result),
             "head": np.asarray(result[:4]).tolist(),
+            "dtype": dtype.name.lower(),
+            "scale": scale if dtype is DType.FIXED32 else 0,
         }
+        if request.get("values"):
+            # The whole result, for a driver that checks float results against a tolerance: the
+            # bytes the digest covers (big-endian elements), base64 in the JSON reply.
+            big = np.ascontiguousarray(result).astype(result.dtype.newbyteorder(">"))
+            reply["values"] = base64.b64encode(big.tobytes()).decode()
+        return reply

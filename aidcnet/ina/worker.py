@@ -12,6 +12,7 @@ slot never reuses one a worker may still retransmit into (docs/allreduce.md).
 from __future__ import annotations
 
 import hashlib
+import math
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Final
@@ -46,6 +47,86 @@ def reference(arrays: list[np.ndarray], op: Op) -> np.ndarray:
     for a in arrays[1:]:
         _REDUCE[op](out, a, out=out)
     return out
+
+
+# worker_array's floats lie in [-1, 1): the bound every worker of a fixed32 job shares, so all of them
+# pick the same Scale without exchanging their maxima first (SwitchML's alternative).
+WORKER_ARRAY_MAX_ABS: Final = 1.0
+U32: Final = 2.0**-24  # unit roundoff of float32 (round to nearest)
+U64: Final = 2.0**-53  # unit roundoff of float64, for numpy's float64 reference
+
+
+def job_scale(n_workers: int) -> int:
+    """The fixed32 Scale of a job of ``n_workers`` whose arrays come from :func:`worker_array`."""
+    return fixedpoint.choose_scale(WORKER_ARRAY_MAX_ABS, n_workers)
+
+
+def _gamma(k: int, u: float) -> float:
+    """Higham's gamma_k = k u / (1 - k u): the relative error bound of k roundings in any order."""
+    return k * u / (1 - k * u)
+
+
+def exact_result(arrays: list[np.ndarray], op: Op, dtype: DType, scale: int = 0) -> np.ndarray | None:
+    """The bit pattern every worker must end with, when the arithmetic makes it order-independent:
+    int32 (wrapping), fixed32 (int32 arithmetic on ``rint(x * 2**scale)``, converted back), and
+    float32 min/max. None for float32 sum and prod, whose rounding depends on the arrival order."""
+    if dtype is DType.INT32:
+        return reference(arrays, op)
+    if dtype is DType.FIXED32:
+        fixed = reference([fixedpoint.to_fixed(a, scale) for a in arrays], op)
+        return fixedpoint.from_fixed(fixed, scale)
+    if op in (Op.MIN, Op.MAX):
+        return reference(arrays, op)
+    return None
+
+
+def float_tolerance(
+    arrays: list[np.ndarray], result: np.ndarray, op: Op, dtype: DType, scale: int = 0
+) -> np.ndarray:
+    """Per-element bound on ``|result - numpy's float64 reduction of arrays|`` for a float job.
+
+    * fixed32 sum (fixedpoint.error_bound): ``n 2^-(s+1) + 2^-24 |r|``; min/max: ``2^-(s+1) + 2^-24 |r|``
+      (one rint, one conversion back). Valid while nothing saturates: |x| * 2**s <= 2**31 - 1.
+    * float32 sum, any summation tree (the switches add in arrival order): each x_i passes through
+      at most n - 1 roundings, so ``|r - sum| <= gamma_(n-1) sum |x_i|`` with
+      ``gamma_k = k u / (1 - k u)``, u = 2^-24 (Higham, Accuracy and Stability, eq. 4.4).
+      Float additions never underflow inexactly, so no absolute term is needed.
+    * float32 min/max: 0 (they round nothing).
+
+    numpy's reference is itself a float64 sum of the inputs: its own error,
+    ``gamma_(n-1)(2^-53) sum |x_i|``, is added so the bound holds against it and not only against the
+    exact sum. float32 prod has no bound here (raises ValueError): products of large or tiny values
+    underflow or overflow in ways a per-element bound does not capture simply.
+    """
+    n = len(arrays)
+    wide = np.stack([np.asarray(a, dtype=np.float64) for a in arrays])
+    r = np.abs(np.asarray(result, dtype=np.float64))
+    if op in (Op.MIN, Op.MAX):
+        if dtype is DType.FIXED32:
+            return math.ldexp(1.0, -(scale + 1)) + U32 * r
+        return np.zeros_like(r)
+    if op is not Op.SUM:
+        raise ValueError(f"no tolerance for {dtype.name.lower()} {op.name.lower()}: only sum, min and max")
+    abs_sum = np.abs(wide).sum(axis=0)
+    ref_error = _gamma(n - 1, U64) * abs_sum
+    if dtype is DType.FIXED32:
+        return np.asarray(fixedpoint.error_bound(n, scale, r)) + ref_error
+    return _gamma(n - 1, U32) * abs_sum + ref_error
+
+
+def out_of_tolerance(
+    arrays: list[np.ndarray], result: np.ndarray, op: Op, dtype: DType, scale: int = 0
+) -> tuple[np.ndarray, float]:
+    """Indices where ``result`` strays from numpy's float64 reduction beyond :func:`float_tolerance`,
+    and the largest error seen (for the report). Wrong lengths or NaN count as everywhere wrong."""
+    ref = np.stack([np.asarray(a, dtype=np.float64) for a in arrays])
+    ref = ref.sum(axis=0) if op is Op.SUM else (ref.min(axis=0) if op is Op.MIN else ref.max(axis=0))
+    got = np.asarray(result, dtype=np.float64)
+    if got.shape != ref.shape:
+        return np.arange(len(ref)), math.inf
+    err = np.abs(got - ref)
+    bad = np.flatnonzero(~(err <= float_tolerance(arrays, result, op, dtype, scale)))  # NaN is bad too
+    return bad, float(np.nanmax(err)) if len(err) and not np.isnan(err).all() else math.inf
 
 
 def digest(values: np.ndarray) -> str:
@@ -216,11 +297,14 @@ class RingAllreduce:
         job_id: int,
         bsl: int,
         op: Op,
+        dtype: DType = DType.INT32,
+        scale: int = 0,
         chunk_base: int = 0,
         per_chunk: int = DEFAULT_CHUNK_ELEMENTS,
     ) -> None:
         from aidcnet.bier.bitstring import bfr_id_to_si_bit
 
+        self.dtype, self.scale = dtype, scale
         self.ranks = ranks  # BFR-ids in ring order
         self.n = len(ranks)
         self.rank = rank  # index into ranks
@@ -228,8 +312,11 @@ class RingAllreduce:
         self.si = bfr_id_to_si_bit(ranks[0], bsl)[0]
         self.bits = [1 << (bfr_id_to_si_bit(r, bsl)[1] - 1) for r in ranks]
         self.all_bits = sum(self.bits)
-        self.values = np.ascontiguousarray(values, dtype=np.int32)
-        self.out = np.zeros(len(values), dtype=np.int32)
+        # fixed32 travels and adds as int32 (exactly as on an INA switch), float32 adds in float32.
+        self.acc = np.float32 if dtype is DType.FLOAT32 else np.int32
+        wire = fixedpoint.to_fixed(values, scale) if dtype is DType.FIXED32 else values
+        self.values = np.ascontiguousarray(wire, dtype=self.acc)
+        self.out = np.zeros(len(values), dtype=self.acc)
         self.per_chunk, self.chunk_base = per_chunk, chunk_base
         self.chunks = chunk_count(len(values), per_chunk)
         self.handled: set[tuple[int, bool]] = set()
@@ -240,9 +327,9 @@ class RingAllreduce:
 
     def _msg(self, chunk: int, pbm: int, values: np.ndarray, result: bool) -> InaHeader:
         return InaHeader(
-            job_id=self.job_id, chunk=self.chunk_base + chunk, op=self.op, dtype=DType.INT32, bsl=self.bsl,
-            si=self.si, pbm=pbm, flags=InaFlags.RESULT if result else InaFlags.NONE,
-            payload=payload_from_array(values, DType.INT32),
+            job_id=self.job_id, chunk=self.chunk_base + chunk, op=self.op, dtype=self.dtype, bsl=self.bsl,
+            si=self.si, pbm=pbm, scale=self.scale, flags=InaFlags.RESULT if result else InaFlags.NONE,
+            payload=payload_from_array(values, self.dtype),
         )
 
     def originate(self) -> list[InaHeader]:
@@ -260,11 +347,18 @@ class RingAllreduce:
     def complete(self) -> bool:
         return self.have == self.chunks
 
+    @property
+    def result(self) -> np.ndarray:
+        """The reduced array in the job's element type (fixed32 converted back to float32)."""
+        return fixedpoint.from_fixed(self.out, self.scale) if self.dtype is DType.FIXED32 else self.out
+
     def on_message(self, hdr: InaHeader) -> RingStep | None:
         """None for a duplicate or a message that is not ours (acknowledge it anyway)."""
         chunk = hdr.chunk - self.chunk_base
         if hdr.job_id != self.job_id or not 0 <= chunk < self.chunks:
             return None
+        if hdr.dtype is not self.dtype or hdr.scale != self.scale:
+            return None  # a ring of another element type or Scale: adding it would be garbage
         key = (chunk, hdr.result)
         if key in self.handled:
             return None
@@ -280,7 +374,7 @@ class RingAllreduce:
             self.have += 1
             send = self._msg(chunk, self.all_bits, values, True) if nxt != completer else None
             return RingStep(send, self.out[where])
-        acc = values.astype(np.int32)
+        acc = values.astype(self.acc)
         _REDUCE[self.op](acc, self.values[where], out=acc)
         pbm = hdr.pbm | self.bits[self.rank]
         if pbm == self.all_bits:

@@ -1,6 +1,8 @@
 """INA on Figure 1 of the draft (labs/ina-fig1): both jobs at once, exact int32 sums on every worker,
 results delivered by BIER from the VAT roots; still exact with 2% loss injected on a link; and the
-ring and parameter-server baselines give the same exact results."""
+ring and parameter-server baselines give the same exact results. Float jobs alongside: fixed32 sums on
+Figure 1's own VAT (job 3) and native float32 sums on job 2's (job 4), identical on every worker and
+within the stated tolerance of numpy's sum."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from aidcnet.ina.worker import job_scale
 from orchestrator.allreduce import run_allreduce, run_concurrent
 from orchestrator.replay import load_plan, node_pids
 
@@ -20,9 +23,17 @@ LAB = "t-ina-fig1"
 ELEMENTS = 3 * 2048 + 517
 
 
+def float_jobs(lab_vars: dict) -> dict:
+    """labs/ina-fig1.vars.yml plus two float tenants on the same trees (test-only; the committed vars
+    stay Figure 1 as drawn): job 3 = job 1's VAT in fixed32, job 4 = job 2's VAT in native float32."""
+    job1, job2 = (next(j for j in lab_vars["ina"]["jobs"] if j["job"] == n) for n in (1, 2))
+    lab_vars["ina"]["jobs"] += [dict(job1, job=3, dtype="fixed32"), dict(job2, job=4, dtype="float32")]
+    return lab_vars
+
+
 @pytest.fixture(scope="module")
 def lab(runtime, tmp_path_factory):
-    lab_vars = yaml.safe_load((ROOT / "labs" / "ina-fig1.vars.yml").read_text())
+    lab_vars = float_jobs(yaml.safe_load((ROOT / "labs" / "ina-fig1.vars.yml").read_text()))
     tmp = tmp_path_factory.mktemp("ina")
     with deployed(runtime, tmp, "ina-fig1", LAB, lab_vars, configured=True) as topo:
         yield topo, load_plan(topo), node_pids(topo, runtime)
@@ -93,12 +104,53 @@ def test_baselines_give_the_same_exact_result(runtime, lab, mode):
     assert run.ok, f"{mode}: wrong result on {run.wrong}"
 
 
+def test_float_jobs_next_to_the_int32_job_identical_and_within_tolerance(runtime, lab):
+    """Job 1 (int32), job 3 (fixed32 on the same switches s1, s7, s6) and job 4 (float32 on s3, s4, s5)
+    at once: int32 and fixed32 bit-exact against numpy's reduction (fixed32 in int32 on the scaled
+    values), float32 identical on every worker; both float jobs within tolerance of numpy's sum."""
+    topo, plan, pids = lab
+    before = {n: counters(runtime, topo, n) for n in ("s1", "s6", "s5")}
+    runs = {run.job: run for run in run_concurrent(plan, pids, [1, 3, 4], "ina", ELEMENTS)}
+    for run in runs.values():
+        assert run.ok, f"job {run.job} ({run.dtype}): {run.verdict}"
+        assert len(run.replies) == 4 and {r["digest"] for r in run.replies.values()} == {run.expected}
+    assert (runs[3].dtype, runs[4].dtype) == ("fixed32", "float32")
+    assert 0 < runs[3].max_error < 1e-6 and 0 <= runs[4].max_error < 1e-5
+    assert {r["scale"] for r in runs[3].replies.values()} == {job_scale(4)}
+    after = {n: counters(runtime, topo, n) for n in before}
+    # Every job's 4 chunks were summed on the switches: jobs 1 and 3 at s1 and at their root s6, job 4
+    # at its root s5.
+    assert after["s6"]["ina.disseminated"] - before["s6"].get("ina.disseminated", 0) >= 8
+    assert after["s1"]["ina.completed"] - before["s1"].get("ina.completed", 0) >= 8
+    assert after["s5"]["ina.completed"] - before["s5"].get("ina.completed", 0) >= 4
+    for node in before:
+        assert not {k for k in after[node] if k.startswith("ina.dropped.") and "mismatch" in k}
+
+
+@pytest.mark.parametrize("mode", ["ring", "ps"])
+@pytest.mark.parametrize("job", [3, 4])
+def test_baselines_run_the_float_jobs(runtime, lab, mode, job):
+    """The baselines add fixed32 in int32 too (job 3: the very bits INA gives, same Scale, same wrap) and
+    float32 in float32 (job 4: one result for all, within tolerance)."""
+    _topo, plan, pids = lab
+    run = run_allreduce(plan, pids, job, mode, ELEMENTS, seed=9)
+    assert run.ok, f"{mode}: {run.verdict}"
+    assert len({r["digest"] for r in run.replies.values()}) == 1
+
+
 def test_vat_is_configured_as_drawn(runtime, lab):
     topo, _plan, _pids = lab
     jobs = {n: ctl(runtime, topo, n, "ina", "show")["switch"]["jobs"] for n in ("s1", "s6", "s7")}
-    assert [(j["job"], j["abm"], j["root"], j["parent"]) for j in jobs["s1"]] == [(1, [1, 2], False, "s6")]
-    assert [(j["job"], j["abm"], j["root"], j["parent"]) for j in jobs["s7"]] == [(1, [3, 4], False, "s6")]
-    assert [(j["job"], j["abm"], j["root"]) for j in jobs["s6"]] == [(1, [1, 2, 3, 4], True)]
+    # Job 1 as drawn; job 3 (the test's fixed32 tenant, float_jobs) is the same tree in fixed32.
+    assert [(j["job"], j["abm"], j["root"], j["parent"], j["dtype"]) for j in jobs["s1"]] == [
+        (1, [1, 2], False, "s6", "int32"), (3, [1, 2], False, "s6", "fixed32"),
+    ]  # fmt: skip
+    assert [(j["job"], j["abm"], j["root"], j["parent"], j["dtype"]) for j in jobs["s7"]] == [
+        (1, [3, 4], False, "s6", "int32"), (3, [3, 4], False, "s6", "fixed32"),
+    ]  # fmt: skip
+    assert [(j["job"], j["abm"], j["root"], j["dtype"]) for j in jobs["s6"]] == [
+        (1, [1, 2, 3, 4], True, "int32"), (3, [1, 2, 3, 4], True, "fixed32"),
+    ]  # fmt: skip
     assert Path(topo.path).exists()
 
 

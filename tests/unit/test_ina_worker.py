@@ -24,6 +24,10 @@ from aidcnet.ina.worker import (
     SendWindow,
     ack_for,
     digest,
+    exact_result,
+    float_tolerance,
+    job_scale,
+    out_of_tolerance,
     reference,
     worker_array,
 )
@@ -172,13 +176,15 @@ def test_send_window_keeps_at_most_window_chunks_past_the_lowest_missing_result(
     assert w.retransmits == 1 and not w.complete
 
 
-@pytest.mark.parametrize("n_workers", [1, 2, 4, 5])
-def test_ring_allreduce_under_loss_is_exact(n_workers: int) -> None:
+def run_ring(
+    n_workers: int, dtype: DType, scale: int = 0
+) -> tuple[dict[int, np.ndarray], list[RingAllreduce]]:
     rng = random.Random(n_workers)
     n = 1000
     ranks = list(range(1, n_workers + 1))
-    arrays = {r: worker_array(11, r, n, DType.INT32) for r in ranks}
-    rings = [RingAllreduce(arrays[r], rank=i, ranks=ranks, job_id=3, bsl=64, op=Op.SUM, per_chunk=64)
+    arrays = {r: worker_array(11, r, n, dtype) for r in ranks}
+    rings = [RingAllreduce(arrays[r], rank=i, ranks=ranks, job_id=3, bsl=64, op=Op.SUM, per_chunk=64,
+                           dtype=dtype, scale=scale)
              for i, r in enumerate(ranks)]  # fmt: skip
     senders = [ReliableSender(window=4, timeout=1.0) for _ in ranks]
     net: list[tuple[int, bytes]] = []  # (destination rank index, datagram)
@@ -213,6 +219,118 @@ def test_ring_allreduce_under_loss_is_exact(n_workers: int) -> None:
         if step is not None and step.send is not None:
             senders[dest].push((step.send.chunk, step.send.result), step.send.encode())
         flush(dest)
+    return arrays, rings
+
+
+@pytest.mark.parametrize("n_workers", [1, 2, 4, 5])
+def test_ring_allreduce_under_loss_is_exact(n_workers: int) -> None:
+    arrays, rings = run_ring(n_workers, DType.INT32)
     expected = reference(list(arrays.values()), Op.SUM)
     for ring in rings:
-        assert ring.out.tolist() == expected.tolist()
+        assert ring.out.tolist() == expected.tolist() and ring.result is ring.out
+
+
+@pytest.mark.parametrize("n_workers", [2, 5])
+@pytest.mark.parametrize("dtype", [DType.FIXED32, DType.FLOAT32])
+def test_float_ring_allreduce_is_identical_on_every_rank_and_within_tolerance(n_workers, dtype) -> None:
+    scale = job_scale(n_workers) if dtype is DType.FIXED32 else 0
+    arrays, rings = run_ring(n_workers, dtype, scale)
+    first = rings[0].result
+    assert first.dtype == np.float32
+    assert all(digest(r.result) == digest(first) for r in rings)  # the all-gather passes one result on
+    exact = exact_result(list(arrays.values()), Op.SUM, dtype, scale)
+    if dtype is DType.FIXED32:
+        assert exact is not None and digest(first) == digest(exact)
+    else:
+        assert exact is None
+    assert len(out_of_tolerance(list(arrays.values()), first, Op.SUM, dtype, scale)[0]) == 0
+
+
+def test_a_ring_ignores_messages_of_another_dtype_or_scale() -> None:
+    a = worker_array(1, 1, 10, DType.FLOAT32)
+    ring = RingAllreduce(a, rank=1, ranks=[1, 2], job_id=3, bsl=64, op=Op.SUM, dtype=DType.FIXED32, scale=20)
+    other = RingAllreduce(a, rank=0, ranks=[1, 2], job_id=3, bsl=64, op=Op.SUM, dtype=DType.FIXED32, scale=19)
+    (msg,) = other.originate()
+    assert ring.on_message(InaHeader.decode(msg.encode())) is None
+    same = RingAllreduce(a, rank=0, ranks=[1, 2], job_id=3, bsl=64, op=Op.SUM, dtype=DType.FIXED32, scale=20)
+    (msg,) = same.originate()
+    step = ring.on_message(InaHeader.decode(msg.encode()))
+    assert step is not None and step.result is not None
+
+
+# --- float jobs through Figure 1: what the driver (orchestrator/allreduce.py) checks on a lab ---------
+
+
+@SETTINGS
+@given(
+    st.integers(1, 200),
+    st.sampled_from([0.0, 0.2]),
+    st.sampled_from([0.0, 0.1]),
+    st.integers(1, 3),
+    st.randoms(use_true_random=False),
+)
+def test_native_float32_sum_is_identical_everywhere_and_within_the_order_bound(n, loss, dup, window, rng):
+    """float32 summed on the switches in arrival order: no exact answer, but one result for all (the
+    root multicasts one packet) within gamma_3 * sum|x_i| (+ numpy's float64 error) of numpy's sum."""
+    arrays = {w: worker_array(rng.randrange(1 << 30), w, n, DType.FLOAT32) for w in range(1, 5)}
+    workers, _ = run_fig1(arrays, Op.SUM, DType.FLOAT32, rng, loss, dup, window, 16)
+    results = [j.out for j in workers.values()]
+    assert len({digest(r) for r in results}) == 1
+    assert exact_result(list(arrays.values()), Op.SUM, DType.FLOAT32) is None
+    bad, err = out_of_tolerance(list(arrays.values()), results[0], Op.SUM, DType.FLOAT32)
+    assert len(bad) == 0, (bad, err)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(1, 100), st.randoms(use_true_random=False))
+def test_fixed32_through_figure1_is_bit_exact_and_within_tolerance(n, rng) -> None:
+    arrays = {w: worker_array(rng.randrange(1 << 30), w, n, DType.FLOAT32) for w in range(1, 5)}
+    scale = job_scale(4)
+    workers, _ = run_fig1(arrays, Op.SUM, DType.FIXED32, rng, 0.1, 0.1, 2, 16, scale=scale)
+    exact = exact_result(list(arrays.values()), Op.SUM, DType.FIXED32, scale)
+    assert exact is not None and exact.dtype == np.float32
+    for job in workers.values():
+        assert digest(job.out) == digest(exact)
+    assert len(out_of_tolerance(list(arrays.values()), exact, Op.SUM, DType.FIXED32, scale)[0]) == 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.lists(st.floats(-(2.0**100), 2.0**100, width=32, allow_subnormal=True), min_size=1, max_size=1),
+        min_size=1, max_size=9,
+    ),
+    st.randoms(use_true_random=False),
+)
+def test_float32_bound_holds_for_any_summation_tree(values, rng) -> None:
+    """The float32 bound is sound whatever the order: values of any magnitude and sign (cancellation
+    included), added pairwise in float32 in a random tree, as switches and PS may."""
+    arrays = [np.array(v, dtype=np.float32) for v in values]
+    pool = [a.copy() for a in arrays]
+    while len(pool) > 1:
+        a = pool.pop(rng.randrange(len(pool)))
+        b = pool.pop(rng.randrange(len(pool)))
+        pool.append((a + b).astype(np.float32))
+    assert len(out_of_tolerance(arrays, pool[0], Op.SUM, DType.FLOAT32)[0]) == 0
+
+
+def test_the_tolerance_can_fail() -> None:
+    arrays = [worker_array(3, w, 50, DType.FLOAT32) for w in range(1, 5)]
+    good = np.sum(np.stack(arrays).astype(np.float64), axis=0).astype(np.float32)
+    tol = float_tolerance(arrays, good, Op.SUM, DType.FLOAT32)
+    assert np.all(tol > 0) and np.all(tol <= 3.01 * 2.0**-24 * np.abs(np.stack(arrays)).sum(axis=0) + 1e-15)
+    bad = good.copy()
+    bad[7] += np.float32(1e-3)
+    assert out_of_tolerance(arrays, bad, Op.SUM, DType.FLOAT32)[0].tolist() == [7]
+    nan = good.copy()
+    nan[2] = np.nan
+    assert out_of_tolerance(arrays, nan, Op.SUM, DType.FLOAT32)[0].tolist() == [2]
+    assert len(out_of_tolerance(arrays, good[:-1], Op.SUM, DType.FLOAT32)[0]) == 50
+    # fixed32: the stated 4 * 2^-(s+1) + 2^-24 |r| (+ numpy's float64 error), no more
+    s = job_scale(4)
+    fixed_tol = float_tolerance(arrays, good, Op.SUM, DType.FIXED32, s)
+    assert np.all(fixed_tol >= 4 * 2.0 ** -(s + 1)) and np.all(fixed_tol < 4 * 2.0 ** -(s + 1) + 2.0**-22)
+    # min and max round nothing in float32: zero tolerance; float32 prod has none at all
+    assert not float_tolerance(arrays, good, Op.MAX, DType.FLOAT32).any()
+    with pytest.raises(ValueError, match="prod"):
+        float_tolerance(arrays, good, Op.PROD, DType.FLOAT32)
