@@ -17,6 +17,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from aidcnet.paths import DEFAULT_CONFIG_PATH  # noqa: F401  (re-exported for the agent)
 
 CONFIG_VERSION = 1
+# libyaml's parser when PyYAML has it (the wheels do): a superpod GPU's node file loads 3x faster, and a
+# configure reloads every agent at once on a 2-core machine.
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 Role = Literal["bfr", "ina-switch", "gpu-host", "frr"]
 IfName = Annotated[str, Field(min_length=1, max_length=15, pattern=r"^[A-Za-z0-9_.:-]+$")]
@@ -305,7 +308,7 @@ def load_config(path: str | Path) -> NodeConfig:
     except OSError as exc:
         raise ConfigError(str(path), [f"(file): cannot read: {exc.strerror}"]) from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_YAML_LOADER)
     except yaml.YAMLError as exc:
         raise ConfigError(str(path), [f"(file): not valid YAML: {exc}"]) from None
     return parse_config(data, str(path))
