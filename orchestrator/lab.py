@@ -26,7 +26,7 @@ from orchestrator.runtime.docker import (
     netns_links,
     unlink_netns,
 )
-from orchestrator.topology import Topology
+from orchestrator.topology import Topology, lab_dir_name
 from orchestrator.wiring import IncrementalWiring
 
 # Docker's API server serialises much of container creation; beyond ~8 parallel requests it only queues.
@@ -246,7 +246,7 @@ def destroy(
                 )
     if cleanup:
         for lab_name in labs | ({lab} if lab else set()):
-            path = (lab_dir_root or Path.cwd()) / f"clab-{lab_name}"
+            path = (lab_dir_root or Path.cwd()) / lab_dir_name(lab_name)
             if path.exists():
                 shutil.rmtree(path)
     if not quiet:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Protocol
 
 from aidcnet.fare.bandwidth import BandwidthError, format_bandwidth, parse_bandwidth
+from orchestrator.topology import lab_dir_name
 
 ACTIONS = ("down", "up", "bandwidth", "loss")
 _ENDPOINT = re.compile(r"^(?P<node>[^:\s]+):(?P<iface>[A-Za-z0-9_.-]{1,15})$")
@@ -39,7 +40,7 @@ class End:
     node: str
     interface: str
     container: str
-    kind_ours: bool  # runs the aidcnet agent (not FRR or plain linux)
+    runs_agent: bool  # aidcnet ctl works there (not FRR or plain linux)
 
 
 def parse_endpoint(text: str) -> tuple[str, str]:
@@ -56,9 +57,11 @@ def link_ends(topology_data: dict, node: str, interface: str, source: str) -> tu
         raise LinkSetError(f"{source}: no node {node!r} (nodes: {', '.join(sorted(nodes))})")
 
     def end(n: str, i: str) -> End:
+        from orchestrator.nodes import role_from
+
         info = nodes[n]
-        ours = str(info.get("image", "")).startswith("aidclab/") and "frr" not in str(info.get("image", ""))
-        return End(n, i, info["longname"], ours)
+        role = role_from(n, info.get("labels", {}), str(info.get("image", "")))
+        return End(n, i, info["longname"], role.runs_agent)
 
     for link in topology_data.get("links", []):
         a, z = link["a"], link["z"]
@@ -103,7 +106,7 @@ def link_set(
         raise LinkSetError(str(exc)) from None
     lines = []
     for end in (here, peer):
-        if not end.kind_ours:
+        if not end.runs_agent:
             lines.append(f"{end.node}:{end.interface} skipped (not an aidcnet node: set its bandwidth there)")
             continue
         code, out = runtime.exec(end.container, ["aidcnet", "ctl", "link-bandwidth", end.interface, value])
@@ -125,7 +128,7 @@ def _set_loss(runtime: Runtime, end: End, value: str | None) -> str:
             f"loss needs a probability 0..1, e.g. aidclab link set {end.node}:{end.interface} loss 0.02 "
             f"(got {value!r})"
         )
-    if not end.kind_ours:
+    if not end.runs_agent:
         raise LinkSetError(f"{end.node} is not an aidcnet node: loss injection lives in the aidcnet agent")
     code, out = runtime.exec(end.container, ["aidcnet", "ctl", "drop", end.interface, repr(probability)])
     if code != 0:
@@ -139,7 +142,7 @@ def _lab_dir(lab: str | None) -> Path:
     if lab is not None:
         from orchestrator.cli import _lab_name
 
-        return Path.cwd() / f"clab-{_lab_name(lab)}"
+        return Path.cwd() / lab_dir_name(_lab_name(lab))
     found = sorted(p.parent for p in Path.cwd().glob("clab-*/topology-data.json"))
     if len(found) != 1:
         shown = ", ".join(p.name for p in found) or "none"

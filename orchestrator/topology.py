@@ -111,7 +111,7 @@ class Topology:
 
     @property
     def lab_dir_name(self) -> str:
-        return f"clab-{self.name}"
+        return lab_dir_name(self.name)
 
     def links_of(self, node: str) -> list[tuple[Link, Endpoint, Endpoint]]:
         """(link, local endpoint, remote endpoint) for every link of ``node``, in file order."""
@@ -354,6 +354,11 @@ def load_topology(path: str | Path) -> Topology:
     if not isinstance(doc, dict):
         raise TopologyError(path, ["the file must be a mapping with name: and topology:"])
     return parse_topology(doc, path)
+
+
+def lab_dir_name(lab_name: str) -> str:
+    """containerlab's lab directory name, ``clab-<lab>``, created in the working directory."""
+    return f"clab-{lab_name}"
 
 
 def resolve_lab(lab: str, labs_dir: str | Path = "labs") -> Path:

@@ -6,6 +6,6 @@ comes from its ``aidclab-role`` label or, failing that, from its image name (``a
 """
 
 from orchestrator.nodes import bfr, frr, gpu_host, ina_switch, linux  # noqa: F401  (registration)
-from orchestrator.nodes.base import ROLES, NodeRole, role_of
+from orchestrator.nodes.base import ROLES, NodeRole, role_from, role_of
 
-__all__ = ["ROLES", "NodeRole", "role_of"]
+__all__ = ["ROLES", "NodeRole", "role_from", "role_of"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from orchestrator.topology import Node
@@ -38,6 +39,11 @@ class NodeRole:
     cap_add: tuple[str, ...] = ("NET_ADMIN", "NET_RAW", "SYS_ADMIN")
     description: str = ""
 
+    @property
+    def runs_agent(self) -> bool:
+        """The aidcnet agent runs in the node (so ``aidcnet ctl`` works there), as its health check says."""
+        return self.health_cmd == AGENT_HEALTH
+
     def container_sysctls(self, node: Node) -> dict[str, str]:
         return {**self.sysctls, **node.sysctls}
 
@@ -60,11 +66,16 @@ def image_role_name(image: str) -> str | None:
 
 
 def role_of(node: Node) -> NodeRole:
-    name = node.labels.get(ROLE_LABEL) or image_role_name(node.image) or "linux"
+    return role_from(node.name, node.labels, node.image)
+
+
+def role_from(node_name: str, labels: Mapping[str, str], image: str) -> NodeRole:
+    """The role from a node's labels and image, wherever they come from (a topology, topology-data.json)."""
+    name = labels.get(ROLE_LABEL) or image_role_name(image) or "linux"
     if name not in ROLES:
         known = ", ".join(sorted(ROLES))
         raise ValueError(
-            f"node {node.name!r}: unknown role {name!r} (from label {ROLE_LABEL} or image {node.image!r}); "
+            f"node {node_name!r}: unknown role {name!r} (from label {ROLE_LABEL} or image {image!r}); "
             f"known roles: {known}"
         )
     return ROLES[name]

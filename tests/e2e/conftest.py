@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
 from collections.abc import Callable, Iterator
@@ -103,3 +104,26 @@ def aidclab(*args: str, cwd: Path | None = None, check: bool = True) -> subproce
             f"aidclab {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
         )
     return proc
+
+
+def ctl(runtime: DockerRuntime, topo: Topology, node: str, *args: str) -> dict:
+    """``aidcnet ctl ARGS`` inside a node, its JSON reply parsed; a non-zero exit fails the test."""
+    code, out = runtime.exec(topo.container_name(node), ["aidcnet", "ctl", *args])
+    assert code == 0, f"{node}: aidcnet ctl {' '.join(args)}: {out}"
+    return json.loads(out)
+
+
+def scale_superpod(gpus: int):
+    """An ``edit=`` for ``deployed``: the SuperPoD with its four plane leaves and only G1..G<gpus>, so the
+    FARE and FRR tests keep every plane while CI deploys a handful of nodes."""
+    def edit(doc: dict) -> None:
+        keep = {f"L{p}" for p in range(1, 5)} | {f"G{g}" for g in range(1, gpus + 1)}
+        nodes = doc["topology"]["nodes"]
+        doc["topology"]["nodes"] = {n: v for n, v in nodes.items() if n in keep}
+        doc["topology"]["links"] = [
+            link
+            for link in doc["topology"]["links"]
+            if all(ep.split(":")[0] in keep for ep in link["endpoints"])
+        ]
+
+    return edit

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .conftest import deployed
+from .conftest import ctl, deployed
 
 LAB = "t-bier"
 GROUP = {"group": "239.1.1.1", "receivers": ["h2", "h3", "h5", "h8"]}
@@ -44,12 +44,6 @@ def lab(runtime, tmp_path_factory):
         runtime, tmp_path_factory.mktemp("bier"), "leaf-spine", LAB, lab_vars, configured=True
     ) as topo:
         yield topo
-
-
-def ctl(runtime, topo, node: str, *args: str) -> dict:
-    code, out = runtime.exec(topo.container_name(node), ["aidcnet", "ctl", *args])
-    assert code == 0, f"{node}: aidcnet ctl {' '.join(args)}: {out}"
-    return json.loads(out)
 
 
 def plan_nodes(topo) -> dict[str, dict]:

@@ -4,7 +4,6 @@ path attribute, host-BIER delivery is exact, and after a spine fails the BIFTs r
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
@@ -13,7 +12,7 @@ import yaml
 
 from orchestrator.linkset import link_set
 
-from .conftest import deployed
+from .conftest import ctl, deployed
 
 LAB = "t-fare-bierbgp"
 LAB_VARS = {"bgp": {"enabled": True}, "bier": {"bift": "bgp"}}
@@ -27,12 +26,6 @@ def lab(runtime, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("bierbgp")
     with deployed(runtime, tmp, "leaf-spine", LAB, LAB_VARS, configured=True) as topo:
         yield topo, tmp / f"clab-{LAB}"
-
-
-def ctl(runtime, topo, node: str, *args: str) -> dict:
-    code, out = runtime.exec(topo.container_name(node), ["aidcnet", "ctl", *args])
-    assert code == 0, f"{node}: aidcnet ctl {' '.join(args)}: {out}"
-    return json.loads(out)
 
 
 def bfr_ids(topo) -> dict[str, int]:

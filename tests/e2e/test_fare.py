@@ -13,7 +13,8 @@ import time
 
 from orchestrator.cli import main as cli_main
 from orchestrator.linkset import link_set
-from tests.e2e.conftest import deployed
+
+from .conftest import ctl, deployed, scale_superpod
 
 GPUS = 3  # SUPERPOD_GPUS: enough for a sender, a receiver and a bystander; CI stays fast
 PLANES = ("eth1", "eth2", "eth3", "eth4")
@@ -23,26 +24,6 @@ LAB_VARS = {
     # A short hold time lets the test see a session expire behind a dead link without waiting long.
     "bgp": {"enabled": True, "hold_time": 3},
 }
-
-
-def scale_superpod(gpus: int):
-    def edit(doc: dict) -> None:
-        keep = {f"L{p}" for p in range(1, 5)} | {f"G{g}" for g in range(1, gpus + 1)}
-        nodes = doc["topology"]["nodes"]
-        doc["topology"]["nodes"] = {n: v for n, v in nodes.items() if n in keep}
-        doc["topology"]["links"] = [
-            link
-            for link in doc["topology"]["links"]
-            if all(ep.split(":")[0] in keep for ep in link["endpoints"])
-        ]
-
-    return edit
-
-
-def ctl(runtime, topo, node: str, *args: str) -> dict:
-    code, out = runtime.exec(topo.container_name(node), ["aidcnet", "ctl", *args])
-    assert code == 0, f"{node}: aidcnet ctl {' '.join(args)}: {out}"
-    return json.loads(out)
 
 
 def loopback(runtime, topo, node: str) -> str:

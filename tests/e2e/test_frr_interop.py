@@ -18,8 +18,7 @@ import yaml
 
 from orchestrator.linkset import link_set
 
-from .conftest import deployed
-from .test_fare import scale_superpod
+from .conftest import ctl, deployed, scale_superpod
 
 LAB = "t-fare-frr"
 GPUS = 3
@@ -27,12 +26,6 @@ LAB_VARS = yaml.safe_load(
     (Path(__file__).resolve().parents[2] / "labs" / "superpod-frr.vars.yml").read_text()
 )
 GBPS = 1e9 / 8  # bytes/s per Gb/s: FRR shows link bandwidth as bytes/s
-
-
-def ctl(runtime, topo, node: str, *args: str) -> dict:
-    code, out = runtime.exec(topo.container_name(node), ["aidcnet", "ctl", *args])
-    assert code == 0, f"{node}: aidcnet ctl {' '.join(args)}: {out}"
-    return json.loads(out)
 
 
 def vtysh_json(runtime, topo, command: str) -> dict:

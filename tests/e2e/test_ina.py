@@ -16,7 +16,7 @@ from aidcnet.ina.worker import job_scale
 from orchestrator.allreduce import run_allreduce, run_concurrent
 from orchestrator.replay import load_plan, node_pids
 
-from .conftest import ROOT, aidclab, deployed
+from .conftest import ROOT, aidclab, ctl, deployed
 
 LAB = "t-ina-fig1"
 # 3 chunks of 2048 elements and a short last one per worker; ragged on purpose.
@@ -37,12 +37,6 @@ def lab(runtime, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("ina")
     with deployed(runtime, tmp, "ina-fig1", LAB, lab_vars, configured=True) as topo:
         yield topo, load_plan(topo), node_pids(topo, runtime)
-
-
-def ctl(runtime, topo, node: str, *args: str) -> dict:
-    code, out = runtime.exec(topo.container_name(node), ["aidcnet", "ctl", *args])
-    assert code == 0, f"{node}: aidcnet ctl {' '.join(args)}: {out}"
-    return json.loads(out)
 
 
 def counters(runtime, topo, node: str) -> dict[str, int]:

@@ -156,4 +156,4 @@ def test_link_set_failure_in_the_node_is_reported(tmp_path) -> None:
 def test_parse_endpoint_and_ends() -> None:
     assert parse_endpoint("G1:eth2") == ("G1", "eth2")
     here, peer = link_ends(TOPO_DATA, "L1", "eth1", "t.json")
-    assert (peer.node, peer.interface, here.kind_ours) == ("G1", "eth1", True)
+    assert (peer.node, peer.interface, here.runs_agent) == ("G1", "eth1", True)
