@@ -24,13 +24,13 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from orchestrator.allreduce import MODES, find_job, run_allreduce  # noqa: E402
-from orchestrator.configure import configure  # noqa: E402
-from orchestrator.lab import deploy, destroy  # noqa: E402
-from orchestrator.metrics import link_deltas, link_pairs  # noqa: E402
-from orchestrator.replay import interface_snapshot, load_plan, node_pids  # noqa: E402
-from orchestrator.runtime.docker import DockerRuntime  # noqa: E402
-from orchestrator.topology import load_topology  # noqa: E402
+from orchestrator.configure.ansible import configure  # noqa: E402
+from orchestrator.experiment.collective import MODES, find_job, run_allreduce  # noqa: E402
+from orchestrator.experiment.driver import interface_snapshot, load_plan, node_pids  # noqa: E402
+from orchestrator.experiment.metrics import link_deltas, link_pairs  # noqa: E402
+from orchestrator.lab.deploy import deploy, destroy  # noqa: E402
+from orchestrator.lab.runtime.docker import DockerRuntime  # noqa: E402
+from orchestrator.lab.topology import load_topology  # noqa: E402
 
 LAB = "bench-ina"
 MIB = 1 << 20

@@ -25,11 +25,11 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from orchestrator.configure import configure  # noqa: E402
-from orchestrator.lab import deploy, destroy  # noqa: E402
-from orchestrator.runtime.docker import DockerRuntime  # noqa: E402
-from orchestrator.topology import load_topology  # noqa: E402
-from orchestrator.wiring import link_state  # noqa: E402
+from orchestrator.configure.ansible import configure  # noqa: E402
+from orchestrator.lab.deploy import deploy, destroy  # noqa: E402
+from orchestrator.lab.runtime.docker import DockerRuntime  # noqa: E402
+from orchestrator.lab.topology import load_topology  # noqa: E402
+from orchestrator.lab.wiring import link_state  # noqa: E402
 
 LAB = "bench-bier"
 SINKS = 8

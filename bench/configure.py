@@ -16,11 +16,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from orchestrator.configure import configure, run_playbook  # noqa: E402
-from orchestrator.lab import deploy, destroy  # noqa: E402
-from orchestrator.labdir import lab_dir  # noqa: E402
-from orchestrator.runtime.docker import DockerRuntime  # noqa: E402
-from orchestrator.topology import load_topology  # noqa: E402
+from orchestrator.configure.ansible import configure, run_playbook  # noqa: E402
+from orchestrator.lab.deploy import deploy, destroy  # noqa: E402
+from orchestrator.lab.labdir import lab_dir  # noqa: E402
+from orchestrator.lab.runtime.docker import DockerRuntime  # noqa: E402
+from orchestrator.lab.topology import load_topology  # noqa: E402
 
 FLOOR_PLAY = """\
 - name: floor - one trivial task on every configured host

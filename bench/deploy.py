@@ -19,9 +19,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from orchestrator.lab import PARALLEL, deploy, destroy  # noqa: E402
-from orchestrator.runtime.docker import DockerRuntime  # noqa: E402
-from orchestrator.topology import load_topology  # noqa: E402
+from orchestrator.lab.deploy import PARALLEL, deploy, destroy  # noqa: E402
+from orchestrator.lab.runtime.docker import DockerRuntime  # noqa: E402
+from orchestrator.lab.topology import load_topology  # noqa: E402
 
 FLOOR_LABEL = "aidclab.bench"
 

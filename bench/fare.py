@@ -35,10 +35,10 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from orchestrator.configure import configure  # noqa: E402
-from orchestrator.lab import deploy, destroy  # noqa: E402
-from orchestrator.runtime.docker import DockerRuntime  # noqa: E402
-from orchestrator.topology import load_topology  # noqa: E402
+from orchestrator.configure.ansible import configure  # noqa: E402
+from orchestrator.lab.deploy import deploy, destroy  # noqa: E402
+from orchestrator.lab.runtime.docker import DockerRuntime  # noqa: E402
+from orchestrator.lab.topology import load_topology  # noqa: E402
 
 PLANES = ("eth1", "eth2", "eth3", "eth4")
 LINKWATCH_SETTLE_S = 1.5

@@ -20,11 +20,11 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from orchestrator.configure import configure  # noqa: E402
-from orchestrator.lab import deploy, destroy  # noqa: E402
-from orchestrator.replay import ReplayOutcome, replay  # noqa: E402
-from orchestrator.runtime.docker import DockerRuntime  # noqa: E402
-from orchestrator.topology import load_topology  # noqa: E402
+from orchestrator.configure.ansible import configure  # noqa: E402
+from orchestrator.experiment.driver import ReplayOutcome, replay  # noqa: E402
+from orchestrator.lab.deploy import deploy, destroy  # noqa: E402
+from orchestrator.lab.runtime.docker import DockerRuntime  # noqa: E402
+from orchestrator.lab.topology import load_topology  # noqa: E402
 
 LAB = "bench-replay"
 HOSTS = [f"h{i}" for i in range(1, 9)]
@@ -34,7 +34,7 @@ MODES = ("unicast", "host-bier")
 def make_trace(path: Path, steps: int, tokens_per_host: int, seed: int) -> None:
     subprocess.run(
         [
-            sys.executable, "-m", "orchestrator.workloads.cli", "moe", "--hosts", ",".join(HOSTS),
+            sys.executable, "-m", "orchestrator.cli.workload", "moe", "--hosts", ",".join(HOSTS),
             "--steps", str(steps), "--tokens-per-host", str(tokens_per_host), "--seed", str(seed),
             "-o", str(path),
         ],

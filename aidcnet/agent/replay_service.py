@@ -7,7 +7,8 @@ service with the receivers' BFR-ids. Network-BIER: plain IP multicast, one socke
 (the S of (S,G)) sending each op once to its group out of the fabric interface; the leaves do BIER.
 Receivers join their groups on the replay port. All modes land in the same
 :class:`~aidcnet.replay.Reassembly`.
-The payload format is ``docs/replay-payload.md``; the orchestrator side is ``orchestrator/replay.py``.
+The payload format is ``docs/replay-payload.md``; the orchestrator side is
+``orchestrator/experiment/driver.py``.
 """
 
 from __future__ import annotations

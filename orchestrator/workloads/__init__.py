@@ -1,4 +1,6 @@
-"""Seeded, deterministic generators of aidclab traces (format: ``aidcnet.trace``, ``docs/trace-format.md``).
+"""Seeded, deterministic generators of aidclab traces.
+
+Format: ``orchestrator.workloads.trace``, ``docs/trace-format.md``.
 
 Each generator module (``moe``, ``model_distribution``, ``checkpoint``, ``alltoall``) defines a pydantic
 ``Params`` model and a pure ``generate(params) -> Workload``: no I/O, no clock, no global random state,
@@ -15,7 +17,14 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from aidcnet.trace import FORMAT_NAME, TRACE_VERSION, TraceHeader, TraceOp, TraceSummary, write_trace
+from orchestrator.workloads.trace import (
+    FORMAT_NAME,
+    TRACE_VERSION,
+    TraceHeader,
+    TraceOp,
+    TraceSummary,
+    write_trace,
+)
 
 __all__ = [
     "GENERATORS",

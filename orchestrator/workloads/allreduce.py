@@ -14,8 +14,8 @@ from collections.abc import Iterator
 
 from pydantic import Field, field_validator
 
-from aidcnet.trace import TraceOp
 from orchestrator.workloads import Workload, WorkloadParams, make_header, op_time
+from orchestrator.workloads.trace import TraceOp
 
 GENERATOR = "allreduce"
 

@@ -16,8 +16,8 @@ from collections.abc import Iterator
 
 from pydantic import Field
 
-from aidcnet.trace import TraceOp
 from orchestrator.workloads import Workload, WorkloadParams, chunk_sizes, make_header, op_time
+from orchestrator.workloads.trace import TraceOp
 
 GENERATOR = "all-to-all"
 

@@ -23,8 +23,8 @@ from collections.abc import Iterator
 
 from pydantic import Field, model_validator
 
-from aidcnet.trace import TraceOp
 from orchestrator.workloads import Workload, WorkloadParams, chunk_sizes, make_header, op_time
+from orchestrator.workloads.trace import TraceOp
 
 GENERATOR = "checkpoint"
 

@@ -35,8 +35,8 @@ from typing import Literal
 import numpy as np
 from pydantic import Field, model_validator
 
-from aidcnet.trace import TraceOp
 from orchestrator.workloads import Workload, WorkloadParams, make_header, op_time
+from orchestrator.workloads.trace import TraceOp
 
 GENERATOR = "moe"
 HIDDEN_SIZE = 7168

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator.runtime.docker import DockerRuntime
-from orchestrator.topology import Topology
+from orchestrator.lab.runtime.docker import DockerRuntime
+from orchestrator.lab.topology import Topology
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -58,9 +58,9 @@ def deployed(
 ) -> Iterator[Topology]:
     """A copy of a shipped lab (optionally with vars and replaced nodes) deployed from ``tmp`` as the
     working directory, destroyed afterwards whatever happens."""
-    from orchestrator.configure import configure
-    from orchestrator.lab import deploy, destroy
-    from orchestrator.topology import load_topology
+    from orchestrator.configure.ansible import configure
+    from orchestrator.lab.deploy import deploy, destroy
+    from orchestrator.lab.topology import load_topology
 
     path = lab_copy(tmp, lab, name)
     if edit is not None:  # e.g. scale a shipped lab down for CI (tests/e2e/test_fare.py)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator.linkset import link_set
+from orchestrator.lab.linkset import link_set
 
 from .conftest import ctl, deployed
 

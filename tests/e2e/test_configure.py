@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator.configure import configure, run_playbook
+from orchestrator.configure.ansible import configure, run_playbook
 from orchestrator.paths import ROOT
 
 from .conftest import aidclab, deployed

@@ -12,7 +12,7 @@ import json
 import time
 
 from orchestrator.cli import main as cli_main
-from orchestrator.linkset import link_set
+from orchestrator.lab.linkset import link_set
 
 from .conftest import ctl, deployed, scale_superpod
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator.configure import configure
+from orchestrator.configure.ansible import configure
 
 from .conftest import deployed
 from .test_configure import unreachable_loopbacks

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from orchestrator.linkset import link_set
+from orchestrator.lab.linkset import link_set
 
 from .conftest import ctl, deployed, scale_superpod
 

@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from aidcnet.ina.worker import job_scale
-from orchestrator.allreduce import run_allreduce, run_concurrent
-from orchestrator.replay import load_plan, node_pids
+from orchestrator.experiment.collective import run_allreduce, run_concurrent
+from orchestrator.experiment.driver import load_plan, node_pids
 
 from .conftest import ROOT, aidclab, ctl, deployed
 
@@ -149,7 +149,7 @@ def test_vat_is_configured_as_drawn(runtime, lab):
 
 
 def test_replay_of_an_allreduce_trace_runs_both_jobs_exactly(runtime, lab, tmp_path):
-    from aidcnet.trace import TraceHeader, TraceOp, TraceWriter
+    from orchestrator.workloads.trace import TraceHeader, TraceOp, TraceWriter
 
     topo, _plan, _pids = lab
     trace = tmp_path / "ar.jsonl"

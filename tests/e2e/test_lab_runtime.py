@@ -9,10 +9,10 @@ import subprocess
 import sys
 import time
 
-from orchestrator.lab import deploy, destroy
-from orchestrator.linkcheck import check_lab
-from orchestrator.runtime.docker import NETNS_DIR, netns_links
-from orchestrator.topology import load_topology
+from orchestrator.lab.deploy import deploy, destroy
+from orchestrator.lab.linkcheck import check_lab
+from orchestrator.lab.runtime.docker import NETNS_DIR, netns_links
+from orchestrator.lab.topology import load_topology
 
 from .conftest import ROOT, aidclab, host_veths, lab_copy
 

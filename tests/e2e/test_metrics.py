@@ -12,8 +12,8 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from aidcnet.agent.metrics import METRICS_PORT
-from orchestrator.lab import mgmt_addresses
-from orchestrator.runtime.docker import DockerRuntime
+from orchestrator.lab.deploy import mgmt_addresses
+from orchestrator.lab.runtime.docker import DockerRuntime
 from tests.e2e.conftest import deployed
 
 LAB = "pm-metrics"

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from orchestrator.metrics import trace_fanout
-from orchestrator.replay import ask, node_pids
-from orchestrator.results import list_runs, load_run
-from orchestrator.runtime.docker import DockerRuntime
+from orchestrator.experiment.driver import ask, node_pids
+from orchestrator.experiment.metrics import trace_fanout
+from orchestrator.experiment.results import list_runs, load_run
+from orchestrator.lab.runtime.docker import DockerRuntime
 from tests.e2e.conftest import ROOT, aidclab, deployed
 
 TRACE = ROOT / "workloads" / "moe-sample.jsonl"
@@ -32,7 +32,7 @@ def receivers_records(pids: dict[str, int], ops) -> dict[int, set[str]]:
 
 
 def test_replay_unicast_and_host_bier(runtime: DockerRuntime, tmp_path: Path) -> None:
-    from aidcnet.trace import TraceReader
+    from orchestrator.workloads.trace import TraceReader
 
     with TraceReader(TRACE) as reader:
         ops = list(reader)
@@ -91,9 +91,9 @@ def test_replay_refuses_an_unconfigured_lab(runtime: DockerRuntime, tmp_path: Pa
 
 
 def test_replay_net_bier_sends_one_copy_per_message(runtime: DockerRuntime, tmp_path: Path) -> None:
-    from aidcnet.trace import TraceReader
-    from orchestrator.configure import configure
-    from orchestrator.replay_groups import derive_groups
+    from orchestrator.configure.ansible import configure
+    from orchestrator.experiment.groups import derive_groups
+    from orchestrator.workloads.trace import TraceReader
 
     with TraceReader(TRACE) as reader:
         ops = list(reader)

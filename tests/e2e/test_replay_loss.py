@@ -12,8 +12,8 @@ import threading
 import time
 from pathlib import Path
 
-from orchestrator.results import list_runs, load_run
-from orchestrator.runtime.docker import DockerRuntime
+from orchestrator.experiment.results import list_runs, load_run
+from orchestrator.lab.runtime.docker import DockerRuntime
 from tests.e2e.conftest import ROOT, deployed
 
 LAB = "rl-loss"
@@ -29,7 +29,7 @@ def make_trace(path: Path) -> Path:
     # Long enough (about 3 s of steps) that the pause lands while ops are still being sent.
     subprocess.run(
         [
-            sys.executable, "-m", "orchestrator.workloads.cli", "moe", "--hosts", HOSTS,
+            sys.executable, "-m", "orchestrator.cli.workload", "moe", "--hosts", HOSTS,
             "--steps", "30", "--tokens-per-host", "8", "--step-interval", "0.1", "--seed", "7",
             "-o", str(path),
         ],

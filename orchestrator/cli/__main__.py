@@ -1,0 +1,7 @@
+"""``python -m orchestrator.cli``: the same as the ``aidclab`` command."""
+
+import sys
+
+from orchestrator.cli import main
+
+sys.exit(main())

@@ -1,0 +1,489 @@
+"""``workload`` command: generate and summarise traces.
+
+The main ``aidclab`` CLI calls ``add_parser(subparsers)``; each leaf parser sets ``func`` (called with the
+parsed namespace, returns an exit code). Run alone as ``python -m orchestrator.cli.workload COMMAND ...``
+(a leading ``workload`` is accepted too, so commands copied from ``aidclab`` docs work unchanged).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from orchestrator.workloads import Workload, WorkloadParams
+from orchestrator.workloads.trace import TraceError, explain_error, format_bytes, summarize
+
+PROG = "python -m orchestrator.cli.workload"
+
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1 << 10,
+    "kib": 1 << 10,
+    "m": 1 << 20,
+    "mib": 1 << 20,
+    "g": 1 << 30,
+    "gib": 1 << 30,
+    "t": 1 << 40,
+    "tib": 1 << 40,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+}
+
+
+def parse_size(text: str) -> int:
+    """``4096``, ``64KiB``, ``1.5GiB``, ``10MB``; bare K/M/G/T are binary (as in dd and ls)."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", text)
+    if not m or m.group(2).lower() not in _UNITS:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a size; use bytes or a unit: 512KiB, 64MiB, 1GiB (binary) or 10MB (decimal)"
+        )
+    value = float(m.group(1)) * _UNITS[m.group(2).lower()]
+    if not value.is_integer():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of bytes")
+    return int(value)
+
+
+def format_size(n: int) -> str:
+    """Inverse of parse_size for exact binary multiples, so help shows 1GiB rather than 1073741824."""
+    for unit, mult in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= mult and n % mult == 0:
+            return f"{n // mult}{unit}"
+    return str(n)
+
+
+def _host_list(text: str) -> tuple[str, ...]:
+    hosts = tuple(h.strip() for h in text.split(","))
+    if not text.strip() or any(not h for h in hosts):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected comma-separated host names, e.g. h1,h2,h3")
+    return hosts
+
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Defaults shown after every option that has one; descriptions and examples keep their line breaks."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default is None or action.default is False:
+            return action.help
+        return super()._get_help_string(action)
+
+
+# ---------------------------------------------------------------------------------------------- commands
+
+
+def _default(model: type[BaseModel], name: str) -> Any:
+    return model.model_fields[name].default
+
+
+def _describe(model: type[BaseModel], name: str, extra: str = "") -> str:
+    # One source of truth: the option help is the parameter model's field description.
+    text = model.model_fields[name].description or name
+    return f"{text}{extra}"
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("hosts and output")
+    hosts = g.add_mutually_exclusive_group()
+    hosts.add_argument(
+        "--hosts",
+        type=_host_list,
+        metavar="H1,H2,...",
+        help="host names in order, as in the lab topology (e.g. h1,h2,...,h8); overrides --hosts-count",
+    )
+    hosts.add_argument(
+        "--hosts-count",
+        type=int,
+        default=8,
+        metavar="N",
+        help="use N hosts named gpu1..gpuN (ignored when --hosts is given)",
+    )
+    g.add_argument(
+        "--seed", type=int, default=0, help="random seed; the same seed and options give identical bytes"
+    )
+    g.add_argument("-o", "--output", metavar="FILE", help="trace file to write (default: stdout)")
+
+
+def _add_moe(sub: Any) -> None:
+    from orchestrator.workloads.moe import BYTES_PER_TOKEN, HIDDEN_SIZE, MoEParams
+
+    p = sub.add_parser(
+        "moe",
+        help="MoE token dispatch (DeepSeek-V3: 256 experts, top-8, at most 4 nodes)",
+        formatter_class=_HelpFormatter,
+        description=(
+            "MoE token dispatch modelled on DeepSeek-V3.\n\n"
+            "Routed experts are placed over the hosts in contiguous blocks (256 experts, 8 hosts: 32 each).\n"
+            "Every token goes to its top-k routed experts, chosen with node-limited routing: the hosts are\n"
+            "scored by the sum of their best ceil(top_k/max_nodes) expert affinities, the token keeps the\n"
+            "best max_nodes hosts and picks its top-k experts there. The shared expert lives on every host\n"
+            "and causes no traffic. Each step, every host groups its tokens by remote receiver set: one op\n"
+            "per set, bytes = tokens x bytes-per-token (multicast when the set has several hosts).\n"
+            f"The default bytes-per-token, {BYTES_PER_TOKEN}, is the FP8 hidden state ({HIDDEN_SIZE} B)\n"
+            "plus its quantisation scales."
+        ),
+        epilog=(
+            "example:\n"
+            f"  {PROG} moe --hosts h1,h2,h3,h4,h5,h6,h7,h8 --steps 2 --tokens-per-host 16 --seed 1 \\\n"
+            "      -o workloads/moe-sample.jsonl\n"
+            f"  {PROG} moe --hosts-count 16 --skew zipf --zipf-s 1.2 --steps 10 -o moe-zipf.jsonl"
+        ),
+    )
+    m = MoEParams
+    p.add_argument("--steps", type=int, default=_default(m, "steps"), help=_describe(m, "steps"))
+    p.add_argument(
+        "--tokens-per-host",
+        type=int,
+        default=_default(m, "tokens_per_host"),
+        help=_describe(m, "tokens_per_host"),
+    )
+    p.add_argument(
+        "--step-interval",
+        type=float,
+        default=_default(m, "step_interval"),
+        metavar="SECONDS",
+        help=_describe(m, "step_interval"),
+    )
+    p.add_argument(
+        "--skew",
+        choices=["uniform", "zipf"],
+        default=_default(m, "skew"),
+        help="expert popularity: uniform, or zipf (popularity of the r-th most popular expert ∝ r^-s)",
+    )
+    p.add_argument(
+        "--zipf-s", type=float, default=_default(m, "zipf_s"), metavar="S", help=_describe(m, "zipf_s")
+    )
+    p.add_argument("--experts", type=int, default=_default(m, "experts"), help=_describe(m, "experts"))
+    p.add_argument("--top-k", type=int, default=_default(m, "top_k"), help=_describe(m, "top_k"))
+    p.add_argument(
+        "--max-nodes",
+        type=int,
+        default=_default(m, "max_nodes"),
+        help=_describe(m, "max_nodes", " (node-limited)"),
+    )
+    p.add_argument(
+        "--bytes-per-token",
+        type=parse_size,
+        default=str(_default(m, "bytes_per_token")),
+        metavar="SIZE",
+        help=_describe(m, "bytes_per_token"),
+    )
+    _add_common(p)
+    p.set_defaults(func=_run_generator, _module="moe", _params=m, _parser=p)
+
+
+def _add_chunking(p: argparse.ArgumentParser, model: type[BaseModel]) -> None:
+    p.add_argument(
+        "--chunk-bytes",
+        type=parse_size,
+        default=format_size(_default(model, "chunk_bytes")),
+        metavar="SIZE",
+        help=_describe(model, "chunk_bytes"),
+    )
+    p.add_argument(
+        "--chunk-interval",
+        type=float,
+        default=_default(model, "chunk_interval"),
+        metavar="SECONDS",
+        help=_describe(model, "chunk_interval"),
+    )
+
+
+def _add_model_dist(sub: Any) -> None:
+    from orchestrator.workloads.model_distribution import ModelDistParams as m
+
+    p = sub.add_parser(
+        "model-dist",
+        help="model distribution: one source sends the model to every other host",
+        formatter_class=_HelpFormatter,
+        description=(
+            "Model distribution: the source pushes SIZE bytes of model weights to every other host, in\n"
+            "chunks of --chunk-bytes, one chunk every --chunk-interval seconds. Each chunk is one multicast\n"
+            "op to all receivers (unicast would send it once per receiver).\n"
+            "Deterministic; --seed is recorded."
+        ),
+        epilog=(
+            "example:\n"
+            f"  {PROG} model-dist --hosts h1,h2,h3,h4,h5,h6,h7,h8 --size 4MiB --chunk-bytes 256KiB \\\n"
+            "      -o workloads/model-dist-sample.jsonl"
+        ),
+    )
+    p.add_argument("--source", metavar="HOST", help="sending host (default: the first host)")
+    p.add_argument(
+        "--size",
+        type=parse_size,
+        default=format_size(_default(m, "size")),
+        metavar="SIZE",
+        help=_describe(m, "size"),
+    )
+    _add_chunking(p, m)
+    _add_common(p)
+    p.set_defaults(func=_run_generator, _module="model_distribution", _params=m, _parser=p)
+
+
+def _add_checkpoint(sub: Any) -> None:
+    from orchestrator.workloads.checkpoint import CheckpointParams as m
+
+    p = sub.add_parser(
+        "checkpoint",
+        help="multi-replica checkpoint: each host sends its shard to k storage hosts",
+        formatter_class=_HelpFormatter,
+        description=(
+            "Multi-replica checkpoint: every writer sends its shard to --replicas storage hosts at once,\n"
+            "one multicast op per chunk. Without --storage every host writes and stores, and replicas go\n"
+            "to the next hosts in a seeded ring (each host stores exactly k shards). With --storage those\n"
+            "hosts are dedicated storage nodes, the others write, and shards are spread round-robin.\n"
+            "A host never stores its own shard."
+        ),
+        epilog=(
+            "example:\n"
+            f"  {PROG} checkpoint --hosts h1,h2,h3,h4,h5,h6,h7,h8 --shard-bytes 1MiB --replicas 2 \\\n"
+            "      --chunk-bytes 256KiB --seed 1 -o workloads/checkpoint-sample.jsonl\n"
+            f"  {PROG} checkpoint --hosts-count 8 --storage gpu7,gpu8 --replicas 2 -o ckpt.jsonl"
+        ),
+    )
+    p.add_argument(
+        "--shard-bytes",
+        type=parse_size,
+        default=format_size(_default(m, "shard_bytes")),
+        metavar="SIZE",
+        help=_describe(m, "shard_bytes"),
+    )
+    p.add_argument(
+        "--replicas", type=int, default=_default(m, "replicas"), metavar="K", help=_describe(m, "replicas")
+    )
+    p.add_argument("--storage", type=_host_list, metavar="H1,H2,...", help=_describe(m, "storage"))
+    _add_chunking(p, m)
+    _add_common(p)
+    p.set_defaults(func=_run_generator, _module="checkpoint", _params=m, _parser=p)
+
+
+def _add_alltoall(sub: Any) -> None:
+    from orchestrator.workloads.alltoall import AllToAllParams as m
+
+    p = sub.add_parser(
+        "all-to-all",
+        help="all-to-all: every host sends SIZE bytes to every other host",
+        formatter_class=_HelpFormatter,
+        description=(
+            "All-to-all: every host sends --size bytes to every other host, chunked. By default the data\n"
+            "differs per receiver, so each (source, receiver, chunk) is one unicast op, receivers in ring\n"
+            "order from the source. With --identical a source sends the same data to all: one multicast op\n"
+            "per source and chunk. Deterministic; --seed is recorded."
+        ),
+        epilog=(
+            "example:\n"
+            f"  {PROG} all-to-all --hosts h1,h2,h3,h4,h5,h6,h7,h8 --size 512KiB --chunk-bytes 256KiB \\\n"
+            "      -o workloads/all-to-all-sample.jsonl\n"
+            f"  {PROG} all-to-all --hosts-count 8 --identical -o allgather.jsonl"
+        ),
+    )
+    p.add_argument(
+        "--size",
+        type=parse_size,
+        default=format_size(_default(m, "size")),
+        metavar="SIZE",
+        help=_describe(m, "size"),
+    )
+    p.add_argument("--identical", action="store_true", help=_describe(m, "identical"))
+    _add_chunking(p, m)
+    _add_common(p)
+    p.set_defaults(func=_run_generator, _module="alltoall", _params=m, _parser=p)
+
+
+def _add_allreduce(sub: Any) -> None:
+    from orchestrator.workloads.allreduce import AllreduceParams as m
+
+    p = sub.add_parser(
+        "allreduce",
+        help="AllReduce steps: the hosts reduce SIZE bytes each, one op per step",
+        formatter_class=_HelpFormatter,
+        description=(
+            "AllReduce: every --interval seconds all hosts reduce a SIZE-byte int32 array (one op per\n"
+            "step; src is the first host, dst the others). Replay it with aidclab replay --mode ina,\n"
+            "ring or ps on a lab whose vars define an INA job with exactly these hosts (docs/allreduce.md).\n"
+            "Deterministic; --seed is recorded."
+        ),
+        epilog=f"example:\n  {PROG} allreduce --hosts w1,w2,w3,w4 --size 16MiB --steps 2 -o ar.jsonl",
+    )
+    p.add_argument(
+        "--size", type=parse_size, default=format_size(_default(m, "size")), metavar="SIZE",
+        help=_describe(m, "size"),
+    )
+    p.add_argument("--steps", type=int, default=_default(m, "steps"), help=_describe(m, "steps"))
+    p.add_argument(
+        "--interval", type=float, default=_default(m, "interval"), metavar="SECONDS",
+        help=_describe(m, "interval"),
+    )
+    _add_common(p)
+    p.set_defaults(func=_run_generator, _module="allreduce", _params=m, _parser=p)
+
+
+def _add_summary(sub: Any) -> None:
+    p = sub.add_parser(
+        "summary",
+        help="validate a trace and print its totals",
+        formatter_class=_HelpFormatter,
+        description=(
+            "Read a trace once (streaming, any size), validate every line and print: op counts by kind,\n"
+            "bytes sent (once per op), bytes delivered (x fan-out, what unicast would send), the fan-out\n"
+            "histogram and bytes per host. Exit status 1 and a line/field message if the trace is invalid."
+        ),
+        epilog=(
+            f"example:\n  {PROG} summary workloads/moe-sample.jsonl\n  {PROG} summary --json - < trace.jsonl"
+        ),
+    )
+    p.add_argument("trace", metavar="FILE", help="trace file, or - for stdin")
+    p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    p.set_defaults(func=_run_summary, _parser=p)
+
+
+# ---------------------------------------------------------------------------------------------- running
+
+_COMMON = {
+    "hosts",
+    "hosts_count",
+    "seed",
+    "output",
+    "func",
+    "_module",
+    "_params",
+    "_parser",
+    "workload_command",
+}
+
+
+def _params_from_args(args: argparse.Namespace) -> WorkloadParams:
+    model: type[WorkloadParams] = args._params
+    hosts = args.hosts or tuple(f"gpu{i}" for i in range(1, args.hosts_count + 1))
+    fields = {k: v for k, v in vars(args).items() if k not in _COMMON and k in model.model_fields}
+    fields = {k: v for k, v in fields.items() if v is not None}
+    try:
+        return model(hosts=hosts, seed=args.seed, **fields)
+    except ValidationError as e:
+        problems = []
+        for err in e.errors(include_url=False):
+            loc = err["loc"]
+            msg = explain_error(err)
+            opt = f"--{loc[0]}".replace("_", "-") if loc else ""
+            if opt == "--hosts" and not args.hosts:
+                opt = "--hosts-count"
+            if opt.startswith("--hosts") and err["type"] == "too_short":
+                msg = "at least 2 hosts are needed"
+            problems.append(f"{opt}: {msg}" if opt else msg)
+        args._parser.error("; ".join(problems))
+        raise AssertionError("unreachable") from None
+
+
+def _run_generator(args: argparse.Namespace) -> int:
+    import importlib
+
+    params = _params_from_args(args)
+    module = importlib.import_module(f"orchestrator.workloads.{args._module}")
+    workload: Workload = module.generate(params)
+    if args.output:
+        summary = _write_atomically(workload, args.output)
+        where = f" -> {args.output}"
+    else:
+        summary = workload.write(sys.stdout)
+        sys.stdout.flush()
+        where = ""
+    line = summary.one_line()
+    if "gini" in workload.stats:
+        line += f", expert-load Gini {workload.stats['gini']:.3f}"
+    print(line + where, file=sys.stderr)
+    return 0
+
+
+def _write_atomically(workload: Workload, path: str) -> Any:
+    # A half-written trace would fail validation only at its last line; never leave one behind.
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".trace-", suffix=".jsonl", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
+            summary = workload.write(f)
+        # mkstemp makes the file private; a trace is ordinary data, so give it the usual umask mode.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    return summary
+
+
+def _run_summary(args: argparse.Namespace) -> int:
+    try:
+        s = summarize(sys.stdin if args.trace == "-" else args.trace)
+    except TraceError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except OSError as e:
+        print(f"error: cannot read {args.trace}: {e.strerror}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(s.to_dict(), indent=2))
+        return 0
+    print(s.one_line())
+    print(f"params: {json.dumps(s.header.params)}")
+    print("fan-out histogram: " + ", ".join(f"{k}: {v}" for k, v in s.fanout_hist.items()))
+    width = max(len(h) for h in s.header.hosts)
+    for h in s.header.hosts:
+        print(f"  {h:<{width}}  tx {format_bytes(s.tx_bytes[h]):>10}  rx {format_bytes(s.rx_bytes[h]):>10}")
+    return 0
+
+
+def _add_commands(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="workload_command", required=True, metavar="COMMAND")
+    adders: list[Callable[[Any], None]] = [
+        _add_moe,
+        _add_model_dist,
+        _add_checkpoint,
+        _add_alltoall,
+        _add_allreduce,
+        _add_summary,
+    ]
+    for add in adders:
+        add(sub)
+
+
+_DESCRIPTION = (
+    "Generate seeded, deterministic workload traces (aidclab-trace v1, JSON Lines; see\n"
+    "docs/trace-format.md) and summarise them. Generators print a one-line summary to stderr."
+)
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Add the ``workload`` command to the main CLI's subparsers."""
+    p = subparsers.add_parser(
+        "workload",
+        help="generate and summarise workload traces",
+        description=_DESCRIPTION,
+        formatter_class=_HelpFormatter,
+    )
+    _add_commands(p)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list[:1] == ["workload"]:
+        args_list = args_list[1:]
+    parser = argparse.ArgumentParser(prog=PROG, description=_DESCRIPTION, formatter_class=_HelpFormatter)
+    _add_commands(parser)
+    args = parser.parse_args(args_list)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,142 @@
+"""BIER: sub-domain, BitString length and a BFR-ID for every BFR (RFC 8279).
+
+BFR-IDs are dense and stable: GPU hosts first in natural name order (so w1..w8 are bits 1..8, as the
+INA draft's figures number them), then leaves, then the other switches by tier; ids pinned in the
+vars are honoured and skipped. Dense ids keep the BitStrings short: with BSL 256 the first 256 BFRs
+share set identifier 0 (SI = (id-1) // BSL, RFC 8279 §3).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+
+from orchestrator.configure.plan.context import Context, Source, clash, natural_key, problem
+from orchestrator.configure.plan.model import GroupVars, LabPlan, PlanBier, PlanError, PlanGroup
+
+# gpu-host runs the host agent as BFIR/BFER (host-BIER); FRR has no BIER.
+BFR_ROLES = frozenset({"gpu-host", "bfr", "ina-switch"})
+BSLS = (64, 128, 256, 512, 1024, 2048, 4096)
+# BFR-ID is a 16-bit field and 0 is reserved (RFC 8279 §2).
+MAX_BFR_ID = 65535
+# MPLS labels 0..15 are reserved (RFC 3032 §2.1); a label is 20 bits.
+FIRST_UNRESERVED_LABEL = 16
+MAX_LABEL = 0xFFFFF
+# 224.0.0.0/24 is link-local control traffic (IGMP, OSPF, ...): never forwarded, so never a BIER group.
+LINK_LOCAL_MULTICAST = ipaddress.IPv4Network("224.0.0.0/24")
+
+
+def apply(plan: LabPlan, ctx: Context) -> LabPlan:
+    sub_domain, _ = ctx.setting("bier.sub_domain")
+    bsl, bsl_src = ctx.setting("bier.bsl")
+    bift, _ = ctx.setting("bier.bift")
+    if bsl not in BSLS:
+        raise problem(
+            bsl_src,
+            f"BSL {bsl} is not a BitString length RFC 8296 §2.1.2 defines "
+            f"(one of {', '.join(map(str, BSLS))})",
+        )
+    plan.bier = PlanBier(sub_domain=sub_domain, bsl=bsl, bift=bift)
+
+    owner: dict[int, tuple[Source, str]] = {}
+    for name, node_vars in ctx.vars.nodes.items():
+        bfr_id = node_vars.bfr_id
+        if bfr_id is None:
+            continue
+        src = ctx.vars_source(f"nodes.{name}.bfr_id")
+        if ctx.roles[name] not in BFR_ROLES:
+            raise problem(
+                src,
+                f"{name} is a {ctx.roles[name]} node, not a BFR; only "
+                f"{', '.join(sorted(BFR_ROLES))} nodes take a BFR-ID",
+            )
+        if not 1 <= bfr_id <= MAX_BFR_ID:
+            raise problem(
+                src,
+                f"BFR-ID {bfr_id} is outside 1..{MAX_BFR_ID} of sub-domain {sub_domain} "
+                "(0 is reserved, the field is 16 bits; RFC 8279 §2)",
+            )
+        if bfr_id in owner:
+            raise clash(src, bfr_id, owner[bfr_id][0], bfr_id)
+        owner[bfr_id] = (src, name)
+        plan.nodes[name].bfr_id = bfr_id
+
+    def order(name: str) -> tuple[int, int, tuple[object, ...]]:
+        tier = plan.nodes[name].tier
+        # Hosts, then leaves, then higher tiers, then switches no host reaches.
+        return (0 if tier is not None else 1, tier or 0, natural_key(name))
+
+    candidates = sorted(
+        (n for n in plan.nodes if ctx.roles[n] in BFR_ROLES and plan.nodes[n].bfr_id is None), key=order
+    )
+    next_id = 1
+    for name in candidates:
+        while next_id in owner:
+            next_id += 1
+        if next_id > MAX_BFR_ID:
+            raise problem(
+                Source(ctx.vars_file, "nodes"),
+                f"BFR-ID space is exhausted at {name}: more than {MAX_BFR_ID} BFRs in one sub-domain",
+            )
+        plan.nodes[name].bfr_id = next_id
+        owner[next_id] = (Source("automatic allocation", f"bfr_id of {name}"), name)
+    assign_labels(plan)
+    plan.bier.groups = [plan_group(plan, ctx, i, g) for i, g in enumerate(ctx.vars.bier.groups)]
+    return plan
+
+
+def host_leaf_port(plan: LabPlan, host: str) -> tuple[str, str] | None:
+    """The BFR (leaf) a host hangs off and the leaf's interface toward it."""
+    for link in plan.links:
+        for here, there in ((link.a, link.b), (link.b, link.a)):
+            if (
+                here.node == host
+                and plan.nodes[there.node].bfr_id is not None
+                and plan.nodes[there.node].tier
+            ):
+                return there.node, there.interface
+    return None
+
+
+def plan_group(plan: LabPlan, ctx: Context, index: int, group: GroupVars) -> PlanGroup:
+    where = f"bier.groups.{index}"
+    if not group.group.is_multicast or group.group in LINK_LOCAL_MULTICAST:
+        raise problem(
+            ctx.vars_source(f"{where}.group"), f"{group.group} is not a routable IPv4 multicast group"
+        )
+    hosts = [group.source] if group.source else []
+    ports = {}
+    for i, host in enumerate([*hosts, *group.receivers]):
+        path = f"{where}.source" if group.source and i == 0 else f"{where}.receivers"
+        if host not in plan.nodes or not ctx.is_host(host):
+            raise problem(ctx.vars_source(path), f"{host!r} is not a gpu-host node of this lab")
+        found = host_leaf_port(plan, host)
+        if found is None:
+            raise problem(ctx.vars_source(path), f"{host} is not linked to a BIER leaf")
+        if host in group.receivers:
+            ports[host] = found
+    source = plan.nodes[group.source] if group.source else None
+    return PlanGroup(
+        group=group.group,
+        source=group.source,
+        source_address=source.loopback.ip if source and source.loopback else None,
+        receivers=sorted(group.receivers, key=natural_key),
+        receiver_ports=dict(sorted(ports.items())),
+    )
+
+
+def assign_labels(plan: LabPlan) -> None:
+    """Each BFR gets one label per SI in use, in BFR-id order after the reserved labels 0..15. Labels are
+    local to the BFR that advertises them; distinct blocks make every label swap visible on the wire."""
+    ids = [n.bfr_id for n in plan.nodes.values() if n.bfr_id is not None]
+    si_count = (max(ids) - 1) // plan.bier.bsl + 1 if ids else 1
+    plan.bier.si_count = si_count
+    for node in plan.nodes.values():
+        if node.bfr_id is None:
+            continue
+        base = FIRST_UNRESERVED_LABEL + (node.bfr_id - 1) * si_count
+        if base + si_count - 1 > MAX_LABEL:
+            raise PlanError(
+                f"{plan.topology}: BIER labels for {node.name} (BFR-ID {node.bfr_id}, {si_count} SIs) pass "
+                "the 20-bit label space; use a longer BSL (bier.bsl) or fewer, denser BFR-IDs"
+            )
+        node.bier_label_base = base

@@ -1,0 +1,172 @@
+"""The plan, seen from one node: its :class:`aidcnet.config.NodeConfig` (the file the agent applies)."""
+
+from __future__ import annotations
+
+from aidcnet.config import (
+    CONFIG_VERSION,
+    Bgp,
+    BgpNeighbor,
+    Bier,
+    BierFlow,
+    BierMembership,
+    BierNeighbor,
+    Interface,
+    NextHop,
+    NodeConfig,
+    Route,
+)
+from orchestrator.configure.plan.context import natural_key
+from orchestrator.configure.plan.ina import ina_config
+from orchestrator.configure.plan.model import LabPlan, PlanError
+
+
+def node_config(plan: LabPlan, name: str) -> NodeConfig:
+    node = plan.nodes[name]
+    if node.loopback is None:
+        raise PlanError(
+            f"{plan.topology}: node {name} ({node.role}) has no loopback; the plan does not configure it"
+        )
+    interfaces = []
+    for link in plan.links:
+        for local, remote in ((link.a, link.b), (link.b, link.a)):
+            if local.node != name or local.address is None:
+                continue
+            interfaces.append(
+                Interface(
+                    name=local.interface,
+                    ipv4=local.address,
+                    peer=remote.node,
+                    peer_interface=remote.interface,
+                    mtu=link.mtu,
+                    bandwidth_bps=link.bandwidth_bps,
+                )
+            )
+    interfaces.sort(key=lambda i: natural_key(i.name))
+    routes = [
+        Route(prefix=r.prefix, nexthops=[NextHop(via=h.via, dev=h.dev) for h in r.nexthops])
+        for r in node.routes
+    ]
+    bgp = bgp_config(plan, name)
+    if bgp is not None and bgp.neighbors:
+        routes = []  # BGP installs the routes (proto bgp); static ones would shadow FARE's weights
+    return NodeConfig(
+        version=CONFIG_VERSION,
+        node=name,
+        role=node.role,
+        loopback=node.loopback,
+        interfaces=interfaces,
+        routes=routes,
+        bgp=bgp,
+        bier=bier_config(plan, name),
+        ina=ina_config(plan, name),
+    )
+
+
+def bgp_config(plan: LabPlan, name: str) -> Bgp | None:
+    """The node's ASN and, when the lab runs BGP, one eBGP session per link to another node that has an
+    ASN and addresses (RFC 7938 §5.2: sessions on the point-to-point link addresses)."""
+    node = plan.nodes[name]
+    if node.asn is None or node.loopback is None:
+        return None
+    if not plan.bgp.enabled:
+        return Bgp(asn=node.asn, router_id=node.loopback.ip)
+    neighbors = []
+    for link in plan.links:
+        for local, remote in ((link.a, link.b), (link.b, link.a)):
+            peer = plan.nodes[remote.node]
+            if local.node != name or local.address is None or remote.address is None or peer.asn is None:
+                continue
+            neighbors.append(
+                BgpNeighbor(
+                    name=remote.node,
+                    address=remote.address.ip,
+                    local_address=local.address.ip,
+                    interface=local.interface,
+                    asn=peer.asn,
+                )
+            )
+    neighbors.sort(key=lambda n: natural_key(n.interface))
+    return Bgp(
+        asn=node.asn,
+        router_id=node.loopback.ip,
+        neighbors=neighbors,
+        mode=plan.bgp.mode,
+        link_bandwidth=plan.bgp.link_bandwidth,
+        hold_time=plan.bgp.hold_time,
+        transit=node.role != "gpu-host",
+    )
+
+
+# Host-BIER hands delivered payloads to the host's application on the RoCEv2 port (DESIGN.md §3).
+HOST_APP_PORT = 4791
+
+
+def bier_config(plan: LabPlan, name: str) -> Bier | None:
+    """BIER settings plus the static BIRT: a BFER's next hops are the unicast next hops toward its
+    loopback (BIER follows the underlay's routing, RFC 8279 §6.4), restricted to BFR neighbors."""
+    node = plan.nodes[name]
+    if node.bfr_id is None or node.bier_label_base is None:
+        return None
+    neighbors: dict[str, BierNeighbor] = {}
+    for link in plan.links:
+        for local, remote in ((link.a, link.b), (link.b, link.a)):
+            peer = plan.nodes[remote.node]
+            if (
+                local.node != name
+                or peer.bfr_id is None
+                or remote.address is None
+                or peer.bier_label_base is None
+            ):
+                continue
+            neighbors.setdefault(
+                remote.node,
+                BierNeighbor(
+                    name=remote.node,
+                    address=remote.address.ip,
+                    interface=local.interface,
+                    label_base=peer.bier_label_base,
+                ),
+            )
+    by_node = {other.name: other.bfr_id for other in plan.nodes.values() if other.bfr_id is not None}
+    birt: dict[int, list[str]] = {}
+    if plan.bier.bift == "static":
+        for route in node.routes:
+            bfr_id = by_node.get(route.to)
+            hops = sorted({h.neighbor for h in route.nexthops if h.neighbor in neighbors}, key=natural_key)
+            if bfr_id is not None and hops:
+                birt[bfr_id] = hops
+    host_ports = (
+        sorted(
+            (n.interface for n in neighbors.values() if plan.nodes[n.name].role == "gpu-host"),
+            key=natural_key,
+        )
+        if node.role != "gpu-host"
+        else []
+    )
+    flows, members = [], []
+    if host_ports:
+        for g in plan.bier.groups:
+            bfers = sorted({plan.nodes[leaf].bfr_id for leaf, _port in g.receiver_ports.values()})
+            flows.append(BierFlow(group=g.group, source=g.source_address, bfers=bfers))
+            mine = sorted({port for leaf, port in g.receiver_ports.values() if leaf == name}, key=natural_key)
+            if mine:
+                members.append(BierMembership(group=g.group, interfaces=mine))
+    return Bier(
+        bfr_id=node.bfr_id,
+        sub_domain=plan.bier.sub_domain,
+        bsl=plan.bier.bsl,
+        bift=plan.bier.bift,
+        label_base=node.bier_label_base,
+        si_count=plan.bier.si_count,
+        neighbors=sorted(neighbors.values(), key=lambda n: natural_key(n.name)),
+        birt=dict(sorted(birt.items())),
+        host_ports=host_ports,
+        app_port=HOST_APP_PORT if node.role == "gpu-host" else None,
+        flows=flows,
+        members=members,
+    )
+
+
+def node_configs(plan: LabPlan) -> dict[str, NodeConfig]:
+    """A config for every node the plan manages (every role but linux), in topology node order."""
+    return {name: node_config(plan, name) for name, node in plan.nodes.items() if node.role != "linux"}

@@ -1,0 +1,43 @@
+"""Draw a lab: Mermaid (renders in GitHub Markdown) and Graphviz dot."""
+
+from __future__ import annotations
+
+import re
+
+from orchestrator.lab.roles import role_of
+from orchestrator.lab.topology import Topology
+
+ROLE_SHAPES_DOT = {"bfr": "box", "ina-switch": "box3d", "gpu-host": "ellipse", "frr": "hexagon"}
+
+
+def _mermaid_id(name: str) -> str:
+    return re.sub(r"[^0-9A-Za-z_]", "_", name)
+
+
+def to_mermaid(topo: Topology) -> str:
+    lines = ["graph TD"]
+    for name, node in topo.nodes.items():
+        role = role_of(node).name
+        label = f"{name}<br/><small>{role}</small>"
+        shape = f'(["{label}"])' if role == "gpu-host" else f'["{label}"]'
+        lines.append(f"  {_mermaid_id(name)}{shape}")
+    for link in topo.links:
+        lines.append(
+            f"  {_mermaid_id(link.a.node)} ---|{link.a.interface} - {link.b.interface}| "
+            f"{_mermaid_id(link.b.node)}"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def to_dot(topo: Topology) -> str:
+    lines = [f'graph "{topo.name}" {{', "  layout=dot; rankdir=TB; node [fontname=Helvetica];"]
+    for name, node in topo.nodes.items():
+        role = role_of(node).name
+        lines.append(f'  "{name}" [shape={ROLE_SHAPES_DOT.get(role, "box")} label="{name}\\n{role}"];')
+    for link in topo.links:
+        lines.append(
+            f'  "{link.a.node}" -- "{link.b.node}" '
+            f'[taillabel="{link.a.interface}" headlabel="{link.b.interface}"];'
+        )
+    lines.append("}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,209 @@
+"""Build every node image locally: no registry is reachable (DESIGN.md §5).
+
+1. ``aidclab/base``: a Debian rootfs from mmdebstrap (or debootstrap) piped into ``docker import``.
+2. A host-side wheelhouse (``pip download``) of aidcnet's Python dependencies.
+3. ``aidclab/node``: the base plus a venv from the wheelhouse plus aidcnet's source.
+4. The role images ``bfr``, ``ina-switch``, ``gpu-host`` and ``frr`` on top of it.
+
+Each step is keyed by a hash of its inputs, and Docker's layer cache does the rest, so a rebuild with
+unchanged inputs takes seconds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+import sys
+import tempfile
+import tomllib
+from pathlib import Path
+
+from orchestrator.lab.runtime.docker import docker_client
+from orchestrator.paths import CACHE as CACHE_ROOT
+from orchestrator.paths import NODE_IMAGES, ROOT
+from orchestrator.progress import Phases, console
+
+RECIPES = NODE_IMAGES
+CACHE = CACHE_ROOT / "images"
+DEBIAN_SUITE = "bookworm"
+DEBIAN_MIRROR = "http://deb.debian.org/debian"
+BASE_IMAGE = "aidclab/base:latest"
+NODE_IMAGE = "aidclab/node:latest"
+ROLE_IMAGES = ("bfr", "ina-switch", "gpu-host", "frr")
+INPUTS_LABEL = "aidclab.inputs"
+
+
+class ImageBuildError(RuntimeError):
+    pass
+
+
+def _digest(*parts: bytes | str) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(part.encode() if isinstance(part, str) else part)
+        h.update(b"\0")
+    return h.hexdigest()[:16]
+
+
+def base_packages() -> list[str]:
+    lines = (RECIPES / "base" / "packages.txt").read_text().splitlines()
+    return [ln.strip() for ln in lines if ln.strip() and not ln.lstrip().startswith("#")]
+
+
+def node_requirements() -> list[str]:
+    """The runtime dependencies of the distribution: one list, in pyproject.toml."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    return list(project["dependencies"])
+
+
+def _image_label(client, tag: str, label: str) -> str | None:
+    import docker.errors
+
+    try:
+        return (client.images.get(tag).labels or {}).get(label)
+    except docker.errors.ImageNotFound:
+        return None
+
+
+def _run(cmd: list[str], what: str) -> None:
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
+        raise ImageBuildError(f"{what} failed (exit {proc.returncode}): {' '.join(cmd[:3])} ...\n{tail}")
+
+
+def build_base(client, force: bool = False) -> bool:
+    """Returns True when it built, False when the cached image already matched its inputs."""
+    packages = base_packages()
+    inputs = _digest(DEBIAN_SUITE, DEBIAN_MIRROR, *packages)
+    if not force and _image_label(client, BASE_IMAGE, INPUTS_LABEL) == inputs:
+        console.print(f"  {BASE_IMAGE} is current (inputs {inputs})")
+        return False
+    with tempfile.TemporaryDirectory(prefix="aidclab-rootfs-") as tmp:
+        tarball = Path(tmp) / "rootfs.tar"
+        if shutil.which("mmdebstrap"):
+            console.print(f"  mmdebstrap {DEBIAN_SUITE}: {len(packages)} packages (about 30 s)")
+            _run(
+                [
+                    "mmdebstrap",
+                    "--variant=apt",
+                    "--components=main",
+                    "--include=" + ",".join(packages),
+                    "--dpkgopt=path-exclude=/usr/share/doc/*",
+                    "--dpkgopt=path-exclude=/usr/share/man/*",
+                    "--dpkgopt=path-exclude=/usr/share/locale/*",
+                    DEBIAN_SUITE,
+                    str(tarball),
+                    DEBIAN_MIRROR,
+                ],
+                "mmdebstrap",
+            )
+        elif shutil.which("debootstrap"):
+            console.print(f"  debootstrap {DEBIAN_SUITE} (about 75 s)")
+            rootfs = Path(tmp) / "rootfs"
+            _run(
+                [
+                    "debootstrap",
+                    "--variant=minbase",
+                    "--include=" + ",".join(packages),
+                    DEBIAN_SUITE,
+                    str(rootfs),
+                    DEBIAN_MIRROR,
+                ],
+                "debootstrap",
+            )
+            _run(["tar", "-C", str(rootfs), "-cf", str(tarball), "."], "tar rootfs")
+        else:
+            raise ImageBuildError(
+                "neither mmdebstrap nor debootstrap is installed; run `make setup` "
+                "(or: apt-get install -y mmdebstrap)"
+            )
+        console.print(f"  docker import → {BASE_IMAGE}")
+        _run(
+            [
+                "docker",
+                "import",
+                "--change",
+                f"LABEL {INPUTS_LABEL}={inputs}",
+                "--change",
+                'CMD ["/bin/bash"]',
+                str(tarball),
+                BASE_IMAGE,
+            ],
+            "docker import",
+        )
+    return True
+
+
+def build_wheelhouse(force: bool = False) -> Path:
+    requirements = node_requirements()
+    key = _digest(sys.version.split()[0].rsplit(".", 1)[0], *requirements)
+    house = CACHE / "wheelhouse" / key
+    marker = house / ".complete"
+    if marker.exists() and not force:
+        console.print(f"  wheelhouse is current ({house.relative_to(ROOT)})")
+        return house
+    if house.exists():
+        shutil.rmtree(house)
+    house.mkdir(parents=True)
+    (house / "requirements.txt").write_text("\n".join(requirements) + "\n")
+    console.print(f"  pip download {len(requirements)} requirements → {house.relative_to(ROOT)}")
+    # Same interpreter minor version and platform as Debian 12's python3 (3.11, x86_64/aarch64 glibc).
+    _run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--only-binary=:all:",
+            "-d",
+            str(house),
+            "-r",
+            str(house / "requirements.txt"),
+        ],
+        "pip download",
+    )
+    marker.touch()
+    return house
+
+
+def _docker_build(client, context: Path, tag: str) -> None:
+    console.print(f"  docker build {tag}")
+    steps = 0
+    for chunk in client.api.build(path=str(context), tag=tag, rm=True, forcerm=True, decode=True):
+        if "error" in chunk:
+            raise ImageBuildError(f"docker build {tag} (context {context}): {chunk['error'].strip()}")
+        line = chunk.get("stream", "")
+        if line.startswith("Step "):
+            steps += 1
+
+
+def _node_context(house: Path) -> Path:
+    """A build context holding exactly what the node image needs, so unrelated edits keep the cache."""
+    ctx = CACHE / "node-context"
+    if ctx.exists():
+        shutil.rmtree(ctx)
+    ctx.mkdir(parents=True)
+    shutil.copy(RECIPES / "node" / "Dockerfile", ctx / "Dockerfile")
+    shutil.copytree(house, ctx / "wheelhouse", ignore=shutil.ignore_patterns(".complete"))
+    shutil.copytree(
+        ROOT / "aidcnet", ctx / "src" / "aidcnet", ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
+    )
+    return ctx
+
+
+def build_images(force: bool = False) -> None:
+    phases = Phases("images")
+    client = docker_client()
+    with phases.phase("base", BASE_IMAGE):
+        build_base(client, force=force)
+    with phases.phase("wheelhouse"):
+        house = build_wheelhouse(force=force)
+    with phases.phase("node", NODE_IMAGE):
+        _docker_build(client, _node_context(house), NODE_IMAGE)
+    with phases.phase("roles", ", ".join(ROLE_IMAGES)):
+        for role in ROLE_IMAGES:
+            _docker_build(client, RECIPES / role, f"aidclab/{role}:latest")
+    phases.summary(f"{2 + len(ROLE_IMAGES)} images ready")

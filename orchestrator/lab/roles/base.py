@@ -1,0 +1,81 @@
+"""The node-role interface and its registry."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from orchestrator.lab.topology import Node
+
+IMAGE_REPOSITORY = "aidclab"
+ROLE_LABEL = "aidclab-role"
+
+# Every lab node forwards, hashes multipath on L4 ports (FARE per-flow WECMP keys on the UDP source
+# port) and has IPv6 enabled even though Docker attaches it to an IPv4-only management network.
+FABRIC_SYSCTLS = {
+    "net.ipv4.ip_forward": "1",
+    "net.ipv4.fib_multipath_hash_policy": "1",
+    "net.ipv4.conf.all.rp_filter": "0",
+    "net.ipv4.conf.default.rp_filter": "0",
+    "net.ipv6.conf.all.disable_ipv6": "0",
+    "net.ipv6.conf.all.forwarding": "1",
+    # veth peers cannot clash; skipping DAD makes link-local addresses usable the moment a link is up.
+    "net.ipv6.conf.all.accept_dad": "0",
+    "net.ipv6.conf.default.accept_dad": "0",
+}
+
+AGENT_HEALTH = ("aidcnet", "ctl", "health")
+
+
+@dataclass(frozen=True)
+class NodeRole:
+    """What aidclab needs to know to run one kind of node."""
+
+    name: str
+    image: str
+    ansible_group: str
+    health_cmd: tuple[str, ...] | None = AGENT_HEALTH
+    sysctls: dict[str, str] = field(default_factory=lambda: dict(FABRIC_SYSCTLS))
+    cap_add: tuple[str, ...] = ("NET_ADMIN", "NET_RAW", "SYS_ADMIN")
+    description: str = ""
+
+    @property
+    def runs_agent(self) -> bool:
+        """The aidcnet agent runs in the node (so ``aidcnet ctl`` works there), as its health check says."""
+        return self.health_cmd == AGENT_HEALTH
+
+    def container_sysctls(self, node: Node) -> dict[str, str]:
+        return {**self.sysctls, **node.sysctls}
+
+
+ROLES: dict[str, NodeRole] = {}
+
+
+def register(role: NodeRole) -> NodeRole:
+    ROLES[role.name] = role
+    return role
+
+
+def image_role_name(image: str) -> str | None:
+    """``aidclab/ina-switch:latest`` → ``ina-switch``; other repositories have no aidclab role."""
+    repo = image.rsplit(":", 1)[0] if ":" in image.rsplit("/", 1)[-1] else image
+    owner, _, name = repo.rpartition("/")
+    if owner.endswith(IMAGE_REPOSITORY):
+        return name
+    return None
+
+
+def role_of(node: Node) -> NodeRole:
+    return role_from(node.name, node.labels, node.image)
+
+
+def role_from(node_name: str, labels: Mapping[str, str], image: str) -> NodeRole:
+    """The role from a node's labels and image, wherever they come from (a topology, topology-data.json)."""
+    name = labels.get(ROLE_LABEL) or image_role_name(image) or "linux"
+    if name not in ROLES:
+        known = ", ".join(sorted(ROLES))
+        raise ValueError(
+            f"node {node_name!r}: unknown role {name!r} (from label {ROLE_LABEL} or image {image!r}); "
+            f"known roles: {known}"
+        )
+    return ROLES[name]

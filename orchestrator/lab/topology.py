@@ -1,0 +1,369 @@
+"""Containerlab topology files: parse, validate against containerlab's schema, then check meaning.
+
+A lab file that aidclab deploys must also be deployable by containerlab itself (DESIGN.md §2), so we
+read the same format and the same inheritance rules: ``topology.defaults`` < ``kinds[kind]`` <
+``groups[group]`` < the node itself. Maps (env, labels, sysctls) merge key by key; binds accumulate;
+every other key is taken from the most specific level that sets it.
+
+Every error names the file and the node, link or field at fault and says how to fix it.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+DEFAULT_PREFIX = "clab"
+DEFAULT_MGMT_NETWORK = "clab"
+DEFAULT_MGMT_SUBNET = "172.20.20.0/24"
+# containerlab's default link MTU; jumbo frames keep a 4 KiB RoCE payload plus BIER in one packet.
+DEFAULT_MTU = 9500
+# Linux IFNAMSIZ is 16 including the terminating NUL.
+MAX_IFNAME = 15
+RESERVED_IFNAMES = frozenset({"lo", "eth0"})
+SUPPORTED_KINDS = frozenset({"linux"})
+
+MERGED_MAP_KEYS = ("env", "labels", "sysctls")
+ACCUMULATED_LIST_KEYS = ("binds",)
+
+
+class TopologyError(ValueError):
+    """One or more problems in a topology file; ``problems`` lists each with its location."""
+
+    def __init__(self, path: str | Path, problems: Iterable[str]):
+        self.path = str(path)
+        self.problems = list(problems)
+        lines = "\n".join(f"  - {p}" for p in self.problems)
+        super().__init__(f"{self.path}: {len(self.problems)} problem(s):\n{lines}")
+
+
+@dataclass(frozen=True, order=True)
+class Endpoint:
+    node: str
+    interface: str
+
+    def __str__(self) -> str:
+        return f"{self.node}:{self.interface}"
+
+
+@dataclass(frozen=True)
+class Link:
+    a: Endpoint
+    b: Endpoint
+    mtu: int = DEFAULT_MTU
+    index: int = 0
+
+    @property
+    def endpoints(self) -> tuple[Endpoint, Endpoint]:
+        return (self.a, self.b)
+
+    def __str__(self) -> str:
+        return f"{self.a} <-> {self.b}"
+
+
+@dataclass
+class Node:
+    name: str
+    kind: str
+    image: str
+    group: str = ""
+    exec: list[str] = field(default_factory=list)
+    binds: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    labels: dict[str, str] = field(default_factory=dict)
+    sysctls: dict[str, str] = field(default_factory=dict)
+    mgmt_ipv4: str | None = None
+    cmd: str | None = None
+    # Other containerlab keys we pass through untouched (for topology-data.json) but do not act on.
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Mgmt:
+    network: str = DEFAULT_MGMT_NETWORK
+    ipv4_subnet: str = DEFAULT_MGMT_SUBNET
+    bridge: str | None = None
+
+
+@dataclass
+class Topology:
+    name: str
+    path: Path
+    nodes: dict[str, Node]
+    links: list[Link]
+    prefix: str = DEFAULT_PREFIX
+    mgmt: Mgmt = field(default_factory=Mgmt)
+
+    def container_name(self, node: str) -> str:
+        """containerlab's naming: ``<prefix>-<lab>-<node>``; an empty prefix means the bare node name."""
+        if self.prefix == "":
+            return node
+        prefix = self.name if self.prefix == "__lab-name" else self.prefix
+        return f"{prefix}-{self.name}-{node}"
+
+    @property
+    def lab_dir_name(self) -> str:
+        return lab_dir_name(self.name)
+
+    def links_of(self, node: str) -> list[tuple[Link, Endpoint, Endpoint]]:
+        """(link, local endpoint, remote endpoint) for every link of ``node``, in file order."""
+        out = []
+        for link in self.links:
+            if link.a.node == node:
+                out.append((link, link.a, link.b))
+            if link.b.node == node:
+                out.append((link, link.b, link.a))
+        return out
+
+
+@cache
+def clab_schema() -> dict[str, Any]:
+    """containerlab's JSON schema, with ``\\p{N}\\p{L}`` rewritten for Python's ``re`` (DESIGN.md §2)."""
+    text = resources.files("orchestrator.lab").joinpath("schema/clab.schema.json").read_text()
+    return json.loads(text)
+
+
+def _schema_problems(path: Path, doc: Any) -> list[str]:
+    import jsonschema
+
+    validator = jsonschema.Draft7Validator(clab_schema())
+    problems = []
+    for err in sorted(validator.iter_errors(doc), key=lambda e: list(map(str, e.absolute_path))):
+        where = "/".join(str(p) for p in err.absolute_path) or "(top level)"
+        msg = err.message
+        if len(msg) > 200:
+            msg = msg[:200] + "..."
+        problems.append(f"{where}: {msg} (containerlab schema)")
+    return problems
+
+
+def _merge(levels: list[dict[str, Any]]) -> dict[str, Any]:
+    merged: dict[str, Any] = {}
+    for level in levels:
+        for key, value in level.items():
+            if key in MERGED_MAP_KEYS and isinstance(value, dict):
+                merged[key] = {**merged.get(key, {}), **value}
+            elif key in ACCUMULATED_LIST_KEYS and isinstance(value, list):
+                merged[key] = [*merged.get(key, []), *(v for v in value if v not in merged.get(key, []))]
+            else:
+                merged[key] = value
+    return merged
+
+
+def _parse_endpoint(text: Any, where: str, problems: list[str]) -> Endpoint | None:
+    if isinstance(text, dict):
+        node, iface = text.get("node"), text.get("interface")
+    elif isinstance(text, str) and text.count(":") == 1:
+        node, iface = text.split(":")
+    else:
+        problems.append(f"{where}: endpoint {text!r} must be 'node:interface'")
+        return None
+    if not node or not iface:
+        problems.append(f"{where}: endpoint {text!r} needs both a node and an interface")
+        return None
+    return Endpoint(str(node), str(iface))
+
+
+def _parse_links(raw_links: list[Any], problems: list[str]) -> list[Link]:
+    links = []
+    for i, raw in enumerate(raw_links or []):
+        where = f"topology/links/{i}"
+        if not isinstance(raw, dict):
+            problems.append(f"{where}: a link must be a mapping with 'endpoints'")
+            continue
+        link_type = raw.get("type", "veth")
+        if link_type != "veth":
+            problems.append(
+                f"{where}: link type {link_type!r} is not supported by aidclab; use the brief form "
+                "(endpoints: ['a:eth1', 'b:eth1']) or type: veth"
+            )
+            continue
+        eps = raw.get("endpoints") or []
+        if len(eps) != 2:
+            problems.append(f"{where}: a veth link needs exactly 2 endpoints, found {len(eps)}")
+            continue
+        a = _parse_endpoint(eps[0], where, problems)
+        b = _parse_endpoint(eps[1], where, problems)
+        if a is None or b is None:
+            continue
+        mtu = raw.get("mtu", DEFAULT_MTU)
+        if not isinstance(mtu, int) or not 68 <= mtu <= 65535:
+            problems.append(f"{where}: mtu {mtu!r} must be an integer from 68 to 65535")
+            continue
+        links.append(Link(a=a, b=b, mtu=mtu, index=i))
+    return links
+
+
+def _build_node(name: str, raw: dict[str, Any] | None, topo: dict[str, Any], problems: list[str]) -> Node:
+    raw = raw or {}
+    defaults = topo.get("defaults") or {}
+    kind = raw.get("kind") or defaults.get("kind") or ""
+    group = raw.get("group") or ""
+    levels = [defaults, (topo.get("kinds") or {}).get(kind) or {}]
+    if group:
+        if group not in (topo.get("groups") or {}):
+            problems.append(
+                f"topology/nodes/{name}/group: group {group!r} is not defined under topology.groups"
+            )
+        levels.append((topo.get("groups") or {}).get(group) or {})
+    levels.append(raw)
+    merged = _merge(levels)
+    known = {
+        "kind",
+        "image",
+        "group",
+        "exec",
+        "binds",
+        "env",
+        "labels",
+        "sysctls",
+        "mgmt-ipv4",
+        "cmd",
+    }
+    node = Node(
+        name=name,
+        kind=merged.get("kind", ""),
+        image=merged.get("image", ""),
+        group=group,
+        exec=list(merged.get("exec") or []),
+        binds=list(merged.get("binds") or []),
+        env={str(k): str(v) for k, v in (merged.get("env") or {}).items()},
+        labels={str(k): str(v) for k, v in (merged.get("labels") or {}).items()},
+        sysctls={str(k): str(v) for k, v in (merged.get("sysctls") or {}).items()},
+        mgmt_ipv4=merged.get("mgmt-ipv4"),
+        cmd=merged.get("cmd"),
+        extra={k: v for k, v in merged.items() if k not in known},
+    )
+    if not node.kind:
+        problems.append(
+            f"topology/nodes/{name}: no kind (set kind: linux on the node or in topology.defaults)"
+        )
+    elif node.kind not in SUPPORTED_KINDS:
+        problems.append(
+            f"topology/nodes/{name}/kind: {node.kind!r} is not deployable by aidclab; "
+            f"our nodes and FRR are kind: linux with their image (DESIGN.md §2)"
+        )
+    if not node.image:
+        problems.append(
+            f"topology/nodes/{name}/image: missing; set it on the node, its group, its kind or "
+            "topology.defaults (e.g. image: aidclab/bfr:latest)"
+        )
+    return node
+
+
+def _semantic_problems(nodes: dict[str, Node], links: list[Link], mgmt: Mgmt) -> list[str]:
+    problems = []
+    used: dict[Endpoint, Link] = {}
+    for link in links:
+        where = f"topology/links/{link.index} ({link})"
+        if link.a == link.b:
+            problems.append(f"{where}: both ends are the same interface")
+        for ep in link.endpoints:
+            if ep.node not in nodes:
+                problems.append(
+                    f"{where}: unknown node {ep.node!r}; define it under topology.nodes or fix the name"
+                )
+                continue
+            if len(ep.interface) > MAX_IFNAME:
+                problems.append(f"{where}: interface name {ep.interface!r} is longer than {MAX_IFNAME} chars")
+            if ep.interface in RESERVED_IFNAMES:
+                problems.append(
+                    f"{where}: interface {ep.interface!r} on {ep.node} is reserved (eth0 is the management "
+                    "interface); use eth1 and up"
+                )
+            if ep in used and used[ep] is not link:
+                problems.append(
+                    f"{where}: interface {ep} is already used by topology/links/{used[ep].index} "
+                    f"({used[ep]}); give each link its own interface"
+                )
+            used.setdefault(ep, link)
+    try:
+        subnet = ipaddress.ip_network(mgmt.ipv4_subnet, strict=False)
+    except ValueError:
+        problems.append(f"mgmt/ipv4-subnet: {mgmt.ipv4_subnet!r} is not an IPv4 prefix")
+        subnet = None
+    seen_mgmt: dict[str, str] = {}
+    for node in nodes.values():
+        if not node.mgmt_ipv4:
+            continue
+        where = f"topology/nodes/{node.name}/mgmt-ipv4"
+        try:
+            addr = ipaddress.ip_address(node.mgmt_ipv4)
+        except ValueError:
+            problems.append(f"{where}: {node.mgmt_ipv4!r} is not an IPv4 address")
+            continue
+        if subnet is not None and addr not in subnet:
+            problems.append(f"{where}: {addr} is outside the management subnet {subnet}")
+        if node.mgmt_ipv4 in seen_mgmt:
+            problems.append(
+                f"{where}: {addr} is already the management address of node {seen_mgmt[node.mgmt_ipv4]!r}"
+            )
+        seen_mgmt[node.mgmt_ipv4] = node.name
+    return problems
+
+
+def parse_topology(doc: Any, path: str | Path = "<string>") -> Topology:
+    """Build a :class:`Topology` from an already loaded YAML document; raises :class:`TopologyError`."""
+    path = Path(path)
+    problems = _schema_problems(path, doc)
+    if problems:
+        raise TopologyError(path, problems)
+    topo = doc.get("topology") or {}
+    raw_mgmt = doc.get("mgmt") or {}
+    mgmt = Mgmt(
+        network=raw_mgmt.get("network", DEFAULT_MGMT_NETWORK),
+        ipv4_subnet=raw_mgmt.get("ipv4-subnet", DEFAULT_MGMT_SUBNET),
+        bridge=raw_mgmt.get("bridge"),
+    )
+    if mgmt.ipv4_subnet == "auto":
+        mgmt.ipv4_subnet = DEFAULT_MGMT_SUBNET
+    nodes = {name: _build_node(name, raw, topo, problems) for name, raw in (topo.get("nodes") or {}).items()}
+    if not nodes:
+        problems.append("topology/nodes: the lab has no nodes")
+    links = _parse_links(topo.get("links") or [], problems)
+    problems += _semantic_problems(nodes, links, mgmt)
+    if problems:
+        raise TopologyError(path, problems)
+    return Topology(
+        name=doc["name"],
+        path=path,
+        nodes=nodes,
+        links=links,
+        prefix=doc.get("prefix", DEFAULT_PREFIX),
+        mgmt=mgmt,
+    )
+
+
+def load_topology(path: str | Path) -> Topology:
+    """Read and validate a ``*.clab.yml`` file."""
+    path = Path(path)
+    if not path.exists():
+        raise TopologyError(path, ["file not found; labs live in labs/NAME.clab.yml (try: ls labs/)"])
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise TopologyError(path, [f"not valid YAML: {exc}"]) from exc
+    if not isinstance(doc, dict):
+        raise TopologyError(path, ["the file must be a mapping with name: and topology:"])
+    return parse_topology(doc, path)
+
+
+def lab_dir_name(lab_name: str) -> str:
+    """containerlab's lab directory name, ``clab-<lab>``, created in the working directory."""
+    return f"clab-{lab_name}"
+
+
+def resolve_lab(lab: str, labs_dir: str | Path = "labs") -> Path:
+    """``leaf-spine`` → ``labs/leaf-spine.clab.yml``; a path is taken as is."""
+    candidate = Path(lab)
+    if candidate.suffix in (".yml", ".yaml") or candidate.exists():
+        return candidate
+    return Path(labs_dir) / f"{lab}.clab.yml"

@@ -1,0 +1,118 @@
+"""Veth data links between lab containers, through netlink (pyroute2).
+
+Each pair is created straight into the two containers' network namespaces with its final names, so
+nothing is ever left in the host namespace, even when a deploy dies halfway (DESIGN.md §5). The kernel
+cannot set the peer end up in the same request, so a second step opens each namespace once and sets
+all of its data interfaces up. That step deletes the default route Docker installs through the
+management bridge: a lab packet with no route must be dropped, never sent toward the host (DESIGN.md §5).
+"""
+
+from __future__ import annotations
+
+import socket
+from concurrent.futures import Future, ThreadPoolExecutor
+
+from pyroute2 import IPRoute, NetNS
+from pyroute2.netlink.exceptions import NetlinkError
+
+from orchestrator.lab.topology import Link, Topology
+
+
+class WiringError(RuntimeError):
+    pass
+
+
+class IncrementalWiring:
+    """Wires links while containers are still starting: a pair is created as soon as both of its nodes
+    have a PID, and a node's namespace is prepared as soon as all of its links exist. Deploy time is then
+    bounded by container starts, not by starts plus wiring."""
+
+    def __init__(self, topo: Topology, pool: ThreadPoolExecutor):
+        self.topo = topo
+        self.pool = pool
+        self.pids: dict[str, int] = {}
+        self.waiting: dict[str, list[Link]] = {node: [] for node in topo.nodes}
+        self.missing: dict[str, int] = dict.fromkeys(topo.nodes, 0)
+        for link in topo.links:
+            for ep in link.endpoints:
+                self.waiting[ep.node].append(link)
+                self.missing[ep.node] += 1
+        self.prepared: list[Future[None]] = []
+        self.ipr = IPRoute()
+
+    def node_started(self, node: str, pid: int) -> None:
+        self.pids[node] = pid
+        for link in self.waiting[node]:
+            other = link.b.node if link.a.node == node else link.a.node
+            if other in self.pids and (other != node or link.a == link.b):
+                _create_pair(self.ipr, link, self.pids)
+                for ep in link.endpoints:
+                    self.missing[ep.node] -= 1
+                    if self.missing[ep.node] == 0 and ep.node in self.pids:
+                        self._prepare(ep.node)
+        if self.missing[node] == 0 and not self.waiting[node]:
+            self._prepare(node)
+
+    def _prepare(self, node: str) -> None:
+        interfaces = [ep.interface for _link, ep, _peer in self.topo.links_of(node)]
+        self.prepared.append(self.pool.submit(_prepare_netns, node, self.pids[node], interfaces))
+
+    def finish(self) -> int:
+        """Wait for every namespace to be prepared; raise the first wiring error."""
+        try:
+            for fut in self.prepared:
+                fut.result()
+        finally:
+            self.ipr.close()
+        unwired = [n for n, left in self.missing.items() if left]
+        if unwired:
+            raise WiringError(f"nodes with unwired links: {', '.join(sorted(unwired))}")
+        return len(self.topo.links)
+
+
+def _create_pair(ipr: IPRoute, link: Link, pids: dict[str, int]) -> None:
+    try:
+        ipr.link(
+            "add",
+            ifname=link.a.interface,
+            kind="veth",
+            net_ns_pid=pids[link.a.node],
+            mtu=link.mtu,
+            state="up",
+            peer={"ifname": link.b.interface, "net_ns_pid": pids[link.b.node], "mtu": link.mtu},
+        )
+    except NetlinkError as exc:
+        raise WiringError(
+            f"link {link} (topology/links/{link.index}): netlink refused the veth pair: {exc.args[-1]} "
+            f"(errno {exc.code}); an interface of that name may already exist in one of the nodes"
+        ) from exc
+
+
+def _prepare_netns(node: str, pid: int, interfaces: list[str]) -> None:
+    with NetNS(f"/proc/{pid}/ns/net") as ns:
+        for name in interfaces:
+            found = ns.link_lookup(ifname=name)
+            if not found:
+                raise WiringError(f"node {node}: interface {name} vanished right after it was created")
+            ns.link("set", index=found[0], state="up")
+        for family in (socket.AF_INET, socket.AF_INET6):
+            for route in ns.get_default_routes(family=family):
+                ns.route("del", family=family, dst="default", gateway=route.get_attr("RTA_GATEWAY"))
+
+
+def link_state(pid: int) -> dict[str, dict[str, int | str]]:
+    """Interface name → operstate, mtu and kernel byte/packet counters, read inside one namespace."""
+    out: dict[str, dict[str, int | str]] = {}
+    with NetNS(f"/proc/{pid}/ns/net") as ns:
+        for msg in ns.get_links():
+            name = msg.get_attr("IFLA_IFNAME")
+            stats = msg.get_attr("IFLA_STATS64") or {}
+            out[name] = {
+                "operstate": msg.get_attr("IFLA_OPERSTATE"),
+                "mtu": msg.get_attr("IFLA_MTU"),
+                "rx_bytes": stats.get("rx_bytes", 0),
+                "tx_bytes": stats.get("tx_bytes", 0),
+                "rx_packets": stats.get("rx_packets", 0),
+                "tx_packets": stats.get("tx_packets", 0),
+            }
+    return out

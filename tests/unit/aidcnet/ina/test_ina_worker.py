@@ -1,0 +1,336 @@
+"""The worker side of AllReduce (aidcnet.ina.worker) driven through real aggregators on Figure 1's VAT:
+send window, retransmit on timeout, result assembly, and the ring baseline, under reordering,
+duplication and loss. The property: every worker ends with numpy's reduction of all arrays, bit-exact
+for int32 (wrapping), within fixedpoint.error_bound for fixed32 float sums."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from aidcnet.bier.bitstring import ids_from_bitstring
+from aidcnet.ina.aggregator import Aggregator, JobConfig
+from aidcnet.ina.fixedpoint import choose_scale, error_bound
+from aidcnet.ina.header import DType, InaHeader, Op
+from aidcnet.ina.vat import Action, from_draft_notation
+from aidcnet.ina.worker import (
+    AllreduceJob,
+    ReliableSender,
+    RingAllreduce,
+    SendWindow,
+    ack_for,
+    digest,
+    exact_result,
+    float_tolerance,
+    job_scale,
+    out_of_tolerance,
+    reference,
+    worker_array,
+)
+
+# Figure 1 of the draft: s1 [11000000], s7 [00110000], s6 root [11110000]; w_i is BFR-id i.
+FIG1 = {"s1": "11000000", "s7": "00110000", "s6": "11110000"}
+
+
+def test_figure1_bitmaps_are_the_vat_of_the_plan() -> None:
+    assert {s: from_draft_notation(t) for s, t in FIG1.items()} == {"s1": 0b11, "s7": 0b1100, "s6": 0b1111}
+    assert ids_from_bitstring(0, from_draft_notation(FIG1["s6"]), 256) == [1, 2, 3, 4]
+
+
+def fig1(op: Op, dtype: DType, budget: int) -> dict[str, Aggregator]:
+    common = {"job_id": 1, "bsl": 256, "op": op, "dtype": dtype, "slot_budget": budget}
+    return {
+        "s1": Aggregator([JobConfig(abm=(1, 2), parent="s6", **common)]),  # type: ignore[arg-type]
+        "s7": Aggregator([JobConfig(abm=(3, 4), parent="s6", **common)]),  # type: ignore[arg-type]
+        "s6": Aggregator([JobConfig(abm=(1, 2, 3, 4), root=True, **common)]),  # type: ignore[arg-type]
+    }
+
+
+# The physical paths toward the root s6 (transit switches s2, s5 pass packets on unchanged).
+FIRST_HOP = {1: "s1", 2: "s1", 3: "s7", 4: "s7"}
+NEXT_HOP = {"s1": "s7", "s7": "s6"}
+
+
+def run_fig1(
+    arrays: dict[int, np.ndarray],
+    op: Op,
+    dtype: DType,
+    rng: random.Random,
+    loss: float,
+    dup: float,
+    window: int,
+    per_chunk: int,
+    scale: int = 0,
+) -> tuple[dict[int, AllreduceJob], dict[str, int]]:
+    switches = fig1(op, dtype, budget=2 * window)
+    workers = {
+        w: AllreduceJob(a, job_id=1, bfr_id=w, bsl=256, op=op, dtype=dtype, per_chunk=per_chunk,
+                        window=window, timeout=1.0, scale=scale)
+        for w, a in arrays.items()
+    }  # fmt: skip
+    now = 0.0
+    net: list[tuple[str | int, bytes]] = [(FIRST_HOP[w], p) for w, j in workers.items() for p in j.due(now)]
+    faults = {"lost": 0, "duplicated": 0, "timeouts": 0}
+    while not all(j.complete for j in workers.values()):
+        if not net:
+            # Quiet network: time passes until the workers' retransmit timers fire.
+            now += 1.0
+            faults["timeouts"] += 1
+            assert faults["timeouts"] < 500, "never converged"
+            net += [(FIRST_HOP[w], p) for w, j in workers.items() for p in j.due(now)]
+            continue
+        dest, wire = net.pop(rng.randrange(len(net)))
+        if faults["lost"] < 200 and rng.random() < loss:
+            faults["lost"] += 1
+            continue
+        if faults["duplicated"] < 200 and rng.random() < dup:
+            faults["duplicated"] += 1
+            net.append((dest, wire))
+        hdr = InaHeader.decode(wire)
+        if isinstance(dest, int):
+            job = workers[dest]
+            if job.on_result(hdr):
+                net += [(FIRST_HOP[dest], p) for p in job.due(now)]
+            continue
+        d = switches[dest].handle(hdr)
+        if d.action is Action.FORWARD:
+            net.append((NEXT_HOP[dest], wire))
+        elif d.action is Action.TO_PARENT:
+            assert d.packet is not None
+            net.append((NEXT_HOP[dest], d.packet.encode()))
+        elif d.action is Action.DISSEMINATE:
+            assert d.packet is not None
+            net += [(w, d.packet.encode()) for w in ids_from_bitstring(d.si, d.bitstring, d.bsl)]
+        else:
+            # A network duplicate may arrive after its chunk's slot was reused (stale-chunk): by the
+            # window rule nobody needs that chunk any more, so the drop is right.
+            assert d.action is Action.ABSORB or d.reason in ("duplicate", "stale-chunk"), d
+    return workers, faults
+
+
+SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@SETTINGS
+@given(
+    st.integers(1, 300),
+    st.sampled_from([Op.SUM, Op.MIN, Op.MAX, Op.PROD]),
+    st.sampled_from([0.0, 0.05, 0.2]),
+    st.sampled_from([0.0, 0.1]),
+    st.integers(1, 4),
+    st.integers(1, 64),
+    st.randoms(use_true_random=False),
+)
+def test_int32_allreduce_is_bit_exact(n, op, loss, dup, window, per_chunk, rng) -> None:
+    arrays = {w: worker_array(rng.randrange(1 << 30), w, n, DType.INT32) for w in range(1, 5)}
+    workers, _ = run_fig1(arrays, op, DType.INT32, rng, loss, dup, window, per_chunk)
+    expected = reference(list(arrays.values()), op)
+    if op is Op.SUM:  # wraparound, checked without numpy's int32 arithmetic
+        wide = np.stack(list(arrays.values())).astype(object).sum(axis=0)
+        assert expected.tolist() == [(int(v) + 2**31) % 2**32 - 2**31 for v in wide]
+    for job in workers.values():
+        assert job.out.tolist() == expected.tolist()
+
+
+@SETTINGS
+@given(
+    st.integers(1, 200),
+    st.sampled_from([0.0, 0.2]),
+    st.sampled_from([0.0, 0.1]),
+    st.integers(1, 3),
+    st.randoms(use_true_random=False),
+)
+def test_fixed32_float_sum_within_the_stated_bound(n, loss, dup, window, rng) -> None:
+    """Stated tolerance: |result - exact| <= 4 * 2**-(scale+1) + 2**-24 * |result| per element."""
+    arrays = {w: worker_array(rng.randrange(1 << 30), w, n, DType.FLOAT32) for w in range(1, 5)}
+    scale = choose_scale(1.0, 4)
+    workers, _ = run_fig1(arrays, Op.SUM, DType.FIXED32, rng, loss, dup, window, 16, scale=scale)
+    exact = np.stack(list(arrays.values())).astype(np.float64).sum(axis=0)
+    for job in workers.values():
+        got = job.out.astype(np.float64)
+        assert np.all(np.abs(got - exact) <= error_bound(4, scale, got))
+
+
+def test_loss_really_causes_retransmits_and_late_results() -> None:
+    rng = random.Random(3)
+    arrays = {w: worker_array(7, w, 500, DType.INT32) for w in range(1, 5)}
+    workers, faults = run_fig1(arrays, Op.SUM, DType.INT32, rng, 0.2, 0.1, 4, 32)
+    assert faults["lost"] > 0 and faults["timeouts"] > 0
+    assert sum(j.window.retransmits for j in workers.values()) > 0
+    assert all(digest(j.out) == digest(reference(list(arrays.values()), Op.SUM)) for j in workers.values())
+
+
+def test_send_window_keeps_at_most_window_chunks_past_the_lowest_missing_result() -> None:
+    w = SendWindow(chunks=10, window=3, timeout=1.0)
+    assert w.due(0.0) == [(0, False), (1, False), (2, False)]
+    assert w.due(0.5) == []
+    assert w.done(1) and not w.done(1)  # a duplicate result
+    assert w.due(0.6) == []  # chunk 0 still open: the window does not slide past it
+    assert w.done(0)
+    assert w.due(0.7) == [(3, False), (4, False)]
+    assert w.due(1.0) == [(2, True)]  # chunk 2's timer (sent at 0.0) fired
+    assert w.retransmits == 1 and not w.complete
+
+
+def run_ring(
+    n_workers: int, dtype: DType, scale: int = 0
+) -> tuple[dict[int, np.ndarray], list[RingAllreduce]]:
+    rng = random.Random(n_workers)
+    n = 1000
+    ranks = list(range(1, n_workers + 1))
+    arrays = {r: worker_array(11, r, n, dtype) for r in ranks}
+    rings = [RingAllreduce(arrays[r], rank=i, ranks=ranks, job_id=3, bsl=64, op=Op.SUM, per_chunk=64,
+                           dtype=dtype, scale=scale)
+             for i, r in enumerate(ranks)]  # fmt: skip
+    senders = [ReliableSender(window=4, timeout=1.0) for _ in ranks]
+    net: list[tuple[int, bytes]] = []  # (destination rank index, datagram)
+    now = 0.0
+
+    def flush(i: int) -> None:
+        net.extend(((i + 1) % n_workers, p) for p in senders[i].due(now))
+
+    for i, ring in enumerate(rings):
+        for msg in ring.originate():
+            senders[i].push((msg.chunk, msg.result), msg.encode())
+        flush(i)
+    quiet = 0
+    while not all(r.complete for r in rings) or not all(s.idle for s in senders):
+        if not net:
+            now += 1.0
+            quiet += 1
+            assert quiet < 2000
+            for i in range(n_workers):
+                flush(i)
+            continue
+        dest, wire = net.pop(rng.randrange(len(net)))
+        if rng.random() < 0.1:
+            continue
+        hdr = InaHeader.decode(wire)
+        if hdr.element_count == 0:  # an ACK, addressed to the rank that sent the message
+            senders[dest].ack((hdr.chunk, hdr.result))
+            flush(dest)
+            continue
+        net.append(((dest - 1) % n_workers, ack_for(hdr)))
+        step = rings[dest].on_message(hdr)
+        if step is not None and step.send is not None:
+            senders[dest].push((step.send.chunk, step.send.result), step.send.encode())
+        flush(dest)
+    return arrays, rings
+
+
+@pytest.mark.parametrize("n_workers", [1, 2, 4, 5])
+def test_ring_allreduce_under_loss_is_exact(n_workers: int) -> None:
+    arrays, rings = run_ring(n_workers, DType.INT32)
+    expected = reference(list(arrays.values()), Op.SUM)
+    for ring in rings:
+        assert ring.out.tolist() == expected.tolist() and ring.result is ring.out
+
+
+@pytest.mark.parametrize("n_workers", [2, 5])
+@pytest.mark.parametrize("dtype", [DType.FIXED32, DType.FLOAT32])
+def test_float_ring_allreduce_is_identical_on_every_rank_and_within_tolerance(n_workers, dtype) -> None:
+    scale = job_scale(n_workers) if dtype is DType.FIXED32 else 0
+    arrays, rings = run_ring(n_workers, dtype, scale)
+    first = rings[0].result
+    assert first.dtype == np.float32
+    assert all(digest(r.result) == digest(first) for r in rings)  # the all-gather passes one result on
+    exact = exact_result(list(arrays.values()), Op.SUM, dtype, scale)
+    if dtype is DType.FIXED32:
+        assert exact is not None and digest(first) == digest(exact)
+    else:
+        assert exact is None
+    assert len(out_of_tolerance(list(arrays.values()), first, Op.SUM, dtype, scale)[0]) == 0
+
+
+def test_a_ring_ignores_messages_of_another_dtype_or_scale() -> None:
+    a = worker_array(1, 1, 10, DType.FLOAT32)
+    ring = RingAllreduce(a, rank=1, ranks=[1, 2], job_id=3, bsl=64, op=Op.SUM, dtype=DType.FIXED32, scale=20)
+    other = RingAllreduce(a, rank=0, ranks=[1, 2], job_id=3, bsl=64, op=Op.SUM, dtype=DType.FIXED32, scale=19)
+    (msg,) = other.originate()
+    assert ring.on_message(InaHeader.decode(msg.encode())) is None
+    same = RingAllreduce(a, rank=0, ranks=[1, 2], job_id=3, bsl=64, op=Op.SUM, dtype=DType.FIXED32, scale=20)
+    (msg,) = same.originate()
+    step = ring.on_message(InaHeader.decode(msg.encode()))
+    assert step is not None and step.result is not None
+
+
+# --- float jobs through Figure 1: what the driver (orchestrator/experiment/collective.py) checks on a lab
+
+
+@SETTINGS
+@given(
+    st.integers(1, 200),
+    st.sampled_from([0.0, 0.2]),
+    st.sampled_from([0.0, 0.1]),
+    st.integers(1, 3),
+    st.randoms(use_true_random=False),
+)
+def test_native_float32_sum_is_identical_everywhere_and_within_the_order_bound(n, loss, dup, window, rng):
+    """float32 summed on the switches in arrival order: no exact answer, but one result for all (the
+    root multicasts one packet) within gamma_3 * sum|x_i| (+ numpy's float64 error) of numpy's sum."""
+    arrays = {w: worker_array(rng.randrange(1 << 30), w, n, DType.FLOAT32) for w in range(1, 5)}
+    workers, _ = run_fig1(arrays, Op.SUM, DType.FLOAT32, rng, loss, dup, window, 16)
+    results = [j.out for j in workers.values()]
+    assert len({digest(r) for r in results}) == 1
+    assert exact_result(list(arrays.values()), Op.SUM, DType.FLOAT32) is None
+    bad, err = out_of_tolerance(list(arrays.values()), results[0], Op.SUM, DType.FLOAT32)
+    assert len(bad) == 0, (bad, err)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(1, 100), st.randoms(use_true_random=False))
+def test_fixed32_through_figure1_is_bit_exact_and_within_tolerance(n, rng) -> None:
+    arrays = {w: worker_array(rng.randrange(1 << 30), w, n, DType.FLOAT32) for w in range(1, 5)}
+    scale = job_scale(4)
+    workers, _ = run_fig1(arrays, Op.SUM, DType.FIXED32, rng, 0.1, 0.1, 2, 16, scale=scale)
+    exact = exact_result(list(arrays.values()), Op.SUM, DType.FIXED32, scale)
+    assert exact is not None and exact.dtype == np.float32
+    for job in workers.values():
+        assert digest(job.out) == digest(exact)
+    assert len(out_of_tolerance(list(arrays.values()), exact, Op.SUM, DType.FIXED32, scale)[0]) == 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.lists(st.floats(-(2.0**100), 2.0**100, width=32, allow_subnormal=True), min_size=1, max_size=1),
+        min_size=1, max_size=9,
+    ),
+    st.randoms(use_true_random=False),
+)
+def test_float32_bound_holds_for_any_summation_tree(values, rng) -> None:
+    """The float32 bound is sound whatever the order: values of any magnitude and sign (cancellation
+    included), added pairwise in float32 in a random tree, as switches and PS may."""
+    arrays = [np.array(v, dtype=np.float32) for v in values]
+    pool = [a.copy() for a in arrays]
+    while len(pool) > 1:
+        a = pool.pop(rng.randrange(len(pool)))
+        b = pool.pop(rng.randrange(len(pool)))
+        pool.append((a + b).astype(np.float32))
+    assert len(out_of_tolerance(arrays, pool[0], Op.SUM, DType.FLOAT32)[0]) == 0
+
+
+def test_the_tolerance_can_fail() -> None:
+    arrays = [worker_array(3, w, 50, DType.FLOAT32) for w in range(1, 5)]
+    good = np.sum(np.stack(arrays).astype(np.float64), axis=0).astype(np.float32)
+    tol = float_tolerance(arrays, good, Op.SUM, DType.FLOAT32)
+    assert np.all(tol > 0) and np.all(tol <= 3.01 * 2.0**-24 * np.abs(np.stack(arrays)).sum(axis=0) + 1e-15)
+    bad = good.copy()
+    bad[7] += np.float32(1e-3)
+    assert out_of_tolerance(arrays, bad, Op.SUM, DType.FLOAT32)[0].tolist() == [7]
+    nan = good.copy()
+    nan[2] = np.nan
+    assert out_of_tolerance(arrays, nan, Op.SUM, DType.FLOAT32)[0].tolist() == [2]
+    assert len(out_of_tolerance(arrays, good[:-1], Op.SUM, DType.FLOAT32)[0]) == 50
+    # fixed32: the stated 4 * 2^-(s+1) + 2^-24 |r| (+ numpy's float64 error), no more
+    s = job_scale(4)
+    fixed_tol = float_tolerance(arrays, good, Op.SUM, DType.FIXED32, s)
+    assert np.all(fixed_tol >= 4 * 2.0 ** -(s + 1)) and np.all(fixed_tol < 4 * 2.0 ** -(s + 1) + 2.0**-22)
+    # min and max round nothing in float32: zero tolerance; float32 prod has none at all
+    assert not float_tolerance(arrays, good, Op.MAX, DType.FLOAT32).any()
+    with pytest.raises(ValueError, match="prod"):
+        float_tolerance(arrays, good, Op.PROD, DType.FLOAT32)
