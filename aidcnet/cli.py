@@ -21,22 +21,27 @@ import argparse
 import json
 import sys
 
-from aidcnet.agent import control
+from aidcnet.agent.control import Op
+from aidcnet.modes import Mode
 from aidcnet.paths import DEFAULT_CONFIG_PATH
+from aidcnet.roles import AGENT_ROLES
 
 
-def _ask(op: str, **fields: object) -> int:
+def _ask(op: Op, **fields: object) -> int:
+    from aidcnet.agent.client import AgentClient, AgentError
+    from aidcnet.agent.control import ControlError
+
     try:
-        reply = control.request(op, timeout=30.0, **fields)
-    except control.ControlError as exc:
-        print(f"aidcnet ctl: {exc}", file=sys.stderr)
-        return 1
-    if not reply.get("ok"):
-        print(f"aidcnet ctl {op}: {reply.get('error')}", file=sys.stderr)
-        for problem in reply.get("problems", []):
+        reply = AgentClient(timeout=30.0).call(op, **fields)
+    except AgentError as exc:
+        print(f"aidcnet ctl {op}: {exc.reply.get('error')}", file=sys.stderr)
+        for problem in exc.problems:
             print(f"  - {problem}", file=sys.stderr)
-        if reply.get("kept"):
-            print(f"  the running config is unchanged: {reply['kept']}", file=sys.stderr)
+        if exc.kept:
+            print(f"  the running config is unchanged: {exc.kept}", file=sys.stderr)
+        return 1
+    except ControlError as exc:
+        print(f"aidcnet ctl: {exc}", file=sys.stderr)
         return 1
     print(json.dumps(reply, indent=2, sort_keys=True))
     return 0
@@ -66,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     agent = sub.add_parser("agent", help="run the node agent (foreground)")
     agent.add_argument(
-        "--role", required=True, choices=["bfr", "ina-switch", "gpu-host"], help="which node software to run"
+        "--role", required=True, choices=list(AGENT_ROLES), help="which node software to run"
     )
     agent.add_argument("--config", default=str(DEFAULT_CONFIG_PATH), help="node file to load and reload")
     ctl = sub.add_parser("ctl", help="talk to the running agent over its control socket")
@@ -77,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     validate = verbs.add_parser("validate", help="check a node file without applying it")
     validate.add_argument("file")
     show = verbs.add_parser("show", help="print the running state")
-    show.add_argument("what", choices=["config", "counters", "bift", "bgp"])
+    show.add_argument("what", choices=[Op.CONFIG, Op.COUNTERS, Op.BIFT, Op.BGP])
     link_bw = verbs.add_parser("link-bandwidth", help="FARE: set a BGP link's bandwidth (aidclab link set)")
     link_bw.add_argument("interface", help="the local interface, e.g. eth2")
     link_bw.add_argument("bandwidth", help="bits/s with an SI prefix, e.g. 400G")
@@ -104,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     reset.add_argument("job", type=int)
     ar = ina_verbs.add_parser("allreduce", help="AllReduce this worker's generated array (gpu-host)")
     ar.add_argument("--job", type=int, required=True)
-    ar.add_argument("--mode", choices=["ina", "ps", "ring"], default="ina")
+    ar.add_argument("--mode", choices=[Mode.INA, Mode.PS, Mode.RING], default=Mode.INA)
     ar.add_argument("--elements", type=int, default=4096, help="array length (default 4096)")
     ar.add_argument("--seed", type=int, default=0, help="seed of the generated arrays (same on every worker)")
     ar.add_argument("--chunk-base", type=int, default=0, help="first chunk number (default 0)")
@@ -122,18 +127,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.verb == "validate":
         return _validate(args.file)
     if args.verb == "reload":
-        return _ask("reload", **({"file": args.file} if args.file else {}))
+        return _ask(Op.RELOAD, **({"file": args.file} if args.file else {}))
     if args.verb == "show":
-        return _ask(args.what)
+        return _ask(Op(args.what))
     if args.verb == "link-bandwidth":
-        return _ask("bgp_link", interface=args.interface, bandwidth=args.bandwidth)
+        return _ask(Op.BGP_LINK, interface=args.interface, bandwidth=args.bandwidth)
     if args.verb == "fare-send":
         fields = {"dst": args.dst, "flows": args.flows, "packets": args.packets, "size": args.size}
-        return _ask("fare_send", **fields, **({"mode": args.mode} if args.mode else {}))
+        return _ask(Op.FARE_SEND, **fields, **({"mode": args.mode} if args.mode else {}))
     if args.verb == "bier" and args.bier_verb == "send":
         receivers = [int(r) for r in args.to.split(",") if r.strip()]
         return _ask(
-            "bier_send",
+            Op.BIER_SEND,
             receivers=receivers,
             count=args.count,
             size=args.size,
@@ -141,19 +146,19 @@ def main(argv: list[str] | None = None) -> int:
             entropy=args.entropy,
         )
     if args.verb == "bier":
-        return _ask("bier_received", clear=args.clear)
+        return _ask(Op.BIER_RECEIVED, clear=args.clear)
     if args.verb == "drop":
-        return _ask("drop", interface=args.interface, probability=args.probability)
+        return _ask(Op.DROP, interface=args.interface, probability=args.probability)
     if args.verb == "ina" and args.ina_verb == "reset":
-        return _ask("ina_reset", job=args.job)
+        return _ask(Op.INA_RESET, job=args.job)
     if args.verb == "ina" and args.ina_verb == "allreduce":
         return _ask(
-            "allreduce", job=args.job, mode=args.mode, elements=args.elements, seed=args.seed,
+            Op.ALLREDUCE, job=args.job, mode=args.mode, elements=args.elements, seed=args.seed,
             chunk_base=args.chunk_base,
         )
     if args.verb == "ina":
-        return _ask("ina")
-    return _ask("health")
+        return _ask(Op.INA)
+    return _ask(Op.HEALTH)
 
 
 if __name__ == "__main__":

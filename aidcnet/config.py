@@ -12,16 +12,34 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from aidcnet.paths import DEFAULT_CONFIG_PATH  # noqa: F401  (re-exported for the agent)
+from aidcnet.roles import Role
 
 CONFIG_VERSION = 1
 # libyaml's parser when PyYAML has it (the wheels do): a superpod GPU's node file loads 3x faster, and a
 # configure reloads every agent at once on a 2-core machine.
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
-Role = Literal["bfr", "ina-switch", "gpu-host", "frr"]
+
+
+def _has_node_file(role: Role) -> Role:
+    if role is Role.LINUX:
+        with_files = ", ".join(r for r in Role if r is not Role.LINUX)
+        raise ValueError(f"a plain {role} node has no node file (roles with one: {with_files})")
+    return role
+
+
+NodeFileRole = Annotated[Role, AfterValidator(_has_node_file)]
 IfName = Annotated[str, Field(min_length=1, max_length=15, pattern=r"^[A-Za-z0-9_.:-]+$")]
 
 
@@ -232,7 +250,7 @@ class Ina(_Model):
 class NodeConfig(_Model):
     version: int
     node: str = Field(min_length=1)
-    role: Role
+    role: NodeFileRole
     loopback: ipaddress.IPv4Interface
     interfaces: list[Interface] = Field(default_factory=list)
     routes: list[Route] = Field(default_factory=list)

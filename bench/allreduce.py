@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from orchestrator.configure.ansible import configure  # noqa: E402
-from orchestrator.experiment.collective import MODES, find_job, run_allreduce  # noqa: E402
+from orchestrator.experiment.modes.collective import MODES, find_job, run_allreduce  # noqa: E402
 from orchestrator.experiment.driver import interface_snapshot, load_plan, node_pids  # noqa: E402
 from orchestrator.experiment.metrics import link_deltas, link_pairs  # noqa: E402
 from orchestrator.lab.deploy import deploy, destroy  # noqa: E402

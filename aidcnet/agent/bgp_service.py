@@ -23,6 +23,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from aidcnet.agent.control import Handler, Op
+from aidcnet.agent.service import Service
 from aidcnet.bgp import exabgp
 from aidcnet.bgp.rib import Link, Rib, Selected, advertisements, community_asn, kernel_routes, select
 from aidcnet.fare.bandwidth import bits_to_bytes, format_bandwidth
@@ -417,3 +419,87 @@ class BgpService:
         for _via, dev, weight in sel.nexthops:
             out[dev] = out.get(dev, 0) + weight
         return out
+
+
+class BgpPart(Service):
+    """The agent's BGP service: a :class:`BgpService` restarted when what it runs on changes, and the
+    control ops ``bgp``, ``bgp_link`` and ``fare_send``. Best-path changes go to ``on_change`` (the BIER
+    service's :meth:`~aidcnet.agent.bier_service.BierPart.apply_bgp`)."""
+
+    def __init__(self, on_change: OnChange | None = None) -> None:
+        self.on_change = on_change
+        self.current: BgpService | None = None
+
+    @staticmethod
+    def _inputs(config: NodeConfig | None) -> tuple[Any, ...] | None:
+        if config is None or config.bgp is None or not config.bgp.neighbors:
+            return None
+        return (config.bgp, config.interfaces, config.loopback, config.bier)
+
+    async def reload(self, config: NodeConfig | None) -> None:
+        """Restart only when sessions, links, loopback or the BIER origin changed, so the bandwidths
+        ``aidclab link set`` gave survive a reload that leaves those alone."""
+        if self.current is not None and self._inputs(self.current.config) == self._inputs(config):
+            return
+        await self.stop()
+        if config is None or self._inputs(config) is None:
+            return
+        extra: dict[str, str] = {}
+        if config.bier is not None and config.bier.bift == "bgp":
+            # BIER over BGP (RFC 9793): the loopback carries the BIER path attribute (type 41).
+            from aidcnet.bgp.bier_routes import loopback_attribute
+
+            extra[str(config.loopback.network)] = loopback_attribute(config.bier).to_exabgp()
+        service = BgpService(config, originate_extra=extra, on_change=self.on_change)
+        await service.start()
+        self.current = service
+
+    async def stop(self) -> None:
+        if self.current is not None:
+            await self.current.close()
+            self.current = None
+
+    def _service(self) -> BgpService:
+        if self.current is None:
+            raise ValueError(
+                "this node runs no BGP (no bgp.neighbors in its node file: set bgp.enabled in the lab vars)"
+            )
+        return self.current
+
+    async def status(self, _request: dict[str, Any]) -> dict[str, Any]:
+        return {"ok": True, **self._service().status()}
+
+    async def link(self, request: dict[str, Any]) -> dict[str, Any]:
+        """FARE input from ``aidclab link set NODE:IF bandwidth X``: the link's bandwidth in bits/s."""
+        from aidcnet.fare.bandwidth import bytes_to_bits, parse_bandwidth
+
+        bps = bytes_to_bits(parse_bandwidth(request["bandwidth"]))
+        return {"ok": True, **self._service().set_bandwidth(str(request["interface"]), bps)}
+
+    async def fare_send(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Send FARE test traffic to ``dst`` (a loopback) in the node's mode (or ``mode``); the reply has
+        the tx packet counters of every BGP interface before and after."""
+        from aidcnet.agent import fare_sender
+
+        service = self._service()
+        dst = str(request["dst"])
+        mode = str(request.get("mode") or service.bgp.mode)
+        size = int(request.get("size", 64))
+        weights = service.weights_for(dst)
+        devs = sorted({link.dev for link in service.links.values()})
+        src = str(service.config.loopback.ip)
+        before = fare_sender.tx_packets(devs)
+        if mode == "per-flow":
+            flows, packets = int(request.get("flows", 1000)), int(request.get("packets", 1))
+            await asyncio.to_thread(fare_sender.send_per_flow, src, dst, flows, packets, size)
+        elif mode == "per-packet":
+            packets = int(request.get("packets", 1000))
+            await asyncio.to_thread(fare_sender.send_per_packet, src, dst, weights, packets, size)
+        else:
+            raise ValueError(f"mode {mode!r}: per-flow or per-packet")
+        after = fare_sender.tx_packets(devs)
+        tx = {d: after[d] - before[d] for d in devs}
+        return {"ok": True, "mode": mode, "weights": weights, "tx_packets": tx}
+
+    def handlers(self) -> dict[Op, Handler]:
+        return {Op.BGP: self.status, Op.BGP_LINK: self.link, Op.FARE_SEND: self.fare_send}

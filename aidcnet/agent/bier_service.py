@@ -13,11 +13,13 @@ import logging
 import socket
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aidcnet.agent.bier_dataplane import BierDataplane
 from aidcnet.agent.bier_host import BierHost
+from aidcnet.agent.control import Handler, Op
 from aidcnet.agent.net_bier import NetBierEdge
+from aidcnet.agent.service import Service
 from aidcnet.bgp.bier_attribute import BierAttribute
 from aidcnet.bgp.bier_routes import BgpBirt, BgpPath, bgp_paths, birt_from_bgp, loopback_attribute
 from aidcnet.bier.bift import SELF, Bift, LabelKey, build_bifts
@@ -25,6 +27,11 @@ from aidcnet.bier.bitstring import bfr_id_to_si_bit
 from aidcnet.bier.header import BierProto
 from aidcnet.config import Bier
 from aidcnet.ipv4 import ROCEV2_PORT, Ipv4DecodeError, UdpDatagram, build_udp, parse_udp
+from aidcnet.roles import Role
+
+if TYPE_CHECKING:
+    from aidcnet.config import NodeConfig
+    from aidcnet.loss import EgressLoss
 
 log = logging.getLogger("aidcnet.bier.service")
 
@@ -220,3 +227,89 @@ class BierService:
                 for si, bift in sorted(self.bifts.items())
             },
         }
+
+
+class BierPart(Service):
+    """The agent's BIER service: a :class:`BierService` rebuilt whenever the node file's ``bier``
+    section changes, with the control ops that read and drive it. Other services reach the running one
+    through :attr:`current` and receive host-BIER deliveries through :meth:`add_listener`."""
+
+    def __init__(self, role: Role, loss: EgressLoss | None = None) -> None:
+        self.role = role
+        self.loss = loss
+        self.current: BierService | None = None
+        self._listeners: list[Callable[[UdpDatagram], bool]] = []
+
+    def add_listener(self, listener: Callable[[UdpDatagram], bool]) -> None:
+        """``listener`` sees each decoded IPv4/UDP delivery in registration order until one claims it."""
+        self._listeners.append(listener)
+
+    def _deliver(self, datagram: UdpDatagram) -> bool:
+        return any(listener(datagram) for listener in self._listeners)
+
+    async def reload(self, config: NodeConfig | None) -> None:
+        new = config.bier if config else None
+        if self.current is not None and self.current.bier == new:
+            return
+        loop = asyncio.get_running_loop()
+        if self.current is not None:
+            self.current.close(loop)
+            self.current = None
+        if new is None or config is None:
+            return
+        service = BierService(new, host=self.role == Role.GPU_HOST, loopback=str(config.loopback.ip))
+        service.dataplane.loss = self.loss
+        service.on_udp = self._deliver
+        service.attach(loop)
+        self.current = service
+
+    async def stop(self) -> None:
+        if self.current is not None:
+            self.current.close(asyncio.get_running_loop())
+            self.current = None
+
+    def apply_bgp(self, selected: Mapping[str, Any]) -> None:
+        """BGP's best paths changed (``BgpPart`` calls this): rebuild the BIFT from them."""
+        if self.current is not None:
+            from aidcnet.bgp.rib import bier_view
+
+            self.current.apply_bgp(bier_view(selected))
+
+    def _service(self) -> BierService:
+        if self.current is None:
+            raise ValueError("this node has no BIER configured (no bier section applied)")
+        return self.current
+
+    def counters(self) -> dict[str, int]:
+        if self.current is None:
+            return {}
+        out = {f"bier.{k}": v for k, v in self.current.dataplane.counters().items()}
+        out["bier.app-dropped"] = self.current.app_dropped
+        if self.current.edge is not None:
+            out.update({f"net-bier.{k}": v for k, v in self.current.edge.counters().items()})
+        return out
+
+    async def show_bift(self, _request: dict[str, Any]) -> dict[str, Any]:
+        return {"ok": True, **self._service().bift_rows()}
+
+    async def bier_send(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Host-BIER: send ``count`` payloads of ``size`` bytes (or the given hex payloads) to BFR-ids.
+        Generated payloads start with ``<own BFR-id>:<tag>:<seq>:`` so receivers can check exactly."""
+        service = self._service()
+        receivers = [int(r) for r in request["receivers"]]
+        if "payloads" in request:
+            payloads = [bytes.fromhex(p) for p in request["payloads"]]
+        else:
+            size, tag = int(request.get("size", 64)), str(request.get("tag", "t"))
+            payloads = []
+            for seq in range(int(request.get("count", 1))):
+                head = f"{service.bier.bfr_id}:{tag}:{seq}:".encode()
+                payloads.append(head + b"x" * max(0, size - len(head)))
+        packets = service.send(payloads, receivers, entropy=int(request.get("entropy", 0)))
+        return {"ok": True, "messages": len(payloads), "packets": packets}
+
+    async def bier_received(self, request: dict[str, Any]) -> dict[str, Any]:
+        return {"ok": True, "received": self._service().take_received(bool(request.get("clear")))}
+
+    def handlers(self) -> dict[Op, Handler]:
+        return {Op.BIFT: self.show_bift, Op.BIER_SEND: self.bier_send, Op.BIER_RECEIVED: self.bier_received}

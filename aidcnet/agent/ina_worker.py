@@ -40,11 +40,12 @@ from aidcnet.ina.worker import (
     worker_array,
 )
 from aidcnet.ipv4 import UdpDatagram
+from aidcnet.modes import Mode
 from aidcnet.udpio import BatchIO, Datagram, set_socket_buffer
 
 log = logging.getLogger("aidcnet.ina.worker")
 
-MODES = ("ina", "ps", "ring")
+MODES = (Mode.INA, Mode.PS, Mode.RING)
 _BUF = 32 << 20
 
 
@@ -258,7 +259,7 @@ class InaWorkerService:
         """Run one AllReduce of this worker's generated array (``worker_array(seed, bfr_id, elements)``)
         and report its digest; ``start_at`` (epoch seconds) lines up the workers' starts."""
         job_id = int(request["job"])
-        mode = request.get("mode", "ina")
+        mode = request.get("mode", Mode.INA)
         if mode not in MODES:
             raise ValueError(f"mode {mode!r}: one of {', '.join(MODES)}")
         member = self.members.get(job_id)
@@ -286,7 +287,7 @@ class InaWorkerService:
         # Every worker of a fixed32 job must use the same Scale: the driver sends it, else all derive
         # it from the shared bound on worker_array's values.
         scale = int(request["scale"]) if "scale" in request else job_scale(len(member.workers))
-        if mode == "ring":
+        if mode == Mode.RING:
             if op is not Op.SUM:
                 raise ValueError(f"the ring baseline does sums only; job {job_id} is {member.op}")
             ranks = sorted(member.workers)
@@ -311,7 +312,7 @@ class InaWorkerService:
             await self._wait(fut, job_id, deadline, lambda: f"{ring.have}/{ring.chunks} chunks")
             result, retransmits = ring.result, sender.retransmits
         else:
-            dst = str(member.next_hop) if mode == "ina" else str(request["ps"])
+            dst = str(member.next_hop) if mode == Mode.INA else str(request["ps"])
             job = AllreduceJob(
                 values, job_id=job_id, bfr_id=self.bfr_id, bsl=self.bsl, op=op, dtype=dtype,
                 chunk_base=chunk_base, per_chunk=per_chunk, window=member.window, timeout=timeout,

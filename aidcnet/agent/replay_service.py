@@ -21,17 +21,23 @@ import struct
 import time
 from typing import TYPE_CHECKING, Any
 
+from aidcnet.agent.control import Handler, Op
+from aidcnet.agent.service import Service
 from aidcnet.ipv4 import ROCEV2_PORT
+from aidcnet.modes import Mode
 from aidcnet.replay import DEFAULT_MAX_DATAGRAM, Reassembly, build_fragments
+from aidcnet.roles import Role
 from aidcnet.udpio import set_socket_buffer
 
 if TYPE_CHECKING:
-    from aidcnet.agent.bier_service import BierService
+    from aidcnet.agent.bier_service import BierPart, BierService
+    from aidcnet.config import NodeConfig
     from aidcnet.ipv4 import UdpDatagram
 
 log = logging.getLogger("aidcnet.replay")
 
-MODES = ("unicast", "host-bier", "net-bier")
+# The modes whose messages this service sends and receives (collectives are the INA worker's).
+MODES = (Mode.UNICAST, Mode.HOST_BIER, Mode.NET_BIER)
 QP_PORT_BASE = 49152
 DEFAULT_QPS = 8
 # A burst of ops at one t from 8 senders can put megabytes into one receiver's socket at once.
@@ -59,7 +65,7 @@ class ReplayService:
     def __init__(self, loopback: str, bier: BierService | None = None) -> None:
         self.loopback = loopback
         self.bier = bier
-        self.mode = "unicast"
+        self.mode = Mode.UNICAST
         self.ops: list[list[Any]] = []
         self.receivers: dict[str, tuple[str, int | None]] = {}
         self.max_datagram = DEFAULT_MAX_DATAGRAM
@@ -152,10 +158,11 @@ class ReplayService:
     def load(self, request: dict[str, Any]) -> dict[str, Any]:
         if self.task is not None and not self.task.done():
             raise ValueError("a replay is running on this host; wait for replay_status done")
-        mode = str(request.get("mode", "unicast"))
+        mode = str(request.get("mode", Mode.UNICAST))
         if mode not in MODES:
             raise ValueError(f"mode {mode!r} is not one of {', '.join(MODES)}")
-        if mode == "host-bier" and (self.bier is None or self.bier.host is None):
+        mode = Mode(mode)
+        if mode == Mode.HOST_BIER and (self.bier is None or self.bier.host is None):
             raise ValueError("host-bier replay needs this host's BIER service (no bier section applied)")
         receivers = {
             name: (str(addr), None if bfr_id is None else int(bfr_id))
@@ -165,7 +172,7 @@ class ReplayService:
         for raw in request.get("ops", []):
             i, t, size, dst = raw[:4]
             op: list[Any] = [int(i), float(t), int(size), [str(d) for d in dst]]
-            if mode == "net-bier":
+            if mode == Mode.NET_BIER:
                 if len(raw) < 5 or not _is_multicast(raw[4]):
                     raise ValueError(f"net-bier op {i} needs a multicast group as its fifth element")
                 op.append(str(raw[4]))
@@ -174,14 +181,14 @@ class ReplayService:
             for d in op[3]:
                 if d not in receivers:
                     raise ValueError(f"op receiver {d!r} is not in the request's receivers")
-                if mode == "host-bier" and receivers[d][1] is None:
+                if mode == Mode.HOST_BIER and receivers[d][1] is None:
                     raise ValueError(f"receiver {d!r} has no BFR-id: host-bier needs one")
         joins = [str(g) for g in request.get("groups", [])]
         bad = [g for g in joins if not _is_multicast(g)]
         if bad:
             raise ValueError(f"groups: {', '.join(bad)} not multicast")
         interface = request.get("interface")
-        if mode == "net-bier" and not request.get("append"):
+        if mode == Mode.NET_BIER and not request.get("append"):
             if not interface:
                 raise ValueError("net-bier needs the fabric interface (interface)")
             try:
@@ -199,7 +206,7 @@ class ReplayService:
                 self.join([*self.groups, *joins], self.interface)
         else:
             self.mode, self.receivers, self.ops = mode, receivers, ops
-            self.interface = str(interface) if mode == "net-bier" else None
+            self.interface = str(interface) if mode == Mode.NET_BIER else None
             # A new run's groups replace the last run's (or none for other modes).
             self.leave()
             if self.interface is not None and joins:
@@ -289,9 +296,9 @@ class ReplayService:
         loop = asyncio.get_running_loop()
         assert self.start_ns is not None
         try:
-            if self.mode == "unicast":
+            if self.mode == Mode.UNICAST:
                 self._open_send_sockets()
-            elif self.mode == "net-bier":
+            elif self.mode == Mode.NET_BIER:
                 self._open_mcast_socket()
             for msg_id, t, size, dst, *group in self.ops:
                 due = self.start_ns + int(t * 1e9)
@@ -301,13 +308,13 @@ class ReplayService:
                 # The scheduled time, not the actual one: a late sender shows up as latency.
                 send_ns = max(due, 0)
                 frags = build_fragments(msg_id, size, send_ns, self.max_datagram)
-                if self.mode == "unicast":
+                if self.mode == Mode.UNICAST:
                     for j, name in enumerate(dst):
                         sock = self._send_socks[(msg_id + j) % len(self._send_socks)]
                         addr = (self.receivers[name][0], ROCEV2_PORT)
                         for frag in frags:
                             await self._sendto(loop, sock, frag, addr)
-                elif self.mode == "net-bier":
+                elif self.mode == Mode.NET_BIER:
                     addr = (group[0], ROCEV2_PORT)
                     for frag in frags:
                         await self._sendto(loop, self._send_socks[0], frag, addr)
@@ -373,3 +380,56 @@ def _max_memberships() -> int:
             return max(1, int(f.read().strip()))
     except (OSError, ValueError):
         return 20  # the kernel default
+
+
+class ReplayPart(Service):
+    """The agent's replay service on a GPU host: the ``replay_*`` ops over a :class:`ReplayService` made
+    at first use (it needs the host's loopback), sending host-BIER through whichever BIER service runs."""
+
+    def __init__(self, role: Role, bier: BierPart) -> None:
+        self.role = role
+        self.bier = bier
+        self.config: NodeConfig | None = None
+        self.current: ReplayService | None = None
+        bier.add_listener(self.on_bier_udp)
+
+    async def reload(self, config: NodeConfig | None) -> None:
+        self.config = config
+
+    async def stop(self) -> None:
+        if self.current is not None:
+            self.current.close()
+            self.current = None
+
+    def on_bier_udp(self, datagram: UdpDatagram) -> bool:
+        return self.current is not None and self.current.on_bier_datagram(datagram)
+
+    async def _service(self) -> ReplayService:
+        if self.role != Role.GPU_HOST or self.config is None or self.config.loopback is None:
+            raise ValueError("replay runs on configured gpu-host nodes only (aidclab configure LAB first)")
+        if self.current is None:
+            self.current = ReplayService(str(self.config.loopback.ip))
+            await self.current.listen()
+        # The BIER service is rebuilt on reload: send through whichever one runs now.
+        self.current.bier = self.bier.current
+        return self.current
+
+    async def load(self, request: dict[str, Any]) -> dict[str, Any]:
+        return (await self._service()).load(request)
+
+    async def start_run(self, request: dict[str, Any]) -> dict[str, Any]:
+        return (await self._service()).start(request)
+
+    async def status(self, _request: dict[str, Any]) -> dict[str, Any]:
+        return (await self._service()).status()
+
+    async def results(self, _request: dict[str, Any]) -> dict[str, Any]:
+        return (await self._service()).results()
+
+    def handlers(self) -> dict[Op, Handler]:
+        return {
+            Op.REPLAY_LOAD: self.load,
+            Op.REPLAY_START: self.start_run,
+            Op.REPLAY_STATUS: self.status,
+            Op.REPLAY_RESULTS: self.results,
+        }

@@ -11,14 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from orchestrator.experiment.results import (
-    DEFAULT_RESULTS_DIR,
-    ResultsError,
-    RunResult,
-    latest_experiment,
-    load_run,
-    resolve_run,
-)
+from orchestrator.experiment.records import ResultsError, RunResult
+from orchestrator.experiment.results import DEFAULT_RESULTS_DIR, latest_experiment, load_run, resolve_run
 
 PROG = "python -m orchestrator.cli.report"
 

@@ -40,7 +40,13 @@ def compute_plan(topo: Topology, extra_groups: list[dict[str, Any]] | None = Non
     return build_plan(topo, load_vars(vars_path_for(topo)), extra_groups or ())
 
 
-def write_lab_plan(topo: Topology, plan=None, path: Path | None = None) -> Path:
+@dataclass
+class PlanFiles:
+    path: Path  # the lab dir
+    changed: list[str]  # containers whose node file (host_vars) is new or different
+
+
+def write_lab_plan(topo: Topology, plan=None, path: Path | None = None) -> PlanFiles:
     """Write plan.yml, host_vars/ and group_vars/ into the lab dir, where Ansible finds them."""
     from orchestrator.configure.plan import node_configs, write_plan
 
@@ -50,6 +56,7 @@ def write_lab_plan(topo: Topology, plan=None, path: Path | None = None) -> Path:
     host_vars = path / "host_vars"
     host_vars.mkdir(exist_ok=True)
     wanted = set()
+    changed = []
     for node, config in node_configs(plan).items():
         name = f"{topo.container_name(node)}.yml"
         wanted.add(name)
@@ -61,6 +68,7 @@ def write_lab_plan(topo: Topology, plan=None, path: Path | None = None) -> Path:
         target = host_vars / name
         if not target.exists() or target.read_text() != text:
             target.write_text(text)
+            changed.append(topo.container_name(node))
     for stale in host_vars.glob("*.yml"):
         if stale.name not in wanted:
             stale.unlink()
@@ -69,7 +77,7 @@ def write_lab_plan(topo: Topology, plan=None, path: Path | None = None) -> Path:
     (group_vars / "all.yml").write_text(
         yaml.safe_dump({"aidclab_lab": topo.name, "aidclab_plan_file": str((path / "plan.yml").resolve())})
     )
-    return path
+    return PlanFiles(path, changed)
 
 
 @dataclass

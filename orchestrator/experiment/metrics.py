@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import TYPE_CHECKING
 
-from orchestrator.experiment.results import (
-    MODE_ORDER,
+from aidcnet.modes import BASELINES, Mode
+from orchestrator.experiment.records import (
     DeliveryStats,
     LatencyStats,
     LinkCounters,
@@ -383,11 +383,11 @@ class Comparison:
         return [c.label for c in self.columns]
 
 
-BASELINE_MODES = ("unicast", "ps")
 
 
 def mode_rank(mode: str) -> tuple[int, str]:
-    return (MODE_ORDER.index(mode) if mode in MODE_ORDER else len(MODE_ORDER), mode)
+    order = list(Mode)
+    return (order.index(Mode(mode)) if mode in order else len(order), mode)
 
 
 def _div(a: float | None, b: float | None) -> float | None:
@@ -442,7 +442,7 @@ def compare_runs(runs: Iterable[RunResult]) -> list[Comparison]:
             columns.append(Column(label=label, run=r, metrics=metrics_of(r)))
         fanout = next((c.metrics.theoretical_fanout for c in columns if c.metrics.theoretical_fanout), None)
         # Unicast is the baseline of the transport modes; the parameter server that of AllReduce.
-        base = next((c for c in columns if c.run.mode in BASELINE_MODES), None)
+        base = next((c for c in columns if c.run.mode in BASELINES), None)
         rs = (
             [ratios(c.label, c.metrics, base.label, base.metrics, fanout) for c in columns if c is not base]
             if base is not None

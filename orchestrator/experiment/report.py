@@ -31,8 +31,10 @@ from matplotlib.colors import Normalize
 from rich.console import Console
 from rich.table import Table
 
+from aidcnet.modes import Mode
+from aidcnet.roles import Role
 from orchestrator.experiment.metrics import Comparison, compare_runs, receiver_latencies
-from orchestrator.experiment.results import RunResult
+from orchestrator.experiment.records import RunResult
 from orchestrator.lab.topology import Topology
 from orchestrator.workloads.trace import format_bytes
 
@@ -270,7 +272,7 @@ def _hosts(c: Comparison, topology: Topology | None) -> set[str]:
 
         for node in topology.nodes.values():
             try:
-                if role_of(node).name == "gpu-host":
+                if role_of(node).name == Role.GPU_HOST:
                     hosts.add(node.name)
             except ValueError:
                 continue
@@ -502,7 +504,7 @@ def build_blocks(
         blocks.append(Para(_trace_line(c)))
         blocks.append(Heading(3, "Summary"))
         blocks.append(summary_table(c))
-        blocks.append(Heading(3, f"Ratios against {c.baseline or 'unicast'}"))
+        blocks.append(Heading(3, f"Ratios against {c.baseline or Mode.UNICAST}"))
         rt = ratios_table(c)
         if rt is None:
             blocks.append(

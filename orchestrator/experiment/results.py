@@ -20,7 +20,6 @@ import csv
 import hashlib
 import io
 import json
-import math
 import os
 import platform
 import re
@@ -32,10 +31,20 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import ValidationError
 
-FORMAT_VERSION = 1
-SUPPORTED_FORMAT_VERSIONS: tuple[int, ...] = (1,)
+from orchestrator.experiment.records import (
+    SUPPORTED_FORMAT_VERSIONS,
+    MachineInfo,
+    ResultsError,
+    RunMeta,
+    RunResult,
+    TraceInfo,
+    _unsupported,
+)
+
+_NAME_PART = re.compile(r"[^A-Za-z0-9_.-]+")
+_RUN_ID_RE = re.compile(r"^\d{8}T\d{6}\.\d{6}Z-[A-Za-z0-9_.-]+$")
 
 RUN_FILE = "run.json"
 SUMMARY_FILE = "summary.json"
@@ -45,8 +54,6 @@ AGENTS_FILE = "agents.csv"
 
 DEFAULT_RESULTS_DIR = "results"
 
-# Modes in the order reports show them: the unicast baseline first, then by how much the network does.
-MODE_ORDER: tuple[str, ...] = ("unicast", "host-bier", "net-bier", "ina", "ring", "ps")
 
 LINK_COLUMNS = (
     "link",
@@ -72,297 +79,6 @@ MESSAGE_COLUMNS = (
 )
 AGENT_COLUMNS = ("node", "counter", "delta")
 
-_NAME_PART = re.compile(r"[^A-Za-z0-9_.-]+")
-_ENDPOINT = r"[A-Za-z0-9][A-Za-z0-9_.-]*:[^\s:<>]+"
-_LINK_RE = re.compile(rf"^({_ENDPOINT})<->({_ENDPOINT})$")
-_RUN_ID_RE = re.compile(r"^\d{8}T\d{6}\.\d{6}Z-[A-Za-z0-9_.-]+$")
-
-
-class ResultsError(ValueError):
-    """A run directory that cannot be read or written; the message names the path and what to do."""
-
-
-# ---------------------------------------------------------------------------------------------- models
-
-
-class _Model(BaseModel):
-    # Unknown fields are errors: a misspelt field must not silently vanish from a results record.
-    model_config = ConfigDict(extra="forbid")
-
-
-class MachineInfo(_Model):
-    hostname: str
-    python: str
-    implementation: str
-    platform: str
-    machine: str
-    kernel: str
-    cpu_count: int | None = None
-    memory_bytes: int | None = None
-
-
-class TraceInfo(_Model):
-    """The trace a run replayed: where it was, its content hash and its header summary."""
-
-    file: str
-    # Two runs replayed the same trace when the hashes match, whatever the file was called.
-    sha256: str | None = None
-    generator: str
-    version: int
-    params: dict[str, Any] = Field(default_factory=dict)
-    hosts: list[str]
-    ops: int = Field(ge=0)
-    ops_by_kind: dict[str, int] = Field(default_factory=dict)
-    bytes: int = Field(ge=0)
-    delivered_bytes: int = Field(ge=0)
-    fanout_mean: float
-    # Receivers per multicast op, weighted by bytes (orchestrator.metrics.theoretical_fanout).
-    fanout_weighted: float | None = None
-    duration: float
-
-    @property
-    def name(self) -> str:
-        return Path(self.file).name
-
-
-class RunMeta(_Model):
-    run_id: str
-    lab: str
-    topology_file: str | None = None
-    trace: TraceInfo
-    mode: str = Field(min_length=1)
-    started: datetime
-    finished: datetime
-    aidclab_version: str
-    git_commit: str | None = None
-    machine: MachineInfo
-    # Free-form replay settings (rate limits, timeouts, options of the mode): recorded, not interpreted.
-    settings: dict[str, Any] = Field(default_factory=dict)
-
-    @field_validator("started", "finished")
-    @classmethod
-    def _utc(cls, v: datetime) -> datetime:
-        if v.tzinfo is None:
-            raise ValueError("must carry a timezone (use datetime.now(UTC))")
-        return v.astimezone(UTC)
-
-    @model_validator(mode="after")
-    def _order(self) -> RunMeta:
-        if self.finished < self.started:
-            raise ValueError(
-                f"finished {self.finished.isoformat()} is before started {self.started.isoformat()}"
-            )
-        return self
-
-    @property
-    def duration(self) -> float:
-        return (self.finished - self.started).total_seconds()
-
-
-class LinkCounters(_Model):
-    """Counter deltas over a run for one veth link, per direction.
-
-    ``link`` is ``"a:ifA<->b:ifB"`` with a and b in topology-file order. ``a_to_b`` is what a's
-    interface transmitted (its kernel tx counters), ``b_to_a`` what b's transmitted.
-    """
-
-    link: str
-    a_to_b_bytes: int = Field(ge=0)
-    a_to_b_packets: int = Field(ge=0)
-    b_to_a_bytes: int = Field(ge=0)
-    b_to_a_packets: int = Field(ge=0)
-
-    @field_validator("link")
-    @classmethod
-    def _link_id(cls, v: str) -> str:
-        if not _LINK_RE.match(v):
-            raise ValueError(
-                f"{v!r} is not a link id; expected 'node:iface<->node:iface' (e.g. h1:eth1<->leaf1:eth3)"
-            )
-        return v
-
-    @property
-    def a(self) -> str:
-        return _LINK_RE.match(self.link).group(1)  # type: ignore[union-attr]
-
-    @property
-    def b(self) -> str:
-        return _LINK_RE.match(self.link).group(2)  # type: ignore[union-attr]
-
-    @property
-    def a_node(self) -> str:
-        return self.a.split(":", 1)[0]
-
-    @property
-    def b_node(self) -> str:
-        return self.b.split(":", 1)[0]
-
-    @property
-    def total_bytes(self) -> int:
-        return self.a_to_b_bytes + self.b_to_a_bytes
-
-    @property
-    def total_packets(self) -> int:
-        return self.a_to_b_packets + self.b_to_a_packets
-
-
-def link_id(a: str, b: str) -> str:
-    """``link_id("h1:eth1", "leaf1:eth3") == "h1:eth1<->leaf1:eth3"``."""
-    return f"{a}<->{b}"
-
-
-class MessageResult(_Model):
-    """One trace op as replayed: who should have got it, who did, and how long each copy took.
-
-    Times are seconds on the replay clock (one host kernel, so every container reads the same clock).
-    ``delivered`` lists each receiver that got the complete message once, in any order; a receiver in
-    ``delivered`` but not in ``expected`` is a wrong receiver. ``latency`` maps a delivered receiver to
-    the seconds from ``sent_at`` to its first complete copy; ``duplicates`` maps a receiver to the
-    number of extra complete copies it got.
-    """
-
-    id: int = Field(ge=0)
-    op: str = "multicast"
-    src: str
-    expected: list[str] = Field(min_length=1)
-    delivered: list[str] = Field(default_factory=list)
-    bytes: int = Field(ge=0)
-    sent_at: float = Field(allow_inf_nan=False)
-    latency: dict[str, float] = Field(default_factory=dict)
-    duplicates: dict[str, int] = Field(default_factory=dict)
-
-    @field_validator("expected", "delivered")
-    @classmethod
-    def _unique(cls, v: list[str]) -> list[str]:
-        seen: set[str] = set()
-        for r in v:
-            if r in seen:
-                raise ValueError(f"receiver {r!r} is listed twice (count extra copies in 'duplicates')")
-            seen.add(r)
-        return v
-
-    @field_validator("latency")
-    @classmethod
-    def _latency(cls, v: dict[str, float]) -> dict[str, float]:
-        for r, s in v.items():
-            if not math.isfinite(s) or s < 0:
-                raise ValueError(f"latency of {r!r} must be a finite number of seconds >= 0, got {s!r}")
-        return v
-
-    @field_validator("duplicates")
-    @classmethod
-    def _dups(cls, v: dict[str, int]) -> dict[str, int]:
-        for r, n in v.items():
-            if n < 0:
-                raise ValueError(f"duplicates of {r!r} must be >= 0, got {n}")
-        return v
-
-    @model_validator(mode="after")
-    def _consistent(self) -> MessageResult:
-        got = set(self.delivered)
-        for what, keys in (("latency", self.latency), ("duplicates", self.duplicates)):
-            stray = sorted(set(keys) - got)
-            if stray:
-                raise ValueError(f"{what} names {stray[0]!r}, which is not in 'delivered'")
-        return self
-
-    @property
-    def missing(self) -> list[str]:
-        got = set(self.delivered)
-        return [r for r in self.expected if r not in got]
-
-    @property
-    def wrong(self) -> list[str]:
-        want = set(self.expected)
-        return [r for r in self.delivered if r not in want]
-
-
-class LatencyStats(_Model):
-    """Nearest-rank percentiles in seconds; all None when there are no samples."""
-
-    count: int = 0
-    p50: float | None = None
-    p90: float | None = None
-    p99: float | None = None
-    max: float | None = None
-    mean: float | None = None
-
-
-class DeliveryStats(_Model):
-    messages: int = 0
-    complete_messages: int = 0
-    expected: int = 0
-    delivered: int = 0
-    missing: int = 0
-    duplicates: int = 0
-    wrong_receivers: int = 0
-
-    @property
-    def ratio(self) -> float:
-        return self.delivered / self.expected if self.expected else 1.0
-
-    @property
-    def ok(self) -> bool:
-        return self.missing == 0 and self.wrong_receivers == 0
-
-
-class RunMetrics(_Model):
-    """Derived from a RunResult by ``orchestrator.metrics.compute_metrics``; never measured directly."""
-
-    sources: list[str] = Field(default_factory=list)
-    source_egress_bytes: int = 0
-    source_egress_packets: int = 0
-    total_fabric_bytes: int = 0
-    total_fabric_packets: int = 0
-    max_link: str | None = None
-    # The transmitting endpoint of the busiest direction, e.g. "spine1:eth1".
-    max_link_from: str | None = None
-    max_link_bytes: int = 0
-    max_link_share: float = 0.0
-    first_send: float | None = None
-    last_delivery: float | None = None
-    completion_time: float | None = None
-    latency: LatencyStats = Field(default_factory=LatencyStats)
-    message_latency: LatencyStats = Field(default_factory=LatencyStats)
-    delivery: DeliveryStats = Field(default_factory=DeliveryStats)
-    payload_bytes: int = 0
-    payload_delivered_bytes: int = 0
-    theoretical_fanout: float | None = None
-
-
-class RunResult(_Model):
-    format_version: int = FORMAT_VERSION
-    meta: RunMeta
-    links: list[LinkCounters] = Field(default_factory=list)
-    # node -> counter name -> delta over the run (the agents' `show counters` names).
-    agents: dict[str, dict[str, int]] = Field(default_factory=dict)
-    messages: list[MessageResult] = Field(default_factory=list)
-    metrics: RunMetrics | None = None
-
-    @field_validator("format_version")
-    @classmethod
-    def _version(cls, v: int) -> int:
-        if v not in SUPPORTED_FORMAT_VERSIONS:
-            raise ValueError(_unsupported(v))
-        return v
-
-    @property
-    def run_id(self) -> str:
-        return self.meta.run_id
-
-    @property
-    def mode(self) -> str:
-        return self.meta.mode
-
-
-def _unsupported(v: object) -> str:
-    ok = ", ".join(map(str, SUPPORTED_FORMAT_VERSIONS))
-    return (
-        f"results format version {v!r} is not supported; this aidclab reads version(s) {ok} (upgrade aidclab)"
-    )
-
-
-# ---------------------------------------------------------------------------------------------- run ids
 
 _id_lock = threading.Lock()
 _last_stamp: datetime | None = None

@@ -13,14 +13,14 @@ from typing import Any
 
 from rich.console import Console
 
-from aidcnet.agent import control
+from aidcnet.agent.client import AgentClient
+from aidcnet.agent.control import ControlError
 from orchestrator.lab import labdir
 from orchestrator.lab.roles import role_of
-from orchestrator.lab.roles.base import AGENT_HEALTH
 from orchestrator.lab.runtime.docker import (
     ContainerSpec,
+    DockerError,
     DockerRuntime,
-    RuntimeError_,
     link_netns,
     netns_links,
     unlink_netns,
@@ -98,17 +98,17 @@ def _health(runtime: DockerRuntime, topo: Topology, node: str, pid: int, deadlin
     (seen from the host under /proc/PID/root), which costs microseconds instead of a ``docker exec``."""
     role = role_of(topo.nodes[node])
     container = topo.container_name(node)
-    socket_path = Path(f"/proc/{pid}/root") / str(control.CONTROL_SOCKET).lstrip("/")
+    agent = AgentClient.for_pid(pid, node, timeout=2.0)
     detail = ""
     while True:
-        if role.health_cmd is None:
-            return True, "running"
-        if role.health_cmd == AGENT_HEALTH:
+        if role.runs_agent:
             try:
-                if control.request("health", timeout=2.0, path=socket_path).get("ok"):
-                    return True, "agent answers"
-            except (control.ControlError, OSError, ValueError) as exc:
+                agent.health()
+                return True, "agent answers"
+            except ControlError as exc:
                 detail = str(exc)
+        elif role.health_cmd is None:
+            return True, "running"
         else:
             code, out = runtime.exec(container, list(role.health_cmd))
             if code == 0:
@@ -118,7 +118,8 @@ def _health(runtime: DockerRuntime, topo: Topology, node: str, pid: int, deadlin
             state = runtime.inspect(container)["State"]
             if not state.get("Running"):
                 return False, f"container exited with code {state.get('ExitCode')} (docker logs {container})"
-            return False, f"health check `{' '.join(role.health_cmd)}` still failing: {detail}"
+            check = "aidcnet ctl health" if role.runs_agent else " ".join(role.health_cmd or ())
+            return False, f"health check `{check}` still failing: {detail}"
         time.sleep(0.1)
 
 
@@ -158,7 +159,7 @@ def deploy(topo: Topology, runtime: DockerRuntime | None = None, reconfigure: bo
                     node = futures[fut]
                     try:
                         _cid, pids[node] = fut.result()
-                    except RuntimeError_ as exc:
+                    except DockerError as exc:
                         errors.append(f"node {node}: {exc}")
                         continue
                     link_netns(topo.container_name(node), pids[node])

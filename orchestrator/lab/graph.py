@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import re
 
+from aidcnet.roles import Role
 from orchestrator.lab.roles import role_of
 from orchestrator.lab.topology import Topology
 
-ROLE_SHAPES_DOT = {"bfr": "box", "ina-switch": "box3d", "gpu-host": "ellipse", "frr": "hexagon"}
+ROLE_SHAPES_DOT = {Role.BFR: "box", Role.INA_SWITCH: "box3d", Role.GPU_HOST: "ellipse", Role.FRR: "hexagon"}
 
 
 def _mermaid_id(name: str) -> str:
@@ -19,7 +20,7 @@ def to_mermaid(topo: Topology) -> str:
     for name, node in topo.nodes.items():
         role = role_of(node).name
         label = f"{name}<br/><small>{role}</small>"
-        shape = f'(["{label}"])' if role == "gpu-host" else f'["{label}"]'
+        shape = f'(["{label}"])' if role == Role.GPU_HOST else f'["{label}"]'
         lines.append(f"  {_mermaid_id(name)}{shape}")
     for link in topo.links:
         lines.append(

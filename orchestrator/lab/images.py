@@ -19,6 +19,7 @@ import tempfile
 import tomllib
 from pathlib import Path
 
+from aidcnet.roles import Role
 from orchestrator.lab.runtime.docker import docker_client
 from orchestrator.paths import CACHE as CACHE_ROOT
 from orchestrator.paths import NODE_IMAGES, ROOT
@@ -30,7 +31,7 @@ DEBIAN_SUITE = "bookworm"
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
 BASE_IMAGE = "aidclab/base:latest"
 NODE_IMAGE = "aidclab/node:latest"
-ROLE_IMAGES = ("bfr", "ina-switch", "gpu-host", "frr")
+ROLE_IMAGES = (Role.BFR, Role.INA_SWITCH, Role.GPU_HOST, Role.FRR)
 INPUTS_LABEL = "aidclab.inputs"
 
 

@@ -8,20 +8,23 @@
 * ``loss P`` makes the node's agent drop a share P (0..1) of what it sends on the interface (INA packets and
   BIER copies; ``aidcnet.loss``): this kernel has no netem, so loss lives in our dataplane. 0 removes it.
 
-Both act through the node's own tools (``ip`` and ``aidcnet ctl`` via docker exec), never around them.
+Both act through the node's own tools (``ip`` via docker exec, and the node's agent through its control
+socket), never around them.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
+from aidcnet.agent.control import ControlError
 from aidcnet.fare.bandwidth import BandwidthError, format_bandwidth, parse_bandwidth
-from orchestrator.lab.topology import lab_dir_name
+
+if TYPE_CHECKING:
+    from aidcnet.agent.client import AgentClient
 
 ACTIONS = ("down", "up", "bandwidth", "loss")
 _ENDPOINT = re.compile(r"^(?P<node>[^:\s]+):(?P<iface>[A-Za-z0-9_.-]{1,15})$")
@@ -34,13 +37,15 @@ class LinkSetError(ValueError):
 class Runtime(Protocol):
     def exec(self, container: str, cmd: list[str] | str, timeout: float | None = None) -> tuple[int, str]: ...
 
+    def agent(self, container: str, node: str | None = None, timeout: float = 10.0) -> AgentClient: ...
+
 
 @dataclass(frozen=True)
 class End:
     node: str
     interface: str
     container: str
-    runs_agent: bool  # aidcnet ctl works there (not FRR or plain linux)
+    runs_agent: bool  # the aidcnet agent runs there (not FRR or plain linux)
 
 
 def parse_endpoint(text: str) -> tuple[str, str]:
@@ -109,11 +114,10 @@ def link_set(
         if not end.runs_agent:
             lines.append(f"{end.node}:{end.interface} skipped (not an aidcnet node: set its bandwidth there)")
             continue
-        code, out = runtime.exec(end.container, ["aidcnet", "ctl", "link-bandwidth", end.interface, value])
-        if code != 0:
-            raise LinkSetError(
-                f"{end.node}: aidcnet ctl link-bandwidth {end.interface} {value}: {out.strip()}"
-            )
+        try:
+            runtime.agent(end.container, end.node).bgp_link(end.interface, value)
+        except ControlError as exc:
+            raise LinkSetError(f"{end.node}: bandwidth of {end.interface} to {value}: {exc}") from None
         lines.append(f"{end.node}:{end.interface} bandwidth {shown}")
     return lines
 
@@ -130,85 +134,10 @@ def _set_loss(runtime: Runtime, end: End, value: str | None) -> str:
         )
     if not end.runs_agent:
         raise LinkSetError(f"{end.node} is not an aidcnet node: loss injection lives in the aidcnet agent")
-    code, out = runtime.exec(end.container, ["aidcnet", "ctl", "drop", end.interface, repr(probability)])
-    if code != 0:
-        raise LinkSetError(f"{end.node}: aidcnet ctl drop {end.interface} {probability}: {out.strip()}")
+    try:
+        runtime.agent(end.container, end.node).drop(end.interface, probability)
+    except ControlError as exc:
+        raise LinkSetError(f"{end.node}: loss {probability} on {end.interface}: {exc}") from None
     if probability == 0:
         return f"{end.node}:{end.interface} loss removed"
     return f"{end.node}:{end.interface} drops {probability:.2%} of what its agent sends"
-
-
-def _lab_dir(lab: str | None) -> Path:
-    if lab is not None:
-        from orchestrator.cli import _lab_name
-
-        return Path.cwd() / lab_dir_name(_lab_name(lab))
-    found = sorted(p.parent for p in Path.cwd().glob("clab-*/topology-data.json"))
-    if len(found) != 1:
-        shown = ", ".join(p.name for p in found) or "none"
-        raise LinkSetError(f"name the lab with --lab: lab dirs here: {shown}")
-    return found[0]
-
-
-def cmd_link(args: argparse.Namespace) -> int:
-    import time
-
-    from orchestrator.lab.runtime.docker import DockerRuntime
-    from orchestrator.progress import fail
-
-    started = time.monotonic()
-    try:
-        lines = link_set(DockerRuntime(), _lab_dir(args.lab), args.endpoint, args.action, args.value)
-    except LinkSetError as exc:
-        fail(str(exc))
-        return 1
-    for line in lines:
-        print(line)
-    print(f"link set done in {time.monotonic() - started:.2f} s")
-    return 0
-
-
-_DESCRIPTION = """\
-aidclab link set NODE:IF down|up|bandwidth BW|loss P
-
-  down / up     set the interface down/up in the node: the peer loses carrier, and both agents
-                withdraw or re-weight through netlink at once (not at hold-timer expiry)
-  bandwidth BW  tell the agents at both ends the link's new bandwidth (e.g. 400G for a Y-cable
-                that lost one of its two 400G sub-links): FARE re-weights and re-advertises
-  loss P        the node's agent drops a share P (0..1) of what it sends on IF (INA packets and
-                BIER copies; the kernel has no netem), counted as loss.injected.<IF>; 0 removes it
-"""
-
-_EPILOG = """\
-examples:
-  aidclab link set G1:eth2 down
-  aidclab link set G1:eth2 up
-  aidclab link set --lab superpod G2:eth1 bandwidth 400G
-  aidclab link set --lab ina-fig1 s5:eth1 loss 0.02
-  aidclab link set --lab ina-fig1 s5:eth1 loss 0
-"""
-
-
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "link",
-        help="fault injection: take a link down/up, change its bandwidth, or make it lossy",
-        description=_DESCRIPTION,
-        epilog=_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    verbs = p.add_subparsers(dest="link_verb", required=True, metavar="set")
-    s = verbs.add_parser(
-        "set",
-        help="change one link",
-        description=_DESCRIPTION,
-        epilog=_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    s.add_argument("--lab", help="lab name or topology file (default: the only clab-*/ lab dir here)")
-    s.add_argument("endpoint", help="NODE:INTERFACE, e.g. G1:eth2")
-    s.add_argument("action", choices=ACTIONS)
-    s.add_argument(
-        "value", nargs="?", help="bandwidth: bits/s with an SI prefix, e.g. 400G; loss: a probability 0..1"
-    )
-    s.set_defaults(func=cmd_link)

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from aidcnet.ina.worker import job_scale
-from orchestrator.experiment.collective import run_allreduce, run_concurrent
+from orchestrator.experiment.modes.collective import run_allreduce, run_concurrent
 from orchestrator.experiment.driver import load_plan, node_pids
 
 from .conftest import ROOT, aidclab, ctl, deployed

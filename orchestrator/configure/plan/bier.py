@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import ipaddress
 
+from aidcnet.roles import Role
 from orchestrator.configure.plan.context import Context, Source, clash, natural_key, problem
 from orchestrator.configure.plan.model import GroupVars, LabPlan, PlanBier, PlanError, PlanGroup
 
 # gpu-host runs the host agent as BFIR/BFER (host-BIER); FRR has no BIER.
-BFR_ROLES = frozenset({"gpu-host", "bfr", "ina-switch"})
+BFR_ROLES = frozenset({Role.GPU_HOST, Role.BFR, Role.INA_SWITCH})
 BSLS = (64, 128, 256, 512, 1024, 2048, 4096)
 # BFR-ID is a 16-bit field and 0 is reserved (RFC 8279 §2).
 MAX_BFR_ID = 65535

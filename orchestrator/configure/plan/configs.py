@@ -15,6 +15,7 @@ from aidcnet.config import (
     NodeConfig,
     Route,
 )
+from aidcnet.roles import Role
 from orchestrator.configure.plan.context import natural_key
 from orchestrator.configure.plan.ina import ina_config
 from orchestrator.configure.plan.model import LabPlan, PlanError
@@ -93,7 +94,7 @@ def bgp_config(plan: LabPlan, name: str) -> Bgp | None:
         mode=plan.bgp.mode,
         link_bandwidth=plan.bgp.link_bandwidth,
         hold_time=plan.bgp.hold_time,
-        transit=node.role != "gpu-host",
+        transit=node.role != Role.GPU_HOST,
     )
 
 
@@ -137,10 +138,10 @@ def bier_config(plan: LabPlan, name: str) -> Bier | None:
                 birt[bfr_id] = hops
     host_ports = (
         sorted(
-            (n.interface for n in neighbors.values() if plan.nodes[n.name].role == "gpu-host"),
+            (n.interface for n in neighbors.values() if plan.nodes[n.name].role == Role.GPU_HOST),
             key=natural_key,
         )
-        if node.role != "gpu-host"
+        if node.role != Role.GPU_HOST
         else []
     )
     flows, members = [], []
@@ -161,7 +162,7 @@ def bier_config(plan: LabPlan, name: str) -> Bier | None:
         neighbors=sorted(neighbors.values(), key=lambda n: natural_key(n.name)),
         birt=dict(sorted(birt.items())),
         host_ports=host_ports,
-        app_port=HOST_APP_PORT if node.role == "gpu-host" else None,
+        app_port=HOST_APP_PORT if node.role == Role.GPU_HOST else None,
         flows=flows,
         members=members,
     )
@@ -169,4 +170,4 @@ def bier_config(plan: LabPlan, name: str) -> Bier | None:
 
 def node_configs(plan: LabPlan) -> dict[str, NodeConfig]:
     """A config for every node the plan manages (every role but linux), in topology node order."""
-    return {name: node_config(plan, name) for name, node in plan.nodes.items() if node.role != "linux"}
+    return {name: node_config(plan, name) for name, node in plan.nodes.items() if node.role != Role.LINUX}

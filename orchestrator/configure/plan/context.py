@@ -14,14 +14,15 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from aidcnet.roles import Role
 from orchestrator.configure.plan.model import LabVars, PlanError
 from orchestrator.lab.roles import role_of
 from orchestrator.lab.topology import Topology
 
-HOST_ROLE = "gpu-host"
-SWITCH_ROLES = frozenset({"bfr", "ina-switch", "frr"})
+HOST_ROLE = Role.GPU_HOST
+SWITCH_ROLES = frozenset({Role.BFR, Role.INA_SWITCH, Role.FRR})
 # linux nodes are whatever the user put there; the plan neither configures nor routes through them.
-UNMANAGED_ROLES = frozenset({"linux"})
+UNMANAGED_ROLES = frozenset({Role.LINUX})
 DEFAULTS_PACKAGE = "orchestrator.configure.plan"
 DEFAULTS_DISPLAY_DIR = "orchestrator/configure/plan"
 

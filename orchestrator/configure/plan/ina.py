@@ -19,10 +19,11 @@ from __future__ import annotations
 import ipaddress
 
 from aidcnet.config import Ina, InaJob, InaMember, InaTransit
+from aidcnet.roles import Role
 from orchestrator.configure.plan.context import Context, natural_key, problem
 from orchestrator.configure.plan.model import InaJobVars, LabPlan, PlanInaJob, PlanVatNode
 
-INA_ROLE = "ina-switch"
+INA_ROLE = Role.INA_SWITCH
 
 
 def apply(plan: LabPlan, ctx: Context) -> LabPlan:
@@ -60,7 +61,7 @@ def plan_job(plan: LabPlan, ctx: Context, where: str, job: InaJobVars) -> PlanIn
     bfr: dict[str, int] = {}
     for w in job.workers:
         node = plan.nodes.get(w)
-        if node is None or node.role != "gpu-host":
+        if node is None or node.role != Role.GPU_HOST:
             raise problem(src(f"{where}.workers"), f"{w!r} is not a gpu-host node of this lab")
         if node.bfr_id is None:
             raise problem(src(f"{where}.workers"), f"{w} has no BFR-id, so it cannot be a bit of an A-BM")
@@ -118,7 +119,7 @@ def plan_job(plan: LabPlan, ctx: Context, where: str, job: InaJobVars) -> PlanIn
             if hop is None:
                 raise problem(src(f"{where}.root"), f"{here} has no route to the root {job.root}")
             nxt, via = hop
-            if here == sender and plan.nodes[sender].role == "gpu-host":
+            if here == sender and plan.nodes[sender].role == Role.GPU_HOST:
                 first_hop[sender] = via
             elif here != sender and here not in abms:
                 transit[here] = via

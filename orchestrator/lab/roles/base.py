@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from aidcnet.roles import AGENT_ROLES, Role
 from orchestrator.lab.topology import Node
 
 IMAGE_REPOSITORY = "aidclab"
@@ -24,25 +25,32 @@ FABRIC_SYSCTLS = {
     "net.ipv6.conf.default.accept_dad": "0",
 }
 
-AGENT_HEALTH = ("aidcnet", "ctl", "health")
-
-
 @dataclass(frozen=True)
 class NodeRole:
-    """What aidclab needs to know to run one kind of node."""
+    """What aidclab needs to know to run one kind of node.
 
-    name: str
-    image: str
+    ``runs_agent``: the aidcnet agent is the node's main process, so ``aidcnet ctl`` and the host's
+    :class:`aidcnet.agent.client.AgentClient` work there, and its health check is the agent's own.
+    Otherwise ``health_cmd`` (run with docker exec) says when the node is up, or nothing is checked.
+    """
+
+    name: Role
+    runs_agent: bool
     ansible_group: str
-    health_cmd: tuple[str, ...] | None = AGENT_HEALTH
+    health_cmd: tuple[str, ...] | None = None
     sysctls: dict[str, str] = field(default_factory=lambda: dict(FABRIC_SYSCTLS))
     cap_add: tuple[str, ...] = ("NET_ADMIN", "NET_RAW", "SYS_ADMIN")
     description: str = ""
+    has_image: bool = True
+
+    def __post_init__(self) -> None:
+        if self.runs_agent != (self.name in AGENT_ROLES):
+            raise ValueError(f"role {self.name}: runs_agent={self.runs_agent} disagrees with aidcnet.roles")
 
     @property
-    def runs_agent(self) -> bool:
-        """The aidcnet agent runs in the node (so ``aidcnet ctl`` works there), as its health check says."""
-        return self.health_cmd == AGENT_HEALTH
+    def image(self) -> str:
+        """The image aidclab builds for this role (``aidclab images``); empty for roles it does not build."""
+        return f"{IMAGE_REPOSITORY}/{self.name}:latest" if self.has_image else ""
 
     def container_sysctls(self, node: Node) -> dict[str, str]:
         return {**self.sysctls, **node.sysctls}
@@ -71,7 +79,7 @@ def role_of(node: Node) -> NodeRole:
 
 def role_from(node_name: str, labels: Mapping[str, str], image: str) -> NodeRole:
     """The role from a node's labels and image, wherever they come from (a topology, topology-data.json)."""
-    name = labels.get(ROLE_LABEL) or image_role_name(image) or "linux"
+    name = labels.get(ROLE_LABEL) or image_role_name(image) or Role.LINUX
     if name not in ROLES:
         known = ", ".join(sorted(ROLES))
         raise ValueError(

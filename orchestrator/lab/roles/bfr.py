@@ -1,12 +1,13 @@
 """Software BIER router (BFR): a fabric switch running the aidcnet switch agent."""
 
+from aidcnet.roles import Role
 from orchestrator.lab.roles.base import NodeRole, register
 
 ROLE = register(
     NodeRole(
-        name="bfr",
-        image="aidclab/bfr:latest",
-        ansible_group="bfr",
+        name=Role.BFR,
+        runs_agent=True,
+        ansible_group=Role.BFR,
         description="software BIER router (aidcnet switch agent)",
     )
 )

@@ -1,13 +1,14 @@
 """Any other ``kind: linux`` image: no agent, healthy once its container runs."""
 
+from aidcnet.roles import Role
 from orchestrator.lab.roles.base import NodeRole, register
 
 ROLE = register(
     NodeRole(
-        name="linux",
-        image="",
-        ansible_group="linux",
-        health_cmd=None,
+        name=Role.LINUX,
+        runs_agent=False,
+        has_image=False,
+        ansible_group=Role.LINUX,
         description="plain linux container",
     )
 )

@@ -16,12 +16,14 @@ from typing import Any
 import docker
 import docker.errors
 
+from aidcnet.agent.client import AgentClient
+
 LAB_LABEL = "containerlab"
 MANAGED_NETWORK_LABEL = "aidclab.managed"
 NETNS_DIR = Path("/run/netns")
 
 
-class RuntimeError_(RuntimeError):
+class DockerError(RuntimeError):
     """A runtime failure with what went wrong and what to do about it."""
 
 
@@ -31,7 +33,7 @@ def docker_client() -> docker.DockerClient:
         client.ping()
     except docker.errors.DockerException as exc:
         host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
-        raise RuntimeError_(
+        raise DockerError(
             f"no Docker engine answers on {host} ({exc.__class__.__name__}); run `make setup`, "
             "which installs docker.io and starts dockerd"
         ) from exc
@@ -68,13 +70,13 @@ class DockerRuntime:
             configs = (net.attrs.get("IPAM") or {}).get("Config") or []
             subnets = {c.get("Subnet") for c in configs}
             if subnet not in subnets:
-                raise RuntimeError_(
+                raise DockerError(
                     f"management network {name!r} exists with subnet {sorted(subnets)}, not {subnet}; "
                     f"set mgmt.ipv4-subnet to match, pick another mgmt.network, or remove it "
                     f"(docker network rm {name})"
                 )
             if not net.attrs.get("Internal"):
-                raise RuntimeError_(
+                raise DockerError(
                     f"management network {name!r} exists but is not --internal, so lab containers could "
                     f"reach outside the machine; remove it (docker network rm {name}) and deploy again"
                 )
@@ -143,20 +145,20 @@ class DockerRuntime:
                 detach=True,
             )
         except docker.errors.ImageNotFound as exc:
-            raise RuntimeError_(
+            raise DockerError(
                 f"image {spec.image!r} for container {spec.name} is not built; run `make images`"
             ) from exc
         except docker.errors.APIError as exc:
             if exc.status_code == 409:
-                raise RuntimeError_(
+                raise DockerError(
                     f"container {spec.name} already exists; run `aidclab destroy` for its lab first"
                 ) from exc
-            raise RuntimeError_(f"creating {spec.name}: {exc.explanation or exc}") from exc
+            raise DockerError(f"creating {spec.name}: {exc.explanation or exc}") from exc
         cid = created["Id"]
         try:
             self.api.start(cid)
         except docker.errors.APIError as exc:
-            raise RuntimeError_(f"starting {spec.name}: {exc.explanation or exc}") from exc
+            raise DockerError(f"starting {spec.name}: {exc.explanation or exc}") from exc
         pid = self.api.inspect_container(cid)["State"]["Pid"]
         return cid, pid
 
@@ -171,6 +173,20 @@ class DockerRuntime:
     def remove(self, name_or_id: str) -> None:
         with contextlib.suppress(docker.errors.NotFound):
             self.api.remove_container(name_or_id, force=True, v=True)
+
+    def pid(self, container: str) -> int:
+        """The host PID of a running container's init; DockerError naming the container if it is not up."""
+        try:
+            state = self.inspect(container)["State"]
+        except docker.errors.NotFound:
+            raise DockerError(f"container {container} does not exist: is the lab deployed?") from None
+        if not state.get("Running"):
+            raise DockerError(f"container {container} is not running (docker logs {container})")
+        return int(state["Pid"])
+
+    def agent(self, container: str, node: str | None = None, timeout: float = 10.0) -> AgentClient:
+        """The aidcnet agent of ``container``, reached through its control socket from the host."""
+        return AgentClient.for_pid(self.pid(container), node or container, timeout)
 
     def exec(self, container: str, cmd: list[str] | str, timeout: float | None = None) -> tuple[int, str]:
         """Run a command in a container; returns (exit code, combined output)."""

@@ -17,7 +17,7 @@ from aidcnet.config import Ina, InaMember
 from aidcnet.ina.fixedpoint import from_fixed, to_fixed
 from aidcnet.ina.header import DType, Op
 from aidcnet.ina.worker import digest, job_scale, reference, worker_array
-from orchestrator.experiment.collective import judge
+from orchestrator.experiment.modes.collective import judge
 
 
 def free_port_pair() -> int:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from orchestrator.experiment.metrics import Snapshot, agent_deltas, link_deltas, link_pairs
-from orchestrator.experiment.results import MachineInfo, MessageResult, RunMeta, RunResult, TraceInfo
+from orchestrator.experiment.records import MachineInfo, MessageResult, RunMeta, RunResult, TraceInfo
 from orchestrator.lab.topology import Topology, load_topology
 from orchestrator.paths import ROOT as ROOT_DIR
 

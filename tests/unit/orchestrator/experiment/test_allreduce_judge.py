@@ -11,8 +11,8 @@ import pytest
 from aidcnet.ina.header import DType, Op
 from aidcnet.ina.worker import digest, exact_result, job_scale, reference, worker_array
 from orchestrator.configure.plan.model import PlanInaJob
-from orchestrator.experiment.collective import check_supported, judge
-from orchestrator.experiment.driver import ReplayError
+from orchestrator.experiment.modes.collective import check_supported, judge
+from orchestrator.experiment.session import ExperimentError as ReplayError
 
 
 def reply(values: np.ndarray, with_values: bool = True) -> dict:

@@ -28,7 +28,7 @@ from orchestrator.experiment.metrics import (
     total_fabric,
     trace_fanout,
 )
-from orchestrator.experiment.results import LinkCounters, MessageResult, RunResult, link_id
+from orchestrator.experiment.records import LinkCounters, MessageResult, RunResult, link_id
 from orchestrator.workloads.trace import TraceOp
 from tests.unit.orchestrator.experiment import results_fixtures as fx
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from orchestrator.experiment.driver import build_messages
+from orchestrator.experiment.modes.messages import build_messages
 from orchestrator.workloads.trace import TraceOp
 
 HOSTS = ["h1", "h2", "h3", "h4"]

@@ -15,8 +15,9 @@ from rich.console import Console
 from orchestrator.cli.report import add_parser, main, resolve_specs
 from orchestrator.experiment import report
 from orchestrator.experiment.metrics import compare_runs
+from orchestrator.experiment.records import RunResult
 from orchestrator.experiment.report import layered_layout, print_summary, write_report
-from orchestrator.experiment.results import RunResult, new_run_id, save_run
+from orchestrator.experiment.results import new_run_id, save_run
 from tests.unit.orchestrator.experiment import results_fixtures as fx
 
 PNG = b"\x89PNG\r\n\x1a\n"

@@ -12,16 +12,12 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from orchestrator.experiment import results
+from orchestrator.experiment import records, results
 from orchestrator.experiment.metrics import compute_metrics, trace_fanout
+from orchestrator.experiment.records import LinkCounters, MessageResult, ResultsError, RunMeta, RunResult
 from orchestrator.experiment.results import (
     LINK_COLUMNS,
     MESSAGE_COLUMNS,
-    LinkCounters,
-    MessageResult,
-    ResultsError,
-    RunMeta,
-    RunResult,
     git_commit,
     latest_experiment,
     load_run,
@@ -152,7 +148,7 @@ def test_saved_files_content(tmp_path: Path) -> None:
     run = fx.run("net-bier")
     path = save_run(run, tmp_path)
     doc = json.loads((path / "run.json").read_text())
-    assert doc["format_version"] == results.FORMAT_VERSION
+    assert doc["format_version"] == records.FORMAT_VERSION
     assert doc["meta"]["started"].startswith("2025-03-14T10:15:02.123456")
     summary = json.loads((path / "summary.json").read_text())
     assert summary["mode"] == "net-bier" and summary["lab"] == "leaf-spine"

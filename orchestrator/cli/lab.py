@@ -1,0 +1,270 @@
+"""Lab commands: images, deploy, inspect, destroy, graph, exec, linkcheck and link set."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from orchestrator.cli.args import add_lab_argument, lab_name, load_lab
+from orchestrator.lab.linkset import ACTIONS
+from orchestrator.progress import fail
+
+
+def cmd_images(args: argparse.Namespace) -> int:
+    from orchestrator.lab.images import build_images
+
+    build_images(force=args.force)
+    return 0
+
+
+def cmd_deploy(args: argparse.Namespace) -> int:
+    from orchestrator.lab.deploy import deploy, print_table, status
+    from orchestrator.lab.runtime.docker import DockerRuntime
+
+    topo = load_lab(args.lab)
+    runtime = DockerRuntime()
+    deploy(topo, runtime, reconfigure=args.reconfigure)
+    if not args.quiet:
+        print_table(status(runtime, topo.name))
+    return 0
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    from orchestrator.lab.deploy import inspect_json, print_table, status
+    from orchestrator.lab.runtime.docker import DockerRuntime
+
+    runtime = DockerRuntime()
+    lab = None if args.all or not args.lab else lab_name(args.lab)
+    if args.format == "json":
+        print(json.dumps(inspect_json(runtime, lab), indent=2))
+        return 0
+    rows = status(runtime, lab)
+    if not rows:
+        print(f"no containers found for {'any lab' if lab is None else 'lab ' + repr(lab)}")
+        return 0
+    print_table(rows)
+    return 0
+
+
+def cmd_destroy(args: argparse.Namespace) -> int:
+    from orchestrator.lab.deploy import destroy
+
+    if not args.lab and not args.all:
+        fail("say which lab to destroy (aidclab destroy leaf-spine) or --all")
+        return 2
+    destroy(None if args.all else lab_name(args.lab), cleanup=args.cleanup)
+    return 0
+
+
+def cmd_graph(args: argparse.Namespace) -> int:
+    from orchestrator.lab.graph import to_dot, to_mermaid
+
+    topo = load_lab(args.lab)
+    text = to_mermaid(topo) if args.format == "mermaid" else to_dot(topo)
+    if args.output:
+        Path(args.output).write_text(text)
+        print(f"wrote {args.output}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def cmd_exec(args: argparse.Namespace) -> int:
+    from orchestrator.lab.runtime.docker import DockerRuntime
+
+    cmd = args.cmd[1:] if args.cmd and args.cmd[0] == "--" else args.cmd
+    if not cmd:
+        fail("give the command after --, e.g. aidclab exec leaf-spine h1 -- ip -br addr")
+        return 2
+    runtime = DockerRuntime()
+    lab = lab_name(args.lab)
+    matches = [
+        c
+        for c in runtime.lab_containers(lab)
+        if (c.get("Labels") or {}).get("clab-node-name") == args.node
+        or c["Names"][0].lstrip("/") == args.node
+    ]
+    if not matches:
+        fail(f"lab {lab!r} has no node {args.node!r}; see `aidclab inspect {lab}`")
+        return 1
+    container = matches[0]["Names"][0].lstrip("/")
+    code, out = runtime.exec(container, cmd)
+    sys.stdout.write(out)
+    return code
+
+
+def cmd_linkcheck(args: argparse.Namespace) -> int:
+    from orchestrator.lab.linkcheck import check_lab
+    from orchestrator.progress import Phases
+
+    topo = load_lab(args.lab)
+    phases = Phases(f"linkcheck {topo.name}")
+    with phases.phase("probe", f"{len(topo.links)} links, UDP over IPv6 link-local both ways"):
+        results = check_lab(topo)
+    bad = [r for r in results if not r.ok]
+    for r in results:
+        if args.verbose or not r.ok:
+            print(f"{'ok  ' if r.ok else 'FAIL'} {r.link}: {r.detail}")
+    phases.summary(f"{len(results) - len(bad)}/{len(results)} links pass")
+    return 1 if bad else 0
+
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "images",
+        help="build the node images from a local Debian rootfs (cached)",
+        description="Build aidclab/base (mmdebstrap + docker import), a wheelhouse, "
+        "aidclab/node and the role images bfr, ina-switch, gpu-host, frr. No registry is "
+        "used. A rebuild with unchanged inputs takes seconds.",
+    )
+    p.add_argument("--force", action="store_true", help="rebuild the rootfs and wheelhouse even if current")
+    p.set_defaults(func=cmd_images)
+
+    p = sub.add_parser(
+        "deploy",
+        help="start a lab from a containerlab topology file",
+        description="Validate the topology (containerlab schema, then links, interfaces, "
+        "images, management addresses), start the containers in parallel, wire the veth "
+        "links, run each node's exec commands, wait until every node's agent answers its "
+        "health check, and write clab-<lab>/ (ansible-inventory.yml, topology-data.json).",
+        epilog="example: aidclab deploy labs/superpod.clab.yml",
+    )
+    add_lab_argument(p)
+    p.add_argument(
+        "--reconfigure",
+        action="store_true",
+        help="destroy the lab's existing containers first instead of refusing",
+    )
+    p.add_argument("-q", "--quiet", action="store_true", help="no node table at the end")
+    p.set_defaults(func=cmd_deploy)
+
+    p = sub.add_parser("inspect", help="list a lab's nodes (table or containerlab JSON)")
+    p.add_argument("lab", nargs="?", help="lab name or topology file (default: every lab)")
+    p.add_argument("--all", action="store_true", help="every aidclab/containerlab lab on this machine")
+    p.add_argument(
+        "-f",
+        "--format",
+        choices=["table", "json"],
+        default="table",
+        help="json follows containerlab's `inspect --format json` shape",
+    )
+    p.set_defaults(func=cmd_inspect)
+
+    p = sub.add_parser(
+        "destroy",
+        help="remove a lab's containers, netns links and unused mgmt network",
+        description="Finds everything by containerlab's labels, so it also cleans up after "
+        "a crashed or interrupted deploy. Idempotent: destroying twice is fine.",
+    )
+    p.add_argument("lab", nargs="?", help="lab name or topology file")
+    p.add_argument("--all", action="store_true", help="every lab on this machine")
+    p.add_argument("--cleanup", action="store_true", help="also delete the lab directory clab-<lab>/")
+    p.set_defaults(func=cmd_destroy)
+
+    p = sub.add_parser("graph", help="draw a lab as Mermaid or Graphviz dot")
+    add_lab_argument(p)
+    p.add_argument("--format", choices=["mermaid", "dot"], default="mermaid")
+    p.add_argument("-o", "--output", help="write to this file instead of stdout")
+    p.set_defaults(func=cmd_graph)
+
+    p = sub.add_parser(
+        "exec",
+        help="run a command in a lab node",
+        epilog="example: aidclab exec leaf-spine spine1 -- ip -br link",
+    )
+    add_lab_argument(p)
+    p.add_argument("node", help="node name (as in the topology) or container name")
+    p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- then the command")
+    p.set_defaults(func=cmd_exec)
+
+    p = sub.add_parser(
+        "linkcheck",
+        help="check every data link of a running lab with UDP, both ways",
+        description="Sends a UDP probe to ff02::1 out of every data interface of every node "
+        "and checks that exactly the peer named in the topology answers. Needs no addressing.",
+    )
+    add_lab_argument(p)
+    p.add_argument("-v", "--verbose", action="store_true", help="print passing links too")
+    p.set_defaults(func=cmd_linkcheck)
+
+    add_link_parser(sub)
+
+
+def _lab_dir(lab: str | None) -> Path:
+    from orchestrator.lab.linkset import LinkSetError
+    from orchestrator.lab.topology import lab_dir_name
+
+    if lab is not None:
+        return Path.cwd() / lab_dir_name(lab_name(lab))
+    found = sorted(p.parent for p in Path.cwd().glob("clab-*/topology-data.json"))
+    if len(found) != 1:
+        shown = ", ".join(p.name for p in found) or "none"
+        raise LinkSetError(f"name the lab with --lab: lab dirs here: {shown}")
+    return found[0]
+
+
+def cmd_link(args: argparse.Namespace) -> int:
+    import time
+
+    from orchestrator.lab.linkset import LinkSetError, link_set
+    from orchestrator.lab.runtime.docker import DockerRuntime
+
+    started = time.monotonic()
+    try:
+        lines = link_set(DockerRuntime(), _lab_dir(args.lab), args.endpoint, args.action, args.value)
+    except LinkSetError as exc:
+        fail(str(exc))
+        return 1
+    for line in lines:
+        print(line)
+    print(f"link set done in {time.monotonic() - started:.2f} s")
+    return 0
+
+
+_DESCRIPTION = """\
+aidclab link set NODE:IF down|up|bandwidth BW|loss P
+
+  down / up     set the interface down/up in the node: the peer loses carrier, and both agents
+                withdraw or re-weight through netlink at once (not at hold-timer expiry)
+  bandwidth BW  tell the agents at both ends the link's new bandwidth (e.g. 400G for a Y-cable
+                that lost one of its two 400G sub-links): FARE re-weights and re-advertises
+  loss P        the node's agent drops a share P (0..1) of what it sends on IF (INA packets and
+                BIER copies; the kernel has no netem), counted as loss.injected.<IF>; 0 removes it
+"""
+
+_EPILOG = """\
+examples:
+  aidclab link set G1:eth2 down
+  aidclab link set G1:eth2 up
+  aidclab link set --lab superpod G2:eth1 bandwidth 400G
+  aidclab link set --lab ina-fig1 s5:eth1 loss 0.02
+  aidclab link set --lab ina-fig1 s5:eth1 loss 0
+"""
+
+
+def add_link_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "link",
+        help="fault injection: take a link down/up, change its bandwidth, or make it lossy",
+        description=_DESCRIPTION,
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    verbs = p.add_subparsers(dest="link_verb", required=True, metavar="set")
+    s = verbs.add_parser(
+        "set",
+        help="change one link",
+        description=_DESCRIPTION,
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    s.add_argument("--lab", help="lab name or topology file (default: the only clab-*/ lab dir here)")
+    s.add_argument("endpoint", help="NODE:INTERFACE, e.g. G1:eth2")
+    s.add_argument("action", choices=ACTIONS)
+    s.add_argument(
+        "value", nargs="?", help="bandwidth: bits/s with an SI prefix, e.g. 400G; loss: a probability 0..1"
+    )
+    s.set_defaults(func=cmd_link)

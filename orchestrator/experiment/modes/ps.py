@@ -1,0 +1,30 @@
+"""``ps``: a parameter server host receives every worker's array, reduces and sends the result back.
+
+The baseline of the collective family. The server is ``--ps-host``, by default the first GPU host that is
+not a worker of the job.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aidcnet.modes import Mode
+from orchestrator.configure.plan.model import PlanInaJob
+from orchestrator.experiment.modes import register
+from orchestrator.experiment.modes.collective import CollectiveMode, default_ps_host
+from orchestrator.experiment.modes.ring import loopbacks
+from orchestrator.experiment.session import LabSession
+
+
+@register
+class ParameterServer(CollectiveMode):
+    name = Mode.PS
+    summary = "a parameter server host (--ps-host, default the first gpu-host outside the job)"
+
+    def before_op(self, session: LabSession, job: PlanInaJob, request: dict[str, Any]) -> None:
+        ps = self.options.ps_host or default_ps_host(session.plan, job)
+        session.agent(ps).ps_serve(
+            job=job.job, workers=loopbacks(session, job), reduce=job.op, dtype=job.dtype,
+            slot_budget=job.slot_budget,
+        )
+        request["ps"] = str(session.plan.nodes[ps].loopback.ip)  # type: ignore[union-attr]

@@ -1,0 +1,199 @@
+"""A deployed, configured lab as an experiment sees it: its plan, one agent client per node, the GPU
+hosts with their loopbacks and BFR-ids, and counter snapshots.
+
+Agents are reached through their control sockets from the host (``AgentClient.for_pid``): a
+``docker exec`` per request would cost more than the replay of a small trace.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from aidcnet.agent.client import AgentClient
+from aidcnet.agent.control import ControlError
+from aidcnet.roles import AGENT_ROLES, Role
+from orchestrator.configure.plan.model import LabPlan
+from orchestrator.experiment.metrics import MGMT_INTERFACES, STAT_KEYS
+from orchestrator.lab import labdir
+from orchestrator.lab.runtime.docker import DockerRuntime
+from orchestrator.lab.topology import Topology
+
+Snapshot = dict[str, dict[str, int]]
+
+
+class ExperimentError(ValueError):
+    """What went wrong and what to do; the CLI prints it and exits 1."""
+
+
+@dataclass(frozen=True)
+class HostInfo:
+    name: str
+    loopback: str
+    bfr_id: int | None
+
+
+def load_plan(topo: Topology) -> LabPlan:
+    path = labdir.lab_dir(topo) / "plan.yml"
+    if not path.exists():
+        raise ExperimentError(
+            f"lab {topo.name} has no plan at {path}: the lab must be deployed and configured first "
+            f"(aidclab deploy {topo.path}; aidclab configure {topo.name})"
+        )
+    return LabPlan.model_validate(yaml.safe_load(path.read_text()))
+
+
+def node_pids(topo: Topology, runtime: DockerRuntime) -> dict[str, int]:
+    pids = {}
+    for node in topo.nodes:
+        container = topo.container_name(node)
+        try:
+            state = runtime.inspect(container)["State"]
+        except Exception as exc:  # docker's NotFound and API errors alike mean "not deployed"
+            raise ExperimentError(
+                f"lab {topo.name}: container {container} is not there ({exc}); deploy and configure the "
+                f"lab first (aidclab deploy {topo.path}; aidclab configure {topo.name})"
+            ) from exc
+        if not state.get("Running"):
+            raise ExperimentError(
+                f"lab {topo.name}: container {container} is not running (docker logs {container})"
+            )
+        pids[node] = int(state["Pid"])
+    return pids
+
+
+class Unresponsive:
+    """Nodes whose agent stopped answering mid-run (a paused or stopped container). A run must report
+    their loss, not hang or crash on them: after one failed request a node is not asked again."""
+
+    def __init__(self, say: Callable[[str], None] | None = None):
+        self.nodes: dict[str, str] = {}
+        self.say = say
+
+    def call(self, node: str, request: Callable[[], dict[str, Any]]) -> dict[str, Any] | None:
+        if node in self.nodes:
+            return None
+        try:
+            return request()
+        except ControlError as exc:
+            self.nodes[node] = str(exc)
+            if self.say is not None:
+                self.say(f"node {node} stopped answering; counting its deliveries as lost ({exc})")
+            return None
+
+
+@dataclass
+class LabSession:
+    topo: Topology
+    plan: LabPlan
+    pids: dict[str, int]
+    agents: dict[str, AgentClient] = field(default_factory=dict)
+    # Agents that stopped answering during the run: not asked again, their deliveries count as lost.
+    lost: Unresponsive = field(default_factory=Unresponsive)
+
+    @classmethod
+    def open(cls, topo: Topology, runtime: DockerRuntime | None = None) -> LabSession:
+        plan = load_plan(topo)
+        pids = node_pids(topo, runtime or DockerRuntime())
+        agents = {
+            name: AgentClient.for_pid(pids[name], name)
+            for name, node in plan.nodes.items()
+            if node.role in AGENT_ROLES and name in pids
+        }
+        return cls(topo, plan, pids, agents)
+
+    def reload_plan(self) -> None:
+        self.plan = load_plan(self.topo)
+
+    def agent(self, node: str) -> AgentClient:
+        try:
+            return self.agents[node]
+        except KeyError:
+            raise ExperimentError(f"lab {self.topo.name}: node {node} runs no aidcnet agent") from None
+
+    # -- GPU hosts ------------------------------------------------------------------------------------
+    def gpu_hosts(self) -> list[str]:
+        return [n for n, p in self.plan.nodes.items() if p.role == Role.GPU_HOST]
+
+    def hosts(self, names: Iterable[str]) -> dict[str, HostInfo]:
+        out = {}
+        for name in names:
+            node = self.plan.nodes.get(name)
+            if node is None or node.role != Role.GPU_HOST:
+                raise ExperimentError(
+                    f"trace host {name!r} is not a {Role.GPU_HOST} of lab {self.topo.name} (plan: "
+                    f"{', '.join(self.gpu_hosts())})"
+                )
+            if node.loopback is None:
+                raise ExperimentError(
+                    f"lab {self.topo.name}: host {name} has no loopback in the plan; rerun aidclab configure"
+                )
+            out[name] = HostInfo(name, str(node.loopback.ip), node.bfr_id)
+        return out
+
+    def require_configured(self, names: Iterable[str]) -> None:
+        for name in names:
+            if not self.agent(name).health().get("configured"):
+                lab = self.topo.name
+                raise ExperimentError(f"lab {lab}: host {name} is not configured: aidclab configure {lab}")
+
+    def fabric_interface(self, host: str) -> str:
+        """The host's first data interface (natural order, as in its node file): where net-bier multicast
+        leaves and where its groups are joined."""
+        from orchestrator.configure.plan.context import natural_key
+
+        names = sorted(
+            (ep.interface for link in self.plan.links for ep in (link.a, link.b) if ep.node == host),
+            key=natural_key,
+        )
+        if not names:
+            raise ExperimentError(f"host {host} has no data interface in the plan")
+        return names[0]
+
+    # -- counters -------------------------------------------------------------------------------------
+    def interface_snapshot(self) -> Snapshot:
+        """Kernel counters of every data interface of every node, read from the host through each netns."""
+        from orchestrator.lab.wiring import link_state
+
+        wanted: dict[str, set[str]] = {}
+        for link in self.topo.links:
+            for ep in link.endpoints:
+                if ep.interface not in MGMT_INTERFACES:
+                    wanted.setdefault(ep.node, set()).add(ep.interface)
+
+        def one(node: str) -> Snapshot:
+            try:
+                state = link_state(self.pids[node])
+            except OSError:
+                # A stopped container has no namespace left; metrics fall back to the peers' counters.
+                return {}
+            return {
+                f"{node}:{iface}": {k: int(state[iface][k]) for k in STAT_KEYS}
+                for iface in sorted(wanted[node])
+                if iface in state
+            }
+
+        snap: Snapshot = {}
+        with ThreadPoolExecutor(8) as pool:
+            for part in pool.map(one, sorted(wanted)):
+                snap.update(part)
+        return snap
+
+    def agent_snapshot(self, lost: Unresponsive | None = None) -> Snapshot:
+        def one(node: str) -> tuple[str, dict[str, int] | None]:
+            agent = self.agents[node]
+            if lost is None:
+                counters: dict[str, Any] | None = agent.counters()
+            else:
+                reply = lost.call(node, lambda: {"counters": agent.counters(timeout=2.0)})
+                counters = None if reply is None else reply["counters"]
+            if counters is None:
+                return node, None
+            return node, {k: int(v) for k, v in counters.items() if isinstance(v, int)}
+
+        with ThreadPoolExecutor(8) as pool:
+            return {node: c for node, c in pool.map(one, sorted(self.agents)) if c is not None}
