@@ -24,10 +24,13 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from aidcnet.modes import Mode  # noqa: E402
 from orchestrator.configure.ansible import configure  # noqa: E402
-from orchestrator.experiment.modes.collective import MODES, find_job, run_allreduce  # noqa: E402
-from orchestrator.experiment.driver import interface_snapshot, load_plan, node_pids  # noqa: E402
 from orchestrator.experiment.metrics import link_deltas, link_pairs  # noqa: E402
+from orchestrator.experiment.modes import registered  # noqa: E402
+from orchestrator.experiment.modes.base import Family  # noqa: E402
+from orchestrator.experiment.modes.collective import find_job, run_allreduce  # noqa: E402
+from orchestrator.experiment.session import LabSession  # noqa: E402
 from orchestrator.lab.deploy import deploy, destroy  # noqa: E402
 from orchestrator.lab.runtime.docker import DockerRuntime  # noqa: E402
 from orchestrator.lab.topology import load_topology  # noqa: E402
@@ -78,20 +81,20 @@ def main() -> int:
             if not configure(topo).ok:
                 print("bench allreduce: configure failed", file=sys.stderr)
                 return 1
-            plan = load_plan(topo)
-            pids = node_pids(topo, runtime)
-            job = find_job(plan, args.job)
+            session = LabSession.open(topo, runtime)
+            job = find_job(session.plan, args.job)
             pairs = link_pairs(topo)
             rows = {}
-            for mode in MODES:
-                before = interface_snapshot(topo, pids)
-                run = run_allreduce(plan, pids, args.job, mode, elements, seed=42, ps_host=args.ps_host)
-                after = interface_snapshot(topo, pids)
+            collectives = [m for m, cls in registered().items() if cls.family is Family.COLLECTIVE]
+            for mode in collectives:
+                before = session.interface_snapshot()
+                run = run_allreduce(session, args.job, mode, elements, seed=42, ps_host=args.ps_host)
+                after = session.interface_snapshot()
                 links = link_deltas(before, after, pairs)
                 if not run.ok:
                     print(f"bench allreduce: {mode}: wrong result on {run.wrong}", file=sys.stderr)
                     return 1
-                point = {"ina": job.root, "ps": args.ps_host}.get(mode)
+                point = {Mode.INA: job.root, Mode.PS: args.ps_host}.get(mode)
                 into = ingress(links, point) if point else max(ingress(links, w) for w in job.workers)
                 fabric = sum(lc.a_to_b_bytes + lc.b_to_a_bytes for lc in links)
                 rows[mode] = (into, fabric, run.seconds, run.retransmits, point or "max worker")
@@ -101,7 +104,7 @@ def main() -> int:
                     f"fabric {fabric / MIB:.2f} MiB, "
                     f"completion {run.seconds:.3f} s, retransmits {run.retransmits}"
                 )
-            ina, ring, ps = rows["ina"], rows["ring"], rows["ps"]
+            ina, ring, ps = rows[Mode.INA], rows[Mode.RING], rows[Mode.PS]
             fan_in = len([n for n, v in job.vat.items() if v.parent == job.root])
             print(
                 f"ratio bytes into root (INA {job.root}) / into PS ({args.ps_host}): {ina[0] / ps[0]:.3f} "

@@ -20,7 +20,6 @@ and per packet (the sender sprays by smooth weighted round-robin); shares are th
 from __future__ import annotations
 
 import argparse
-import json
 import queue
 import statistics
 import subprocess
@@ -81,15 +80,8 @@ class Monitor:
         self.proc.wait()
 
 
-def ctl(runtime: DockerRuntime, container: str, *args: str) -> dict:
-    code, out = runtime.exec(container, ["aidcnet", "ctl", *args])
-    if code != 0:
-        raise RuntimeError(f"{container}: aidcnet ctl {' '.join(args)}: {out}")
-    return json.loads(out)
-
-
 def weights(runtime: DockerRuntime, container: str, dst: str) -> dict[str, int]:
-    route = ctl(runtime, container, "show", "bgp")["routes"].get(f"{dst}/32", {})
+    route = runtime.agent(container).bgp()["routes"].get(f"{dst}/32", {})
     out: dict[str, int] = {}
     for hop in route.get("nexthops", []):
         out[hop["dev"]] = out.get(hop["dev"], 0) + hop["weight"]
@@ -172,7 +164,7 @@ def main() -> int:
         deploy(topo, runtime)
         if not configure(topo).ok:
             raise RuntimeError("configure failed")
-        g2 = ctl(runtime, c("G2"), "show", "config")["config"]["loopback"].split("/")[0]
+        g2 = runtime.agent(c("G2")).config()["loopback"].split("/")[0]
         equal = dict.fromkeys(PLANES, 1)
         wait_weights(runtime, c("G1"), g2, equal)
         routes_g1 = Monitor(c("G1"), "route")
@@ -205,15 +197,16 @@ def main() -> int:
         half = []
         for _ in range(args.rounds):
             routes_g1.drain()
-            ctl(runtime, c("L2"), "link-bandwidth", "eth2", "400G")
-            t_event = ctl(runtime, c("L2"), "show", "bgp")["events"][-1]["t_event"]
+            l2 = runtime.agent(c("L2"))
+            l2.bgp_link("eth2", "400G")
+            t_event = l2.bgp()["events"][-1]["t_event"]
             t_route = routes_g1.wait_for(f"{g2} ", t_event)
             if t_route is None:
                 raise RuntimeError("remote-half: no route change seen on G1")
             half.append(1000 * (t_route - t_event))
             wait_weights(runtime, c("G1"), g2, {"eth1": 2, "eth2": 1, "eth3": 2, "eth4": 2})
             if len(half) < args.rounds:
-                ctl(runtime, c("L2"), "link-bandwidth", "eth2", "800G")
+                l2.bgp_link("eth2", "800G")
                 wait_weights(runtime, c("G1"), g2, equal)
 
         for event, (conv, floor) in results.items():
@@ -227,17 +220,14 @@ def main() -> int:
             f"{stats(half)}"
         )
         want = {"eth1": 2, "eth2": 1, "eth3": 2, "eth4": 2}
-        flow = ctl(
-            runtime, c("G1"), "fare-send", "--dst", g2, "--mode", "per-flow", "--flows", str(args.flows)
-        )
+        g1 = runtime.agent(c("G1"), timeout=120.0)
+        flow = g1.fare_send(g2, mode="per-flow", flows=args.flows)
         print(
             share_line(
                 f"per-flow ({args.flows} QPs, kernel hash on the UDP source port)", flow["tx_packets"], want
             )
         )
-        packet = ctl(
-            runtime, c("G1"), "fare-send", "--dst", g2, "--mode", "per-packet", "--packets", str(args.packets)
-        )
+        packet = g1.fare_send(g2, mode="per-packet", packets=args.packets)
         print(share_line(f"per-packet ({args.packets} packets, sender spraying)", packet["tx_packets"], want))
     finally:
         for m in monitors:

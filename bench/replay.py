@@ -20,15 +20,17 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from aidcnet.modes import Mode  # noqa: E402
 from orchestrator.configure.ansible import configure  # noqa: E402
-from orchestrator.experiment.driver import ReplayOutcome, replay  # noqa: E402
+from orchestrator.experiment.driver import RunOutcome, run_experiment  # noqa: E402
+from orchestrator.experiment.modes.base import RunOptions  # noqa: E402
 from orchestrator.lab.deploy import deploy, destroy  # noqa: E402
 from orchestrator.lab.runtime.docker import DockerRuntime  # noqa: E402
 from orchestrator.lab.topology import load_topology  # noqa: E402
 
 LAB = "bench-replay"
 HOSTS = [f"h{i}" for i in range(1, 9)]
-MODES = ("unicast", "host-bier")
+MODES = (Mode.UNICAST, Mode.HOST_BIER)
 
 
 def make_trace(path: Path, steps: int, tokens_per_host: int, seed: int) -> None:
@@ -50,7 +52,7 @@ def lab_file(tmp: Path) -> Path:
     return path
 
 
-def figures(outcome: ReplayOutcome) -> dict[str, float]:
+def figures(outcome: RunOutcome) -> dict[str, float]:
     m = outcome.result.metrics
     assert m is not None
     ct = m.completion_time or float("nan")
@@ -97,15 +99,16 @@ def main() -> int:
                 print(f"bench replay: configure {LAB} failed", file=sys.stderr)
                 return 1
             for mode in MODES:
-                outcome = replay(
-                    topo, trace, mode, runtime=runtime, results_dir=tmp / "results", timeout_s=args.timeout
+                outcome = run_experiment(
+                    topo, trace, mode, RunOptions(timeout_s=args.timeout), runtime=runtime,
+                    results_dir=tmp / "results",
                 )
                 out[mode] = figures(outcome)
         finally:
             destroy(LAB, runtime, cleanup=True, quiet=True)
             os.chdir(old)
     tokens = args.steps * args.tokens_per_host * len(HOSTS)
-    uni, bier = out["unicast"], out["host-bier"]
+    uni, bier = out[Mode.UNICAST], out[Mode.HOST_BIER]
     print(
         f"bench replay leaf-spine: MoE {args.steps} steps x {args.tokens_per_host} tokens x "
         f"{len(HOSTS)} hosts = {tokens} tokens, {int(uni['messages'])} ops, "

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import subprocess
 from collections.abc import Callable, Iterator
@@ -12,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from aidcnet.agent.client import AgentClient
 from orchestrator.lab.runtime.docker import DockerRuntime
 from orchestrator.lab.topology import Topology
 
@@ -106,11 +106,9 @@ def aidclab(*args: str, cwd: Path | None = None, check: bool = True) -> subproce
     return proc
 
 
-def ctl(runtime: DockerRuntime, topo: Topology, node: str, *args: str) -> dict:
-    """``aidcnet ctl ARGS`` inside a node, its JSON reply parsed; a non-zero exit fails the test."""
-    code, out = runtime.exec(topo.container_name(node), ["aidcnet", "ctl", *args])
-    assert code == 0, f"{node}: aidcnet ctl {' '.join(args)}: {out}"
-    return json.loads(out)
+def agent(runtime: DockerRuntime, topo: Topology, node: str) -> AgentClient:
+    """The aidcnet agent of a lab node, through its control socket (an agent's refusal raises)."""
+    return runtime.agent(topo.container_name(node), node, timeout=30.0)
 
 
 def scale_superpod(gpus: int):

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .conftest import ctl, deployed
+from .conftest import agent, deployed
 
 LAB = "t-bier"
 GROUP = {"group": "239.1.1.1", "receivers": ["h2", "h3", "h5", "h8"]}
@@ -61,11 +61,11 @@ def collect(
     deadline = time.monotonic() + timeout
     while True:
         for h in hosts:
-            got[h] += ctl(runtime, topo, h, "bier", "received", "--clear")["received"]
+            got[h] += agent(runtime, topo, h).bier_received(clear=True)
         if sum(map(len, got.values())) >= expected_total or time.monotonic() > deadline:
             time.sleep(0.3)  # late duplicates would show up now
             for h in hosts:
-                got[h] += ctl(runtime, topo, h, "bier", "received", "--clear")["received"]
+                got[h] += agent(runtime, topo, h).bier_received(clear=True)
             return got
 
 
@@ -76,7 +76,7 @@ def test_host_bier_random_receiver_sets_are_delivered_exactly(runtime, lab):
     rng = random.Random(8279)
     expected: dict[str, list[str]] = {h: [] for h in hosts}
     for h in hosts:
-        ctl(runtime, lab, h, "bier", "received", "--clear")
+        agent(runtime, lab, h).bier_received(clear=True)
     # h3's application listens where host-BIER hands payloads (127.0.0.1:4791 in h3's namespace).
     app = subprocess.Popen(
         ["ip", "netns", "exec", lab.container_name("h3"), sys.executable, str(MCAST_APP), "app", "4791", "8"],
@@ -88,23 +88,9 @@ def test_host_bier_random_receiver_sets_are_delivered_exactly(runtime, lab):
         for round_ in range(4):
             receivers = rng.sample(hosts, rng.randint(1, 8))  # may include the sender itself
             tag = f"{src}-{round_}"
-            to = ",".join(str(host_ids[r]) for r in receivers)
-            reply = ctl(
-                runtime,
-                lab,
-                src,
-                "bier",
-                "send",
-                "--to",
-                to,
-                "--count",
-                "3",
-                "--size",
-                "200",
-                "--tag",
-                tag,
-                "--entropy",
-                str(rng.randrange(1 << 20)),
+            to = [host_ids[r] for r in receivers]
+            reply = agent(runtime, lab, src).bier_send(
+                to, count=3, size=200, tag=tag, entropy=rng.randrange(1 << 20)
             )
             assert reply["messages"] == 3
             for r in receivers:
@@ -120,7 +106,7 @@ def test_host_bier_random_receiver_sets_are_delivered_exactly(runtime, lab):
             assert d["dport"] == 4791 and d["dst"] == "232.1.0.1" and len(bytes.fromhex(d["payload"])) == 200
     # Every BFR accounts for every packet: nothing dropped anywhere in a healthy fabric.
     for node in lab.nodes:
-        counters = ctl(runtime, lab, node, "show", "counters")["counters"]
+        counters = agent(runtime, lab, node).counters()
         drops = {k: v for k, v in counters.items() if k.startswith("bier.dropped") and v}
         assert drops == {}, f"{node} dropped: {drops}"
 
@@ -129,20 +115,19 @@ def test_receivers_in_two_sis_get_one_packet_per_si(runtime, lab):
     ids = bfr_ids(lab)
     assert ids["h7"] == 100 and ids["h8"] == 90 and ids["h2"] <= 64
     for h in ("h2", "h7", "h8"):
-        ctl(runtime, lab, h, "bier", "received", "--clear")
-    to = ",".join(str(ids[h]) for h in ("h2", "h7", "h8"))
-    reply = ctl(runtime, lab, "h1", "bier", "send", "--to", to, "--count", "5", "--tag", "si")
+        agent(runtime, lab, h).bier_received(clear=True)
+    reply = agent(runtime, lab, "h1").bier_send([ids[h] for h in ("h2", "h7", "h8")], count=5, tag="si")
     assert reply["messages"] == 5 and reply["packets"] == 10  # SI 0 (h2) and SI 1 (h7, h8)
     got = collect(runtime, lab, ["h2", "h7", "h8"], 15)
     for h in ("h2", "h7", "h8"):
         assert len(got[h]) == 5, f"{h} got {len(got[h])} of 5"
-    bift = ctl(runtime, lab, "spine1", "show", "bift")
+    bift = agent(runtime, lab, "spine1").bift()
     assert set(bift["bift"]) == {"0", "1"}
 
 
 def test_bift_is_visible(runtime, lab):
     ids = bfr_ids(lab)
-    bift = ctl(runtime, lab, "leaf1", "show", "bift")
+    bift = agent(runtime, lab, "leaf1").bift()
     assert bift["bfr_id"] == ids["leaf1"] and bift["bsl"] == 64
     rows = {row["bfr_id"]: row["entries"] for row in bift["bift"]["0"]}
     assert {e["bfr_nbr"] for e in rows[ids["h3"]]} == {"spine1", "spine2"}  # ECMP kept
@@ -181,7 +166,7 @@ def test_captured_packet_decodes_as_rfc8296(runtime, lab, tmp_path):
         # tcpdump has its packet (it may still be starting up).
         deadline = time.monotonic() + 5
         while dump.poll() is None and time.monotonic() < deadline:
-            ctl(runtime, lab, "h7", "bier", "send", "--to", str(ids["h1"]), "--size", "100", "--tag", "cap")
+            agent(runtime, lab, "h7").bier_send([ids["h1"]], size=100, tag="cap")
             time.sleep(0.2)
         dump.wait(timeout=5)
     finally:
@@ -264,12 +249,12 @@ def test_network_bier_delivers_ip_multicast_to_members_only(runtime, lab):
     for h, payloads in got.items():
         want = expected if h in GROUP["receivers"] else []
         assert payloads == want, f"{h}: got {len(payloads)}, want {len(want)}"
-    counters = ctl(runtime, lab, "leaf1", "show", "counters")["counters"]
+    counters = agent(runtime, lab, "leaf1").counters()
     assert counters["net-bier.imposed"] >= 20
 
 
 def net_bier_counters(runtime, lab, node: str) -> dict[str, int]:
-    counters = ctl(runtime, lab, node, "show", "counters")["counters"]
+    counters = agent(runtime, lab, node).counters()
     return {k: v for k, v in counters.items() if k.startswith("net-bier.") and ".port." not in k and v}
 
 

@@ -12,7 +12,7 @@ import yaml
 
 from orchestrator.lab.linkset import link_set
 
-from .conftest import ctl, deployed
+from .conftest import agent, deployed
 
 LAB = "t-fare-bierbgp"
 LAB_VARS = {"bgp": {"enabled": True}, "bier": {"bift": "bgp"}}
@@ -43,7 +43,7 @@ def bift_when(runtime, topo, node: str, ok, wait_s: float = 90.0) -> dict[int, s
     last ones seen."""
     deadline = time.monotonic() + wait_s
     while True:
-        hops = next_hops(ctl(runtime, topo, node, "show", "bift"))
+        hops = next_hops(agent(runtime, topo, node).bift())
         if ok(hops) or time.monotonic() > deadline:
             return hops
         time.sleep(0.5)
@@ -51,7 +51,7 @@ def bift_when(runtime, topo, node: str, ok, wait_s: float = 90.0) -> dict[int, s
 
 def bgp_neighbors_of(runtime, topo, node: str, prefix: str) -> set[str]:
     """The BGP multipath next hops of ``prefix`` at ``node``, as neighbor node names."""
-    status = ctl(runtime, topo, node, "show", "bgp")
+    status = agent(runtime, topo, node).bgp()
     names = {n["peer"]: n["name"] for n in status["neighbors"]}
     return {names[h["via"]] for h in status["routes"].get(prefix, {}).get("nexthops", [])}
 
@@ -59,9 +59,8 @@ def bgp_neighbors_of(runtime, topo, node: str, prefix: str) -> set[str]:
 def send_and_collect(runtime, topo, ids: dict[str, int], src: str, tag: str, count: int = 10) -> dict:
     receivers = [h for h in HOSTS if h != src]
     for h in receivers:
-        ctl(runtime, topo, h, "bier", "received", "--clear")
-    to = ",".join(str(ids[h]) for h in receivers)
-    reply = ctl(runtime, topo, src, "bier", "send", "--to", to, "--count", str(count), "--tag", tag)
+        agent(runtime, topo, h).bier_received(clear=True)
+    reply = agent(runtime, topo, src).bier_send([ids[h] for h in receivers], count=count, tag=tag)
     assert reply["messages"] == count
     got: dict[str, list[str]] = {h: [] for h in receivers}
     deadline = time.monotonic() + 10
@@ -69,14 +68,14 @@ def send_and_collect(runtime, topo, ids: dict[str, int], src: str, tag: str, cou
         for h in receivers:
             got[h] += [
                 bytes.fromhex(d["payload"]).decode().split(":")[1]
-                for d in ctl(runtime, topo, h, "bier", "received", "--clear")["received"]
+                for d in agent(runtime, topo, h).bier_received(clear=True)
             ]
         time.sleep(0.2)
     time.sleep(0.3)  # late duplicates would show up now
     for h in receivers:
         got[h] += [
             bytes.fromhex(d["payload"]).decode().split(":")[1]
-            for d in ctl(runtime, topo, h, "bier", "received", "--clear")["received"]
+            for d in agent(runtime, topo, h).bier_received(clear=True)
         ]
     return got
 
@@ -99,7 +98,7 @@ def test_bift_from_bgp_survives_a_spine_failure(runtime, lab):
     for i in remote_hosts:
         assert hops[i] == {"spine1", "spine2"}, (by_id[i], hops[i])
     assert hops[ids["h1"]] == {"h1"} and hops[ids["h2"]] == {"h2"}
-    bift = ctl(runtime, topo, "leaf1", "show", "bift")
+    bift = agent(runtime, topo, "leaf1").bift()
     assert bift["bift_mode"] == "bgp" and bift["bgp_problems"] == []
     # Every row came from a BGP route carrying the RFC 9793 attribute with that BFR-id.
     h5_prefix = bift["bgp_prefixes"][str(ids["h5"])]
@@ -122,7 +121,7 @@ def test_bift_from_bgp_survives_a_spine_failure(runtime, lab):
 
         hops = bift_when(runtime, topo, leaf, rerouted)
         assert rerouted(hops), (leaf, hops)
-        leaf_prefixes = ctl(runtime, topo, leaf, "show", "bift")["bgp_prefixes"]
+        leaf_prefixes = agent(runtime, topo, leaf).bift()["bgp_prefixes"]
         for bfr_id, nbrs in hops.items():
             if by_id[bfr_id] in HOSTS and nbrs == {"spine2"}:
                 # The BIFT's BFR-NBR set is exactly the unicast (BGP) next-hop set of that BFER's loopback.

@@ -14,7 +14,7 @@ import time
 from orchestrator.cli import main as cli_main
 from orchestrator.lab.linkset import link_set
 
-from .conftest import ctl, deployed, scale_superpod
+from .conftest import agent, deployed, scale_superpod
 
 GPUS = 3  # SUPERPOD_GPUS: enough for a sender, a receiver and a bystander; CI stays fast
 PLANES = ("eth1", "eth2", "eth3", "eth4")
@@ -27,7 +27,7 @@ LAB_VARS = {
 
 
 def loopback(runtime, topo, node: str) -> str:
-    return ctl(runtime, topo, node, "show", "config")["config"]["loopback"].split("/")[0]
+    return agent(runtime, topo, node).config()["loopback"].split("/")[0]
 
 
 def weights_when(runtime, topo, node: str, dst: str, want: dict[str, int], wait_s: float = 90.0) -> dict:
@@ -36,7 +36,7 @@ def weights_when(runtime, topo, node: str, dst: str, want: dict[str, int], wait_
     deadline = time.monotonic() + wait_s
     route: dict = {}
     while time.monotonic() < deadline:
-        route = ctl(runtime, topo, node, "show", "bgp")["routes"].get(f"{dst}/32", {})
+        route = agent(runtime, topo, node).bgp()["routes"].get(f"{dst}/32", {})
         got: dict[str, int] = {}
         for hop in route.get("nexthops", []):
             got[hop["dev"]] = got.get(hop["dev"], 0) + hop["weight"]
@@ -51,7 +51,7 @@ def session_when(runtime, topo, node: str, interface: str, done, wait_s: float =
     deadline = time.monotonic() + wait_s
     state = ""
     while time.monotonic() < deadline:
-        neighbors = ctl(runtime, topo, node, "show", "bgp")["neighbors"]
+        neighbors = agent(runtime, topo, node).bgp()["neighbors"]
         state = next(n["session"] for n in neighbors if n["interface"] == interface)
         if done(state):
             return state
@@ -90,10 +90,10 @@ def test_fare_weights_follow_link_events(runtime, tmp_path):
         assert {h["dev"]: h["weight"] for h in route["nexthops"]} == equal, route
         assert kernel_weights(runtime, topo, "G1", g2) == equal
         # L1 re-advertises G2's loopback with min(its link to G2, what G2 sent) = 800G.
-        l1 = ctl(runtime, topo, "L1", "show", "bgp")["routes"][f"{g2}/32"]
+        l1 = agent(runtime, topo, "L1").bgp()["routes"][f"{g2}/32"]
         assert l1["advertised_bw"] == "800G" and len(l1["nexthops"]) == 1
 
-        before = ctl(runtime, topo, "G1", "fare-send", "--dst", g2, "--mode", "per-flow", "--flows", "4000")
+        before = agent(runtime, topo, "G1").fare_send(g2, mode="per-flow", flows=4000)
         for dev, share in shares(before).items():
             assert abs(share - 0.25) < 0.05, (dev, before)
 
@@ -103,20 +103,18 @@ def test_fare_weights_follow_link_events(runtime, tmp_path):
         route = weights_when(runtime, topo, "G1", g2, halved)
         assert {h["dev"]: h["weight"] for h in route["nexthops"]} == halved, route
         assert kernel_weights(runtime, topo, "G1", g2) == halved
-        l2 = ctl(runtime, topo, "L2", "show", "bgp")["routes"][f"{g2}/32"]
+        l2 = agent(runtime, topo, "L2").bgp()["routes"][f"{g2}/32"]
         assert l2["advertised_bw"] == "400G"
         # A bystander's route to G2 re-weights too (FARE propagates), while G1's route to G3 is untouched.
         g3 = loopback(runtime, topo, "G3")
         assert weights_when(runtime, topo, "G3", g2, halved)["nexthops"]
         assert kernel_weights(runtime, topo, "G1", g3) == equal
 
-        packet = ctl(
-            runtime, topo, "G1", "fare-send", "--dst", g2, "--mode", "per-packet", "--packets", "7000"
-        )
+        packet = agent(runtime, topo, "G1").fare_send(g2, mode="per-packet", packets=7000)
         tx = packet["tx_packets"]
         others = sum(tx[d] for d in ("eth1", "eth3", "eth4")) / 3
         assert abs(tx["eth2"] / others - 0.5) <= 0.5 * 0.05, packet
-        flow = ctl(runtime, topo, "G1", "fare-send", "--dst", g2, "--mode", "per-flow", "--flows", "4000")
+        flow = agent(runtime, topo, "G1").fare_send(g2, mode="per-flow", flows=4000)
         got = shares(flow)
         for dev, w in halved.items():
             assert abs(got[dev] - w / 7) < 0.05, (dev, flow)
@@ -129,7 +127,7 @@ def test_fare_weights_follow_link_events(runtime, tmp_path):
         route = weights_when(runtime, topo, "G1", g2, without3)
         assert {h["dev"]: h["weight"] for h in route["nexthops"]} == without3, route
         assert kernel_weights(runtime, topo, "G1", g2) == without3
-        down = ctl(runtime, topo, "G1", "fare-send", "--dst", g2, "--mode", "per-flow", "--flows", "2000")
+        down = agent(runtime, topo, "G1").fare_send(g2, mode="per-flow", flows=2000)
         assert down["tx_packets"]["eth3"] == 0, down
         assert sum(down["tx_packets"].values()) >= 2000
 

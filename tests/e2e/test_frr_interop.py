@@ -18,7 +18,7 @@ import yaml
 
 from orchestrator.lab.linkset import link_set
 
-from .conftest import ctl, deployed, scale_superpod
+from .conftest import agent, deployed, scale_superpod
 
 LAB = "t-fare-frr"
 GPUS = 3
@@ -69,7 +69,7 @@ def kernel_route(runtime, topo, node: str, prefix: str) -> dict[str, int]:
 
 
 def ours(runtime, topo, node: str, prefix: str) -> dict[str, int]:
-    route = ctl(runtime, topo, node, "show", "bgp")["routes"].get(prefix, {})
+    route = agent(runtime, topo, node).bgp()["routes"].get(prefix, {})
     got: dict[str, int] = {}
     for hop in route.get("nexthops", []):
         got[hop["dev"]] = got.get(hop["dev"], 0) + hop["weight"]
@@ -91,7 +91,7 @@ def test_frr_learns_our_bandwidths_and_we_learn_frrs_routes(runtime, tmp_path):
         runtime, tmp_path, "superpod-frr", LAB, LAB_VARS, configured=True, edit=scale_superpod(GPUS)
     ) as topo:
         lab_dir = tmp_path / f"clab-{LAB}"
-        config = {n: ctl(runtime, topo, n, "show", "config")["config"] for n in ("G1", "G2")}
+        config = {n: agent(runtime, topo, n).config() for n in ("G1", "G2")}
         g1, g2 = (f"{config[n]['loopback'].split('/')[0]}/32" for n in ("G1", "G2"))
         # L1's two cables to G2 (the Y-cable halves): the interfaces FRR should weigh.
         to_g2 = sorted(i["peer_interface"] for i in config["G2"]["interfaces"] if i.get("peer") == "L1")
@@ -113,7 +113,7 @@ def test_frr_learns_our_bandwidths_and_we_learn_frrs_routes(runtime, tmp_path):
         assert reduced(kernel_route(runtime, topo, "G1", g2)) == equal
         # ... and FRR's own loopback, which only FRR originates (AS path = L1's ASN alone).
         l1_asn = next(n["asn"] for n in config["G1"]["bgp"]["neighbors"] if n["name"] == "L1")
-        routes = ctl(runtime, topo, "G1", "show", "bgp")["routes"]
+        routes = agent(runtime, topo, "G1").bgp()["routes"]
         from_frr = [p for p, r in routes.items() if r["as_path"] == [l1_asn]]
         assert len(from_frr) == 1, routes
         assert set(ours(runtime, topo, "G1", from_frr[0])) == {"eth1", "eth5"}

@@ -14,9 +14,9 @@ import yaml
 
 from aidcnet.ina.worker import job_scale
 from orchestrator.experiment.modes.collective import run_allreduce, run_concurrent
-from orchestrator.experiment.driver import load_plan, node_pids
+from orchestrator.experiment.session import LabSession
 
-from .conftest import ROOT, aidclab, ctl, deployed
+from .conftest import ROOT, agent, aidclab, deployed
 
 LAB = "t-ina-fig1"
 # 3 chunks of 2048 elements and a short last one per worker; ragged on purpose.
@@ -36,17 +36,18 @@ def lab(runtime, tmp_path_factory):
     lab_vars = float_jobs(yaml.safe_load((ROOT / "labs" / "ina-fig1.vars.yml").read_text()))
     tmp = tmp_path_factory.mktemp("ina")
     with deployed(runtime, tmp, "ina-fig1", LAB, lab_vars, configured=True) as topo:
-        yield topo, load_plan(topo), node_pids(topo, runtime)
+        session = LabSession.open(topo, runtime)
+        yield topo, session.plan, session
 
 
 def counters(runtime, topo, node: str) -> dict[str, int]:
-    return ctl(runtime, topo, node, "show", "counters")["counters"]
+    return agent(runtime, topo, node).counters()
 
 
 def test_figure1_both_jobs_concurrently_exact_by_bier(runtime, lab):
-    topo, plan, pids = lab
+    topo, plan, session = lab
     before = {n: counters(runtime, topo, n) for n in ("s1", "s5", "s6", "s7", "w1", "w5")}
-    runs = run_concurrent(plan, pids, [1, 2], "ina", ELEMENTS)
+    runs = run_concurrent(session, [1, 2], "ina", ELEMENTS)
     for run in runs:
         assert run.ok, f"job {run.job}: wrong result on {run.wrong}: {run.replies}"
         assert sorted(r["bfr_id"] for r in run.replies.values()) == sorted(
@@ -72,7 +73,7 @@ def test_figure1_both_jobs_concurrently_exact_by_bier(runtime, lab):
 
 
 def test_figure1_exact_with_two_percent_loss_on_a_link(runtime, lab):
-    topo, plan, pids = lab
+    topo, _plan, session = lab
     before = sum(counters(runtime, topo, n).get("loss.injected.eth1", 0) for n in ("s5", "s7"))
     # s5 -> s7 carries every INA packet of job 1 from s1 and s2; s7 -> s5 carries job 1's BIER results
     # toward w1..w4 and job 2's partial sums toward its root s5.
@@ -81,11 +82,11 @@ def test_figure1_exact_with_two_percent_loss_on_a_link(runtime, lab):
         assert "drops 2.00%" in aidclab("link", "set", "--lab", LAB, end, "loss", "0.02").stdout
     try:
         # 300 small chunks: some 1200 packets cross the two lossy egresses, so P(no loss) ~ 3e-11.
-        run = run_allreduce(plan, pids, 1, "ina", 300 * 256, seed=5, timeout_s=0.1, chunk_elements=256)
+        run = run_allreduce(session, 1, "ina", 300 * 256, seed=5, timeout_s=0.1, chunk_elements=256)
     finally:
         for end in ("s5:eth1", "s7:eth1"):
             aidclab("link", "set", "--lab", LAB, end, "loss", "0")
-    assert all(ctl(runtime, topo, n, "ina", "show")["drop"] == {} for n in ("s5", "s7"))
+    assert all(agent(runtime, topo, n).ina()["drop"] == {} for n in ("s5", "s7"))
     assert run.ok, f"wrong result on {run.wrong}"
     injected = sum(counters(runtime, topo, n).get("loss.injected.eth1", 0) for n in ("s5", "s7")) - before
     assert injected > 0 and run.retransmits > 0, (injected, run.retransmits)
@@ -93,8 +94,8 @@ def test_figure1_exact_with_two_percent_loss_on_a_link(runtime, lab):
 
 @pytest.mark.parametrize("mode", ["ring", "ps"])
 def test_baselines_give_the_same_exact_result(runtime, lab, mode):
-    _topo, plan, pids = lab
-    run = run_allreduce(plan, pids, 1, mode, ELEMENTS, seed=9)
+    _topo, _plan, session = lab
+    run = run_allreduce(session, 1, mode, ELEMENTS, seed=9)
     assert run.ok, f"{mode}: wrong result on {run.wrong}"
 
 
@@ -102,9 +103,9 @@ def test_float_jobs_next_to_the_int32_job_identical_and_within_tolerance(runtime
     """Job 1 (int32), job 3 (fixed32 on the same switches s1, s7, s6) and job 4 (float32 on s3, s4, s5)
     at once: int32 and fixed32 bit-exact against numpy's reduction (fixed32 in int32 on the scaled
     values), float32 identical on every worker; both float jobs within tolerance of numpy's sum."""
-    topo, plan, pids = lab
+    topo, _plan, session = lab
     before = {n: counters(runtime, topo, n) for n in ("s1", "s6", "s5")}
-    runs = {run.job: run for run in run_concurrent(plan, pids, [1, 3, 4], "ina", ELEMENTS)}
+    runs = {run.job: run for run in run_concurrent(session, [1, 3, 4], "ina", ELEMENTS)}
     for run in runs.values():
         assert run.ok, f"job {run.job} ({run.dtype}): {run.verdict}"
         assert len(run.replies) == 4 and {r["digest"] for r in run.replies.values()} == {run.expected}
@@ -126,15 +127,15 @@ def test_float_jobs_next_to_the_int32_job_identical_and_within_tolerance(runtime
 def test_baselines_run_the_float_jobs(runtime, lab, mode, job):
     """The baselines add fixed32 in int32 too (job 3: the very bits INA gives, same Scale, same wrap) and
     float32 in float32 (job 4: one result for all, within tolerance)."""
-    _topo, plan, pids = lab
-    run = run_allreduce(plan, pids, job, mode, ELEMENTS, seed=9)
+    _topo, _plan, session = lab
+    run = run_allreduce(session, job, mode, ELEMENTS, seed=9)
     assert run.ok, f"{mode}: {run.verdict}"
     assert len({r["digest"] for r in run.replies.values()}) == 1
 
 
 def test_vat_is_configured_as_drawn(runtime, lab):
     topo, _plan, _pids = lab
-    jobs = {n: ctl(runtime, topo, n, "ina", "show")["switch"]["jobs"] for n in ("s1", "s6", "s7")}
+    jobs = {n: agent(runtime, topo, n).ina()["switch"]["jobs"] for n in ("s1", "s6", "s7")}
     # Job 1 as drawn; job 3 (the test's fixed32 tenant, float_jobs) is the same tree in fixed32.
     assert [(j["job"], j["abm"], j["root"], j["parent"], j["dtype"]) for j in jobs["s1"]] == [
         (1, [1, 2], False, "s6", "int32"), (3, [1, 2], False, "s6", "fixed32"),

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from orchestrator.experiment.driver import ask, node_pids
 from orchestrator.experiment.metrics import trace_fanout
 from orchestrator.experiment.results import list_runs, load_run
+from orchestrator.experiment.session import LabSession
 from orchestrator.lab.runtime.docker import DockerRuntime
 from tests.e2e.conftest import ROOT, aidclab, deployed
 
@@ -21,11 +21,11 @@ def _replay(topo_path: Path, mode: str, results: Path):
     return load_run(new)
 
 
-def receivers_records(pids: dict[str, int], ops) -> dict[int, set[str]]:
+def receivers_records(session: LabSession, ops) -> dict[int, set[str]]:
     """Message id -> hosts holding one good copy, from the receivers' own records (not the driver's)."""
     got: dict[int, set[str]] = {}
     for host in {d for op in ops for d in op.dst}:
-        for rec in ask(pids[host], "replay_results", host)["records"]:
+        for rec in session.agent(host).replay_results():
             assert rec["checksum_ok"] and rec["duplicates"] == 0 and rec["bad"] == 0, rec
             got.setdefault(rec["id"], set()).add(host)
     return got
@@ -42,8 +42,8 @@ def test_replay_unicast_and_host_bier(runtime: DockerRuntime, tmp_path: Path) ->
     with deployed(runtime, tmp_path, "leaf-spine", "rp-replay", configured=True) as topo:
         runs = {mode: _replay(topo.path, mode, results) for mode in ("unicast", "host-bier")}
         # The receivers' own records, not only the driver's summary: one good copy of each message.
-        pids = node_pids(topo, runtime)
-        assert receivers_records(pids, ops) == {op.id: set(op.dst) for op in ops}
+        session = LabSession.open(topo, runtime)
+        assert receivers_records(session, ops) == {op.id: set(op.dst) for op in ops}
 
     for mode, run in runs.items():
         m = run.metrics
@@ -103,17 +103,17 @@ def test_replay_net_bier_sends_one_copy_per_message(runtime: DockerRuntime, tmp_
     results = tmp_path / "results"
     with deployed(runtime, tmp_path, "leaf-spine", "rp-netbier", configured=True) as topo:
         runs = {mode: _replay(topo.path, mode, results) for mode in ("unicast", "host-bier", "net-bier")}
-        pids = node_pids(topo, runtime)
-        got = receivers_records(pids, ops)
+        session = LabSession.open(topo, runtime)
+        got = receivers_records(session, ops)
         for host in {d for op in ops for d in op.dst}:
             # The run's groups are left once its results are collected.
-            assert ask(pids[host], "replay_status", host)["groups"] == 0
+            assert session.agent(host).replay_status()["groups"] == 0
         assert got == {op.id: set(op.dst) for op in ops}
         # The leaves imposed BIER for every fragment the hosts sent: network-BIER, not a fallback.
         imposed = sum(
-            ask(pids[f"leaf{i}"], "counters", "leaf")["counters"]["net-bier.imposed"] for i in range(1, 5)
+            session.agent(f"leaf{i}").counters()["net-bier.imposed"] for i in range(1, 5)
         )
-        sent = sum(ask(pids[h], "replay_status", h)["sent_datagrams"] for h in {op.src for op in ops})
+        sent = sum(session.agent(h).replay_status()["sent_datagrams"] for h in {op.src for op in ops})
         assert imposed >= sent > 0, (imposed, sent)
         # Same trace, same groups: configuring them again changes nothing anywhere.
         assert configure(topo, extra_groups=groups).changed == 0
