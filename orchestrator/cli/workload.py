@@ -13,11 +13,13 @@ import os
 import re
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 
+from orchestrator.cli.args import HelpFormatter
 from orchestrator.workloads import Workload, WorkloadParams
 from orchestrator.workloads.trace import TraceError, explain_error, format_bytes, summarize
 
@@ -69,26 +71,34 @@ def _host_list(text: str) -> tuple[str, ...]:
     return hosts
 
 
-class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """Defaults shown after every option that has one; descriptions and examples keep their line breaks."""
-
-    def _get_help_string(self, action: argparse.Action) -> str | None:
-        if action.default is None or action.default is False:
-            return action.help
-        return super()._get_help_string(action)
-
-
 # ---------------------------------------------------------------------------------------------- commands
 
 
-def _default(model: type[BaseModel], name: str) -> Any:
-    return model.model_fields[name].default
-
-
-def _describe(model: type[BaseModel], name: str, extra: str = "") -> str:
-    # One source of truth: the option help is the parameter model's field description.
-    text = model.model_fields[name].description or name
-    return f"{text}{extra}"
+def add_model_options(p: argparse.ArgumentParser, model: type[BaseModel], skip: Iterable[str] = ()) -> None:
+    """One option per field of a generator's parameter model, in field order: the name, type, default,
+    choices and help all come from the field (``--tokens-per-host`` for ``tokens_per_host``); sizes take
+    units (BYTES metadata), tuples of hosts take a comma-separated list."""
+    for name, field in model.model_fields.items():
+        if name in skip:
+            continue
+        extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+        kw: dict[str, Any] = {"help": field.description or name}
+        kind = field.annotation
+        if kind is bool:
+            kw["action"] = "store_true"
+        elif get_origin(kind) is Literal:
+            kw.update(choices=list(get_args(kind)), default=field.default)
+        elif extra.get("unit") == "bytes":
+            kw.update(type=parse_size, default=format_size(field.default))
+        elif kind in (int, float):
+            kw.update(type=kind, default=field.default)
+        elif tuple in {get_origin(a) for a in get_args(kind)}:  # tuple[str, ...] | None: host names
+            kw["type"] = _host_list
+        else:
+            kw["type"] = str
+        if "metavar" in extra:
+            kw["metavar"] = extra["metavar"]
+        p.add_argument("--" + name.replace("_", "-"), **kw)
 
 
 def _add_common(p: argparse.ArgumentParser) -> None:
@@ -113,226 +123,118 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     g.add_argument("-o", "--output", metavar="FILE", help="trace file to write (default: stdout)")
 
 
-def _add_moe(sub: Any) -> None:
-    from orchestrator.workloads.moe import BYTES_PER_TOKEN, HIDDEN_SIZE, MoEParams
+def _moe_description() -> str:
+    from orchestrator.workloads.moe import BYTES_PER_TOKEN, HIDDEN_SIZE
 
+    return (
+        "MoE token dispatch modelled on DeepSeek-V3.\n\n"
+        "Routed experts are placed over the hosts in contiguous blocks (256 experts, 8 hosts: 32 each).\n"
+        "Every token goes to its top-k routed experts, chosen with node-limited routing: the hosts are\n"
+        "scored by the sum of their best ceil(top_k/max_nodes) expert affinities, the token keeps the\n"
+        "best max_nodes hosts and picks its top-k experts there. The shared expert lives on every host\n"
+        "and causes no traffic. Each step, every host groups its tokens by remote receiver set: one op\n"
+        "per set, bytes = tokens x bytes-per-token (multicast when the set has several hosts).\n"
+        f"The default bytes-per-token, {BYTES_PER_TOKEN}, is the FP8 hidden state ({HIDDEN_SIZE} B)\n"
+        "plus its quantisation scales."
+    )
+
+
+@dataclass(frozen=True)
+class Generator:
+    """One ``workload`` subcommand: the generator module, its parameter model, and its help texts."""
+
+    command: str
+    module: str
+    params: str  # the model's class name in the module
+    help: str
+    description: str | Callable[[], str]
+    examples: tuple[str, ...]
+
+
+GENERATOR_COMMANDS: tuple[Generator, ...] = (
+    Generator(
+        "moe", "moe", "MoEParams",
+        "MoE token dispatch (DeepSeek-V3: 256 experts, top-8, at most 4 nodes)",
+        _moe_description,
+        (
+            "moe --hosts h1,h2,h3,h4,h5,h6,h7,h8 --steps 2 --tokens-per-host 16 --seed 1 \\\n"
+            "      -o workloads/moe-sample.jsonl",
+            "moe --hosts-count 16 --skew zipf --zipf-s 1.2 --steps 10 -o moe-zipf.jsonl",
+        ),
+    ),
+    Generator(
+        "model-dist", "model_distribution", "ModelDistParams",
+        "model distribution: one source sends the model to every other host",
+        "Model distribution: the source pushes SIZE bytes of model weights to every other host, in\n"
+        "chunks of --chunk-bytes, one chunk every --chunk-interval seconds. Each chunk is one multicast\n"
+        "op to all receivers (unicast would send it once per receiver).\n"
+        "Deterministic; --seed is recorded.",
+        (
+            "model-dist --hosts h1,h2,h3,h4,h5,h6,h7,h8 --size 4MiB --chunk-bytes 256KiB \\\n"
+            "      -o workloads/model-dist-sample.jsonl",
+        ),
+    ),
+    Generator(
+        "checkpoint", "checkpoint", "CheckpointParams",
+        "multi-replica checkpoint: each host sends its shard to k storage hosts",
+        "Multi-replica checkpoint: every writer sends its shard to --replicas storage hosts at once,\n"
+        "one multicast op per chunk. Without --storage every host writes and stores, and replicas go\n"
+        "to the next hosts in a seeded ring (each host stores exactly k shards). With --storage those\n"
+        "hosts are dedicated storage nodes, the others write, and shards are spread round-robin.\n"
+        "A host never stores its own shard.",
+        (
+            "checkpoint --hosts h1,h2,h3,h4,h5,h6,h7,h8 --shard-bytes 1MiB --replicas 2 \\\n"
+            "      --chunk-bytes 256KiB --seed 1 -o workloads/checkpoint-sample.jsonl",
+            "checkpoint --hosts-count 8 --storage gpu7,gpu8 --replicas 2 -o ckpt.jsonl",
+        ),
+    ),
+    Generator(
+        "all-to-all", "alltoall", "AllToAllParams",
+        "all-to-all: every host sends SIZE bytes to every other host",
+        "All-to-all: every host sends --size bytes to every other host, chunked. By default the data\n"
+        "differs per receiver, so each (source, receiver, chunk) is one unicast op, receivers in ring\n"
+        "order from the source. With --identical a source sends the same data to all: one multicast op\n"
+        "per source and chunk. Deterministic; --seed is recorded.",
+        (
+            "all-to-all --hosts h1,h2,h3,h4,h5,h6,h7,h8 --size 512KiB --chunk-bytes 256KiB \\\n"
+            "      -o workloads/all-to-all-sample.jsonl",
+            "all-to-all --hosts-count 8 --identical -o allgather.jsonl",
+        ),
+    ),
+    Generator(
+        "allreduce", "allreduce", "AllreduceParams",
+        "AllReduce steps: the hosts reduce SIZE bytes each, one op per step",
+        "AllReduce: every --interval seconds all hosts reduce a SIZE-byte int32 array (one op per\n"
+        "step; src is the first host, dst the others). Replay it with aidclab replay --mode ina,\n"
+        "ring or ps on a lab whose vars define an INA job with exactly these hosts (docs/allreduce.md).\n"
+        "Deterministic; --seed is recorded.",
+        ("allreduce --hosts w1,w2,w3,w4 --size 16MiB --steps 2 -o ar.jsonl",),
+    ),
+)
+
+
+def _add_generator(sub: Any, gen: Generator) -> None:
+    import importlib
+
+    model = getattr(importlib.import_module(f"orchestrator.workloads.{gen.module}"), gen.params)
+    description = gen.description() if callable(gen.description) else gen.description
     p = sub.add_parser(
-        "moe",
-        help="MoE token dispatch (DeepSeek-V3: 256 experts, top-8, at most 4 nodes)",
-        formatter_class=_HelpFormatter,
-        description=(
-            "MoE token dispatch modelled on DeepSeek-V3.\n\n"
-            "Routed experts are placed over the hosts in contiguous blocks (256 experts, 8 hosts: 32 each).\n"
-            "Every token goes to its top-k routed experts, chosen with node-limited routing: the hosts are\n"
-            "scored by the sum of their best ceil(top_k/max_nodes) expert affinities, the token keeps the\n"
-            "best max_nodes hosts and picks its top-k experts there. The shared expert lives on every host\n"
-            "and causes no traffic. Each step, every host groups its tokens by remote receiver set: one op\n"
-            "per set, bytes = tokens x bytes-per-token (multicast when the set has several hosts).\n"
-            f"The default bytes-per-token, {BYTES_PER_TOKEN}, is the FP8 hidden state ({HIDDEN_SIZE} B)\n"
-            "plus its quantisation scales."
-        ),
-        epilog=(
-            "example:\n"
-            f"  {PROG} moe --hosts h1,h2,h3,h4,h5,h6,h7,h8 --steps 2 --tokens-per-host 16 --seed 1 \\\n"
-            "      -o workloads/moe-sample.jsonl\n"
-            f"  {PROG} moe --hosts-count 16 --skew zipf --zipf-s 1.2 --steps 10 -o moe-zipf.jsonl"
-        ),
+        gen.command,
+        help=gen.help,
+        formatter_class=HelpFormatter,
+        description=description,
+        epilog="example:\n" + "\n".join(f"  {PROG} {e}" for e in gen.examples),
     )
-    m = MoEParams
-    p.add_argument("--steps", type=int, default=_default(m, "steps"), help=_describe(m, "steps"))
-    p.add_argument(
-        "--tokens-per-host",
-        type=int,
-        default=_default(m, "tokens_per_host"),
-        help=_describe(m, "tokens_per_host"),
-    )
-    p.add_argument(
-        "--step-interval",
-        type=float,
-        default=_default(m, "step_interval"),
-        metavar="SECONDS",
-        help=_describe(m, "step_interval"),
-    )
-    p.add_argument(
-        "--skew",
-        choices=["uniform", "zipf"],
-        default=_default(m, "skew"),
-        help="expert popularity: uniform, or zipf (popularity of the r-th most popular expert ∝ r^-s)",
-    )
-    p.add_argument(
-        "--zipf-s", type=float, default=_default(m, "zipf_s"), metavar="S", help=_describe(m, "zipf_s")
-    )
-    p.add_argument("--experts", type=int, default=_default(m, "experts"), help=_describe(m, "experts"))
-    p.add_argument("--top-k", type=int, default=_default(m, "top_k"), help=_describe(m, "top_k"))
-    p.add_argument(
-        "--max-nodes",
-        type=int,
-        default=_default(m, "max_nodes"),
-        help=_describe(m, "max_nodes", " (node-limited)"),
-    )
-    p.add_argument(
-        "--bytes-per-token",
-        type=parse_size,
-        default=str(_default(m, "bytes_per_token")),
-        metavar="SIZE",
-        help=_describe(m, "bytes_per_token"),
-    )
+    add_model_options(p, model, skip=("hosts", "seed"))
     _add_common(p)
-    p.set_defaults(func=_run_generator, _module="moe", _params=m, _parser=p)
-
-
-def _add_chunking(p: argparse.ArgumentParser, model: type[BaseModel]) -> None:
-    p.add_argument(
-        "--chunk-bytes",
-        type=parse_size,
-        default=format_size(_default(model, "chunk_bytes")),
-        metavar="SIZE",
-        help=_describe(model, "chunk_bytes"),
-    )
-    p.add_argument(
-        "--chunk-interval",
-        type=float,
-        default=_default(model, "chunk_interval"),
-        metavar="SECONDS",
-        help=_describe(model, "chunk_interval"),
-    )
-
-
-def _add_model_dist(sub: Any) -> None:
-    from orchestrator.workloads.model_distribution import ModelDistParams as m
-
-    p = sub.add_parser(
-        "model-dist",
-        help="model distribution: one source sends the model to every other host",
-        formatter_class=_HelpFormatter,
-        description=(
-            "Model distribution: the source pushes SIZE bytes of model weights to every other host, in\n"
-            "chunks of --chunk-bytes, one chunk every --chunk-interval seconds. Each chunk is one multicast\n"
-            "op to all receivers (unicast would send it once per receiver).\n"
-            "Deterministic; --seed is recorded."
-        ),
-        epilog=(
-            "example:\n"
-            f"  {PROG} model-dist --hosts h1,h2,h3,h4,h5,h6,h7,h8 --size 4MiB --chunk-bytes 256KiB \\\n"
-            "      -o workloads/model-dist-sample.jsonl"
-        ),
-    )
-    p.add_argument("--source", metavar="HOST", help="sending host (default: the first host)")
-    p.add_argument(
-        "--size",
-        type=parse_size,
-        default=format_size(_default(m, "size")),
-        metavar="SIZE",
-        help=_describe(m, "size"),
-    )
-    _add_chunking(p, m)
-    _add_common(p)
-    p.set_defaults(func=_run_generator, _module="model_distribution", _params=m, _parser=p)
-
-
-def _add_checkpoint(sub: Any) -> None:
-    from orchestrator.workloads.checkpoint import CheckpointParams as m
-
-    p = sub.add_parser(
-        "checkpoint",
-        help="multi-replica checkpoint: each host sends its shard to k storage hosts",
-        formatter_class=_HelpFormatter,
-        description=(
-            "Multi-replica checkpoint: every writer sends its shard to --replicas storage hosts at once,\n"
-            "one multicast op per chunk. Without --storage every host writes and stores, and replicas go\n"
-            "to the next hosts in a seeded ring (each host stores exactly k shards). With --storage those\n"
-            "hosts are dedicated storage nodes, the others write, and shards are spread round-robin.\n"
-            "A host never stores its own shard."
-        ),
-        epilog=(
-            "example:\n"
-            f"  {PROG} checkpoint --hosts h1,h2,h3,h4,h5,h6,h7,h8 --shard-bytes 1MiB --replicas 2 \\\n"
-            "      --chunk-bytes 256KiB --seed 1 -o workloads/checkpoint-sample.jsonl\n"
-            f"  {PROG} checkpoint --hosts-count 8 --storage gpu7,gpu8 --replicas 2 -o ckpt.jsonl"
-        ),
-    )
-    p.add_argument(
-        "--shard-bytes",
-        type=parse_size,
-        default=format_size(_default(m, "shard_bytes")),
-        metavar="SIZE",
-        help=_describe(m, "shard_bytes"),
-    )
-    p.add_argument(
-        "--replicas", type=int, default=_default(m, "replicas"), metavar="K", help=_describe(m, "replicas")
-    )
-    p.add_argument("--storage", type=_host_list, metavar="H1,H2,...", help=_describe(m, "storage"))
-    _add_chunking(p, m)
-    _add_common(p)
-    p.set_defaults(func=_run_generator, _module="checkpoint", _params=m, _parser=p)
-
-
-def _add_alltoall(sub: Any) -> None:
-    from orchestrator.workloads.alltoall import AllToAllParams as m
-
-    p = sub.add_parser(
-        "all-to-all",
-        help="all-to-all: every host sends SIZE bytes to every other host",
-        formatter_class=_HelpFormatter,
-        description=(
-            "All-to-all: every host sends --size bytes to every other host, chunked. By default the data\n"
-            "differs per receiver, so each (source, receiver, chunk) is one unicast op, receivers in ring\n"
-            "order from the source. With --identical a source sends the same data to all: one multicast op\n"
-            "per source and chunk. Deterministic; --seed is recorded."
-        ),
-        epilog=(
-            "example:\n"
-            f"  {PROG} all-to-all --hosts h1,h2,h3,h4,h5,h6,h7,h8 --size 512KiB --chunk-bytes 256KiB \\\n"
-            "      -o workloads/all-to-all-sample.jsonl\n"
-            f"  {PROG} all-to-all --hosts-count 8 --identical -o allgather.jsonl"
-        ),
-    )
-    p.add_argument(
-        "--size",
-        type=parse_size,
-        default=format_size(_default(m, "size")),
-        metavar="SIZE",
-        help=_describe(m, "size"),
-    )
-    p.add_argument("--identical", action="store_true", help=_describe(m, "identical"))
-    _add_chunking(p, m)
-    _add_common(p)
-    p.set_defaults(func=_run_generator, _module="alltoall", _params=m, _parser=p)
-
-
-def _add_allreduce(sub: Any) -> None:
-    from orchestrator.workloads.allreduce import AllreduceParams as m
-
-    p = sub.add_parser(
-        "allreduce",
-        help="AllReduce steps: the hosts reduce SIZE bytes each, one op per step",
-        formatter_class=_HelpFormatter,
-        description=(
-            "AllReduce: every --interval seconds all hosts reduce a SIZE-byte int32 array (one op per\n"
-            "step; src is the first host, dst the others). Replay it with aidclab replay --mode ina,\n"
-            "ring or ps on a lab whose vars define an INA job with exactly these hosts (docs/allreduce.md).\n"
-            "Deterministic; --seed is recorded."
-        ),
-        epilog=f"example:\n  {PROG} allreduce --hosts w1,w2,w3,w4 --size 16MiB --steps 2 -o ar.jsonl",
-    )
-    p.add_argument(
-        "--size", type=parse_size, default=format_size(_default(m, "size")), metavar="SIZE",
-        help=_describe(m, "size"),
-    )
-    p.add_argument("--steps", type=int, default=_default(m, "steps"), help=_describe(m, "steps"))
-    p.add_argument(
-        "--interval", type=float, default=_default(m, "interval"), metavar="SECONDS",
-        help=_describe(m, "interval"),
-    )
-    _add_common(p)
-    p.set_defaults(func=_run_generator, _module="allreduce", _params=m, _parser=p)
+    p.set_defaults(func=_run_generator, _module=gen.module, _params=model, _parser=p)
 
 
 def _add_summary(sub: Any) -> None:
     p = sub.add_parser(
         "summary",
         help="validate a trace and print its totals",
-        formatter_class=_HelpFormatter,
+        formatter_class=HelpFormatter,
         description=(
             "Read a trace once (streaming, any size), validate every line and print: op counts by kind,\n"
             "bytes sent (once per op), bytes delivered (x fan-out, what unicast would send), the fan-out\n"
@@ -445,16 +347,9 @@ def _run_summary(args: argparse.Namespace) -> int:
 
 def _add_commands(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="workload_command", required=True, metavar="COMMAND")
-    adders: list[Callable[[Any], None]] = [
-        _add_moe,
-        _add_model_dist,
-        _add_checkpoint,
-        _add_alltoall,
-        _add_allreduce,
-        _add_summary,
-    ]
-    for add in adders:
-        add(sub)
+    for gen in GENERATOR_COMMANDS:
+        _add_generator(sub, gen)
+    _add_summary(sub)
 
 
 _DESCRIPTION = (
@@ -469,7 +364,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "workload",
         help="generate and summarise workload traces",
         description=_DESCRIPTION,
-        formatter_class=_HelpFormatter,
+        formatter_class=HelpFormatter,
     )
     _add_commands(p)
     return p
@@ -479,7 +374,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     if args_list[:1] == ["workload"]:
         args_list = args_list[1:]
-    parser = argparse.ArgumentParser(prog=PROG, description=_DESCRIPTION, formatter_class=_HelpFormatter)
+    parser = argparse.ArgumentParser(prog=PROG, description=_DESCRIPTION, formatter_class=HelpFormatter)
     _add_commands(parser)
     args = parser.parse_args(args_list)
     return int(args.func(args))

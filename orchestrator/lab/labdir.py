@@ -35,7 +35,7 @@ def container_labels(topo: Topology, node: str) -> dict[str, str]:
         "clab-node-lab-dir": str(lab_dir(topo) / node),
         "clab-topo-file": str(topo.path.resolve()),
         "clab-owner": "aidclab",
-        "aidclab-role": role_of(n).name,
+        "aidclab-role": str(role_of(n).name),
     }
     return {**n.labels, **labels}
 

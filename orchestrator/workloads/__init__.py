@@ -44,6 +44,22 @@ GENERATORS: dict[str, str] = {
 }
 
 
+# Field metadata the workload command reads (orchestrator/cli/workload.py): sizes take units (64KiB), and
+# a metavar names what an option's value is.
+BYTES: dict[str, Any] = {"unit": "bytes", "metavar": "SIZE"}
+SECONDS: dict[str, Any] = {"metavar": "SECONDS"}
+
+
+def chunk_bytes_field() -> Any:
+    return Field(1 << 20, ge=1, description="bytes per op", json_schema_extra=BYTES)
+
+
+def chunk_interval_field() -> Any:
+    return Field(
+        0.001, ge=0, allow_inf_nan=False, description="seconds between chunks", json_schema_extra=SECONDS
+    )
+
+
 class WorkloadParams(BaseModel):
     """Parameters every generator takes. Field names equal the CLI option names (``_`` → ``-``)."""
 

@@ -14,16 +14,23 @@ from collections.abc import Iterator
 
 from pydantic import Field, field_validator
 
-from orchestrator.workloads import Workload, WorkloadParams, make_header, op_time
+from orchestrator.workloads import BYTES, SECONDS, Workload, WorkloadParams, make_header, op_time
 from orchestrator.workloads.trace import TraceOp
 
 GENERATOR = "allreduce"
 
 
 class AllreduceParams(WorkloadParams):
-    size: int = Field(1 << 20, ge=4, description="bytes each worker contributes (int32 elements x 4)")
+    size: int = Field(
+        1 << 20,
+        ge=4,
+        description="bytes each worker contributes (int32 elements x 4)",
+        json_schema_extra=BYTES,
+    )
     steps: int = Field(1, ge=1, description="AllReduce ops, one per training step")
-    interval: float = Field(0.0, ge=0, allow_inf_nan=False, description="seconds between steps")
+    interval: float = Field(
+        0.0, ge=0, allow_inf_nan=False, description="seconds between steps", json_schema_extra=SECONDS
+    )
 
     @field_validator("size")
     @classmethod

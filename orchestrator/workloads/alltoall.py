@@ -16,16 +16,27 @@ from collections.abc import Iterator
 
 from pydantic import Field
 
-from orchestrator.workloads import Workload, WorkloadParams, chunk_sizes, make_header, op_time
+from orchestrator.workloads import (
+    BYTES,
+    Workload,
+    WorkloadParams,
+    chunk_bytes_field,
+    chunk_interval_field,
+    chunk_sizes,
+    make_header,
+    op_time,
+)
 from orchestrator.workloads.trace import TraceOp
 
 GENERATOR = "all-to-all"
 
 
 class AllToAllParams(WorkloadParams):
-    size: int = Field(16 << 20, ge=1, description="bytes each host sends to each other host")
-    chunk_bytes: int = Field(1 << 20, ge=1, description="bytes per op")
-    chunk_interval: float = Field(0.001, ge=0, allow_inf_nan=False, description="seconds between chunks")
+    size: int = Field(
+        16 << 20, ge=1, description="bytes each host sends to each other host", json_schema_extra=BYTES
+    )
+    chunk_bytes: int = chunk_bytes_field()
+    chunk_interval: float = chunk_interval_field()
     identical: bool = Field(False, description="same data to every receiver: one multicast op per source")
 
 

@@ -23,20 +23,36 @@ from collections.abc import Iterator
 
 from pydantic import Field, model_validator
 
-from orchestrator.workloads import Workload, WorkloadParams, chunk_sizes, make_header, op_time
+from orchestrator.workloads import (
+    BYTES,
+    Workload,
+    WorkloadParams,
+    chunk_bytes_field,
+    chunk_interval_field,
+    chunk_sizes,
+    make_header,
+    op_time,
+)
 from orchestrator.workloads.trace import TraceOp
 
 GENERATOR = "checkpoint"
 
 
 class CheckpointParams(WorkloadParams):
-    shard_bytes: int = Field(256 << 20, ge=1, description="checkpoint bytes each host writes")
-    replicas: int = Field(2, ge=1, description="storage hosts receiving each shard (k)")
-    storage: tuple[str, ...] | None = Field(
-        None, min_length=1, description="dedicated storage hosts; default: every host writes and stores"
+    shard_bytes: int = Field(
+        256 << 20, ge=1, description="checkpoint bytes each host writes", json_schema_extra=BYTES
     )
-    chunk_bytes: int = Field(1 << 20, ge=1, description="bytes per op")
-    chunk_interval: float = Field(0.001, ge=0, allow_inf_nan=False, description="seconds between chunks")
+    replicas: int = Field(
+        2, ge=1, description="storage hosts receiving each shard (k)", json_schema_extra={"metavar": "K"}
+    )
+    storage: tuple[str, ...] | None = Field(
+        None,
+        min_length=1,
+        description="dedicated storage hosts; default: every host writes and stores",
+        json_schema_extra={"metavar": "H1,H2,..."},
+    )
+    chunk_bytes: int = chunk_bytes_field()
+    chunk_interval: float = chunk_interval_field()
 
     @model_validator(mode="after")
     def _pool_large_enough(self) -> CheckpointParams:

@@ -14,17 +14,28 @@ from collections.abc import Iterator
 
 from pydantic import Field, model_validator
 
-from orchestrator.workloads import Workload, WorkloadParams, chunk_sizes, make_header, op_time
+from orchestrator.workloads import (
+    BYTES,
+    Workload,
+    WorkloadParams,
+    chunk_bytes_field,
+    chunk_interval_field,
+    chunk_sizes,
+    make_header,
+    op_time,
+)
 from orchestrator.workloads.trace import TraceOp
 
 GENERATOR = "model-dist"
 
 
 class ModelDistParams(WorkloadParams):
-    source: str | None = Field(None, description="sending host; default: the first host")
-    size: int = Field(1 << 30, ge=1, description="model bytes every receiver gets")
-    chunk_bytes: int = Field(1 << 20, ge=1, description="bytes per op")
-    chunk_interval: float = Field(0.001, ge=0, allow_inf_nan=False, description="seconds between chunks")
+    source: str | None = Field(
+        None, description="sending host (default: the first host)", json_schema_extra={"metavar": "HOST"}
+    )
+    size: int = Field(1 << 30, ge=1, description="model bytes every receiver gets", json_schema_extra=BYTES)
+    chunk_bytes: int = chunk_bytes_field()
+    chunk_interval: float = chunk_interval_field()
 
     @model_validator(mode="after")
     def _source_known(self) -> ModelDistParams:

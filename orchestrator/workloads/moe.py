@@ -35,7 +35,7 @@ from typing import Literal
 import numpy as np
 from pydantic import Field, model_validator
 
-from orchestrator.workloads import Workload, WorkloadParams, make_header, op_time
+from orchestrator.workloads import BYTES, SECONDS, Workload, WorkloadParams, make_header, op_time
 from orchestrator.workloads.trace import TraceOp
 
 GENERATOR = "moe"
@@ -46,13 +46,22 @@ BYTES_PER_TOKEN = 7408
 class MoEParams(WorkloadParams):
     steps: int = Field(2, ge=1, description="dispatch steps (one MoE layer's dispatch per step)")
     tokens_per_host: int = Field(128, ge=1, description="tokens each host dispatches per step")
-    step_interval: float = Field(0.001, ge=0, allow_inf_nan=False, description="seconds between steps")
-    skew: Literal["uniform", "zipf"] = Field("uniform", description="expert popularity distribution")
-    zipf_s: float = Field(1.0, ge=0, le=10, description="Zipf exponent s (skew=zipf only)")
+    step_interval: float = Field(
+        0.001, ge=0, allow_inf_nan=False, description="seconds between steps", json_schema_extra=SECONDS
+    )
+    skew: Literal["uniform", "zipf"] = Field(
+        "uniform",
+        description="expert popularity: uniform, or zipf (popularity of the r-th most popular expert ∝ r^-s)",
+    )
+    zipf_s: float = Field(
+        1.0, ge=0, le=10, description="Zipf exponent s (skew=zipf only)", json_schema_extra={"metavar": "S"}
+    )
     experts: int = Field(256, ge=1, description="routed experts")
     top_k: int = Field(8, ge=1, description="routed experts per token")
-    max_nodes: int = Field(4, ge=1, description="nodes (hosts) a token may reach, M")
-    bytes_per_token: int = Field(BYTES_PER_TOKEN, ge=1, description="dispatched bytes per token")
+    max_nodes: int = Field(4, ge=1, description="nodes (hosts) a token may reach, M (node-limited)")
+    bytes_per_token: int = Field(
+        BYTES_PER_TOKEN, ge=1, description="dispatched bytes per token", json_schema_extra=BYTES
+    )
 
     @model_validator(mode="after")
     def _routable(self) -> MoEParams:

@@ -36,7 +36,6 @@ class NodeRole:
 
     name: Role
     runs_agent: bool
-    ansible_group: str
     health_cmd: tuple[str, ...] | None = None
     sysctls: dict[str, str] = field(default_factory=lambda: dict(FABRIC_SYSCTLS))
     cap_add: tuple[str, ...] = ("NET_ADMIN", "NET_RAW", "SYS_ADMIN")
@@ -46,6 +45,12 @@ class NodeRole:
     def __post_init__(self) -> None:
         if self.runs_agent != (self.name in AGENT_ROLES):
             raise ValueError(f"role {self.name}: runs_agent={self.runs_agent} disagrees with aidcnet.roles")
+
+    @property
+    def ansible_group(self) -> str:
+        """The inventory group of the role's nodes (``gpu_host`` for gpu-host): what playbooks/site.yml
+        targets."""
+        return str(self.name).replace("-", "_")
 
     @property
     def image(self) -> str:

@@ -7,7 +7,6 @@ ROLE = register(
     NodeRole(
         name=Role.BFR,
         runs_agent=True,
-        ansible_group=Role.BFR,
         description="software BIER router (aidcnet switch agent)",
     )
 )

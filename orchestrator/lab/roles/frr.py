@@ -7,7 +7,6 @@ ROLE = register(
     NodeRole(
         name=Role.FRR,
         runs_agent=False,
-        ansible_group=Role.FRR,
         # vtysh answers only once zebra and the vtysh socket are up.
         health_cmd=("vtysh", "-c", "show version"),
         description="FRR (Debian frr) router",

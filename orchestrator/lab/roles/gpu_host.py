@@ -7,7 +7,6 @@ ROLE = register(
     NodeRole(
         name=Role.GPU_HOST,
         runs_agent=True,
-        ansible_group="gpu_host",
         description="emulated GPU host (aidcnet host agent)",
     )
 )

@@ -7,7 +7,6 @@ ROLE = register(
     NodeRole(
         name=Role.INA_SWITCH,
         runs_agent=True,
-        ansible_group="ina_switch",
         description="INA switch (aidcnet switch agent with aggregation)",
     )
 )

@@ -8,7 +8,6 @@ ROLE = register(
         name=Role.LINUX,
         runs_agent=False,
         has_image=False,
-        ansible_group=Role.LINUX,
         description="plain linux container",
     )
 )
