@@ -20,6 +20,7 @@ import logging
 import socket
 import time
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -57,6 +58,23 @@ def _udp_socket(port: int) -> tuple[socket.socket, BatchIO]:
     sock.setblocking(False)
     return sock, BatchIO(sock)
 
+
+
+@dataclass
+class _Run:
+    """One AllReduce in progress on this worker: what the ring and the tree paths share."""
+
+    job_id: int
+    member: Any
+    values: np.ndarray
+    op: Op
+    dtype: DType
+    scale: int
+    chunk_base: int
+    per_chunk: int
+    timeout: float
+    deadline: float
+    fut: asyncio.Future[None]
 
 class InaWorkerService:
     def __init__(self, ina: Ina, bfr_id: int, bsl: int, loopback: str) -> None:
@@ -283,46 +301,16 @@ class InaWorkerService:
         assert self._loop is not None
         fut: asyncio.Future[None] = self._loop.create_future()
         t0 = time.time()
-        retransmits = 0
         # Every worker of a fixed32 job must use the same Scale: the driver sends it, else all derive
         # it from the shared bound on worker_array's values.
         scale = int(request["scale"]) if "scale" in request else job_scale(len(member.workers))
+        run = _Run(job_id, member, values, op, dtype, scale, chunk_base, per_chunk, timeout, deadline, fut)
         if mode == Mode.RING:
-            if op is not Op.SUM:
-                raise ValueError(f"the ring baseline does sums only; job {job_id} is {member.op}")
-            ranks = sorted(member.workers)
             addrs = {int(k): str(v) for k, v in request["addresses"].items()}
-            rank = ranks.index(self.bfr_id)
-            ring = RingAllreduce(
-                values, rank=rank, ranks=ranks, job_id=job_id, bsl=self.bsl, op=op, dtype=dtype, scale=scale,
-                chunk_base=chunk_base, per_chunk=per_chunk,
-            )
-            sender = ReliableSender(member.window, timeout)
-            nxt = addrs[ranks[(rank + 1) % len(ranks)]]
-            prev = addrs[ranks[(rank - 1) % len(ranks)]]
-            self.ring[job_id] = (ring, sender, nxt, prev, fut)
-            self.ring_prev[job_id] = prev
-            for msg in ring.originate():
-                sender.push((msg.chunk - chunk_base, msg.result), msg.encode())
-            self._send([(p, (nxt, self.ina.port + 1)) for p in sender.due(time.monotonic())], self.ring_io)
-            if ring.complete and sender.idle:
-                self.ring.pop(job_id, None)
-                fut.set_result(None)
-            self._schedule(timeout / 4)
-            await self._wait(fut, job_id, deadline, lambda: f"{ring.have}/{ring.chunks} chunks")
-            result, retransmits = ring.result, sender.retransmits
+            result, retransmits = await self._ring(run, addrs)
         else:
             dst = str(member.next_hop) if mode == Mode.INA else str(request["ps"])
-            job = AllreduceJob(
-                values, job_id=job_id, bfr_id=self.bfr_id, bsl=self.bsl, op=op, dtype=dtype,
-                chunk_base=chunk_base, per_chunk=per_chunk, window=member.window, timeout=timeout,
-                scale=scale,
-            )
-            self.active[job_id] = (job, dst, fut)
-            self._send([(p, (dst, self.ina.port)) for p in job.due(time.monotonic())], self.io)
-            self._schedule(timeout / 4)
-            await self._wait(fut, job_id, deadline, lambda: f"{job.results}/{job.window.chunks} chunks")
-            result, retransmits = job.out, job.window.retransmits
+            result, retransmits = await self._tree(run, dst)
         end = time.time()
         self.c[f"allreduce.{mode}"] += 1
         self.c["retransmits"] += retransmits
@@ -347,3 +335,42 @@ class InaWorkerService:
             big = np.ascontiguousarray(result).astype(result.dtype.newbyteorder(">"))
             reply["values"] = base64.b64encode(big.tobytes()).decode()
         return reply
+
+    async def _ring(self, run: _Run, addrs: dict[int, str]) -> tuple[np.ndarray, int]:
+        """The ring baseline: reduce-scatter then all-gather between the workers' loopbacks."""
+        if run.op is not Op.SUM:
+            raise ValueError(f"the ring baseline does sums only; job {run.job_id} is {run.member.op}")
+        ranks = sorted(run.member.workers)
+        rank = ranks.index(self.bfr_id)
+        ring = RingAllreduce(
+            run.values, rank=rank, ranks=ranks, job_id=run.job_id, bsl=self.bsl, op=run.op, dtype=run.dtype,
+            scale=run.scale, chunk_base=run.chunk_base, per_chunk=run.per_chunk,
+        )
+        sender = ReliableSender(run.member.window, run.timeout)
+        nxt = addrs[ranks[(rank + 1) % len(ranks)]]
+        prev = addrs[ranks[(rank - 1) % len(ranks)]]
+        self.ring[run.job_id] = (ring, sender, nxt, prev, run.fut)
+        self.ring_prev[run.job_id] = prev
+        for msg in ring.originate():
+            sender.push((msg.chunk - run.chunk_base, msg.result), msg.encode())
+        self._send([(p, (nxt, self.ina.port + 1)) for p in sender.due(time.monotonic())], self.ring_io)
+        if ring.complete and sender.idle:
+            self.ring.pop(run.job_id, None)
+            run.fut.set_result(None)
+        self._schedule(run.timeout / 4)
+        await self._wait(run.fut, run.job_id, run.deadline, lambda: f"{ring.have}/{ring.chunks} chunks")
+        return ring.result, sender.retransmits
+
+    async def _tree(self, run: _Run, dst: str) -> tuple[np.ndarray, int]:
+        """INA (``dst`` is the next hop toward the VAT) or the parameter server (``dst`` is the PS)."""
+        job = AllreduceJob(
+            run.values, job_id=run.job_id, bfr_id=self.bfr_id, bsl=self.bsl, op=run.op, dtype=run.dtype,
+            chunk_base=run.chunk_base, per_chunk=run.per_chunk, window=run.member.window, timeout=run.timeout,
+            scale=run.scale,
+        )
+        self.active[run.job_id] = (job, dst, run.fut)
+        self._send([(p, (dst, self.ina.port)) for p in job.due(time.monotonic())], self.io)
+        self._schedule(run.timeout / 4)
+        progress = lambda: f"{job.results}/{job.window.chunks} chunks"  # noqa: E731
+        await self._wait(run.fut, run.job_id, run.deadline, progress)
+        return job.out, job.window.retransmits

@@ -33,7 +33,7 @@ from orchestrator.experiment.records import (
 
 if TYPE_CHECKING:
     from orchestrator.lab.topology import Topology
-    from orchestrator.workloads.trace import TraceOp
+    from orchestrator.workloads.trace import MULTICAST_OP, TraceOp
 
 # The management interface carries Docker/Ansible/agent control traffic, never workload bytes.
 MGMT_INTERFACES = frozenset({"eth0"})
@@ -287,11 +287,11 @@ def theoretical_fanout(items: Iterable[tuple[int, float]]) -> float | None:
 
 
 def trace_fanout(ops: Iterable[TraceOp]) -> float | None:
-    return theoretical_fanout((op.bytes, len(op.dst)) for op in ops if op.op == "multicast")
+    return theoretical_fanout((op.bytes, len(op.dst)) for op in ops if op.op == MULTICAST_OP)
 
 
 def message_fanout(messages: Iterable[MessageResult]) -> float | None:
-    return theoretical_fanout((m.bytes, len(m.expected)) for m in messages if m.op == "multicast")
+    return theoretical_fanout((m.bytes, len(m.expected)) for m in messages if m.op == MULTICAST_OP)
 
 
 # ---------------------------------------------------------------------------------------------- one run

@@ -173,14 +173,14 @@ def file_sha256(path: str | Path) -> str:
 
 def trace_info(path: str | Path) -> TraceInfo:
     """Stream a trace once (validating it) and return what a run records about it."""
-    from orchestrator.workloads.trace import SummaryAccumulator, TraceReader
+    from orchestrator.workloads.trace import MULTICAST_OP, SummaryAccumulator, TraceReader
 
     mc_bytes = mc_receiver_bytes = 0
     with TraceReader(path) as reader:
         acc = SummaryAccumulator(reader.header)
         for op in reader:
             acc.add(op)
-            if op.op == "multicast":
+            if op.op == MULTICAST_OP:
                 mc_bytes += op.bytes
                 mc_receiver_bytes += op.bytes * len(op.dst)
     s = acc.result()

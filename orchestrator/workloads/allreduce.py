@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pydantic import Field, field_validator
 
 from orchestrator.workloads import BYTES, SECONDS, Workload, WorkloadParams, make_header, op_time
-from orchestrator.workloads.trace import TraceOp
+from orchestrator.workloads.trace import ALLREDUCE_OP, TraceOp
 
 GENERATOR = "allreduce"
 
@@ -44,7 +44,7 @@ def _ops(params: AllreduceParams) -> Iterator[TraceOp]:
     first, *rest = params.hosts
     for i in range(params.steps):
         yield TraceOp(
-            t=op_time(i, params.interval), op="allreduce", src=first, dst=rest, bytes=params.size,
+            t=op_time(i, params.interval), op=ALLREDUCE_OP, src=first, dst=rest, bytes=params.size,
             tag=f"step{i}", id=i,
         )  # fmt: skip
 

@@ -26,7 +26,7 @@ from orchestrator.workloads import (
     make_header,
     op_time,
 )
-from orchestrator.workloads.trace import TraceOp
+from orchestrator.workloads.trace import MULTICAST_OP, UNICAST_OP, TraceOp
 
 GENERATOR = "all-to-all"
 
@@ -49,12 +49,12 @@ def _ops(params: AllToAllParams) -> Iterator[TraceOp]:
         for s, src in enumerate(hosts):
             ring = [hosts[(s + k) % n] for k in range(1, n)]
             if params.identical:
-                kind = "multicast" if len(ring) > 1 else "unicast"
+                kind = MULTICAST_OP if len(ring) > 1 else UNICAST_OP
                 yield TraceOp(t=t, op=kind, src=src, dst=ring, bytes=size, tag=f"chunk{i}", id=next_id)
                 next_id += 1
                 continue
             for dst in ring:
-                yield TraceOp(t=t, op="unicast", src=src, dst=[dst], bytes=size, tag=f"chunk{i}", id=next_id)
+                yield TraceOp(t=t, op=UNICAST_OP, src=src, dst=[dst], bytes=size, tag=f"chunk{i}", id=next_id)
                 next_id += 1
 
 

@@ -33,7 +33,7 @@ from orchestrator.workloads import (
     make_header,
     op_time,
 )
-from orchestrator.workloads.trace import TraceOp
+from orchestrator.workloads.trace import MULTICAST_OP, UNICAST_OP, TraceOp
 
 GENERATOR = "checkpoint"
 
@@ -99,7 +99,7 @@ def replica_sets(params: CheckpointParams) -> dict[str, list[str]]:
 
 def _ops(params: CheckpointParams) -> Iterator[TraceOp]:
     sets = replica_sets(params)
-    kind = "multicast" if params.replicas > 1 else "unicast"
+    kind = MULTICAST_OP if params.replicas > 1 else UNICAST_OP
     order = {h: i for i, h in enumerate(params.hosts)}
     next_id = 0
     for i, size in enumerate(chunk_sizes(params.shard_bytes, params.chunk_bytes)):

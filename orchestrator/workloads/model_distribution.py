@@ -24,7 +24,7 @@ from orchestrator.workloads import (
     make_header,
     op_time,
 )
-from orchestrator.workloads.trace import TraceOp
+from orchestrator.workloads.trace import MULTICAST_OP, UNICAST_OP, TraceOp
 
 GENERATOR = "model-dist"
 
@@ -51,7 +51,7 @@ class ModelDistParams(WorkloadParams):
 def _ops(params: ModelDistParams) -> Iterator[TraceOp]:
     src = params.sender
     receivers = [h for h in params.hosts if h != src]
-    kind = "multicast" if len(receivers) > 1 else "unicast"
+    kind = MULTICAST_OP if len(receivers) > 1 else UNICAST_OP
     for i, size in enumerate(chunk_sizes(params.size, params.chunk_bytes)):
         yield TraceOp(
             t=op_time(i, params.chunk_interval),

@@ -36,7 +36,7 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from orchestrator.workloads import BYTES, SECONDS, Workload, WorkloadParams, make_header, op_time
-from orchestrator.workloads.trace import TraceOp
+from orchestrator.workloads.trace import MULTICAST_OP, UNICAST_OP, TraceOp
 
 GENERATOR = "moe"
 HIDDEN_SIZE = 7168
@@ -170,7 +170,7 @@ def _ops(params: MoEParams, stats: dict[str, object]) -> Iterator[TraceOp]:
         for dst_idx, count in keyed:
             yield TraceOp(
                 t=t,
-                op="multicast" if len(dst_idx) > 1 else "unicast",
+                op=MULTICAST_OP if len(dst_idx) > 1 else UNICAST_OP,
                 src=hosts[src],
                 dst=[hosts[i] for i in dst_idx],
                 bytes=count * params.bytes_per_token,

@@ -30,7 +30,11 @@ TRACE_VERSION = 1
 SUPPORTED_VERSIONS: tuple[int, ...] = (1,)
 
 Source = str | os.PathLike[str] | TextIO | Iterable[str]
+# The kinds of trace op (what the workload does), not transport modes (aidcnet.modes: how a run carries it).
 OpKind = Literal["multicast", "unicast", "allreduce"]
+MULTICAST_OP: OpKind = "multicast"
+UNICAST_OP: OpKind = "unicast"
+ALLREDUCE_OP: OpKind = "allreduce"
 
 # Containerlab node names; anything looser would not survive being an inventory host or a file name.
 HOST_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
@@ -128,7 +132,7 @@ class TraceOp(BaseModel):
         src = info.data.get("src")
         if src is not None and src in v:
             raise ValueError(f"contains the source {src!r}; a host never sends to itself")
-        if info.data.get("op") == "unicast" and len(v) != 1:
+        if info.data.get("op") == UNICAST_OP and len(v) != 1:
             raise ValueError(f"a unicast op has exactly one receiver, got {len(v)}")
         return v
 

@@ -17,6 +17,7 @@ along each sender's path the first VAT node whose A-BM meets the sender's bits i
 from __future__ import annotations
 
 import ipaddress
+from typing import Any
 
 from aidcnet.config import Ina, InaJob, InaMember, InaTransit
 from aidcnet.roles import Role
@@ -56,13 +57,33 @@ def plan_job(plan: LabPlan, ctx: Context, where: str, job: InaJobVars) -> PlanIn
     budget = job.slot_budget or ctx.setting("ina.slot_budget")[0]
     if op == "prod" and dtype == "fixed32":
         raise problem(src(f"{where}.dtype"), "fixed32 cannot carry prod (the scales of a product add up)")
+    bfr = _worker_bfr_ids(plan, src, where, job)
+    abms = _abms(plan, src, where, job)
+    vat, transit, first_hop = _tree(plan, src, where, job, abms, bfr)
+    return PlanInaJob(
+        job=job.job,
+        workers=sorted(job.workers, key=natural_key),
+        worker_bfr_ids=sorted(bfr.values()),
+        root=job.root,
+        op=op,
+        dtype=dtype,
+        slot_budget=budget,
+        window=max(1, budget // 2),
+        vat=dict(sorted(vat.items(), key=lambda kv: natural_key(kv[0]))),
+        transit=dict(sorted(transit.items(), key=lambda kv: natural_key(kv[0]))),
+        first_hop=dict(sorted(first_hop.items(), key=lambda kv: natural_key(kv[0]))),
+    )
+
+
+def _worker_bfr_ids(plan: LabPlan, src: Any, where: str, job: InaJobVars) -> dict[str, int]:
+    """Each worker's BFR-id (its bit in the A-BMs); all in one SI, since one INA packet carries one."""
     if len(set(job.workers)) != len(job.workers):
         raise problem(src(f"{where}.workers"), "a worker is listed twice")
     bfr: dict[str, int] = {}
     for w in job.workers:
         node = plan.nodes.get(w)
         if node is None or node.role != Role.GPU_HOST:
-            raise problem(src(f"{where}.workers"), f"{w!r} is not a gpu-host node of this lab")
+            raise problem(src(f"{where}.workers"), f"{w!r} is not a {Role.GPU_HOST} node of this lab")
         if node.bfr_id is None:
             raise problem(src(f"{where}.workers"), f"{w} has no BFR-id, so it cannot be a bit of an A-BM")
         bfr[w] = node.bfr_id
@@ -73,7 +94,11 @@ def plan_job(plan: LabPlan, ctx: Context, where: str, job: InaJobVars) -> PlanIn
             f"the workers' BFR-ids {sorted(bfr.values())} span several SIs at BSL {bsl}: one INA packet "
             "carries one SI (raise bier.bsl or pin the workers' bfr_id)",
         )
+    return bfr
 
+
+def _abms(plan: LabPlan, src: Any, where: str, job: InaJobVars) -> dict[str, frozenset[str]]:
+    """The A-BM of every VAT switch (the root's is every worker), checked to form a tree."""
     abms: dict[str, frozenset[str]] = {}
     for switch, members in job.abm.items():
         if switch not in plan.nodes or plan.nodes[switch].role != INA_ROLE:
@@ -89,7 +114,6 @@ def plan_job(plan: LabPlan, ctx: Context, where: str, job: InaJobVars) -> PlanIn
     everyone = frozenset(job.workers)
     if abms.setdefault(job.root, everyone) != everyone:
         raise problem(src(f"{where}.abm.{job.root}"), "the root's A-BM must hold every worker of the job")
-
     names = sorted(abms, key=natural_key)
     for i, a in enumerate(names):
         for b in names[i + 1 :]:
@@ -101,6 +125,20 @@ def plan_job(plan: LabPlan, ctx: Context, where: str, job: InaJobVars) -> PlanIn
                 )
             if x == y:
                 raise problem(src(f"{where}.abm"), f"{a} and {b} have the same A-BM; one is redundant")
+    return abms
+
+
+def _tree(
+    plan: LabPlan,
+    src: Any,
+    where: str,
+    job: InaJobVars,
+    abms: dict[str, frozenset[str]],
+    bfr: dict[str, int],
+) -> tuple[dict[str, PlanVatNode], dict[str, ipaddress.IPv4Address], dict[str, ipaddress.IPv4Address]]:
+    """The VAT nodes with parents and next hops, the transit switches and each worker's first hop, by
+    following the unicast paths toward the root: each packet must meet its parent first."""
+    names = sorted(abms, key=natural_key)
 
     def parent_of(members: frozenset[str]) -> str | None:
         above = [s for s in names if members < abms[s]]
@@ -156,19 +194,7 @@ def plan_job(plan: LabPlan, ctx: Context, where: str, job: InaJobVars) -> PlanIn
         vat[s] = PlanVatNode(
             abm=members, abm_bfr_ids=sorted(bfr[w] for w in members), parent=parent, next_hop=next_hop
         )
-    return PlanInaJob(
-        job=job.job,
-        workers=sorted(job.workers, key=natural_key),
-        worker_bfr_ids=sorted(bfr.values()),
-        root=job.root,
-        op=op,
-        dtype=dtype,
-        slot_budget=budget,
-        window=max(1, budget // 2),
-        vat=dict(sorted(vat.items(), key=lambda kv: natural_key(kv[0]))),
-        transit=dict(sorted(transit.items(), key=lambda kv: natural_key(kv[0]))),
-        first_hop=dict(sorted(first_hop.items(), key=lambda kv: natural_key(kv[0]))),
-    )
+    return vat, transit, first_hop
 
 
 def ina_config(plan: LabPlan, name: str) -> Ina | None:

@@ -36,7 +36,7 @@ from orchestrator.configure.plan.model import LabPlan, PlanInaJob
 from orchestrator.experiment.modes.base import ExperimentMode, Family, ModeOutcome, RunOptions, Say
 from orchestrator.experiment.records import MessageResult
 from orchestrator.experiment.session import ExperimentError, LabSession
-from orchestrator.workloads.trace import TraceOp
+from orchestrator.workloads.trace import ALLREDUCE_OP, TraceOp
 
 START_LEAD_S = 0.5
 
@@ -205,7 +205,7 @@ class CollectiveMode(ExperimentMode):
     # -- the experiment steps -----------------------------------------------------------------------
     def check_trace(self, ops: list[TraceOp], trace: Path) -> None:
         self.trace = trace
-        others = [op for op in ops if op.op != "allreduce"]
+        others = [op for op in ops if op.op != ALLREDUCE_OP]
         if others:
             raise ExperimentError(
                 f"{trace}: mode {self.name} replays allreduce ops only; op {others[0].id} is {others[0].op} "
@@ -266,7 +266,7 @@ class CollectiveMode(ExperimentMode):
             exact = [w for w in run.replies if w not in run.wrong]
             messages.append(
                 MessageResult(
-                    id=op.id, op="allreduce", src=op.src, expected=[op.src, *op.dst], delivered=exact,
+                    id=op.id, op=ALLREDUCE_OP, src=op.src, expected=[op.src, *op.dst], delivered=exact,
                     bytes=op.bytes, sent_at=run.start_at - self.t0,
                     latency={w: max(0.0, run.replies[w]["finished"] - run.start_at) for w in exact},
                 )

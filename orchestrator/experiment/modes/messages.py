@@ -17,7 +17,7 @@ from typing import Any
 from orchestrator.experiment.modes.base import ExperimentMode, Family, ModeOutcome, Say
 from orchestrator.experiment.records import MessageResult
 from orchestrator.experiment.session import ExperimentError, HostInfo, LabSession
-from orchestrator.workloads.trace import TraceOp
+from orchestrator.workloads.trace import ALLREDUCE_OP, TraceOp
 
 # Keeps each replay_load line well under the agent's 64 KiB request-line limit.
 OPS_PER_LOAD = 200
@@ -92,7 +92,7 @@ class MessageMode(ExperimentMode):
 
     # -- the steps ----------------------------------------------------------------------------------
     def check_trace(self, ops: list[TraceOp], trace: Path) -> None:
-        reduce_ops = [op.id for op in ops if op.op == "allreduce"]
+        reduce_ops = [op.id for op in ops if op.op == ALLREDUCE_OP]
         if reduce_ops:
             raise ExperimentError(
                 f"{trace}: op {reduce_ops[0]} is an allreduce; replay allreduce traces with a collective "
