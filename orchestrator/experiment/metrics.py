@@ -30,10 +30,11 @@ from orchestrator.experiment.records import (
     RunResult,
     link_id,
 )
+from orchestrator.workloads.trace import MULTICAST_OP
 
 if TYPE_CHECKING:
     from orchestrator.lab.topology import Topology
-    from orchestrator.workloads.trace import MULTICAST_OP, TraceOp
+    from orchestrator.workloads.trace import TraceOp
 
 # The management interface carries Docker/Ansible/agent control traffic, never workload bytes.
 MGMT_INTERFACES = frozenset({"eth0"})
