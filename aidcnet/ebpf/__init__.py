@@ -60,7 +60,9 @@ def build(out_dir: Path, clang: str = "clang") -> dict[str, Path]:
     for name in PROGRAMS:
         src = SRC / f"{name}.c"
         obj = out_dir / f"{name}.o"
-        proc = subprocess.run([clang, *_cflags(), "-c", str(src), "-o", str(obj)], capture_output=True, text=True)
+        proc = subprocess.run(
+            [clang, *_cflags(), "-c", str(src), "-o", str(obj)], capture_output=True, text=True
+        )
         if proc.returncode != 0:
             raise EbpfBuildError(f"clang failed on {src}:\n{proc.stderr.strip()[-3000:]}")
         built[name] = obj

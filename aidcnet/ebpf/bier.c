@@ -4,7 +4,7 @@
  *
  * For an IPv4/UDP packet to port 6635 addressed to this BFR (bier_local), in this order, each step
  * ending the packet the way aidcnet/agent/bier_dataplane.py does, with the same counter:
- *   label (the BIFT-id) -> SI (bier_label), header checks as aidcnet/bier/header.py parse_fields,
+ *   label (the BIFT-id) -> BIFT (bier_label, bier_table), header checks as aidcnet/bier/header.py parse_fields,
  *   TTL per RFC 8296 §2.1.1.2, own bit, then the §6.5 loop over the BIFT of the SI (bier_bift,
  *   bier_fbm), ECMP by entropy as aidcnet.bier.forwarding.ecmp_hash.
  * Each copy is the packet rewritten in place (MACs, outer IPv4 addresses, UDP source port 6635,
@@ -43,21 +43,21 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, BIER_GENS * BIER_MAX_SI);
+	__uint(max_entries, BIER_GENS * BIER_MAX_BIFT);
 	__type(key, __u32);
-	__type(value, struct bier_si);
-} bier_si SEC(".maps");
+	__type(value, struct bier_table);
+} bier_table SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, BIER_GENS * BIER_MAX_SI * BIER_MAX_BSL);
+	__uint(max_entries, BIER_GENS * BIER_MAX_BIFT * BIER_MAX_BSL);
 	__type(key, __u32);
 	__type(value, struct bier_entry);
 } bier_bift SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, BIER_GENS * BIER_MAX_SI * BIER_MAX_FBM);
+	__uint(max_entries, BIER_GENS * BIER_MAX_BIFT * BIER_MAX_FBM);
 	__type(key, __u32);
 	__type(value, struct bier_fbm);
 } bier_fbm SEC(".maps");
@@ -71,7 +71,7 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, BIER_GENS * BIER_MAX_SI);
+	__uint(max_entries, BIER_GENS * BIER_MAX_BIFT);
 	__type(key, __u32);
 	__type(value, __u32);
 } bier_label SEC(".maps");
@@ -309,9 +309,12 @@ static long step(__u32 i, void *data)
 			c->overflow = 1;
 			return 1;
 		}
-		__u32 n = s->ncopies;
+		__u32 n = s->ncopies, nidx = a.nbr;
+		struct bier_nbr *nb = bpf_map_lookup_elem(&bier_nbr, &nidx);
 
-		if (n >= BIER_MAX_NBR) {
+		/* too many copies, or a neighbour whose MAC the agent has not resolved yet: the Python
+		 * dataplane forwards this packet (and its socket makes the kernel resolve the MAC) */
+		if (n >= BIER_MAX_NBR || !nb || !nb->ifindex) {
 			c->overflow = 1;
 			return 1;
 		}
@@ -478,15 +481,15 @@ int bier_rx(struct __sk_buff *skb)
 		return TC_ACT_OK;
 	w0 = bpf_ntohl(be[0]);
 	__u32 lkey = (gen << 20) | (w0 >> 12);
-	__u32 *sip = bpf_map_lookup_elem(&bier_label, &lkey);
-	struct bier_si *si = 0;
+	__u32 *slot = bpf_map_lookup_elem(&bier_label, &lkey);
+	struct bier_table *tbl = 0;
 	__u32 base = 0;
 
-	if (sip && *sip < BIER_MAX_SI) {
-		base = gen * BIER_MAX_SI + *sip;
-		si = bpf_map_lookup_elem(&bier_si, &base);
+	if (slot && *slot < BIER_MAX_BIFT) {
+		base = gen * BIER_MAX_BIFT + *slot;
+		tbl = bpf_map_lookup_elem(&bier_table, &base);
 	}
-	if (!si || !si->valid) {
+	if (!tbl || !tbl->valid) {
 		rx_count(saddr, len);
 		cnt(C_DROPPED_UNKNOWN_BIFT_ID, 1);
 		return TC_ACT_SHOT;
@@ -503,7 +506,7 @@ int bier_rx(struct __sk_buff *skb)
 	__u32 code = (w1 >> 20) & 0xF;
 	if (code < 1 || code > 7)
 		return malformed(saddr, len, C_MALFORMED_BAD_BSL);
-	__u32 bsl = si->bsl, nwords = si->nwords;
+	__u32 bsl = tbl->bsl, nwords = tbl->nwords;
 	if ((32u << code) != bsl)
 		return malformed(saddr, len, C_MALFORMED_BSL_MISMATCH);
 	if (len < 12 + bsl / 8)
@@ -534,10 +537,10 @@ int bier_rx(struct __sk_buff *skb)
 
 	s->ncopies = 0;
 	from_wire(orig->raw, c.bits, nwords);
-	own[0] = c.bits[0] & si->own[0];
-	own[1] = c.bits[1] & si->own[1];
-	own[2] = c.bits[2] & si->own[2];
-	own[3] = c.bits[3] & si->own[3];
+	own[0] = c.bits[0] & tbl->own[0];
+	own[1] = c.bits[1] & tbl->own[1];
+	own[2] = c.bits[2] & tbl->own[2];
+	own[3] = c.bits[3] & tbl->own[3];
 
 	/* aidcnet.bier.forwarding.forward: TTL 0, zero BitString, own bit, TTL 1, then §6.5 */
 	if (ttl == 0) {
@@ -567,7 +570,7 @@ int bier_rx(struct __sk_buff *skb)
 		__builtin_memset(c.bits, 0, sizeof(c.bits));
 	} else {
 		c.base = base;
-		c.hash = ((((w1 & 0xFFFFF) ^ si->ecmp_seed) * ECMP_GOLDEN) & 0xFFFFFFFF) >> 8;
+		c.hash = ((((w1 & 0xFFFFF) ^ tbl->ecmp_seed) * ECMP_GOLDEN) & 0xFFFFFFFF) >> 8;
 		bpf_loop(BIER_MAX_BSL + 1, step, &c, 0);
 		if (c.overflow) {
 			cnt(C_PUNTED, 1);

@@ -13,7 +13,7 @@
 
 #define BIER_MAX_BSL 256            /* BSLs 64, 128, 256 (RFC 8296 §2.1.2 codes 1..3) */
 #define BIER_WORDS (BIER_MAX_BSL / 64)
-#define BIER_MAX_SI 8               /* SIs per BFR the maps hold */
+#define BIER_MAX_BIFT 8             /* BIFTs (one per <sub-domain, BSL, SI> label) the maps hold */
 #define BIER_MAX_ECMP 8             /* alternatives per BIFT row (RFC 8279 §6.7.1) */
 #define BIER_MAX_FBM 64             /* distinct F-BMs per SI */
 #define BIER_MAX_NBR 64             /* BFR-NBRs; also the most copies of one packet */
@@ -27,9 +27,9 @@ struct bier_cfg {
 	__u16 ip_ttl;       /* outer IPv4 TTL of every copy, as the Python dataplane's socket sends */
 };
 
-/* bier_si[gen * BIER_MAX_SI + si] */
-struct bier_si {
-	__u32 valid;
+/* bier_table[gen * BIER_MAX_BIFT + slot]: one BIFT; bier_label maps its BIFT-id to the slot */
+struct bier_table {
+	__u32 valid;       /* 0: the slot is free in this generation */
 	__u16 bsl;
 	__u16 nwords;       /* bsl / 64 */
 	__u32 ecmp_seed;
@@ -43,14 +43,14 @@ struct bier_alt {
 	__u32 label;        /* BIFT-id the neighbour advertised (RFC 8296 §3) */
 };
 
-/* bier_bift[(gen * BIER_MAX_SI + si) * BIER_MAX_BSL + k - 1]; n == 0: no BIFT row for bit k */
+/* bier_bift[(gen * BIER_MAX_BIFT + slot) * BIER_MAX_BSL + k - 1]; n == 0: no BIFT row for bit k */
 struct bier_entry {
 	__u32 n;
 	__u32 pad;
 	struct bier_alt alt[BIER_MAX_ECMP];
 };
 
-/* bier_fbm[(gen * BIER_MAX_SI + si) * BIER_MAX_FBM + index] */
+/* bier_fbm[(gen * BIER_MAX_BIFT + slot) * BIER_MAX_FBM + index] */
 struct bier_fbm {
 	__u64 w[BIER_WORDS];
 };
@@ -64,7 +64,7 @@ struct bier_nbr {
 	__u8 dmac[6];
 };
 
-/* bier_label: key (gen << 20) | label -> SI */
+/* bier_label: key (gen << 20) | BIFT-id (our label, RFC 8296 §2.1.1.1) -> slot */
 
 /* bier_cnt (per CPU): same meaning as the Python dataplane's counters of the same name */
 enum bier_counter {
