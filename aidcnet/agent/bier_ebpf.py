@@ -24,6 +24,7 @@ exactly one of the two.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ctypes
 import ctypes.util
@@ -563,10 +564,74 @@ class EbpfBier:
             self.dp.deliver_local(deliveries)
         return len(deliveries)
 
+    # in the agent's event loop -----------------------------------------------------------------
+    def attach_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self.sock is not None:
+            loop.add_reader(self.sock.fileno(), self.poll_deliveries)
+        if self.unresolved:
+            loop.call_later(RESOLVE_RETRY_S, self._retry_resolve, loop)
+
+    def _retry_resolve(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self.maps is None:
+            return
+        try:
+            if self.resolve_neighbors():
+                loop.call_later(RESOLVE_RETRY_S, self._retry_resolve, loop)
+        except (EbpfUnavailable, OSError) as exc:
+            log.warning("eBPF BIER: neighbour resolution failed: %s", exc)
+
+    def close(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        if loop is not None and self.sock is not None:
+            loop.remove_reader(self.sock.fileno())
+        self.stop()
+
     # observability -----------------------------------------------------------------------------
+    def describe(self) -> dict[str, object]:
+        """For `aidcnet ctl show bift`: where the maps are and which generation is live."""
+        return {
+            "ebpf_pins": str(self.pin_dir),
+            "ebpf_generation": self.maps.cfg().gen if self.maps is not None else None,
+            "ebpf_interfaces": self.interfaces,
+            "ebpf_unresolved_neighbors": self.unresolved,
+        }
+
     def counters(self) -> dict[str, int]:
         """The eBPF counters plus the Python dataplane's (punted packets, imposition, deliver errors)."""
         if self.maps is None:
             return self.dp.counters()
         nbrs = {name: (idx, self.dp.neighbors[name][1]) for name, idx in self.nbr_index.items()}
         return merge_counters(self.maps.counters(nbrs), self.dp.counters())
+
+
+RESOLVE_RETRY_S = 1.0
+
+
+def local_addresses(run: Runner) -> list[str]:
+    """Every IPv4 address of this node but 127/8: BIER packets to any of them are ours."""
+    out = []
+    for link in json.loads(run(["ip", "-j", "-4", "addr", "show"]) or "[]"):
+        for info in link.get("addr_info", []):
+            if info.get("family") == "inet" and not info["local"].startswith("127."):
+                out.append(info["local"])
+    return out
+
+
+def start_fast_path(dataplane, obj: Path | None = None) -> tuple[EbpfBier | None, str | None]:
+    """Start the eBPF dataplane in front of ``dataplane``; on refusal log why and return (None, why):
+    the Python dataplane, already running, then forwards everything."""
+    from aidcnet.ebpf import OBJECT_DIR
+
+    obj = obj or OBJECT_DIR / "bier.o"
+    try:
+        if not obj.exists():
+            raise EbpfUnavailable(f"{obj} is missing: the image build compiles it (orchestrator/images.py)")
+        ensure_bpffs()
+        run = run_cmd()
+        fast = EbpfBier(dataplane, obj, local_addresses(run), run=run)
+        fast.start()
+    except (EbpfUnavailable, OSError) as exc:
+        why = f"eBPF dataplane not started, the Python dataplane forwards: {exc}"
+        log.error("%s", why)
+        return None, why
+    log.info("eBPF dataplane attached on %s (maps in %s)", ", ".join(fast.interfaces), fast.pin_dir)
+    return fast, None

@@ -246,7 +246,7 @@ class Agent:
     async def show_counters(self, _request: dict[str, Any]) -> dict[str, Any]:
         counters = dict(self.counters)
         if self.bier is not None:
-            counters.update({f"bier.{k}": v for k, v in self.bier.dataplane.counters().items()})
+            counters.update({f"bier.{k}": v for k, v in self.bier.counters().items()})
             counters["bier.app-dropped"] = self.bier.app_dropped
             if self.bier.edge is not None:
                 counters.update({f"net-bier.{k}": v for k, v in self.bier.edge.counters().items()})

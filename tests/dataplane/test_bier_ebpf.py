@@ -12,8 +12,10 @@ Needs root, clang, bpftool and tc (make setup); a missing tool fails the test wi
 
 from __future__ import annotations
 
+import ctypes
 import os
 import random
+import re
 import shutil
 import socket
 from collections.abc import Iterator, Mapping
@@ -26,10 +28,12 @@ from aidcnet.agent.bier_ebpf import (
     DELIVER_PORT,
     BierMaps,
     EbpfBier,
+    EbpfUnavailable,
     attach,
     detach,
     load,
     run_cmd,
+    start_fast_path,
     unpin,
 )
 from aidcnet.bier.bift import NULL, SELF, Bift, bifts_by_label, build_bifts
@@ -321,3 +325,73 @@ def test_fuzz_100k_against_pure_code(lab: NetLab, bier_obj: Path) -> None:
             reasons[exc.reason] = reasons.get(exc.reason, 0) + 1
     for reason, count in reasons.items():
         assert c[f"dropped-malformed.{reason}"] == count, reason
+
+
+# -- the agent side ------------------------------------------------------------------------------
+def test_ctypes_mirrors_match_the_objects_btf(bier_obj: Path) -> None:
+    """bier_ebpf.py's structures have the sizes clang gave bier.h's (read from the object's BTF)."""
+    from aidcnet.agent import bier_ebpf as m
+    from aidcnet.ebpf import SRC
+
+    raw = run_cmd()(["bpftool", "btf", "dump", "file", str(bier_obj), "format", "raw"])
+    sizes = dict(re.findall(r"STRUCT '(bier_\w+)' size=(\d+)", raw))
+    mirrors = {"bier_cfg": m.Cfg, "bier_table": m.TableInfo, "bier_entry": m.Entry, "bier_alt": m.Alt}
+    mirrors |= {"bier_fbm": m.Fbm, "bier_nbr": m.Nbr}
+    for name, mirror in mirrors.items():
+        assert int(sizes[name]) == ctypes.sizeof(mirror), name
+    header = (SRC / "bier.h").read_text()
+    enum = header.split("enum bier_counter {", 1)[1].split("};", 1)[0]
+    names = [ln.strip().split(",")[0] for ln in enum.splitlines() if ln.strip().startswith("C_")]
+    assert names[-1] == "C_NUM" and len(names) - 1 == len(m.COUNTERS)
+    # C_DROPPED_NULL_NEIGHBOR <-> "dropped-null-neighbor", C_MALFORMED_X <-> "dropped-malformed.x", ...
+    for cname, pyname in zip(names, m.COUNTERS, strict=False):
+        flat = pyname.replace("dropped-malformed.", "malformed.").replace("dropped-bits.", "bits.")
+        flat = flat.replace("ebpf.", "").replace("rx.src.other", "rx.other")
+        assert cname[2:].lower() == re.sub(r"[.-]", "_", flat), (cname, pyname)
+
+
+@pytest.mark.parametrize("lab", [2], indirect=True)
+def test_kernel_refusal_falls_back_with_a_reason(lab: NetLab, bier_obj: Path, tmp_path: Path) -> None:
+    """A program the kernel will not load leaves nothing attached and says why; the Python dataplane
+    (already running) keeps forwarding."""
+    bad = tmp_path / "bier.o"
+    bad.write_bytes(bier_obj.read_bytes()[:2000])  # a truncated ELF: bpftool/libbpf refuse it
+    bifts = build_bifts({1: SELF, 2: ["A"]}, 64, {"A": {(0, 64, 0): 900}, "B": {(0, 64, 0): 901}})
+    dut = Dut(lab, 1, 64, bifts, ["A", "B"], {(0, 64, 0): 500})
+    try:
+        fast = EbpfBier(dut.dp, bad, lab.dut_addr, pin_dir=PIN, run=run_cmd(lab.run_prefix()))
+        with pytest.raises(EbpfUnavailable, match="bpftool"):
+            fast.start()
+        for ifname in lab.dut_if:
+            assert "bpf" not in run_cmd(lab.run_prefix())(["tc", "filter", "show", "dev", ifname, "ingress"])
+        assert not PIN.exists()
+        fast2, why = start_fast_path(dut.dp, tmp_path / "absent.o")
+        assert fast2 is None and "absent.o is missing" in why and "Python dataplane forwards" in why
+        # and forwarding goes on in Python
+        got = dut.run([BierHeader(bift_id=500, bitstring=0b11, bsl=64, ttl=5).encode()])
+        assert len(got[0]) == 1 and len(dut.got) == 1
+    finally:
+        dut.close()
+
+
+@pytest.mark.parametrize("lab", [3], indirect=True)
+def test_table_swap_is_atomic_between_generations(lab: NetLab, bier_obj: Path) -> None:
+    """write_tables flips the generation; packets after the flip use the new BIFT only."""
+    names = ["A", "B", "C"]
+    labels = {n: {(0, 64, 0): 900 + i} for i, n in enumerate(names)}
+    old = build_bifts({1: SELF, 2: ["B"], 3: ["B"]}, 64, labels)
+    new = build_bifts({1: SELF, 2: ["C"], 3: ["B"]}, 64, labels)
+    dut = Dut(lab, 1, 64, old, names, {(0, 64, 0): 500})
+    try:
+        dut.start_ebpf(bier_obj)
+        assert dut.ebpf is not None and dut.ebpf.maps is not None
+        pkt = BierHeader(bift_id=500, bitstring=0b110, bsl=64, ttl=5).encode()
+        before = dut.run([pkt])
+        gen = dut.ebpf.maps.cfg().gen
+        dut.dp.set_bifts(new, {(0, 64, 0): 500})
+        assert dut.ebpf.write_tables() == 1 - gen
+        after = dut.run([pkt])
+        assert [len(x) for x in before] == [0, 1, 0] and [len(x) for x in after] == [0, 1, 1]
+        assert dut.ebpf.describe()["ebpf_generation"] == 1 - gen
+    finally:
+        dut.close()
