@@ -349,7 +349,10 @@ def run_cmd(prefix: Sequence[str] = ()) -> Runner:
     """A command runner; ``prefix`` (e.g. ``nsenter --net=...``) lets tests act inside a netns."""
 
     def run(cmd: list[str]) -> str:
-        proc = subprocess.run([*prefix, *cmd], capture_output=True, text=True)
+        try:
+            proc = subprocess.run([*prefix, *cmd], capture_output=True, text=True)
+        except FileNotFoundError as exc:
+            raise EbpfUnavailable(f"`{cmd[0]}` is not installed ({exc.filename})") from exc
         if proc.returncode != 0:
             raise EbpfUnavailable(f"`{' '.join(cmd)}` failed: {(proc.stderr or proc.stdout).strip()[-800:]}")
         return proc.stdout
@@ -470,6 +473,7 @@ class EbpfBier:
         run: Runner | None = None,
         deliver_port: int = DELIVER_PORT,
         bind_socket: bool = True,
+        interfaces: Sequence[str] | None = None,
     ) -> None:
         self.dp = dataplane
         self.obj = obj
@@ -479,7 +483,8 @@ class EbpfBier:
         self.local_addrs = list(local_addrs)
         names = sorted(dataplane.neighbors)
         self.nbr_index = {name: i for i, name in enumerate(names)}
-        self.interfaces = sorted({ifname for _addr, ifname in dataplane.neighbors.values()})
+        # BIER arrives from BFR-NBRs, so their interfaces by default (a bench adds its source's)
+        self.interfaces = sorted(interfaces or {ifname for _addr, ifname in dataplane.neighbors.values()})
         self.unresolved: list[str] = []
         self.maps: BierMaps | None = None
         self.sock: socket.socket | None = None
