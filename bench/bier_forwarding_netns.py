@@ -142,7 +142,8 @@ def line(name: str, rate: float, offered: float, copies: int, base: float | None
     lost = max(0.0, 1 - rate / (offered * copies)) if offered else 0.0
     ratio = f"; ratio {rate / base:.2f}{target}" if base else ""
     unit = "k copies/s" if copies > 1 else "kpps"
-    return f"  {name}: {rate / 1e3:.1f} {unit} (offered {offered / 1e3:.1f} kpps in, {lost:.0%} not forwarded){ratio}"
+    offer = f"offered {offered / 1e3:.1f} kpps in, {lost:.0%} not forwarded"
+    return f"  {name}: {rate / 1e3:.1f} {unit} ({offer}){ratio}"
 
 
 def main() -> int:

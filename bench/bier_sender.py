@@ -3,7 +3,7 @@
 sendmmsg allows for SECONDS and prints how many it sent.
 
   udp  DST PORT SIZE SECONDS                         plain UDP (the kernel forwards it)
-  mcast GROUP PORT SIZE SECONDS                      UDP to an IPv4 multicast group, IP TTL 16 (ipmr forwards it)
+  mcast GROUP PORT SIZE SECONDS                      UDP to a multicast group, IP TTL 16 (ipmr forwards it)
   bier DST SIZE SECONDS LABEL BSL BFIR SRC BITS_HEX   MPLS-in-UDP/BIER/IPv4/UDP to a BFR on port 6635
 """
 
