@@ -8,12 +8,12 @@ AIDCLAB  := $(VENV)/bin/aidclab
 PYTEST   := $(VENV)/bin/pytest
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: help setup images deploy configure plan replay report inspect linkcheck graph destroy test unit e2e lint bench demo
+.PHONY: help setup images deploy configure plan replay report inspect linkcheck graph destroy test unit dataplane e2e lint bench demo
 
 help:
 	@echo "make setup | images | deploy | configure | plan | inspect | linkcheck | graph | destroy   [LAB=$(LAB)]"
 	@echo "make replay [WORKLOAD=$(WORKLOAD) MODE=$(MODE)] | report"
-	@echo "make test (lint + unit + e2e) | unit | e2e | lint | bench | demo"
+	@echo "make test (lint + unit + dataplane + e2e) | unit | dataplane | e2e | lint | bench | demo"
 
 setup:
 	@scripts/setup.sh
@@ -55,11 +55,15 @@ lint: setup
 unit: setup
 	$(PYTEST) -q tests/unit
 
+# The eBPF BFR in network namespaces against the pure code and the Python dataplane (root, clang, tc).
+dataplane: setup
+	$(PYTEST) -q tests/dataplane
+
 e2e: images
 	$(PYTEST) -q -m e2e tests/e2e
 
 test: images lint
-	$(PYTEST) -q tests/unit tests/e2e
+	$(PYTEST) -q tests/unit tests/dataplane tests/e2e
 
 bench: images
 	$(PY) bench/deploy.py

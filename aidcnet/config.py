@@ -123,6 +123,9 @@ class Bier(_Model):
     sub_domain: int = Field(default=0, ge=0, le=255)
     bsl: Literal[64, 128, 256, 512, 1024, 2048, 4096] = 256
     bift: Literal["static", "bgp"] = "static"
+    # Who forwards: the tc/eBPF fast path (falls back to python when the kernel refuses it) or the Python
+    # dataplane alone (docs/bier.md).
+    dataplane: Literal["ebpf", "python"] = "ebpf"
     # Our own BIFT-ids: label_base + SI.
     label_base: int = Field(default=16, ge=16, le=0xFFFFF)
     # SIs in the sub-domain (the plan's): the label range size advertised in the BGP BIER attribute.

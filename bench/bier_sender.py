@@ -3,6 +3,7 @@
 sendmmsg allows for SECONDS and prints how many it sent.
 
   udp  DST PORT SIZE SECONDS                         plain UDP (the kernel forwards it)
+  mcast GROUP PORT SIZE SECONDS                      UDP to a multicast group, IP TTL 16 (ipmr forwards it)
   bier DST SIZE SECONDS LABEL BSL BFIR SRC BITS_HEX   MPLS-in-UDP/BIER/IPv4/UDP to a BFR on port 6635
 """
 
@@ -39,7 +40,11 @@ def main(argv: list[str]) -> int:
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sock.setblocking(False)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
-    if argv[0] == "udp":
+    if argv[0] == "mcast":
+        sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, 16)
+        dst, port, size, seconds = argv[1], int(argv[2]), int(argv[3]), float(argv[4])
+        sent = blast(sock, b"x" * size, (dst, port), seconds)
+    elif argv[0] == "udp":
         dst, port, size, seconds = argv[1], int(argv[2]), int(argv[3]), float(argv[4])
         sent = blast(sock, b"x" * size, (dst, port), seconds)
     else:

@@ -13,6 +13,14 @@ command -v dockerd >/dev/null 2>&1 || need_pkgs+=(docker.io)
 command -v mmdebstrap >/dev/null 2>&1 || command -v debootstrap >/dev/null 2>&1 || need_pkgs+=(mmdebstrap)
 command -v ip >/dev/null 2>&1 || need_pkgs+=(iproute2)
 command -v tcpdump >/dev/null 2>&1 || need_pkgs+=(tcpdump)
+# The BIER tc programs: compiled here at image build time (clang -target bpf needs the libbpf and kernel
+# UAPI headers); bpftool and nsenter for the netns dataplane tests.
+command -v clang >/dev/null 2>&1 || need_pkgs+=(clang)
+command -v llvm-objdump >/dev/null 2>&1 || need_pkgs+=(llvm)
+[ -f /usr/include/bpf/bpf_helpers.h ] || need_pkgs+=(libbpf-dev)
+[ -f /usr/include/linux/bpf.h ] || need_pkgs+=(linux-libc-dev)
+command -v bpftool >/dev/null 2>&1 || need_pkgs+=(bpftool)
+command -v nsenter >/dev/null 2>&1 || need_pkgs+=(util-linux)
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "setup: need root to install ${need_pkgs[*]} (run: sudo make setup)" >&2; exit 1

@@ -332,6 +332,10 @@ class BierDataplane:
         c["tx.packets"] += sent
         c["tx.bytes"] += sent_bytes
 
+    def deliver_local(self, deliveries: list[tuple[bytes, int, int, bytes]]) -> None:
+        """Deliveries the eBPF fast path decided (aidcnet.agent.bier_ebpf): the callback only, no counting."""
+        self._deliver_all(deliveries)
+
     def _deliver_all(self, deliveries: list[tuple[bytes, int, int, bytes]]) -> None:
         deliver = self.deliver
         if deliver is None:

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from aidcnet.agent.bier_dataplane import BierDataplane
+from aidcnet.agent.bier_ebpf import start_fast_path
 from aidcnet.agent.bier_host import BierHost
 from aidcnet.agent.control import Handler, Op
 from aidcnet.agent.net_bier import NetBierEdge
@@ -82,6 +83,10 @@ class BierService:
         bifts, neighbors, local_labels = build_tables(bier, {} if self.bgp_birt is not None else None)
         self.bifts = bifts
         self.dataplane = BierDataplane(bier.bfr_id, bier.bsl, bier.sub_domain, bifts, neighbors, local_labels)
+        # bier.dataplane: ebpf puts the tc fast path in front; None (and ebpf_error) when the kernel refuses.
+        self.ebpf, self.ebpf_error = (None, None)
+        if bier.dataplane == "ebpf":
+            self.ebpf, self.ebpf_error = start_fast_path(self.dataplane)
         self.received: deque[dict[str, Any]] = deque(maxlen=RECEIVED_KEEP)
         self.app = ("127.0.0.1", bier.app_port) if bier.app_port else None
         self.app_dropped = 0
@@ -133,10 +138,14 @@ class BierService:
 
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
         self.dataplane.attach(loop)
+        if self.ebpf is not None:
+            self.ebpf.attach_loop(loop)
         if self.edge is not None:
             self.edge.attach(loop)
 
     def close(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        if self.ebpf is not None:
+            self.ebpf.close(loop)
         if self.app_sock is not None:
             self.app_sock.close()
         if self.edge is not None:
@@ -189,6 +198,8 @@ class BierService:
         try:
             bifts, _neighbors, local_labels = build_tables(self.bier, new.birt)
             self.dataplane.set_bifts(bifts, local_labels)
+            if self.ebpf is not None:
+                self.ebpf.write_tables()
         except ValueError as exc:
             # Called from the BGP service: a table we cannot build must not stop BGP; forwarding keeps the
             # previous BIFTs and the problem shows in `aidcnet ctl show bift`.
@@ -198,6 +209,10 @@ class BierService:
         self.bifts = bifts
         self.bgp_birt = new
         return True
+
+    def counters(self) -> dict[str, int]:
+        """The dataplane counters, whichever dataplane forwarded (names as bier_dataplane documents)."""
+        return self.ebpf.counters() if self.ebpf is not None else self.dataplane.counters()
 
     def take_received(self, clear: bool) -> list[dict[str, Any]]:
         out = list(self.received)
@@ -209,6 +224,12 @@ class BierService:
         return {
             "bfr_id": self.bier.bfr_id,
             "bift_mode": self.bier.bift,
+            # who holds the table: ebpf (the tc program's maps) or python; the configured one differs
+            # when the kernel refused the program (dataplane_error says why)
+            "dataplane": "ebpf" if self.ebpf is not None else "python",
+            "dataplane_configured": self.bier.dataplane,
+            "dataplane_error": self.ebpf_error,
+            **(self.ebpf.describe() if self.ebpf is not None else {}),
             "bgp_prefixes": (
                 {str(i): p for i, p in sorted(self.bgp_birt.prefixes.items())} if self.bgp_birt else None
             ),
@@ -283,7 +304,7 @@ class BierPart(Service):
     def counters(self) -> dict[str, int]:
         if self.current is None:
             return {}
-        out = {f"bier.{k}": v for k, v in self.current.dataplane.counters().items()}
+        out = {f"bier.{k}": v for k, v in self.current.counters().items()}
         out["bier.app-dropped"] = self.current.app_dropped
         if self.current.edge is not None:
             out.update({f"net-bier.{k}": v for k, v in self.current.edge.counters().items()})

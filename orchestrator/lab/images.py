@@ -2,7 +2,9 @@
 
 1. ``aidclab/base``: a Debian rootfs from mmdebstrap (or debootstrap) piped into ``docker import``.
 2. A host-side wheelhouse (``pip download``) of aidcnet's Python dependencies.
-3. ``aidclab/node``: the base plus a venv from the wheelhouse plus aidcnet's source.
+2b. The BIER tc programs (``aidcnet/ebpf/*.c``) compiled on the host with Debian's clang, so node images
+   need no compiler (:func:`aidcnet.ebpf.build`).
+3. ``aidclab/node``: the base plus a venv from the wheelhouse plus aidcnet's source and the eBPF objects.
 4. The role images ``bfr``, ``ina-switch``, ``gpu-host`` and ``frr`` on top of it.
 
 Each step is keyed by a hash of its inputs, and Docker's layer cache does the rest, so a rebuild with
@@ -19,6 +21,7 @@ import tempfile
 import tomllib
 from pathlib import Path
 
+from aidcnet import ebpf
 from aidcnet.roles import Role
 from orchestrator.lab.runtime.docker import docker_client
 from orchestrator.paths import CACHE as CACHE_ROOT
@@ -170,6 +173,24 @@ def build_wheelhouse(force: bool = False) -> Path:
     return house
 
 
+def build_ebpf(force: bool = False) -> Path:
+    """Compile the tc programs once per source hash; returns the directory holding the ``.o`` files."""
+    out = CACHE / "ebpf" / ebpf.source_digest()
+    marker = out / ".complete"
+    if marker.exists() and not force:
+        console.print(f"  eBPF objects are current ({out.relative_to(ROOT)})")
+        return out
+    if out.exists():
+        shutil.rmtree(out)
+    console.print(f"  clang -target bpf: {', '.join(ebpf.PROGRAMS)} → {out.relative_to(ROOT)}")
+    try:
+        ebpf.build(out)
+    except ebpf.EbpfBuildError as exc:
+        raise ImageBuildError(str(exc)) from exc
+    marker.touch()
+    return out
+
+
 def _docker_build(client, context: Path, tag: str) -> None:
     console.print(f"  docker build {tag}")
     steps = 0
@@ -181,7 +202,7 @@ def _docker_build(client, context: Path, tag: str) -> None:
             steps += 1
 
 
-def _node_context(house: Path) -> Path:
+def _node_context(house: Path, objects: Path) -> Path:
     """A build context holding exactly what the node image needs, so unrelated edits keep the cache."""
     ctx = CACHE / "node-context"
     if ctx.exists():
@@ -189,6 +210,7 @@ def _node_context(house: Path) -> Path:
     ctx.mkdir(parents=True)
     shutil.copy(RECIPES / "node" / "Dockerfile", ctx / "Dockerfile")
     shutil.copytree(house, ctx / "wheelhouse", ignore=shutil.ignore_patterns(".complete"))
+    shutil.copytree(objects, ctx / "ebpf", ignore=shutil.ignore_patterns(".complete"))
     shutil.copytree(
         ROOT / "aidcnet", ctx / "src" / "aidcnet", ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
     )
@@ -202,8 +224,10 @@ def build_images(force: bool = False) -> None:
         build_base(client, force=force)
     with phases.phase("wheelhouse"):
         house = build_wheelhouse(force=force)
+    with phases.phase("ebpf"):
+        objects = build_ebpf(force=force)
     with phases.phase("node", NODE_IMAGE):
-        _docker_build(client, _node_context(house), NODE_IMAGE)
+        _docker_build(client, _node_context(house, objects), NODE_IMAGE)
     with phases.phase("roles", ", ".join(ROLE_IMAGES)):
         for role in ROLE_IMAGES:
             _docker_build(client, RECIPES / role, f"aidclab/{role}:latest")

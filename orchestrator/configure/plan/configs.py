@@ -157,6 +157,7 @@ def bier_config(plan: LabPlan, name: str) -> Bier | None:
         sub_domain=plan.bier.sub_domain,
         bsl=plan.bier.bsl,
         bift=plan.bier.bift,
+        dataplane=plan.bier.dataplane,
         label_base=node.bier_label_base,
         si_count=plan.bier.si_count,
         neighbors=sorted(neighbors.values(), key=lambda n: natural_key(n.name)),

@@ -76,6 +76,7 @@ class BierVars(_Vars):
     # Range and value set are checked by the bier feature so the message can cite RFC 8296.
     bsl: int | None = None
     bift: Literal["static", "bgp"] | None = None
+    dataplane: Literal["ebpf", "python"] | None = None
     groups: list[GroupVars] = Field(default_factory=list)
 
 
@@ -225,6 +226,7 @@ class PlanBier(_Plan):
     sub_domain: int = 0
     bsl: int = 256
     bift: Literal["static", "bgp"] = "static"
+    dataplane: Literal["ebpf", "python"] = "ebpf"
     # How many SIs the BFR-ids use: (max BFR-id - 1) // BSL + 1; each BFR gets that many labels.
     si_count: int = 1
     groups: list[PlanGroup] = Field(default_factory=list)

@@ -1,0 +1,643 @@
+"""The eBPF BFR dataplane: the agent loads ``aidcnet/ebpf/bier.c``, attaches it to the BIER interfaces
+and programs its maps; the kernel forwards (RFC 8279 §6.5 over RFC 8296 MPLS-in-UDP).
+
+The Python :class:`~aidcnet.agent.bier_dataplane.BierDataplane` keeps running next to it, for three
+things: packets the program passes up untouched (counted ``ebpf.punted``: IP options, fragments, more
+copies than the maps hold, a neighbour whose MAC is not known yet), host imposition (BFIR), and local
+delivery: the program sends the own bit's packet, as received, to :data:`DELIVER_PORT`, where
+:class:`EbpfBier` hands it to the dataplane's ``deliver`` callback, so applications, the replay service
+and network-BIER egress see the same calls as with the Python dataplane.
+
+Loading: ``bpftool prog loadall`` pins the program and its maps under one bpffs directory
+(:data:`PIN_DIR`), and iproute2's ``tc`` attaches the pinned program (clsact ingress, direct-action) on
+every interface, so all interfaces share one set of maps.  Map reads and writes go through libbpf's
+documented low-level API (``bpf_obj_get``, ``bpf_map_update_elem``, ``bpf_map_lookup_elem``), via
+ctypes.  The structures below mirror ``aidcnet/ebpf/bier.h``; tests compare the two.
+
+BIFT updates are atomic: :meth:`BierMaps.write_tables` fills the inactive generation, then flips
+``bier_cfg.gen``.
+
+Counters: per-CPU arrays summed here under the Python dataplane's names (see bier_dataplane's module
+doc); :meth:`EbpfBier.counters` adds the Python dataplane's own, since every packet is handled by
+exactly one of the two.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import ctypes.util
+import errno
+import ipaddress
+import json
+import logging
+import os
+import shutil
+import socket
+import subprocess
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+from aidcnet.bier.bift import Bift
+from aidcnet.bier.header import BierDecodeError, parse_fields, peek_bift_id
+
+log = logging.getLogger("aidcnet.bier.ebpf")
+
+MAX_BSL = 256
+WORDS = MAX_BSL // 64
+MAX_BIFT = 8
+MAX_ECMP = 8
+MAX_FBM = 64
+MAX_NBR = 64
+NULL_NBR = 0xFFFF
+GENS = 2
+DELIVER_PORT = 16635
+"""Local UDP port the program hands own-bit packets to (not 6635, or the Python dataplane would
+forward them again)."""
+SUPPORTED_BSLS = (64, 128, 256)
+PIN_DIR = Path("/sys/fs/bpf/aidcnet")
+PROGRAM = "bier_rx"
+MISSING_HINT = "the image build compiles it (orchestrator/lab/images.py build_ebpf); rebuild the images"
+
+# enum bier_counter in bier.h, in order.
+COUNTERS: tuple[str, ...] = (
+    "rx.packets",
+    "rx.bytes",
+    "rx.src.other.packets",
+    "rx.src.other.bytes",
+    "tx.packets",
+    "tx.bytes",
+    "tx.errors",
+    "accepted",
+    "forwarded",
+    "replicated",
+    "delivered",
+    "dropped-malformed",
+    "dropped-ttl",
+    "dropped-zero-bitstring",
+    "dropped-unknown-bift-id",
+    "dropped-no-entry",
+    "dropped-null-neighbor",
+    "dropped-malformed.bad-bsl",
+    "dropped-malformed.bad-nibble",
+    "dropped-malformed.bad-s-bit",
+    "dropped-malformed.bad-version",
+    "dropped-malformed.bsl-mismatch",
+    "dropped-malformed.truncated",
+    "dropped-bits.no-entry",
+    "dropped-bits.null-nbr",
+    "dropped-bits.ttl-expired",
+    "dropped-bits.unknown-bift-id",
+    "dropped-bits.zero-bitstring",
+    "ebpf.punted",
+)
+NBR_COUNTERS = ("rx.nbr.{}.packets", "rx.nbr.{}.bytes", "tx.nbr.{}.packets", "tx.nbr.{}.bytes")
+
+
+class EbpfUnavailable(RuntimeError):
+    """The eBPF dataplane cannot run here or cannot hold these tables; the message says why."""
+
+
+# -- ctypes mirrors of bier.h -------------------------------------------------------------------
+class Cfg(ctypes.Structure):
+    _fields_ = [("gen", ctypes.c_uint32), ("deliver_port", ctypes.c_uint16), ("ip_ttl", ctypes.c_uint16)]
+
+
+class TableInfo(ctypes.Structure):
+    _fields_ = [
+        ("valid", ctypes.c_uint32),
+        ("bsl", ctypes.c_uint16),
+        ("nwords", ctypes.c_uint16),
+        ("ecmp_seed", ctypes.c_uint32),
+        ("pad", ctypes.c_uint32),
+        ("own", ctypes.c_uint64 * WORDS),
+    ]
+
+
+class Alt(ctypes.Structure):
+    _fields_ = [("fbm", ctypes.c_uint16), ("nbr", ctypes.c_uint16), ("label", ctypes.c_uint32)]
+
+
+class Entry(ctypes.Structure):
+    _fields_ = [("n", ctypes.c_uint32), ("pad", ctypes.c_uint32), ("alt", Alt * MAX_ECMP)]
+
+
+class Fbm(ctypes.Structure):
+    _fields_ = [("w", ctypes.c_uint64 * WORDS)]
+
+
+class Nbr(ctypes.Structure):
+    _fields_ = [
+        ("ifindex", ctypes.c_uint32),
+        ("saddr", ctypes.c_uint8 * 4),
+        ("daddr", ctypes.c_uint8 * 4),
+        ("smac", ctypes.c_uint8 * 6),
+        ("dmac", ctypes.c_uint8 * 6),
+    ]
+
+
+def _words(bits: int) -> ctypes.Array:
+    return (ctypes.c_uint64 * WORDS)(*((bits >> (64 * j)) & 0xFFFFFFFFFFFFFFFF for j in range(WORDS)))
+
+
+# -- libbpf --------------------------------------------------------------------------------------
+class Libbpf:
+    """The few documented libbpf calls we need (libbpf1 from Debian)."""
+
+    def __init__(self) -> None:
+        name = ctypes.util.find_library("bpf") or "libbpf.so.1"
+        try:
+            lib = ctypes.CDLL(name, use_errno=True)
+        except OSError as exc:
+            raise EbpfUnavailable(f"libbpf not loadable ({exc}); install Debian's libbpf1") from exc
+        lib.bpf_obj_get.argtypes = [ctypes.c_char_p]
+        lib.bpf_map_update_elem.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint64]
+        lib.bpf_map_lookup_elem.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
+        lib.bpf_map_delete_elem.argtypes = [ctypes.c_int, ctypes.c_void_p]
+        self.lib = lib
+        self.ncpus = lib.libbpf_num_possible_cpus()
+        if self.ncpus <= 0:
+            raise EbpfUnavailable("libbpf_num_possible_cpus failed")
+
+    @staticmethod
+    def _check(ret: int, what: str) -> None:
+        if ret < 0:
+            err = ctypes.get_errno() or -ret
+            raise OSError(err, f"{what}: {os.strerror(err)}")
+
+    def obj_get(self, path: Path) -> int:
+        fd = self.lib.bpf_obj_get(str(path).encode())
+        self._check(fd, f"bpf_obj_get {path}")
+        return fd
+
+    def update(self, fd: int, key: ctypes._CData, value: ctypes._CData) -> None:
+        self._check(self.lib.bpf_map_update_elem(fd, ctypes.byref(key), ctypes.byref(value), 0), "map update")
+
+    def lookup(self, fd: int, key: ctypes._CData, value: ctypes._CData) -> bool:
+        ret = self.lib.bpf_map_lookup_elem(fd, ctypes.byref(key), ctypes.byref(value))
+        if ret < 0 and (ctypes.get_errno() or -ret) == errno.ENOENT:
+            return False
+        self._check(ret, "map lookup")
+        return True
+
+    def delete(self, fd: int, key: ctypes._CData) -> None:
+        ret = self.lib.bpf_map_delete_elem(fd, ctypes.byref(key))
+        if ret < 0 and (ctypes.get_errno() or -ret) != errno.ENOENT:
+            self._check(ret, "map delete")
+
+
+MAP_NAMES = (
+    "bier_cfg",
+    "bier_table",
+    "bier_bift",
+    "bier_fbm",
+    "bier_nbr",
+    "bier_label",
+    "bier_nbr_addr",
+    "bier_local",
+    "bier_cnt",
+    "bier_nbr_cnt",
+)
+
+
+def check_tables(tables: Mapping[int, Bift], nbr_index: Mapping[str, int]) -> None:
+    """Raise EbpfUnavailable when the maps cannot hold these BIFTs (``{our label: Bift}``)."""
+    if len(nbr_index) > MAX_NBR:
+        raise EbpfUnavailable(f"{len(nbr_index)} BFR-NBRs; the eBPF maps hold {MAX_NBR}")
+    if len(tables) > MAX_BIFT:
+        raise EbpfUnavailable(f"{len(tables)} BIFTs (SIs); the eBPF maps hold {MAX_BIFT}")
+    for bift in tables.values():
+        si = bift.si
+        if bift.bsl not in SUPPORTED_BSLS:
+            raise EbpfUnavailable(
+                f"BSL {bift.bsl}: the eBPF dataplane handles BSL {', '.join(map(str, SUPPORTED_BSLS))}"
+            )
+        fbms = set()
+        for k, alts in enumerate(bift.entries):
+            if alts is None:
+                continue
+            if len(alts) > MAX_ECMP:
+                raise EbpfUnavailable(
+                    f"SI {si} bit {k}: {len(alts)} ECMP alternatives, the maps hold {MAX_ECMP}"
+                )
+            for fbm, nbr, label in alts:
+                fbms.add(fbm)
+                if nbr is not None and (nbr not in nbr_index or label is None):
+                    raise EbpfUnavailable(f"SI {si} bit {k}: BFR-NBR {nbr!r} has no index or no label")
+        if len(fbms) > MAX_FBM:
+            raise EbpfUnavailable(f"SI {si}: {len(fbms)} distinct F-BMs, the maps hold {MAX_FBM}")
+
+
+class BierMaps:
+    """The pinned maps of one loaded program."""
+
+    def __init__(self, pin_dir: Path, libbpf: Libbpf | None = None) -> None:
+        self.bpf = libbpf or Libbpf()
+        self.pin_dir = pin_dir
+        self.fd = {name: self.bpf.obj_get(pin_dir / "maps" / name) for name in MAP_NAMES}
+        # labels written per generation, so the next write of that generation can remove them
+        self._labels: dict[int, list[int]] = {0: [], 1: []}
+        self._slots: dict[int, int] = {0: 0, 1: 0}
+
+    def close(self) -> None:
+        for fd in self.fd.values():
+            os.close(fd)
+        self.fd = {}
+
+    def cfg(self) -> Cfg:
+        cfg = Cfg()
+        self.bpf.lookup(self.fd["bier_cfg"], ctypes.c_uint32(0), cfg)
+        return cfg
+
+    def write_tables(
+        self,
+        tables: Mapping[int, Bift],
+        nbr_index: Mapping[str, int],
+        deliver_port: int = DELIVER_PORT,
+        ip_ttl: int = 64,
+    ) -> int:
+        """Write ``{our label: Bift}`` into the inactive generation, then make it active; returns it."""
+        check_tables(tables, nbr_index)
+        bpf, fd = self.bpf, self.fd
+        gen = 1 - (self.cfg().gen & 1)
+        for slot in range(self._slots[gen]):
+            bpf.update(fd["bier_table"], ctypes.c_uint32(gen * MAX_BIFT + slot), TableInfo())
+        for label in self._labels[gen]:
+            bpf.delete(fd["bier_label"], ctypes.c_uint32((gen << 20) | label))
+        self._labels[gen] = []
+        for slot, (label, bift) in enumerate(sorted(tables.items())):
+            base = gen * MAX_BIFT + slot
+            fbm_index: dict[int, int] = {}
+            for k in range(1, bift.bsl + 1):
+                entry = Entry()
+                for i, (fbm, nbr, out_label) in enumerate(bift.entries[k] or ()):
+                    idx = fbm_index.setdefault(fbm, len(fbm_index))
+                    entry.alt[i] = Alt(idx, NULL_NBR if nbr is None else nbr_index[nbr], out_label or 0)
+                    entry.n = i + 1
+                bpf.update(fd["bier_bift"], ctypes.c_uint32(base * MAX_BSL + k - 1), entry)
+            for fbm, idx in fbm_index.items():
+                bpf.update(fd["bier_fbm"], ctypes.c_uint32(base * MAX_FBM + idx), Fbm(_words(fbm)))
+            info = TableInfo(
+                1, bift.bsl, bift.bsl // 64, bift.ecmp_seed & 0xFFFFFFFF, 0, _words(bift.own_mask)
+            )
+            bpf.update(fd["bier_table"], ctypes.c_uint32(base), info)
+            bpf.update(fd["bier_label"], ctypes.c_uint32((gen << 20) | label), ctypes.c_uint32(slot))
+            self._labels[gen].append(label)
+        self._slots[gen] = len(tables)
+        # the flip: one array element, written last
+        bpf.update(fd["bier_cfg"], ctypes.c_uint32(0), Cfg(gen, deliver_port, ip_ttl))
+        return gen
+
+    def set_neighbor(
+        self, index: int, ifindex: int, saddr: str, daddr: str, smac: bytes, dmac: bytes | None
+    ) -> None:
+        """``dmac`` None: not resolved yet; packets that need this neighbour go to the Python path."""
+        nbr = Nbr(
+            ifindex if dmac else 0,
+            (ctypes.c_uint8 * 4)(*ipaddress.IPv4Address(saddr).packed),
+            (ctypes.c_uint8 * 4)(*ipaddress.IPv4Address(daddr).packed),
+            (ctypes.c_uint8 * 6)(*smac),
+            (ctypes.c_uint8 * 6)(*(dmac or bytes(6))),
+        )
+        self.bpf.update(self.fd["bier_nbr"], ctypes.c_uint32(index), nbr)
+        self.bpf.update(self.fd["bier_nbr_addr"], _addr_key(daddr), ctypes.c_uint32(index))
+
+    def set_local(self, addrs: Sequence[str]) -> None:
+        for addr in addrs:
+            self.bpf.update(self.fd["bier_local"], _addr_key(addr), ctypes.c_uint32(1))
+
+    def _percpu(self, name: str, n: int) -> list[int]:
+        out = []
+        buf = (ctypes.c_uint64 * self.bpf.ncpus)()
+        for i in range(n):
+            self.bpf.lookup(self.fd[name], ctypes.c_uint32(i), buf)
+            out.append(sum(buf))
+        return out
+
+    def counters(self, neighbors: Mapping[str, tuple[int, str]]) -> dict[str, int]:
+        """``neighbors``: ``{name: (index, ifname)}``.  Names as the Python dataplane's counters."""
+        out = dict(zip(COUNTERS, self._percpu("bier_cnt", len(COUNTERS)), strict=True))
+        per_nbr = self._percpu("bier_nbr_cnt", MAX_NBR * len(NBR_COUNTERS))
+        for name, (idx, ifname) in neighbors.items():
+            values = per_nbr[idx * len(NBR_COUNTERS) : (idx + 1) * len(NBR_COUNTERS)]
+            for fmt, value in zip(NBR_COUNTERS, values, strict=True):
+                out[fmt.format(name)] = value
+            for fmt, value in zip(("rx_packets", "rx_bytes", "tx_packets", "tx_bytes"), values, strict=True):
+                key = f"if.{ifname}.{fmt}"
+                out[key] = out.get(key, 0) + value
+        return out
+
+
+def _addr_key(addr: str) -> ctypes.Array:
+    return (ctypes.c_uint8 * 4)(*ipaddress.IPv4Address(addr).packed)
+
+
+def merge_counters(*parts: Mapping[str, int]) -> dict[str, int]:
+    """Sum counter dicts key by key: each packet is counted by exactly one dataplane."""
+    out: dict[str, int] = {}
+    for part in parts:
+        for key, value in part.items():
+            out[key] = out.get(key, 0) + value
+    return out
+
+
+# -- loading and attaching ----------------------------------------------------------------------
+Runner = Callable[[list[str]], str]
+
+
+def run_cmd(prefix: Sequence[str] = ()) -> Runner:
+    """A command runner; ``prefix`` (e.g. ``nsenter --net=...``) lets tests act inside a netns."""
+
+    def run(cmd: list[str]) -> str:
+        try:
+            proc = subprocess.run([*prefix, *cmd], capture_output=True, text=True)
+        except FileNotFoundError as exc:
+            raise EbpfUnavailable(f"`{cmd[0]}` is not installed ({exc.filename})") from exc
+        if proc.returncode != 0:
+            raise EbpfUnavailable(f"`{' '.join(cmd)}` failed: {(proc.stderr or proc.stdout).strip()[-800:]}")
+        return proc.stdout
+
+    return run
+
+
+def ensure_bpffs(root: Path = Path("/sys/fs/bpf")) -> None:
+    """Mount bpffs where the pins go if nothing is mounted there (a container has none by default)."""
+    if os.path.ismount(root):
+        return
+    root.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run(["mount", "-t", "bpf", "bpf", str(root)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise EbpfUnavailable(
+            f"cannot mount bpffs on {root} ({proc.stderr.strip()}): the node needs SYS_ADMIN"
+        )
+
+
+def load(obj: Path, pin_dir: Path, run: Runner) -> None:
+    """Load the object once, pinning its program and maps under ``pin_dir`` (replacing old pins)."""
+    if not obj.exists():
+        raise EbpfUnavailable(f"{obj} is missing: {MISSING_HINT}")
+    if shutil.which("bpftool") is None:
+        raise EbpfUnavailable("bpftool is not installed (Debian package bpftool)")
+    unpin(pin_dir)
+    pin_dir.parent.mkdir(parents=True, exist_ok=True)
+    run(
+        [
+            "bpftool",
+            "prog",
+            "loadall",
+            str(obj),
+            str(pin_dir),
+            "type",
+            "classifier",
+            "pinmaps",
+            str(pin_dir / "maps"),
+        ]
+    )
+
+
+def unpin(pin_dir: Path) -> None:
+    if pin_dir.exists():
+        shutil.rmtree(pin_dir)
+
+
+def attach(ifname: str, pin_dir: Path, run: Runner) -> None:
+    """clsact on ``ifname`` and the pinned program on its ingress, direct-action (replaces ours)."""
+    qdiscs = json.loads(run(["tc", "-j", "qdisc", "show", "dev", ifname]) or "[]")
+    if not any(q.get("kind") == "clsact" for q in qdiscs):
+        run(["tc", "qdisc", "add", "dev", ifname, "clsact"])
+    run(
+        [
+            "tc",
+            "filter",
+            "replace",
+            "dev",
+            ifname,
+            "ingress",
+            "pref",
+            "49",
+            "handle",
+            "1",
+            "bpf",
+            "da",
+            "object-pinned",
+            str(pin_dir / PROGRAM),
+        ]
+    )
+
+
+def detach(ifname: str, run: Runner) -> None:
+    try:
+        run(["tc", "filter", "del", "dev", ifname, "ingress", "pref", "49"])
+    except EbpfUnavailable as exc:
+        log.debug("%s: %s", ifname, exc)
+
+
+def link_info(ifname: str, run: Runner) -> tuple[int, bytes]:
+    (link,) = json.loads(run(["ip", "-j", "link", "show", "dev", ifname]))
+    return int(link["ifindex"]), bytes.fromhex(link["address"].replace(":", ""))
+
+
+def route_source(addr: str, run: Runner) -> tuple[str, str]:
+    """``(our source address, egress interface)`` the kernel would use toward ``addr``."""
+    (route,) = json.loads(run(["ip", "-j", "route", "get", addr]))
+    return route["prefsrc"], route["dev"]
+
+
+def neighbor_mac(addr: str, ifname: str, run: Runner) -> bytes | None:
+    for entry in json.loads(run(["ip", "-j", "neigh", "show", addr, "dev", ifname]) or "[]"):
+        mac = entry.get("lladdr")
+        if mac and "FAILED" not in entry.get("state", []) and "INCOMPLETE" not in entry.get("state", []):
+            return bytes.fromhex(mac.replace(":", ""))
+    return None
+
+
+def solicit(addr: str, ifname: str, run: Runner) -> None:
+    """Make the kernel resolve ``addr`` (one ping; its answer or not does not matter)."""
+    with contextlib.suppress(EbpfUnavailable):
+        run(["ping", "-c", "1", "-W", "1", "-I", ifname, addr])
+
+
+class EbpfBier:
+    """Attach the program to a BFR's interfaces and keep its maps in step with a BierDataplane.
+
+    ``dataplane`` is the running Python dataplane (its BIFTs, neighbours, labels and deliver callback);
+    ``local_addrs`` are this BFR's addresses (packets to them are ours).  ``run`` runs ip/tc/bpftool/ping
+    (tests run them inside a netns)."""
+
+    def __init__(
+        self,
+        dataplane,  # BierDataplane; not imported: this module must not need the agent's socket layer
+        obj: Path,
+        local_addrs: Sequence[str],
+        pin_dir: Path = PIN_DIR,
+        run: Runner | None = None,
+        deliver_port: int = DELIVER_PORT,
+        bind_socket: bool = True,
+        interfaces: Sequence[str] | None = None,
+    ) -> None:
+        self.dp = dataplane
+        self.obj = obj
+        self.pin_dir = pin_dir
+        self.run = run or run_cmd()
+        self.deliver_port = deliver_port
+        self.local_addrs = list(local_addrs)
+        names = sorted(dataplane.neighbors)
+        self.nbr_index = {name: i for i, name in enumerate(names)}
+        # BIER arrives from BFR-NBRs, so their interfaces by default (a bench adds its source's)
+        self.interfaces = sorted(interfaces or {ifname for _addr, ifname in dataplane.neighbors.values()})
+        self.unresolved: list[str] = []
+        self.maps: BierMaps | None = None
+        self.sock: socket.socket | None = None
+        self.delivered_errors = 0
+        self._bind_socket = bind_socket
+
+    # lifecycle ---------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Load, program and attach; EbpfUnavailable (nothing left attached) when the kernel refuses."""
+        check_tables(self.dp.tables, self.nbr_index)
+        try:
+            load(self.obj, self.pin_dir, self.run)
+            self.maps = BierMaps(self.pin_dir)
+            self.maps.set_local(self.local_addrs)
+            self.resolve_neighbors(solicit_missing=True)
+            self.write_tables()
+            if self._bind_socket:
+                self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+                self.sock.bind(("0.0.0.0", self.deliver_port))
+                self.sock.setblocking(False)
+            for ifname in self.interfaces:
+                attach(ifname, self.pin_dir, self.run)
+        except (EbpfUnavailable, OSError) as exc:
+            self.stop()
+            raise EbpfUnavailable(str(exc)) from exc
+
+    def stop(self) -> None:
+        for ifname in self.interfaces:
+            detach(ifname, self.run)
+        if self.maps is not None:
+            self.maps.close()
+            self.maps = None
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+        unpin(self.pin_dir)
+
+    def write_tables(self) -> int:
+        assert self.maps is not None
+        return self.maps.write_tables(self.dp.tables, self.nbr_index, deliver_port=self.deliver_port)
+
+    def resolve_neighbors(self, solicit_missing: bool = False) -> list[str]:
+        """Fill bier_nbr from the kernel's routes and neighbour table; returns the unresolved names."""
+        assert self.maps is not None
+        missing = []
+        for name, idx in self.nbr_index.items():
+            addr, ifname = self.dp.neighbors[name]
+            ifindex, smac = link_info(ifname, self.run)
+            saddr, _dev = route_source(addr, self.run)
+            dmac = neighbor_mac(addr, ifname, self.run)
+            if dmac is None and solicit_missing:
+                solicit(addr, ifname, self.run)
+                dmac = neighbor_mac(addr, ifname, self.run)
+            if dmac is None:
+                missing.append(name)
+            self.maps.set_neighbor(idx, ifindex, saddr, addr, smac, dmac)
+        if missing and missing != self.unresolved:
+            log.warning("eBPF BIER: no MAC yet for %s; their copies take the Python path", ", ".join(missing))
+        self.unresolved = missing
+        return missing
+
+    # delivery ----------------------------------------------------------------------------------
+    def poll_deliveries(self, max_batch: int = 256) -> int:
+        """Hand own-bit packets from the program to the dataplane's deliver callback."""
+        if self.sock is None:
+            return 0
+        deliveries = []
+        for _ in range(max_batch):
+            try:
+                buf = self.sock.recv(65535)
+            except BlockingIOError:
+                break
+            try:
+                bift = self.dp.tables.get(peek_bift_id(buf))
+                if bift is None:
+                    continue
+                f = parse_fields(buf, 0, bift.bsl)
+            except BierDecodeError:
+                continue  # the program checked it; only a stray sender reaches here
+            deliveries.append((bytes(buf[f[13] :]), f[11], f[10], bytes(buf[: f[13]])))
+        if deliveries:
+            self.dp.deliver_local(deliveries)
+        return len(deliveries)
+
+    # in the agent's event loop -----------------------------------------------------------------
+    def attach_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self.sock is not None:
+            loop.add_reader(self.sock.fileno(), self.poll_deliveries)
+        if self.unresolved:
+            loop.call_later(RESOLVE_RETRY_S, self._retry_resolve, loop)
+
+    def _retry_resolve(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self.maps is None:
+            return
+        try:
+            if self.resolve_neighbors():
+                loop.call_later(RESOLVE_RETRY_S, self._retry_resolve, loop)
+        except (EbpfUnavailable, OSError) as exc:
+            log.warning("eBPF BIER: neighbour resolution failed: %s", exc)
+
+    def close(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        if loop is not None and self.sock is not None:
+            loop.remove_reader(self.sock.fileno())
+        self.stop()
+
+    # observability -----------------------------------------------------------------------------
+    def describe(self) -> dict[str, object]:
+        """For `aidcnet ctl show bift`: where the maps are and which generation is live."""
+        return {
+            "ebpf_pins": str(self.pin_dir),
+            "ebpf_generation": self.maps.cfg().gen if self.maps is not None else None,
+            "ebpf_interfaces": self.interfaces,
+            "ebpf_unresolved_neighbors": self.unresolved,
+        }
+
+    def counters(self) -> dict[str, int]:
+        """The eBPF counters plus the Python dataplane's (punted packets, imposition, deliver errors)."""
+        if self.maps is None:
+            return self.dp.counters()
+        nbrs = {name: (idx, self.dp.neighbors[name][1]) for name, idx in self.nbr_index.items()}
+        return merge_counters(self.maps.counters(nbrs), self.dp.counters())
+
+
+RESOLVE_RETRY_S = 1.0
+
+
+def local_addresses(run: Runner) -> list[str]:
+    """Every IPv4 address of this node but 127/8: BIER packets to any of them are ours."""
+    out = []
+    for link in json.loads(run(["ip", "-j", "-4", "addr", "show"]) or "[]"):
+        for info in link.get("addr_info", []):
+            if info.get("family") == "inet" and not info["local"].startswith("127."):
+                out.append(info["local"])
+    return out
+
+
+def start_fast_path(dataplane, obj: Path | None = None) -> tuple[EbpfBier | None, str | None]:
+    """Start the eBPF dataplane in front of ``dataplane``; on refusal log why and return (None, why):
+    the Python dataplane, already running, then forwards everything."""
+    from aidcnet.ebpf import OBJECT_DIR
+
+    obj = obj or OBJECT_DIR / "bier.o"
+    try:
+        if not obj.exists():
+            raise EbpfUnavailable(f"{obj} is missing: {MISSING_HINT}")
+        ensure_bpffs()
+        run = run_cmd()
+        fast = EbpfBier(dataplane, obj, local_addresses(run), run=run)
+        fast.start()
+    except (EbpfUnavailable, OSError) as exc:
+        why = f"eBPF dataplane not started, the Python dataplane forwards: {exc}"
+        log.error("%s", why)
+        return None, why
+    log.info("eBPF dataplane attached on %s (maps in %s)", ", ".join(fast.interfaces), fast.pin_dir)
+    return fast, None

@@ -1,0 +1,112 @@
+/* Map layout shared by the BIER tc programs (bier.c) and the agent (aidcnet/agent/bier_ebpf.py).
+ *
+ * Change a struct or an enum here and change its ctypes mirror in bier_ebpf.py in the same commit:
+ * tests/dataplane/test_bier_ebpf_layout.py compares the two.
+ *
+ * Tables come in two generations; bier_cfg.gen names the one packets use.  The agent writes the other
+ * generation completely, then flips bier_cfg.gen, so a packet never sees half a BIFT (RFC 8279 §6.4).
+ */
+#ifndef AIDCNET_BIER_H
+#define AIDCNET_BIER_H
+
+#include <linux/types.h>
+
+#define BIER_MAX_BSL 256            /* BSLs 64, 128, 256 (RFC 8296 §2.1.2 codes 1..3) */
+#define BIER_WORDS (BIER_MAX_BSL / 64)
+#define BIER_MAX_BIFT 8             /* BIFTs (one per <sub-domain, BSL, SI> label) the maps hold */
+#define BIER_MAX_ECMP 8             /* alternatives per BIFT row (RFC 8279 §6.7.1) */
+#define BIER_MAX_FBM 64             /* distinct F-BMs per SI */
+#define BIER_MAX_NBR 64             /* BFR-NBRs; also the most copies of one packet */
+#define BIER_NULL_NBR 0xFFFF        /* the null BFR-NBR (RFC 8279 §6.5 step 7) */
+#define BIER_GENS 2
+#define BIER_UDP_PORT 6635          /* MPLS-in-UDP (RFC 7510 §3) */
+
+struct bier_cfg {
+	__u32 gen;          /* active table generation, 0 or 1: written last */
+	__u16 deliver_port; /* own-bit packets go up to this local UDP port (the agent's delivery socket) */
+	__u16 ip_ttl;       /* outer IPv4 TTL of every copy, as the Python dataplane's socket sends */
+};
+
+/* bier_table[gen * BIER_MAX_BIFT + slot]: one BIFT; bier_label maps its BIFT-id to the slot */
+struct bier_table {
+	__u32 valid;       /* 0: the slot is free in this generation */
+	__u16 bsl;
+	__u16 nwords;       /* bsl / 64 */
+	__u32 ecmp_seed;
+	__u32 pad;
+	__u64 own[BIER_WORDS]; /* own BFR-id's bit; word 0 holds bits 1..64 */
+};
+
+struct bier_alt {
+	__u16 fbm;          /* index into bier_fbm of this generation and SI */
+	__u16 nbr;          /* index into bier_nbr, or BIER_NULL_NBR */
+	__u32 label;        /* BIFT-id the neighbour advertised (RFC 8296 §3) */
+};
+
+/* bier_bift[(gen * BIER_MAX_BIFT + slot) * BIER_MAX_BSL + k - 1]; n == 0: no BIFT row for bit k */
+struct bier_entry {
+	__u32 n;
+	__u32 pad;
+	struct bier_alt alt[BIER_MAX_ECMP];
+};
+
+/* bier_fbm[(gen * BIER_MAX_BIFT + slot) * BIER_MAX_FBM + index] */
+struct bier_fbm {
+	__u64 w[BIER_WORDS];
+};
+
+/* bier_nbr[index]: how a copy to this BFR-NBR leaves */
+struct bier_nbr {
+	__u32 ifindex;
+	__be32 saddr;       /* our address on the link */
+	__be32 daddr;       /* the neighbour's */
+	__u8 smac[6];
+	__u8 dmac[6];
+};
+
+/* bier_label: key (gen << 20) | BIFT-id (our label, RFC 8296 §2.1.1.1) -> slot */
+
+/* bier_cnt (per CPU): same meaning as the Python dataplane's counters of the same name */
+enum bier_counter {
+	C_RX_PACKETS,
+	C_RX_BYTES,
+	C_RX_OTHER_PACKETS,
+	C_RX_OTHER_BYTES,
+	C_TX_PACKETS,
+	C_TX_BYTES,
+	C_TX_ERRORS,
+	C_ACCEPTED,
+	C_FORWARDED,
+	C_REPLICATED,
+	C_DELIVERED,
+	C_DROPPED_MALFORMED,
+	C_DROPPED_TTL,
+	C_DROPPED_ZERO_BITSTRING,
+	C_DROPPED_UNKNOWN_BIFT_ID,
+	C_DROPPED_NO_ENTRY,
+	C_DROPPED_NULL_NEIGHBOR,
+	C_MALFORMED_BAD_BSL,
+	C_MALFORMED_BAD_NIBBLE,
+	C_MALFORMED_BAD_S_BIT,
+	C_MALFORMED_BAD_VERSION,
+	C_MALFORMED_BSL_MISMATCH,
+	C_MALFORMED_TRUNCATED,
+	C_BITS_NO_ENTRY,
+	C_BITS_NULL_NBR,
+	C_BITS_TTL_EXPIRED,
+	C_BITS_UNKNOWN_BIFT_ID,
+	C_BITS_ZERO_BITSTRING,
+	C_PUNTED,           /* eBPF only: passed untouched to the Python dataplane (see docs/bier.md) */
+	C_NUM
+};
+
+/* bier_nbr_cnt (per CPU): [nbr * 4 + NC_*] */
+enum bier_nbr_counter {
+	NC_RX_PACKETS,
+	NC_RX_BYTES,
+	NC_TX_PACKETS,
+	NC_TX_BYTES,
+	NC_NUM
+};
+
+#endif

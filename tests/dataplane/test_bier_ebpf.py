@@ -1,0 +1,397 @@
+"""The eBPF BFR (aidcnet/ebpf/bier.c) against the pure RFC 8279 §6.5 code and the Python dataplane.
+
+A DUT netns runs the tc program on its veths; neighbour 0 injects frames, every neighbour captures
+what the DUT sends it.  For each packet the pure code (aidcnet.bier.forwarding) says which copies go
+to which neighbour; the captured frames must be exactly those, byte for byte (UDP payload from
+build_copies, outer headers as a Linux UDP socket sends them), in order per neighbour.  Where the
+tables fit one BierDataplane, the same packets go through the Python dataplane too (program detached):
+same copies and the same counters.
+
+Needs root, clang, bpftool and tc (make setup); a missing tool fails the test with the install command.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import random
+import re
+import shutil
+import socket
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import pytest
+
+from aidcnet.agent.bier_dataplane import BierDataplane
+from aidcnet.agent.bier_ebpf import (
+    DELIVER_PORT,
+    BierMaps,
+    EbpfBier,
+    EbpfUnavailable,
+    attach,
+    detach,
+    load,
+    run_cmd,
+    start_fast_path,
+    unpin,
+)
+from aidcnet.bier.bift import NULL, SELF, Bift, bifts_by_label, build_bifts
+from aidcnet.bier.forwarding import build_copies, forward_packet
+from aidcnet.bier.header import BierDecodeError, BierHeader, parse_fields
+from aidcnet.bier.routing import compute_birts, undirected
+from aidcnet.ebpf import EbpfBuildError, build
+from tests.dataplane.netlab import NetLab, in_netns
+from tests.unit.aidcnet.bier.test_bier_forwarding import FIG1_EDGES, FIG1_IDS, FIG6_EDGES
+from tests.unit.aidcnet.bier.test_bier_fuzz import N_PACKETS, mutate, node_tables, valid_packet
+
+PIN = Path("/sys/fs/bpf/ebpf-test")
+CHUNK = 500
+
+
+@pytest.fixture(scope="session")
+def bier_obj(tmp_path_factory) -> Path:
+    if os.geteuid() != 0:
+        pytest.fail("the eBPF dataplane tests need root (netns, tc, bpffs)")
+    for tool, pkg in (("bpftool", "bpftool"), ("tc", "iproute2"), ("nsenter", "util-linux")):
+        if shutil.which(tool) is None:
+            pytest.fail(f"{tool} not found: apt-get install -y {pkg} (or run `make setup`)")
+    if not os.path.ismount("/sys/fs/bpf"):
+        Path("/sys/fs/bpf").mkdir(parents=True, exist_ok=True)
+        os.system("mount -t bpf bpf /sys/fs/bpf")
+    try:
+        return build(tmp_path_factory.mktemp("ebpf"))["bier"]
+    except EbpfBuildError as exc:
+        pytest.fail(str(exc))
+
+
+@pytest.fixture
+def lab(request) -> Iterator[NetLab]:
+    lab = NetLab(getattr(request, "param", 4))
+    yield lab
+    unpin(PIN)
+    lab.close()
+
+
+def expected(
+    lab: NetLab, tables: Mapping[int, Bift], nbr_index: Mapping[str, int], packets: list[bytes]
+) -> tuple[list[list[bytes]], list[tuple[bytes, int, int, bytes]]]:
+    """The frames each neighbour must get and the local deliveries, from the pure §6.5 code."""
+    per_nbr: list[list[bytes]] = [[] for _ in range(lab.n)]
+    local = []
+    for pkt in packets:
+        try:
+            res = forward_packet(pkt, tables)
+        except BierDecodeError:
+            continue
+        if res.copies:
+            for nbr, copy in build_copies(pkt, res):
+                i = nbr_index[nbr]
+                per_nbr[i].append(lab.copy_frame(i, bytes(copy)))
+        if res.local:
+            f = parse_fields(pkt, 0, res.bsl)
+            local.append((pkt[res.end :], f[11], f[10], pkt[: res.end]))
+    return per_nbr, local
+
+
+def drain(sock: socket.socket) -> list[bytes]:
+    out = []
+    while True:
+        try:
+            out.append(sock.recv(65535))
+        except BlockingIOError:
+            return out
+
+
+def run_ebpf_raw(
+    lab: NetLab, obj: Path, tables: Mapping[int, Bift], nbr_index: Mapping[str, int], packets: list[bytes]
+) -> tuple[list[list[bytes]], list[bytes], dict[str, int]]:
+    """The program with maps written straight from ``tables`` (no BierDataplane: any mix of BSLs)."""
+    run = run_cmd(lab.run_prefix())
+    load(obj, PIN, run)
+    maps = BierMaps(PIN)
+    with in_netns(lab.dut):
+        delivery = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        delivery.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 << 20)
+        delivery.bind(("0.0.0.0", DELIVER_PORT))
+        delivery.setblocking(False)
+    try:
+        maps.set_local(lab.dut_addr)
+        for i in nbr_index.values():
+            maps.set_neighbor(
+                i, _ifindex(lab, i), lab.dut_addr[i], lab.nbr_addr[i], lab.dut_mac[i], lab.nbr_mac[i]
+            )
+        maps.write_tables(tables, nbr_index)
+        for ifname in lab.dut_if:
+            attach(ifname, PIN, run)
+        got: list[list[bytes]] = [[] for _ in range(lab.n)]
+        delivered: list[bytes] = []
+        for start in range(0, len(packets), CHUNK):
+            lab.send([lab.frame_in(p) for p in packets[start : start + CHUNK]])
+            for i, frames in enumerate(lab.capture(settle=0.01)):
+                got[i] += frames
+            delivered += drain(delivery)
+        nbrs = {name: (i, lab.dut_if[i]) for name, i in nbr_index.items()}
+        return got, delivered, maps.counters(nbrs)
+    finally:
+        for ifname in lab.dut_if:
+            detach(ifname, run)
+        maps.close()
+        delivery.close()
+
+
+def _ifindex(lab: NetLab, i: int) -> int:
+    with in_netns(lab.dut):
+        return socket.if_nametoindex(lab.dut_if[i])
+
+
+def check_frames(got: list[list[bytes]], want: list[list[bytes]]) -> None:
+    for i, (g, w) in enumerate(zip(got, want, strict=True)):
+        assert len(g) == len(w), f"neighbour {i}: {len(g)} copies, pure code says {len(w)}"
+        for j, (a, b) in enumerate(zip(g, w, strict=True)):
+            assert a == b, f"neighbour {i} copy {j}:\n got  {a.hex()}\n want {b.hex()}"
+
+
+# -- through a BierDataplane: eBPF and Python modes ------------------------------------------------
+class Dut:
+    """A BierDataplane in the DUT netns (delivery recorded), optionally fronted by EbpfBier."""
+
+    def __init__(
+        self, lab: NetLab, bfr_id: int | None, bsl: int, bifts, names: list[str], local_labels
+    ) -> None:
+        neighbors = {name: (lab.nbr_addr[i], lab.dut_if[i]) for i, name in enumerate(names)}
+        with in_netns(lab.dut):
+            self.dp = BierDataplane(bfr_id, bsl, 0, bifts, neighbors, local_labels)
+        self.got: list[tuple[bytes, int, int, bytes]] = []
+        self.dp.deliver = lambda p, b, pr, h: self.got.append((p, b, pr, h))
+        self.ebpf: EbpfBier | None = None
+        self.lab = lab
+
+    def start_ebpf(self, obj: Path) -> None:
+        self.ebpf = EbpfBier(self.dp, obj, self.lab.dut_addr, pin_dir=PIN, run=run_cmd(self.lab.run_prefix()))
+        with in_netns(self.lab.dut):
+            self.ebpf.start()
+
+    def poll(self) -> int:
+        n = self.dp.poll_once()
+        if self.ebpf is not None:
+            n += self.ebpf.poll_deliveries()
+        return n
+
+    def run(self, packets: list[bytes]) -> list[list[bytes]]:
+        got: list[list[bytes]] = [[] for _ in range(self.lab.n)]
+        for start in range(0, len(packets), CHUNK):
+            self.lab.send([self.lab.frame_in(p) for p in packets[start : start + CHUNK]])
+            for i, frames in enumerate(self.lab.capture(settle=0.03, poll=self.poll)):
+                got[i] += frames
+        return got
+
+    def counters(self) -> dict[str, int]:
+        return self.ebpf.counters() if self.ebpf is not None else self.dp.counters()
+
+    def close(self) -> None:
+        if self.ebpf is not None:
+            self.ebpf.stop()
+        self.dp.close()
+
+
+def both_dataplanes(
+    lab: NetLab,
+    obj: Path,
+    bfr_id: int | None,
+    bsl: int,
+    birt,
+    names: list[str],
+    packets: list[bytes],
+    seed: int = 0,
+) -> None:
+    """Pure code, eBPF and Python dataplane on the same packets: same copies, deliveries, counters."""
+    nbr_labels = {n: {(0, bsl, si): 1000 + 100 * i + si for si in range(4)} for i, n in enumerate(names)}
+    bifts = build_bifts(birt, bsl, nbr_labels, ecmp_seed=seed)
+    local_labels = {(0, bsl, si): 500 + si for si in bifts}
+    tables = bifts_by_label(bifts, local_labels)
+    nbr_index = {n: i for i, n in enumerate(names)}
+    want, want_local = expected(lab, tables, nbr_index, packets)
+    results = {}
+    for mode in ("ebpf", "python"):
+        dut = Dut(lab, bfr_id, bsl, bifts, names, local_labels)
+        try:
+            if mode == "ebpf":
+                dut.start_ebpf(obj)
+            got = dut.run(packets)
+            c = dut.counters()
+        finally:
+            dut.close()
+        check_frames(got, want) if mode == "ebpf" else check_payloads(got, want)
+        assert dut.got == want_local, mode
+        results[mode] = c
+    ebpf, py = results["ebpf"], results["python"]
+    assert ebpf.pop("ebpf.punted") == 0
+    keys = set(ebpf) | set(py)
+    diff = {k: (ebpf.get(k, 0), py.get(k, 0)) for k in sorted(keys) if ebpf.get(k, 0) != py.get(k, 0)}
+    assert not diff, f"counters differ (ebpf, python): {diff}"
+    assert py["rx.packets"] == len(packets)
+
+
+def check_payloads(got: list[list[bytes]], want: list[list[bytes]]) -> None:
+    """The Python dataplane's copies: same UDP payloads and headers except the IPv4 ID the kernel picks
+    (the program sends ID 0 with DF, RFC 6864 §4.1) and the checksums (the kernel's, maybe partial)."""
+    for i, (g, w) in enumerate(zip(got, want, strict=True)):
+        assert [f[42:] for f in g] == [f[42:] for f in w], f"neighbour {i}: Python dataplane copies differ"
+        headers = [[f[:18] + f[20:24] + f[26:40] for f in frames] for frames in (g, w)]
+        assert headers[0] == headers[1], f"neighbour {i}: headers"
+
+
+# -- RFC 8279 §6.6 -------------------------------------------------------------------------------
+@pytest.mark.parametrize("lab", [3], indirect=True)
+def test_rfc8279_6_6_example_at_b(lab: NetLab, bier_obj: Path) -> None:
+    """BFR-B of Figure 1 (neighbours A, C, E), packets from A with every BitString of 4 bits and a few
+    TTLs: Example 1 (0101 -> C gets 0001, E gets 0100) and Example 2 (1111 -> A, C, E) among them."""
+    birt = compute_birts(undirected(FIG1_EDGES), FIG1_IDS)["B"]
+    packets = [
+        BierHeader(bift_id=500, bitstring=bits, bsl=64, ttl=ttl, entropy=bits * 7, bfir_id=4).encode()
+        + b"pl%d" % bits
+        for bits in range(16)
+        for ttl in (0, 1, 2, 64)
+    ]
+    both_dataplanes(lab, bier_obj, None, 64, birt, ["A", "C", "E"], packets)
+
+
+@pytest.mark.parametrize("lab", [3], indirect=True)
+def test_rfc8279_figure6_ecmp_at_b(lab: NetLab, bier_obj: Path) -> None:
+    """Figure 6: B reaches F over C or E; the choice follows the entropy exactly as the Python code."""
+    birt = compute_birts(undirected(FIG6_EDGES), FIG1_IDS)["B"]
+    assert any(len(h) > 1 for h in birt.values())
+    packets = [
+        BierHeader(bift_id=500, bitstring=bits, bsl=64, ttl=9, entropy=e, bfir_id=4).encode()
+        for bits in (0b0010, 0b0110, 0b0011, 0b1111)
+        for e in range(0, 1 << 20, 9973)
+    ]
+    both_dataplanes(lab, bier_obj, None, 64, birt, ["A", "C", "E"], packets, seed=77)
+
+
+# -- random topologies ---------------------------------------------------------------------------
+@pytest.mark.parametrize("bsl", [64, 128, 256])
+@pytest.mark.parametrize("lab", [6], indirect=True)
+def test_random_birts(lab: NetLab, bier_obj: Path, bsl: int) -> None:
+    """Random BIRTs over 6 neighbours with ECMP, null rows, holes, an own BFR-id, two SIs."""
+    rng = random.Random(bsl)
+    names = [f"N{i}" for i in range(6)]
+    own = rng.randrange(1, 2 * bsl)
+    birt: dict = {own: SELF}
+    for bfr_id in range(1, 2 * bsl + 1):
+        if bfr_id == own or rng.random() < 0.1:
+            continue
+        birt[bfr_id] = NULL if rng.random() < 0.05 else rng.sample(names, rng.choice((1, 1, 1, 2, 3)))
+    packets = []
+    for _ in range(600):
+        si = rng.randrange(2)
+        bits = rng.getrandbits(bsl) & rng.getrandbits(bsl) & rng.getrandbits(bsl)
+        ttl, entropy, bfir = rng.choice((1, 2, 64)), rng.getrandbits(20), rng.getrandbits(16)
+        hdr = BierHeader(500 + si, bits, bsl, ttl, entropy=entropy, proto=4, bfir_id=bfir)
+        packets.append(hdr.encode() + rng.randbytes(rng.randrange(0, 200)))
+    both_dataplanes(lab, bier_obj, own, bsl, birt, names, packets, seed=rng.getrandbits(32))
+
+
+# -- the fuzzed packets of tests/unit/aidcnet/bier/test_bier_fuzz.py  ---------------------------
+@pytest.mark.parametrize("lab", [3], indirect=True)
+def test_fuzz_100k_against_pure_code(lab: NetLab, bier_obj: Path) -> None:
+    """The same 100k random and mutated packets as the unit fuzz test (two BSLs, three BIFTs): the
+    program's copies and deliveries are the pure code's, and its counters account for every packet."""
+    rng = random.Random(0xB1E8)
+    tables = node_tables()
+    labels = sorted(tables)
+    packets = []
+    for i in range(N_PACKETS):
+        pkt = valid_packet(rng, labels)
+        packets.append(mutate(rng, pkt) if i % 4 else pkt)
+    nbr_index = {"B": 0, "C": 1, "D": 2}
+    want, want_local = expected(lab, tables, nbr_index, packets)
+    got, delivered, c = run_ebpf_raw(lab, bier_obj, tables, nbr_index, packets)
+    check_frames(got, want)
+    assert delivered == [h + p for p, _b, _pr, h in want_local]
+    assert c["ebpf.punted"] == 0 and c["rx.packets"] == N_PACKETS
+    whole = ("dropped-malformed", "dropped-ttl", "dropped-zero-bitstring", "dropped-unknown-bift-id",
+             "dropped-no-entry", "dropped-null-neighbor")  # fmt: skip
+    assert c["accepted"] + sum(c[k] for k in whole) == N_PACKETS
+    assert c["tx.packets"] == sum(map(len, want)) == c["forwarded"] + c["replicated"]
+    assert c["delivered"] == len(want_local)
+    # decode failures, one per reason, as the pure parser sees them
+    reasons: dict[str, int] = {}
+    for pkt in packets:
+        try:
+            forward_packet(pkt, tables)
+        except BierDecodeError as exc:
+            reasons[exc.reason] = reasons.get(exc.reason, 0) + 1
+    for reason, count in reasons.items():
+        assert c[f"dropped-malformed.{reason}"] == count, reason
+
+
+# -- the agent side ------------------------------------------------------------------------------
+def test_ctypes_mirrors_match_the_objects_btf(bier_obj: Path) -> None:
+    """bier_ebpf.py's structures have the sizes clang gave bier.h's (read from the object's BTF)."""
+    from aidcnet.agent import bier_ebpf as m
+    from aidcnet.ebpf import SRC
+
+    raw = run_cmd()(["bpftool", "btf", "dump", "file", str(bier_obj), "format", "raw"])
+    sizes = dict(re.findall(r"STRUCT '(bier_\w+)' size=(\d+)", raw))
+    mirrors = {"bier_cfg": m.Cfg, "bier_table": m.TableInfo, "bier_entry": m.Entry, "bier_alt": m.Alt}
+    mirrors |= {"bier_fbm": m.Fbm, "bier_nbr": m.Nbr}
+    for name, mirror in mirrors.items():
+        assert int(sizes[name]) == ctypes.sizeof(mirror), name
+    header = (SRC / "bier.h").read_text()
+    enum = header.split("enum bier_counter {", 1)[1].split("};", 1)[0]
+    names = [ln.strip().split(",")[0] for ln in enum.splitlines() if ln.strip().startswith("C_")]
+    assert names[-1] == "C_NUM" and len(names) - 1 == len(m.COUNTERS)
+    # C_DROPPED_NULL_NEIGHBOR <-> "dropped-null-neighbor", C_MALFORMED_X <-> "dropped-malformed.x", ...
+    for cname, pyname in zip(names, m.COUNTERS, strict=False):
+        flat = pyname.replace("dropped-malformed.", "malformed.").replace("dropped-bits.", "bits.")
+        flat = flat.replace("ebpf.", "").replace("rx.src.other", "rx.other")
+        assert cname[2:].lower() == re.sub(r"[.-]", "_", flat), (cname, pyname)
+
+
+@pytest.mark.parametrize("lab", [2], indirect=True)
+def test_kernel_refusal_falls_back_with_a_reason(lab: NetLab, bier_obj: Path, tmp_path: Path) -> None:
+    """A program the kernel will not load leaves nothing attached and says why; the Python dataplane
+    (already running) keeps forwarding."""
+    bad = tmp_path / "bier.o"
+    bad.write_bytes(bier_obj.read_bytes()[:2000])  # a truncated ELF: bpftool/libbpf refuse it
+    bifts = build_bifts({1: SELF, 2: ["A"]}, 64, {"A": {(0, 64, 0): 900}, "B": {(0, 64, 0): 901}})
+    dut = Dut(lab, 1, 64, bifts, ["A", "B"], {(0, 64, 0): 500})
+    try:
+        fast = EbpfBier(dut.dp, bad, lab.dut_addr, pin_dir=PIN, run=run_cmd(lab.run_prefix()))
+        with pytest.raises(EbpfUnavailable, match="bpftool"):
+            fast.start()
+        for ifname in lab.dut_if:
+            assert "bpf" not in run_cmd(lab.run_prefix())(["tc", "filter", "show", "dev", ifname, "ingress"])
+        assert not PIN.exists()
+        fast2, why = start_fast_path(dut.dp, tmp_path / "absent.o")
+        assert fast2 is None and "absent.o is missing" in why and "Python dataplane forwards" in why
+        # and forwarding goes on in Python
+        got = dut.run([BierHeader(bift_id=500, bitstring=0b11, bsl=64, ttl=5).encode()])
+        assert len(got[0]) == 1 and len(dut.got) == 1
+    finally:
+        dut.close()
+
+
+@pytest.mark.parametrize("lab", [3], indirect=True)
+def test_table_swap_is_atomic_between_generations(lab: NetLab, bier_obj: Path) -> None:
+    """write_tables flips the generation; packets after the flip use the new BIFT only."""
+    names = ["A", "B", "C"]
+    labels = {n: {(0, 64, 0): 900 + i} for i, n in enumerate(names)}
+    old = build_bifts({1: SELF, 2: ["B"], 3: ["B"]}, 64, labels)
+    new = build_bifts({1: SELF, 2: ["C"], 3: ["B"]}, 64, labels)
+    dut = Dut(lab, 1, 64, old, names, {(0, 64, 0): 500})
+    try:
+        dut.start_ebpf(bier_obj)
+        assert dut.ebpf is not None and dut.ebpf.maps is not None
+        pkt = BierHeader(bift_id=500, bitstring=0b110, bsl=64, ttl=5).encode()
+        before = dut.run([pkt])
+        gen = dut.ebpf.maps.cfg().gen
+        dut.dp.set_bifts(new, {(0, 64, 0): 500})
+        assert dut.ebpf.write_tables() == 1 - gen
+        after = dut.run([pkt])
+        assert [len(x) for x in before] == [0, 1, 0] and [len(x) for x in after] == [0, 1, 1]
+        assert dut.ebpf.describe()["ebpf_generation"] == 1 - gen
+    finally:
+        dut.close()
