@@ -14,7 +14,7 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
-from orchestrator.plan import addressing, asn, bandwidth, bgp, bier, ina, planes, routes, tiers
+from orchestrator.plan import addressing, asn, bandwidth, bgp, bier, ina, planes, routes, tiers, timescale
 from orchestrator.plan.configs import node_config, node_configs
 from orchestrator.plan.context import Context, check_pin_targets, validation_problems
 from orchestrator.plan.model import GroupVars, LabPlan, LabVars, PlanEndpoint, PlanError, PlanLink, PlanNode
@@ -34,8 +34,9 @@ __all__ = [
     "write_plan",
 ]
 
-# Order matters: tiers feed ASNs and BFR-ID order, addresses feed routes, planes read the tiers' graph.
-FEATURES = (tiers, addressing, bandwidth, planes, asn, bier, routes, bgp, ina)
+# Order matters: tiers feed ASNs and BFR-ID order, addresses feed routes, planes read the tiers' graph,
+# the time scale divides the bandwidth.
+FEATURES = (tiers, addressing, bandwidth, timescale, planes, asn, bier, routes, bgp, ina)
 
 
 class _Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[misc]
