@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Idempotent machine setup for aidclab (Debian 12, root): says what it did, does nothing twice.
-#   - Debian packages: docker.io (engine), mmdebstrap (node rootfs), iproute2 (ip netns)
+#   - Debian packages: docker.io (engine), mmdebstrap (node rootfs), iproute2 (ip netns, tc),
+#     clang + llvm + libbpf-dev (tc programs, aidcnet/ebpf/), bpftool (their maps, from the host)
 #   - a virtualenv .venv with aidclab and its dev extras
 #   - dockerd started in the background (no systemd here) and waited for
 set -euo pipefail
@@ -13,6 +14,9 @@ command -v dockerd >/dev/null 2>&1 || need_pkgs+=(docker.io)
 command -v mmdebstrap >/dev/null 2>&1 || command -v debootstrap >/dev/null 2>&1 || need_pkgs+=(mmdebstrap)
 command -v ip >/dev/null 2>&1 || need_pkgs+=(iproute2)
 command -v tcpdump >/dev/null 2>&1 || need_pkgs+=(tcpdump)
+command -v clang >/dev/null 2>&1 || need_pkgs+=(clang llvm)
+[ -f /usr/include/bpf/bpf_helpers.h ] || need_pkgs+=(libbpf-dev)
+command -v bpftool >/dev/null 2>&1 || [ -x /usr/sbin/bpftool ] || need_pkgs+=(bpftool)
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "setup: need root to install ${need_pkgs[*]} (run: sudo make setup)" >&2; exit 1

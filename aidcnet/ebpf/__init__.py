@@ -1,0 +1,1 @@
+"""tc (clsact, direct-action) eBPF programs in C, compiled with Debian's clang, and their Python sides."""
