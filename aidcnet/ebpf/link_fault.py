@@ -73,6 +73,12 @@ class LinkFault:
         if mean_burst < 1.0:
             raise FaultError(f"mean burst {mean_burst} must be at least 1 packet")
         r = 1.0 / mean_burst
+        if loss * r > 1.0 - loss:
+            # p = loss * r / (1 - loss) would exceed 1: Good could not be left often enough.
+            raise FaultError(
+                f"a mean loss of {loss:.2%} needs bursts of at least {loss / (1.0 - loss):.3g} packets "
+                f"on average (got {mean_burst:g})"
+            )
         return cls(p=loss * r / (1.0 - loss), r=r, loss_bad=1.0, loss_good=0.0)
 
     @property

@@ -6,6 +6,7 @@ host's iproute2; a missing tool fails the test with the command that installs it
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -88,6 +89,16 @@ def veth_pair() -> Iterator[VethPair]:
             sh("ip", "-n", ns, "addr", "add", f"{ip}/31", "dev", iface)
             sh("ip", "-n", ns, "link", "set", iface, "up")
             sh("ip", "-n", ns, "link", "set", "lo", "up")
+            # No IPv6 and no ARP on the wire: counters then hold the test's own packets and nothing else.
+            sh("ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1")
+        for ns, iface, peer_ns, peer_if, peer_ip in (
+            (pair.a, pair.a_if, pair.b, pair.b_if, pair.b_ip),
+            (pair.b, pair.b_if, pair.a, pair.a_if, pair.a_ip),
+        ):
+            mac = sh("ip", "-n", peer_ns, "-j", "link", "show", peer_if).stdout
+            lladdr = json.loads(mac)[0]["address"]
+            neigh = ("neigh", "replace", peer_ip, "lladdr", lladdr, "dev", iface, "nud", "permanent")
+            sh("ip", "-n", ns, *neigh)
         yield pair
     finally:
         for ns in (pair.a, pair.b):
