@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 FABRIC_FILE = "fabric.json"
@@ -52,11 +52,13 @@ class EndShaper:
 
 @dataclass(frozen=True)
 class Fabric:
-    """Every shaped end of a lab and the scale they were divided by."""
+    """Every shaped end of a lab, the scale they were divided by, and the loss set on each end
+    (``aidcnet.ebpf.link_fault.LinkFault.to_dict()``; an end without an entry loses nothing)."""
 
     lab: str
     scale: int
     ends: dict[str, EndShaper]  # "node:interface" -> its shaper
+    faults: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def end(self, name: str) -> EndShaper:
         try:
@@ -81,7 +83,17 @@ class Fabric:
             )
             ends[end.name] = new
             changed.append(new)
-        return Fabric(self.lab, self.scale, ends), changed
+        return replace(self, ends=ends), changed
+
+    def with_fault(self, name: str, fault: dict[str, float] | None) -> Fabric:
+        """The fabric after ``link set NAME loss``; None (or no loss) clears the end's entry."""
+        self.end(name)
+        faults = dict(self.faults)
+        if fault is None:
+            faults.pop(name, None)
+        else:
+            faults[name] = dict(fault)
+        return replace(self, faults=faults)
 
     def link_rates_bps(self) -> dict[str, int]:
         """Veth rate per end (bits/s of wall time), what the bottleneck bound and the fidelity check use."""
@@ -93,6 +105,7 @@ class Fabric:
             "lab": self.lab,
             "scale": self.scale,
             "ends": {name: _end_dict(end) for name, end in sorted(self.ends.items())},
+            "faults": dict(sorted(self.faults.items())),
         }
         return json.dumps(body, indent=2) + "\n"
 
@@ -106,7 +119,8 @@ class Fabric:
                 name: EndShaper(node=name.split(":", 1)[0], interface=name.split(":", 1)[1], **fields)
                 for name, fields in doc["ends"].items()
             }
-            return cls(doc["lab"], int(doc["scale"]), ends)
+            faults = {name: dict(f) for name, f in (doc.get("faults") or {}).items()}
+            return cls(doc["lab"], int(doc["scale"]), ends, faults)
         except (KeyError, TypeError, ValueError, IndexError) as exc:
             if isinstance(exc, FabricError):
                 raise

@@ -12,15 +12,15 @@ running shaper in place (the kernel keeps its queue), so ``link set bandwidth`` 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from pyroute2 import NetNS
 from pyroute2.netlink.exceptions import NetlinkError
 
 from aidcnet.ebpf.link_fault import FaultStats, LinkFault
-from orchestrator.fabric import EndShaper
+from orchestrator.fabric import FABRIC_FILE, EndShaper, Fabric, FabricError
 
 NETNS_DIR = Path("/run/netns")
 # TBF is the root qdisc at handle 1: (tc's "1:").
@@ -297,3 +297,80 @@ def read_link_fault(netns: str, interface: str) -> tuple[LinkFault, FaultStats]:
     """The loss set on one link end and its counters (packets passed, lost in Good, lost in Bad)."""
     maps = _fault_maps(_prog(netns, interface))
     return LinkFault.decode(_map_read(maps["lf_config"])), FaultStats.decode(_map_read(maps["lf_stats"]))
+
+
+# -- the whole lab ---------------------------------------------------------------------------------------
+
+
+def load_fabric(lab_dir: Path) -> Fabric:
+    path = lab_dir / FABRIC_FILE
+    if not path.exists():
+        raise FabricIOError(f"{path} does not exist: the lab's links are not shaped yet (aidclab configure)")
+    return Fabric.from_json(path.read_text(), str(path))
+
+
+def write_fabric(lab_dir: Path, fabric: Fabric) -> Path:
+    path = lab_dir / FABRIC_FILE
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(fabric.to_json())
+    tmp.replace(path)
+    return path
+
+
+def apply_fabric(
+    fabric: Fabric, lab_dir: Path, container_of: Callable[[str], str], fault_object: Path | None = None
+) -> Fabric:
+    """Shape every link end and attach the link-fault program there (kept when already attached, with
+    its loss and counters), then write ``fabric.json``. Faults recorded by an earlier ``fabric.json``
+    carry over: they are still set in the running programs. Returns the fabric as written."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from aidcnet.ebpf.build_link_fault import link_fault_object
+
+    obj = fault_object or link_fault_object()
+    by_node: dict[str, list[EndShaper]] = {}
+    for end in fabric.ends.values():
+        by_node.setdefault(end.node, []).append(end)
+
+    def one_node(node: str) -> None:
+        netns = node_netns(container_of(node))
+        apply_shapers(netns, by_node[node])
+        for end in by_node[node]:
+            attach_link_fault(netns, end.interface, obj)
+
+    # Two workers: most of the time goes to tc subprocesses, and the machine has two cores.
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        list(pool.map(one_node, sorted(by_node)))
+    previous = lab_dir / FABRIC_FILE
+    if previous.exists():
+        try:
+            old = Fabric.from_json(previous.read_text(), str(previous))
+            fabric = replace(fabric, faults={k: v for k, v in old.faults.items() if k in fabric.ends})
+        except FabricError:
+            pass  # an unreadable old file holds nothing worth keeping
+    write_fabric(lab_dir, fabric)
+    return fabric
+
+
+def link_counters(fabric: Fabric, container_of: Callable[[str], str]) -> dict[str, dict[str, int]]:
+    """Per link end: shaper bytes/packets/drops/backlog and injected losses, read once (for a run's
+    record and its fidelity check; a sampler during the run uses :func:`read_qdisc_stats`)."""
+    out: dict[str, dict[str, int]] = {}
+    by_node: dict[str, list[EndShaper]] = {}
+    for end in fabric.ends.values():
+        by_node.setdefault(end.node, []).append(end)
+    for node, ends in sorted(by_node.items()):
+        netns = node_netns(container_of(node))
+        stats = qdisc_stats(netns, [e.interface for e in ends])
+        for end in ends:
+            q = stats.get(end.interface)
+            _fault, lost = read_link_fault(netns, end.interface)
+            out[end.name] = {
+                "tx_bytes": q.bytes if q else 0,
+                "tx_packets": q.packets if q else 0,
+                "queue_drops": q.drops if q else 0,
+                "backlog": q.backlog if q else 0,
+                "injected_drops": lost.lost_packets,
+                "injected_bad_drops": lost.lost_bad_packets,
+            }
+    return out
