@@ -101,48 +101,87 @@ def test_link_set_down_acts_at_the_named_end_only(tmp_path) -> None:
     assert "peer G1:eth1" in lines[0]
 
 
-def test_link_set_bandwidth_tells_both_agents_and_skips_frr(tmp_path) -> None:
+def lab_dir_with_fabric(tmp_path):
+    from orchestrator.fabric import EndShaper, Fabric
+    from orchestrator.fabric_tc import write_fabric
+
     (tmp_path / "topology-data.json").write_text(json.dumps(TOPO_DATA))
-    rt = FakeRuntime()
-    link_set(rt, tmp_path, "G1:eth1", "bandwidth", "400G")
+    ends = {}
+    for link in TOPO_DATA["links"]:
+        for here, there in ((link["a"], link["z"]), (link["z"], link["a"])):
+            name = f"{here['node']}:{here['interface']}"
+            peer = f"{there['node']}:{there['interface']}"
+            ends[name] = EndShaper(here["node"], here["interface"], peer, 800e9, 80e6, 1 << 20, 19028, 9500)
+    write_fabric(tmp_path, Fabric("x", 10000, ends))
+    return tmp_path
+
+
+class FakeFabricIO:
+    def __init__(self) -> None:
+        from orchestrator import fabric_tc
+
+        self.load_fabric, self.write_fabric, self.node_netns = (
+            fabric_tc.load_fabric,
+            fabric_tc.write_fabric,
+            fabric_tc.node_netns,
+        )
+        self.calls: list[tuple] = []
+
+    def apply_shapers(self, netns, ends):
+        self.calls.append(("shape", netns, [(e.name, e.rate_bps) for e in ends]))
+        return len(ends)
+
+    def set_link_fault(self, netns, interface, fault):
+        self.calls.append(("fault", netns, interface, fault.describe()))
+
+
+def test_link_set_bandwidth_tells_both_agents_and_skips_frr(tmp_path) -> None:
+    lab_dir = lab_dir_with_fabric(tmp_path)
+    rt, io = FakeRuntime(), FakeFabricIO()
+    link_set(rt, lab_dir, "G1:eth1", "bandwidth", "400G", fabric_io=io)
     assert rt.calls == [
         ("clab-x-G1", ["aidcnet", "ctl", "link-bandwidth", "eth1", "400G"]),
         ("clab-x-L1", ["aidcnet", "ctl", "link-bandwidth", "eth1", "400G"]),
     ]
-    rt = FakeRuntime()
-    lines = link_set(rt, tmp_path, "G1:eth2", "bandwidth", "200G")
-    assert [c[0] for c in rt.calls] == ["clab-x-G1"] and "skipped" in lines[1]
+    assert [c[2] for c in io.calls] == [[("G1:eth1", 40e6)], [("L1:eth1", 40e6)]]
+    rt, io = FakeRuntime(), FakeFabricIO()
+    lines = link_set(rt, lab_dir, "G1:eth2", "bandwidth", "200G", fabric_io=io)
+    # FRR has no agent to tell, but its end of the link is shaped all the same (from the host).
+    assert [c[0] for c in rt.calls] == ["clab-x-G1"] and "FARE view unchanged" in lines[1]
+    assert [c[1] for c in io.calls] == ["/run/netns/clab-x-G1", "/run/netns/clab-x-F1"]
 
 
-def test_link_set_loss_asks_the_named_agent_only(tmp_path) -> None:
-    (tmp_path / "topology-data.json").write_text(json.dumps(TOPO_DATA))
-    rt = FakeRuntime()
-    lines = link_set(rt, tmp_path, "L1:eth1", "loss", "0.02")
-    assert rt.calls == [("clab-x-L1", ["aidcnet", "ctl", "drop", "eth1", "0.02"])]
+def test_link_set_loss_sets_the_link_at_both_ends_frr_too(tmp_path) -> None:
+    lab_dir = lab_dir_with_fabric(tmp_path)
+    rt, io = FakeRuntime(), FakeFabricIO()
+    lines = link_set(rt, lab_dir, "F1:eth1", "loss", "0.02", fabric_io=io)
+    assert rt.calls == []  # nothing runs in the nodes: the fault is on the link
+    assert io.calls == [
+        ("fault", "/run/netns/clab-x-F1", "eth1", "2.00% independent loss"),
+        ("fault", "/run/netns/clab-x-G1", "eth2", "2.00% independent loss"),
+    ]
     assert "2.00%" in lines[0]
-    rt = FakeRuntime()
-    assert "removed" in link_set(rt, tmp_path, "L1:eth1", "loss", "0")[0]
-    assert rt.calls == [("clab-x-L1", ["aidcnet", "ctl", "drop", "eth1", "0.0"])]
+    io = FakeFabricIO()
+    assert "no loss" in link_set(rt, lab_dir, "F1:eth1", "loss", "0", fabric_io=io)[0]
 
 
 @pytest.mark.parametrize(
     ("endpoint", "action", "value", "needle"),
     [
-        ("G1:eth1", "loss", None, "probability 0..1"),
-        ("G1:eth1", "loss", "2", "probability 0..1"),
-        ("G1:eth1", "loss", "lots", "got 'lots'"),
-        ("F1:eth1", "loss", "0.1", "not an aidcnet node"),
+        ("G1:eth1", "loss", None, "needs a value"),
+        ("G1:eth1", "loss", "2", "between 0 and 1"),
+        ("G1:eth1", "loss", "lots", "'lots' is not a number"),
         ("G1", "down", None, "NODE:INTERFACE"),
         ("G9:eth1", "down", None, "no node 'G9'"),
         ("G1:eth7", "down", None, "its links: eth1, eth2"),
-        ("G1:eth1", "bandwidth", None, "needs a value"),
+        ("G1:eth1", "bandwidth", None, "needs one value"),
         ("G1:eth1", "bandwidth", "800GB/s", "bytes/s units"),
     ],
 )
 def test_link_set_errors_name_the_problem(tmp_path, endpoint, action, value, needle) -> None:
-    (tmp_path / "topology-data.json").write_text(json.dumps(TOPO_DATA))
+    lab_dir = lab_dir_with_fabric(tmp_path)
     with pytest.raises(LinkSetError, match=needle):
-        link_set(FakeRuntime(), tmp_path, endpoint, action, value)
+        link_set(FakeRuntime(), lab_dir, endpoint, action, value, fabric_io=FakeFabricIO())
 
 
 def test_link_set_failure_in_the_node_is_reported(tmp_path) -> None:
