@@ -139,3 +139,43 @@ def test_cgroup_v2_layout_is_read_too(tmp_path):
     assert cgroup_cpu_usec(42, proc=tmp_path / "proc", cgroup_root=tmp_path / "cg") == 1234567
     with pytest.raises(FabricIOError, match="pid 43"):
         cgroup_cpu_usec(43, proc=tmp_path / "proc", cgroup_root=tmp_path / "cg")
+
+
+FLOOD = """
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+for _ in range(int(sys.argv[2])):
+    s.sendto(bytes(1000), (sys.argv[1], 9000))
+"""
+
+
+def test_sampler_feeds_the_verdict_faithful_then_not(veth_pair):
+    from orchestrator.fabric_tc import FabricSampler
+    from orchestrator.fidelity import verdict
+
+    pair = veth_pair
+    rate = 20_000_000
+    a = shaper("a", pair.a_if, "b:fab1", rate, queue=64 << 10)
+    b = shaper("b", pair.b_if, "a:fab0", rate, queue=64 << 10)
+    apply_shapers(pair.a_path, [a])
+    apply_shapers(pair.b_path, [b])
+    fabric = Fabric("fab", 1000, {a.name: a, b.name: b})
+    containers = {"a": pair.a, "b": pair.b}
+    with FabricSampler(fabric, containers.__getitem__, period_s=0.05, pid_of=lambda _n: os.getpid()) as s:
+        pair.run_in(pair.a, BLOCKING_SENDER, pair.b_ip, "1.5")
+    links = s.link_counters()
+    v = verdict(links, s.node_counters())
+    by_name = {x.name: x for x in links}
+    drain = by_name["a:fab0"].busy_bytes * 8 / by_name["a:fab0"].busy_s
+    busy = by_name["a:fab0"].busy_s
+    print(f"sampler: {s.samples} samples, a:fab0 busy {busy:.2f} s at {drain / 1e6:.2f} Mbit/s")
+    assert by_name["a:fab0"].busy_s > 1.0 and by_name["b:fab1"].busy_s == 0
+    # The CPU of this test's own cgroup is shared with everything else on the machine: judge links only.
+    assert not [r for r in v.reasons if r.startswith(("link", "queue"))], v.reasons
+
+    with FabricSampler(fabric, containers.__getitem__, period_s=0.05, pid_of=lambda _n: os.getpid()) as s:
+        pair.run_in(pair.a, FLOOD, pair.b_ip, "3000")  # no back-pressure: the 64 KiB queue overflows
+    v = verdict(s.link_counters(), s.node_counters())
+    assert any(r.startswith("queue a:fab0: the shaper dropped") for r in v.reasons), v.reasons
+    assert not v.faithful
