@@ -251,7 +251,8 @@ class PlanBgp(_Plan):
 
 
 class PlanTime(_Plan):
-    # Fabric time runs `scale` times slower than wall time: one wall second is `scale` fabric seconds.
+    # The emulation runs `scale` times slower than the fabric it stands for: `scale` wall seconds are one
+    # second of fabric time.
     scale: int = 1
 
 

@@ -1,6 +1,6 @@
 """Time scale and link shaping: what each veth really carries (docs/time-and-fidelity.md).
 
-The fabric runs ``time.scale`` times slower than the hardware it stands for, so that no node's software
+The emulation runs ``time.scale`` times slower than the fabric it stands for, so that no node's software
 is ever the bottleneck: each link end is shaped to ``bandwidth_bps / scale`` with a queue limit in bytes
 (``bandwidth.queue``, or a pin ``links.<node:iface>.queue``). Bytes are not scaled: a queue of Q bytes
 delays a packet Q / bandwidth of fabric time, which is what the real port buffer would do.
