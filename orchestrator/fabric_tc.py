@@ -425,12 +425,14 @@ class FabricSampler:
     def sample(self) -> None:
         import time
 
-        t = time.monotonic()
         total_cpu = 0.0
+        t_host = time.monotonic()
         for node, ends in self.by_node.items():
             ns = self._handles.get(node)
             if ns is None:
                 ns = self._handles[node] = open_netns(self.netns[node])
+            # Stamped per node, right at its read: a big lab's sweep takes a while.
+            t = time.monotonic()
             stats = read_qdisc_stats(ns, self.netns[node], [e.interface for e in ends])
             for end in ends:
                 st = stats.get(end.interface)
@@ -443,7 +445,7 @@ class FabricSampler:
             self.cpu[node].sample(t, cpu_s)
             total_cpu += cpu_s
         # Nodes may share a cgroup (tests); the host figure is then an upper bound, which errs safe.
-        self.host_cpu.sample(t, total_cpu)
+        self.host_cpu.sample(t_host, total_cpu)
         self.samples += 1
 
     def _loop(self) -> None:

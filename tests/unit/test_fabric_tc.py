@@ -23,12 +23,14 @@ from orchestrator.fabric_tc import (
 from orchestrator.fidelity import DrainMeter
 from tests.unit.fabric_netns import VethPair
 
-# A blocking sender whose socket memory (SO_SNDBUF, doubled by the kernel) is far below the queue limit:
-# the socket blocks while its datagrams wait in the shaper, so the queue stays busy and never overflows.
+# A blocking sender whose socket memory (SO_SNDBUF, doubled by the kernel) is below the queue limit (256
+# KiB): the socket blocks while its datagrams wait in the shaper, so the queue stays busy and never
+# overflows; 64 KiB is some 40 ms of work at 20 Mbit/s, so a sender off a busy CPU for a while does
+# not leave the link idle.
 BLOCKING_SENDER = """
 import socket, sys, time
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 16384)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 65536)
 dst, seconds = (sys.argv[1], 9000), float(sys.argv[2])
 payload = bytes(1000)
 end = time.monotonic() + seconds
@@ -156,26 +158,37 @@ def test_sampler_feeds_the_verdict_faithful_then_not(veth_pair):
 
     pair = veth_pair
     rate = 20_000_000
-    a = shaper("a", pair.a_if, "b:fab1", rate, queue=64 << 10)
-    b = shaper("b", pair.b_if, "a:fab0", rate, queue=64 << 10)
+    a = shaper("a", pair.a_if, "b:fab1", rate)
+    b = shaper("b", pair.b_if, "a:fab0", rate)
     apply_shapers(pair.a_path, [a])
     apply_shapers(pair.b_path, [b])
     fabric = Fabric("fab", 1000, {a.name: a, b.name: b})
     containers = {"a": pair.a, "b": pair.b}
     with FabricSampler(fabric, containers.__getitem__, period_s=0.05, pid_of=lambda _n: os.getpid()) as s:
-        pair.run_in(pair.a, BLOCKING_SENDER, pair.b_ip, "1.5")
+        started = time.monotonic()
+        sent = pair.run_in(pair.a, BLOCKING_SENDER, pair.b_ip, "1.5")
+        elapsed = time.monotonic() - started
     links = s.link_counters()
     v = verdict(links, s.node_counters())
-    by_name = {x.name: x for x in links}
-    drain = by_name["a:fab0"].busy_bytes * 8 / by_name["a:fab0"].busy_s
-    busy = by_name["a:fab0"].busy_s
-    print(f"sampler: {s.samples} samples, a:fab0 busy {busy:.2f} s at {drain / 1e6:.2f} Mbit/s")
-    assert by_name["a:fab0"].busy_s > 1.0 and by_name["b:fab1"].busy_s == 0
-    # The CPU of this test's own cgroup is shared with everything else on the machine: judge links only.
-    assert not [r for r in v.reasons if r.startswith(("link", "queue"))], v.reasons
+    a_end = {x.name: x for x in links}["a:fab0"]
+    drain = a_end.busy_bytes * 8 / a_end.busy_s
+    # What the sender got through on average (1042-byte frames), sampler or not.
+    average = int(sent.stdout) * 1042 * 8 / elapsed
+    print(
+        f"sampler: {s.samples} samples, a:fab0 busy {a_end.busy_s:.2f} s at {drain / 1e6:.2f} Mbit/s "
+        f"(sender's average {average / 1e6:.2f} Mbit/s); reasons: {v.reasons}"
+    )
+    assert a_end.busy_s > 1.0 and {x.name: x for x in links}["b:fab1"].busy_s == 0
+    assert a_end.queue_drops == 0 and a_end.tx_bytes >= int(sent.stdout) * 1042 * 0.95
+    # Busy spells drain at least the sender's average (idle gaps only lower the average) and never
+    # beyond the shaper. Whether that is within 5% of the rate depends on this shared machine's load
+    # (a starved softirq slows the shaper itself): the verdict must say so exactly when it is not.
+    assert average * 0.95 <= drain <= rate * 1.05
+    off = abs(drain / rate - 1) > 0.05
+    assert off == any(r.startswith("link a:fab0: drained at") for r in v.reasons), v.reasons
 
     with FabricSampler(fabric, containers.__getitem__, period_s=0.05, pid_of=lambda _n: os.getpid()) as s:
-        pair.run_in(pair.a, FLOOD, pair.b_ip, "3000")  # no back-pressure: the 64 KiB queue overflows
+        pair.run_in(pair.a, FLOOD, pair.b_ip, "3000")  # no back-pressure: the 256 KiB queue overflows
     v = verdict(s.link_counters(), s.node_counters())
     assert any(r.startswith("queue a:fab0: the shaper dropped") for r in v.reasons), v.reasons
     assert not v.faithful
