@@ -1,9 +1,10 @@
-"""Loss injection in our own dataplane: this kernel has no netem, so daemons drop on egress themselves.
+"""Loss injection inside an agent: a unit-test seam only.
 
-One :class:`EgressLoss` per agent holds a drop probability per local interface, set at runtime
-(``aidcnet ctl drop IFACE PROB``, ``aidclab link set NODE:IFACE loss PROB``) and consulted by every sender
-of the agent (BIER copies, INA packets) just before a datagram would leave on that interface. Drops
-are counted per interface, so a test can tell injected loss from real loss.
+A lab's loss lives on the link, in the link-fault tc program (``aidcnet/ebpf/link_fault.c``, set by
+``aidclab link set NODE:IF loss ...``), so every kind of traffic meets it. This class stays so that unit
+tests can drop a share of what one service sends without a kernel: one :class:`EgressLoss` holds a drop
+probability per interface (``aidcnet ctl drop IFACE PROB`` sets it in a running agent) and counts drops
+per interface.
 """
 
 from __future__ import annotations

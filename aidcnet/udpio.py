@@ -15,7 +15,15 @@ Semantics shared by both paths:
 * :func:`send_batch` returns how many datagrams were handed to the kernel.  A datagram the
   kernel refuses for its own reason (bad destination, too big), or one longer than ``bufsize``,
   is skipped and the rest are still sent; pass ``failed=[]`` to learn the indexes of the
-  datagrams that were not sent.
+  datagrams that were not sent.  A full local queue ends a send early like a full send buffer:
+  ENOBUFS (only with ``IP_RECVERR``, see :func:`enable_backpressure`) means the shaper's queue
+  dropped that datagram, so it and the rest are reported failed, to be sent again.
+
+Back-pressure from a shaped link (DESIGN.md §5): a socket whose SO_SNDBUF is below the shaper's queue
+limit cannot overrun it, because a datagram's memory stays charged to the socket until it leaves the
+queue; the send buffer fills (EAGAIN) first, and :func:`send_all` waits for room. Where several
+sockets share a queue, IP_RECVERR turns a queue drop into ENOBUFS instead of a silent loss, and
+:func:`send_all` backs off and sends the datagram again.
 
 Buffers (datagram slots, ``iovec`` and ``mmsghdr`` arrays, address slots) are allocated once
 per socket and per direction by :class:`BatchIO`; the module functions keep one per socket.
@@ -45,6 +53,8 @@ _MSG_DONTWAIT = int(getattr(socket, "MSG_DONTWAIT", 0x40))
 _MSG_TRUNC = int(getattr(socket, "MSG_TRUNC", 0x20))
 _AF_INET = int(socket.AF_INET)
 _AGAIN = frozenset({errno.EAGAIN, errno.EWOULDBLOCK})
+# A full send buffer, or (with IP_RECVERR) a full queue below the socket: try again later.
+_FULL = _AGAIN | {errno.ENOBUFS}
 
 
 class _IOVec(ctypes.Structure):
@@ -128,6 +138,13 @@ class BatchIO:
         self.mmsg = bool(mmsg)
         self.truncated = 0
         """Datagrams dropped on receive because they did not fit in ``bufsize``."""
+        self.nobufs = 0
+        """Sends that stopped on a full queue below the socket (ENOBUFS, with IP_RECVERR); the dropped
+        datagram and the rest were reported failed, to be sent again. Not a drop count: sendmmsg reports
+        a drop in mid-batch only by sending less, and the error itself on the next call."""
+        self.stopped_at: int | None = None
+        """Index of the datagram at which the last :meth:`send` stopped on a full buffer or queue (it
+        and all after it were not sent); None when it went through to the end."""
         self._fd = sock.fileno()
         # Why a cache: building "a.b.c.d" and the sockaddr per datagram costs more than a dict hit.
         self._addr_cache: dict[bytes, Address] = {}
@@ -199,6 +216,7 @@ class BatchIO:
         Indexes of datagrams not sent (refused, or left over after EAGAIN) are appended to
         ``failed``, in ascending order, when it is given.
         """
+        self.stopped_at = None
         if not self.mmsg:
             return self._send_loop(msgs, failed)
         sent = 0
@@ -267,7 +285,10 @@ class BatchIO:
             err = ctypes.get_errno() if ret < 0 else errno.EAGAIN
             if err == errno.EINTR:
                 continue
-            if err in _AGAIN:
+            if err == errno.ENOBUFS:
+                self.nobufs += 1
+            if err in _FULL:
+                self.stopped_at = index_of[pos]
                 if failed is not None:
                     failed.extend(index_of[pos:])
                 return done, True
@@ -289,10 +310,21 @@ class BatchIO:
             try:
                 sendto(payload, _MSG_DONTWAIT, addr)
             except BlockingIOError:
+                self.stopped_at = i
                 if failed is not None:
                     failed.extend(range(i, len(msgs)))
                 break
-            except (OSError, OverflowError, TypeError):
+            except OSError as exc:
+                if exc.errno != errno.ENOBUFS:
+                    if failed is not None:
+                        failed.append(i)
+                    continue
+                self.nobufs += 1
+                self.stopped_at = i
+                if failed is not None:
+                    failed.extend(range(i, len(msgs)))
+                break
+            except (OverflowError, TypeError):
                 if failed is not None:
                     failed.append(i)
                 continue
@@ -354,6 +386,8 @@ def send_batch(sock: socket.socket, msgs: Sequence[Datagram], failed: list[int] 
     return batch_io(sock).send(msgs, failed)
 
 
+# <linux/in.h>; Python 3.11's socket module does not export it.
+IP_RECVERR = int(getattr(socket, "IP_RECVERR", 11))
 # <asm-generic/socket.h>; Python's socket module does not export them.
 SO_SNDBUFFORCE = 32
 SO_RCVBUFFORCE = 33
@@ -369,3 +403,63 @@ def set_socket_buffer(sock: socket.socket, opt: int, size: int) -> None:
     except OSError:
         with contextlib.suppress(OSError):
             sock.setsockopt(socket.SOL_SOCKET, opt, size)
+
+
+def enable_backpressure(sock: socket.socket, sndbuf: int | None = None) -> None:
+    """Make a shaped link push back on this UDP socket instead of dropping silently.
+
+    ``IP_RECVERR``: a datagram the local queue drops comes back as ENOBUFS (counted in
+    :attr:`BatchIO.nobufs`; :func:`send_all` sends it again). ``sndbuf``: the socket's memory in bytes
+    (the kernel doubles what is asked; pass half of what may be in flight). Below the shaper's queue
+    limit it keeps a lone sender from ever filling the queue: it waits for room instead.
+    """
+    sock.setsockopt(socket.IPPROTO_IP, IP_RECVERR, 1)
+    if sndbuf is not None:
+        set_socket_buffer(sock, socket.SO_SNDBUF, sndbuf)
+
+
+class SendTimeout(TimeoutError):
+    pass
+
+
+def send_all(
+    sock: socket.socket,
+    msgs: Sequence[Datagram],
+    timeout: float | None = None,
+    backoff: tuple[float, float] = (0.0001, 0.01),
+) -> int:
+    """Send every datagram, waiting for room instead of losing any: a full send buffer waits until the
+    socket is writable again; a full queue (ENOBUFS) backs off, from ``backoff[0]`` doubling to
+    ``backoff[1]`` seconds, and sends the dropped datagram again. Datagrams the kernel refuses for
+    good (bad destination, too big) are skipped, as in :func:`send_batch`. Returns how many were
+    sent; raises :class:`SendTimeout` when ``timeout`` passes first.
+    """
+    import select
+    import time
+
+    io = batch_io(sock)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    start = 0
+    sent = 0
+    pause = backoff[0]
+    while start < len(msgs):
+        # One batch at a time: a stop then costs no copy of the whole tail.
+        chunk = msgs[start : start + io.max_msgs]
+        before = io.nobufs
+        sent += io.send(chunk)
+        if io.stopped_at is None:
+            start += len(chunk)  # all sent, but for datagrams refused for good
+            continue
+        start += io.stopped_at
+        full = io.nobufs > before
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            raise SendTimeout(f"send_all: {len(msgs) - start} datagrams still unsent after {timeout} s")
+        if full:
+            time.sleep(pause if left is None else min(pause, left))
+            pause = min(pause * 2, backoff[1])
+        else:
+            pause = backoff[0]
+            select.select([], [sock], [], left)
+    return sent
+

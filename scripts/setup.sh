@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Idempotent machine setup for aidclab (Debian 12, root): says what it did, does nothing twice.
-#   - Debian packages: docker.io (engine), mmdebstrap (node rootfs), iproute2 (ip netns)
+#   - Debian packages: docker.io (engine), mmdebstrap (node rootfs), iproute2 (ip netns, tc),
+#     clang + llvm + libbpf-dev (tc programs, aidcnet/ebpf/), bpftool (their maps, from the host)
 #   - a virtualenv .venv with aidclab and its dev extras
 #   - dockerd started in the background (no systemd here) and waited for
 set -euo pipefail
@@ -13,13 +14,14 @@ command -v dockerd >/dev/null 2>&1 || need_pkgs+=(docker.io)
 command -v mmdebstrap >/dev/null 2>&1 || command -v debootstrap >/dev/null 2>&1 || need_pkgs+=(mmdebstrap)
 command -v ip >/dev/null 2>&1 || need_pkgs+=(iproute2)
 command -v tcpdump >/dev/null 2>&1 || need_pkgs+=(tcpdump)
-# The BIER tc programs: compiled here at image build time (clang -target bpf needs the libbpf and kernel
-# UAPI headers); bpftool and nsenter for the netns dataplane tests.
+# The tc programs (aidcnet/ebpf/): BIER's compiled here at image build time, link-fault's here for the host
+# to attach (clang -target bpf needs the libbpf and kernel UAPI headers); bpftool reads and writes their
+# maps from the host; nsenter for the netns dataplane tests.
 command -v clang >/dev/null 2>&1 || need_pkgs+=(clang)
 command -v llvm-objdump >/dev/null 2>&1 || need_pkgs+=(llvm)
 [ -f /usr/include/bpf/bpf_helpers.h ] || need_pkgs+=(libbpf-dev)
 [ -f /usr/include/linux/bpf.h ] || need_pkgs+=(linux-libc-dev)
-command -v bpftool >/dev/null 2>&1 || need_pkgs+=(bpftool)
+command -v bpftool >/dev/null 2>&1 || [ -x /usr/sbin/bpftool ] || need_pkgs+=(bpftool)
 command -v nsenter >/dev/null 2>&1 || need_pkgs+=(util-linux)
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then

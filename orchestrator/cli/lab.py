@@ -214,7 +214,9 @@ def cmd_link(args: argparse.Namespace) -> int:
 
     started = time.monotonic()
     try:
-        lines = link_set(DockerRuntime(), _lab_dir(args.lab), args.endpoint, args.action, args.value)
+        lines = link_set(
+            DockerRuntime(), _lab_dir(args.lab), args.endpoint, args.action, args.value, one_way=args.one_way
+        )
     except LinkSetError as exc:
         fail(str(exc))
         return 1
@@ -225,14 +227,24 @@ def cmd_link(args: argparse.Namespace) -> int:
 
 
 _DESCRIPTION = """\
-aidclab link set NODE:IF down|up|bandwidth BW|loss P
+aidclab link set NODE:IF down|up|bandwidth BW|loss P [burst B]|loss gilbert P R [LB [LG]]
 
-  down / up     set the interface down/up in the node: the peer loses carrier, and both agents
-                withdraw or re-weight through netlink at once (not at hold-timer expiry)
-  bandwidth BW  tell the agents at both ends the link's new bandwidth (e.g. 400G for a Y-cable
-                that lost one of its two 400G sub-links): FARE re-weights and re-advertises
-  loss P        the node's agent drops a share P (0..1) of what it sends on IF (INA packets and
-                BIER copies; the kernel has no netem), counted as loss.injected.<IF>; 0 removes it
+  down / up       set the interface down/up in the node: the peer loses carrier, and both agents
+                  withdraw or re-weight through netlink at once (not at hold-timer expiry)
+  bandwidth BW    the link's new speed (bits/s, e.g. 400G for a Y-cable that lost one of its two
+                  400G sub-links): both shapers go to BW / time scale, and FARE re-weights and
+                  re-advertises at both ends
+  loss P          every packet leaving either end is lost with probability P (0..1, or 5%), by a tc
+                  program on the link itself: unicast, BIER, network-BIER, INA, BGP and IGMP alike
+  loss P burst B  the same mean loss P, in bursts of B packets on average (simple Gilbert model)
+  loss gilbert P R [LB [LG]]
+                  the whole Gilbert-Elliott chain: P = Good->Bad and R = Bad->Good per packet,
+                  LB = loss probability in Bad (default 1), LG = in Good (default 0)
+  loss 0          removes the loss
+
+  Drops are counted per link end and cause: the shaper's queue (qdisc drops) apart from injected
+  loss (the program's counters, lost in Good and in Bad). clab-<lab>/fabric.json records every
+  link's rate and loss.
 """
 
 _EPILOG = """\
@@ -241,6 +253,8 @@ examples:
   aidclab link set G1:eth2 up
   aidclab link set --lab superpod G2:eth1 bandwidth 400G
   aidclab link set --lab ina-fig1 s5:eth1 loss 0.02
+  aidclab link set --lab ina-fig1 s5:eth1 loss 5% burst 4
+  aidclab link set --lab ina-fig1 --one-way s5:eth1 loss gilbert 0.01 0.25 0.8
   aidclab link set --lab ina-fig1 s5:eth1 loss 0
 """
 
@@ -248,7 +262,7 @@ examples:
 def add_link_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "link",
-        help="fault injection: take a link down/up, change its bandwidth, or make it lossy",
+        help="fault injection: take a link down/up, change its bandwidth (and shaper), or make it lossy",
         description=_DESCRIPTION,
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -263,8 +277,15 @@ def add_link_parser(sub: argparse._SubParsersAction) -> None:
     )
     s.add_argument("--lab", help="lab name or topology file (default: the only clab-*/ lab dir here)")
     s.add_argument("endpoint", help="NODE:INTERFACE, e.g. G1:eth2")
+    s.add_argument(
+        "--one-way",
+        action="store_true",
+        help="loss: only on what NODE sends on IF (default: both directions of the link)",
+    )
     s.add_argument("action", choices=ACTIONS)
     s.add_argument(
-        "value", nargs="?", help="bandwidth: bits/s with an SI prefix, e.g. 400G; loss: a probability 0..1"
+        "value",
+        nargs="*",
+        help="bandwidth: bits/s with an SI prefix, e.g. 400G; loss: P, P burst B, or gilbert P R [LB [LG]]",
     )
     s.set_defaults(func=cmd_link)

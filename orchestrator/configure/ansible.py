@@ -80,6 +80,18 @@ def write_lab_plan(topo: Topology, plan=None, path: Path | None = None) -> PlanF
     return PlanFiles(path, changed)
 
 
+def shape_fabric(topo: Topology, plan, path: Path) -> None:
+    """Every link end shaped to its plan rate / time scale, the link-fault program at each end's egress,
+    and ``fabric.json`` in the lab dir (orchestrator/lab/fabric.py, docs/time-and-fidelity.md)."""
+    from orchestrator.lab.fabric import fabric_from_plan
+    from orchestrator.lab.shaping import FabricIOError, apply_fabric
+
+    try:
+        apply_fabric(fabric_from_plan(plan), path, topo.container_name)
+    except (FabricIOError, RuntimeError) as exc:
+        raise ConfigureError(f"shaping the links of {topo.name}: {exc}") from exc
+
+
 @dataclass
 class RunReport:
     ok: bool
@@ -226,7 +238,12 @@ def configure(
     if not inventory.exists():
         raise ConfigureError(f"{inventory} does not exist: deploy the lab first (aidclab deploy {topo.path})")
     with phases.phase("plan", f"{topo.path} + vars"):
-        write_lab_plan(topo, compute_plan(topo, extra_groups), path=path)
+        plan = compute_plan(topo, extra_groups)
+        write_lab_plan(topo, plan, path=path)
+    if not check:
+        # Links are shaped here, not at deploy: rates, queue limits and the time scale are plan values.
+        with phases.phase("fabric", f"shape {2 * len(plan.links)} link ends at 1/{plan.time.scale}"):
+            shape_fabric(topo, plan, path)
     with phases.phase("ansible", f"{PLAYBOOKS.name}/site.yml on {len(topo.nodes)} nodes"):
         report = run_playbook(inventory, check=check, extra_vars=extra_vars)
     if len(report.stats.get("ok", {})) <= 40:

@@ -174,20 +174,18 @@ def build_wheelhouse(force: bool = False) -> Path:
 
 
 def build_ebpf(force: bool = False) -> Path:
-    """Compile the tc programs once per source hash; returns the directory holding the ``.o`` files."""
-    out = CACHE / "ebpf" / ebpf.source_digest()
-    marker = out / ".complete"
-    if marker.exists() and not force:
-        console.print(f"  eBPF objects are current ({out.relative_to(ROOT)})")
-        return out
-    if out.exists():
-        shutil.rmtree(out)
-    console.print(f"  clang -target bpf: {', '.join(ebpf.PROGRAMS)} → {out.relative_to(ROOT)}")
+    """Compile the tc programs (keyed by their sources' hash: an unchanged source is reused); returns the
+    directory holding the ``.o`` files, which the node image gets whole."""
+    cache = CACHE / "ebpf"
+    if force and cache.exists():
+        shutil.rmtree(cache)
+    console.print(f"  clang -target bpf: {', '.join(ebpf.PROGRAMS)} (skipped when current)")
     try:
-        ebpf.build(out)
+        objects = ebpf.build(cache)
     except ebpf.EbpfBuildError as exc:
         raise ImageBuildError(str(exc)) from exc
-    marker.touch()
+    out = next(iter(objects.values())).parent
+    console.print(f"  eBPF objects in {out.relative_to(ROOT)}")
     return out
 
 
@@ -210,7 +208,7 @@ def _node_context(house: Path, objects: Path) -> Path:
     ctx.mkdir(parents=True)
     shutil.copy(RECIPES / "node" / "Dockerfile", ctx / "Dockerfile")
     shutil.copytree(house, ctx / "wheelhouse", ignore=shutil.ignore_patterns(".complete"))
-    shutil.copytree(objects, ctx / "ebpf", ignore=shutil.ignore_patterns(".complete"))
+    shutil.copytree(objects, ctx / "ebpf", ignore=shutil.ignore_patterns(".*"))
     shutil.copytree(
         ROOT / "aidcnet", ctx / "src" / "aidcnet", ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
     )

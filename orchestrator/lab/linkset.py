@@ -1,15 +1,19 @@
-"""``aidclab link set NODE:IF down|up|bandwidth BW|loss P``: fault injection (docs/fare.md).
+"""``aidclab link set NODE:IF down|up|bandwidth BW|loss ...``: fault injection on a link
+(docs/time-and-fidelity.md, docs/fare.md).
 
 * ``down`` / ``up`` sets the interface administratively down/up inside the node (a failed port): the far end
   loses carrier, and both agents see it through netlink and re-route at once.
-* ``bandwidth BW`` tells the agents at both ends that the link now carries BW (a Y-cable losing one of its
-  two 400G sub-links becomes 400G instead of 800G): FARE re-weights and re-advertises. The veth itself is
-  not shaped; FARE's shares are what changes.
-* ``loss P`` makes the node's agent drop a share P (0..1) of what it sends on the interface (INA packets and
-  BIER copies; ``aidcnet.loss``): this kernel has no netem, so loss lives in our dataplane. 0 removes it.
+* ``bandwidth BW`` changes the link at both ends: the agents' FARE view (FARE re-weights and re-advertises)
+  and the shapers, to BW / time scale, so a Y-cable that lost one of its two 400G sub-links really
+  becomes half as fast. ``clab-<lab>/fabric.json`` records it.
+* ``loss ...`` sets the link-fault tc program at both ends' egress (``--one-way``: only what NODE sends on
+  IF): every packet crosses it, whatever sent it (unicast, BIER, network-BIER, INA, BGP, IGMP), and each
+  drop is counted per end and cause. Independent, bursty (mean burst length) or a full Gilbert-Elliott
+  chain (``aidcnet.ebpf.link_fault``).
 
-Both act through the node's own tools (``ip`` via docker exec, and the node's agent through its control
-socket), never around them.
+Down/up and the agents' view go through the node's own tools (``ip`` via docker exec, and the node's agent
+through its control socket);
+shapers and the fault program are set from the host into the node's namespace, so FRR nodes get them too.
 """
 
 from __future__ import annotations
@@ -21,7 +25,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from aidcnet.agent.control import ControlError
+from aidcnet.ebpf.link_fault import FaultError, LinkFault, parse_loss_words
 from aidcnet.fare.bandwidth import BandwidthError, format_bandwidth, parse_bandwidth
+from orchestrator.lab.fabric import EndShaper, Fabric, FabricError
 
 if TYPE_CHECKING:
     from aidcnet.agent.client import AgentClient
@@ -85,59 +91,126 @@ def link_ends(topology_data: dict, node: str, interface: str, source: str) -> tu
     )
 
 
+class FabricIO(Protocol):
+    """What link set needs from :mod:`orchestrator.lab.shaping` (a fake in unit tests)."""
+
+    def load_fabric(self, lab_dir: Path) -> Fabric: ...
+    def write_fabric(self, lab_dir: Path, fabric: Fabric) -> Path: ...
+    def node_netns(self, container: str) -> str: ...
+    def apply_shapers(self, netns: str, ends: list[EndShaper]) -> int: ...
+    def set_link_fault(self, netns: str, interface: str, fault: LinkFault) -> None: ...
+
+
+def _values(value: str | list[str] | None) -> list[str]:
+    if value is None:
+        return []
+    return [value] if isinstance(value, str) else list(value)
+
+
 def link_set(
-    runtime: Runtime, lab_dir: Path, endpoint: str, action: str, value: str | None = None
+    runtime: Runtime,
+    lab_dir: Path,
+    endpoint: str,
+    action: str,
+    value: str | list[str] | None = None,
+    one_way: bool = False,
+    fabric_io: FabricIO | None = None,
 ) -> list[str]:
-    """Apply the change; returns one line per node touched. Raises LinkSetError naming what is wrong."""
+    """Apply the change; returns one line per end touched. Raises LinkSetError naming what is wrong."""
     node, interface = parse_endpoint(endpoint)
     data_path = lab_dir / "topology-data.json"
     if not data_path.exists():
         raise LinkSetError(f"{data_path} does not exist: is the lab deployed from this directory?")
     here, peer = link_ends(json.loads(data_path.read_text()), node, interface, str(data_path))
+    words = _values(value)
     if action in ("down", "up"):
         code, out = runtime.exec(here.container, ["ip", "link", "set", "dev", interface, action])
         if code != 0:
             raise LinkSetError(f"{node}: ip link set {interface} {action} failed: {out.strip()}")
         return [f"{node}:{interface} {action} (peer {peer.node}:{peer.interface} sees carrier {action})"]
-    if action == "loss":
-        return [_set_loss(runtime, here, value)]
-    if action != "bandwidth":
+    if action not in ("bandwidth", "loss"):
         raise LinkSetError(f"action {action!r}: one of {', '.join(ACTIONS)}")
-    if value is None:
-        raise LinkSetError("bandwidth needs a value, e.g. aidclab link set LAB G1:eth2 bandwidth 400G")
+    if fabric_io is None:
+        from orchestrator.lab import shaping
+
+        fabric_io = shaping  # type: ignore[assignment]
+    assert fabric_io is not None
     try:
-        shown = format_bandwidth(parse_bandwidth(value))
+        fabric = fabric_io.load_fabric(lab_dir)
+    except RuntimeError as exc:
+        raise LinkSetError(str(exc)) from None
+    if action == "loss":
+        return _set_loss(fabric_io, fabric, lab_dir, here, peer, words, one_way)
+    return _set_bandwidth(runtime, fabric_io, fabric, lab_dir, here, peer, words)
+
+
+def _set_bandwidth(
+    runtime: Runtime,
+    fabric_io: FabricIO,
+    fabric: Fabric,
+    lab_dir: Path,
+    here: End,
+    peer: End,
+    words: list[str],
+) -> list[str]:
+    if len(words) != 1:
+        raise LinkSetError(
+            f"bandwidth needs one value, e.g. aidclab link set {here.node}:{here.interface} bandwidth 400G"
+        )
+    value = words[0]
+    try:
+        bytes_per_s = parse_bandwidth(value)
     except BandwidthError as exc:
+        raise LinkSetError(str(exc)) from None
+    if bytes_per_s <= 0:
+        raise LinkSetError(f"bandwidth {value!r} must be above zero (a dead link is 'down')")
+    shown = format_bandwidth(bytes_per_s)
+    try:
+        fabric, changed = fabric.with_bandwidth(f"{here.node}:{here.interface}", round(bytes_per_s * 8))
+    except FabricError as exc:
         raise LinkSetError(str(exc)) from None
     lines = []
     for end in (here, peer):
         if not end.runs_agent:
-            lines.append(f"{end.node}:{end.interface} skipped (not an aidcnet node: set its bandwidth there)")
+            lines.append(f"{end.node}:{end.interface} FARE view unchanged (no aidcnet agent: set it there)")
             continue
         try:
             runtime.agent(end.container, end.node).bgp_link(end.interface, value)
         except ControlError as exc:
             raise LinkSetError(f"{end.node}: bandwidth of {end.interface} to {value}: {exc}") from None
-        lines.append(f"{end.node}:{end.interface} bandwidth {shown}")
+        lines.append(f"{end.node}:{end.interface} bandwidth {shown} (FARE re-weights)")
+    containers = {here.node: here.container, peer.node: peer.container}
+    for shaper in changed:
+        fabric_io.apply_shapers(fabric_io.node_netns(containers[shaper.node]), [shaper])
+        lines.append(
+            f"{shaper.name} shaped to {shaper.rate_bps / 1e6:g} Mbit/s ({shown} / time scale {fabric.scale})"
+        )
+    fabric_io.write_fabric(lab_dir, fabric)
     return lines
 
 
-def _set_loss(runtime: Runtime, end: End, value: str | None) -> str:
+def _set_loss(
+    fabric_io: FabricIO,
+    fabric: Fabric,
+    lab_dir: Path,
+    here: End,
+    peer: End,
+    words: list[str],
+    one_way: bool,
+) -> list[str]:
     try:
-        probability = float(value) if value is not None else None
-    except ValueError:
-        probability = None
-    if probability is None or not 0.0 <= probability <= 1.0:
-        raise LinkSetError(
-            f"loss needs a probability 0..1, e.g. aidclab link set {end.node}:{end.interface} loss 0.02 "
-            f"(got {value!r})"
-        )
-    if not end.runs_agent:
-        raise LinkSetError(f"{end.node} is not an aidcnet node: loss injection lives in the aidcnet agent")
-    try:
-        runtime.agent(end.container, end.node).drop(end.interface, probability)
-    except ControlError as exc:
-        raise LinkSetError(f"{end.node}: loss {probability} on {end.interface}: {exc}") from None
-    if probability == 0:
-        return f"{end.node}:{end.interface} loss removed"
-    return f"{end.node}:{end.interface} drops {probability:.2%} of what its agent sends"
+        fault = parse_loss_words(words)
+    except FaultError as exc:
+        raise LinkSetError(f"{here.node}:{here.interface}: {exc}") from None
+    lines = []
+    for end in (here,) if one_way else (here, peer):
+        name = f"{end.node}:{end.interface}"
+        try:
+            fabric = fabric.with_fault(name, None if fault.is_none else fault.to_dict())
+        except FabricError as exc:
+            raise LinkSetError(str(exc)) from None
+        fabric_io.set_link_fault(fabric_io.node_netns(end.container), end.interface, fault)
+        other = peer if end is here else here
+        lines.append(f"{name} -> {other.node}:{other.interface}: {fault.describe()}")
+    fabric_io.write_fabric(lab_dir, fabric)
+    return lines

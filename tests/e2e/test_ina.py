@@ -72,23 +72,36 @@ def test_figure1_both_jobs_concurrently_exact_by_bier(runtime, lab):
         assert delta(w, "bier.delivered") >= chunks
 
 
+def injected_on(topo, ends: tuple[str, ...]) -> int:
+    """Packets the link-fault program dropped at these ends, read from the host (orchestrator.lab.shaping)."""
+    from orchestrator.lab.shaping import node_netns, read_link_fault
+
+    total = 0
+    for end in ends:
+        node, iface = end.split(":")
+        total += read_link_fault(node_netns(topo.container_name(node)), iface)[1].lost_packets
+    return total
+
+
 def test_figure1_exact_with_two_percent_loss_on_a_link(runtime, lab):
     topo, _plan, session = lab
-    before = sum(counters(runtime, topo, n).get("loss.injected.eth1", 0) for n in ("s5", "s7"))
-    # s5 -> s7 carries every INA packet of job 1 from s1 and s2; s7 -> s5 carries job 1's BIER results
-    # toward w1..w4 and job 2's partial sums toward its root s5.
+    # s5:eth1 -- s7:eth1 carries every INA packet of job 1 from s1 and s2 (s5 -> s7), and job 1's BIER
+    # results toward w1..w4 and job 2's partial sums toward its root s5 (s7 -> s5). The fault sits on
+    # the link, both directions, so everything crossing it meets it, whatever sent it.
+    ends = ("s5:eth1", "s7:eth1")
+    before = injected_on(topo, ends)
     # Through the user's command, from the directory the lab was deployed in.
-    for end in ("s5:eth1", "s7:eth1"):
-        assert "drops 2.00%" in aidclab("link", "set", "--lab", LAB, end, "loss", "0.02").stdout
+    out = aidclab("link", "set", "--lab", LAB, "s5:eth1", "loss", "0.02").stdout
+    assert out.count("2.00% independent loss") == 2, out
     try:
         # 300 small chunks: some 1200 packets cross the two lossy egresses, so P(no loss) ~ 3e-11.
         run = run_allreduce(session, 1, "ina", 300 * 256, seed=5, timeout_s=0.1, chunk_elements=256)
     finally:
-        for end in ("s5:eth1", "s7:eth1"):
-            aidclab("link", "set", "--lab", LAB, end, "loss", "0")
-    assert all(agent(runtime, topo, n).ina()["drop"] == {} for n in ("s5", "s7"))
+        aidclab("link", "set", "--lab", LAB, "s5:eth1", "loss", "0")
+    fabric = json.loads((Path.cwd() / topo.lab_dir_name / "fabric.json").read_text())
+    assert not (set(fabric["faults"]) & set(ends))
     assert run.ok, f"wrong result on {run.wrong}"
-    injected = sum(counters(runtime, topo, n).get("loss.injected.eth1", 0) for n in ("s5", "s7")) - before
+    injected = injected_on(topo, ends) - before
     assert injected > 0 and run.retransmits > 0, (injected, run.retransmits)
 
 

@@ -14,7 +14,18 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
-from orchestrator.configure.plan import addressing, asn, bandwidth, bgp, bier, ina, planes, routes, tiers
+from orchestrator.configure.plan import (
+    addressing,
+    asn,
+    bandwidth,
+    bgp,
+    bier,
+    ina,
+    planes,
+    routes,
+    tiers,
+    timescale,
+)
 from orchestrator.configure.plan.configs import node_config, node_configs
 from orchestrator.configure.plan.context import Context, check_pin_targets, validation_problems
 from orchestrator.configure.plan.model import (
@@ -42,8 +53,9 @@ __all__ = [
     "write_plan",
 ]
 
-# Order matters: tiers feed ASNs and BFR-ID order, addresses feed routes, planes read the tiers' graph.
-FEATURES = (tiers, addressing, bandwidth, planes, asn, bier, routes, bgp, ina)
+# Order matters: tiers feed ASNs and BFR-ID order, addresses feed routes, planes read the tiers' graph,
+# the time scale divides the bandwidth.
+FEATURES = (tiers, addressing, bandwidth, timescale, planes, asn, bier, routes, bgp, ina)
 
 
 class _Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[misc]

@@ -60,6 +60,14 @@ class BandwidthVars(_Vars):
     sublinks: int | None = Field(default=None, ge=1, le=64)
     host: BandwidthText | None = None
     host_sublinks: int | None = Field(default=None, ge=1, le=64)
+    # Shaper queue limit per link end, bytes (plan/timescale.py parses "512KiB" and the like).
+    queue: str | int | None = None
+
+
+class TimeVars(_Vars):
+    """The lab-wide time scale (docs/lab-plan.md, docs/time-and-fidelity.md)."""
+
+    scale: int | None = Field(default=None, ge=1)
 
 
 class GroupVars(_Vars):
@@ -99,6 +107,7 @@ class LinkVars(_Vars):
     subnet: ipaddress.IPv4Network | None = None
     bandwidth: BandwidthText | None = None
     sublinks: int | None = Field(default=None, ge=1, le=64)
+    queue: str | int | None = None
 
 
 class InaJobVars(_Vars):
@@ -130,6 +139,7 @@ class LabVars(_Vars):
     pools: Pools = Field(default_factory=Pools)
     asn: AsnVars = Field(default_factory=AsnVars)
     bandwidth: BandwidthVars = Field(default_factory=BandwidthVars)
+    time: TimeVars = Field(default_factory=TimeVars)
     bier: BierVars = Field(default_factory=BierVars)
     ina: InaVars = Field(default_factory=InaVars)
     bgp: BgpVars = Field(default_factory=BgpVars)
@@ -201,6 +211,9 @@ class PlanLink(_Plan):
     # A port split by a Y-cable into parallel sub-links of equal share (superpod: 800G = 2 x 400G).
     sublinks: int = 1
     sublink_bandwidth_bps: int = 0
+    # What the veth carries: bandwidth_bps / time.scale, at both ends, with a queue of queue_bytes.
+    shaped_bps: int = 0
+    queue_bytes: int = 0
     plane: int | None = None
 
     def endpoint(self, node: str, interface: str) -> PlanEndpoint | None:
@@ -237,6 +250,12 @@ class PlanBgp(_Plan):
     mode: Literal["per-flow", "per-packet"] = "per-flow"
     link_bandwidth: Literal["transitive", "non-transitive"] = "transitive"
     hold_time: int = 9
+
+
+class PlanTime(_Plan):
+    # The emulation runs `scale` times slower than the fabric it stands for: `scale` wall seconds are one
+    # second of fabric time.
+    scale: int = 1
 
 
 class PlanPlane(_Plan):
@@ -284,6 +303,7 @@ class LabPlan(_Plan):
     links: list[PlanLink]
     bier: PlanBier = Field(default_factory=PlanBier)
     bgp: PlanBgp = Field(default_factory=PlanBgp)
+    time: PlanTime = Field(default_factory=PlanTime)
     planes: list[PlanPlane] = Field(default_factory=list)
     ina: list[PlanInaJob] = Field(default_factory=list)
     unreachable: Unreachable = Field(default_factory=Unreachable)

@@ -213,3 +213,44 @@ def test_bad_arguments() -> None:
             BatchIO(s6, mmsg=True)
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s, pytest.raises(ValueError, match="positive"):
         BatchIO(s, 0)
+
+
+def test_enobufs_stops_like_eagain_and_send_all_resends_after_backoff(socks, monkeypatch) -> None:
+    """A full queue below the socket (ENOBUFS under IP_RECVERR) is played here twice, once mid-batch:
+    the datagram it hit and the rest are reported unsent, and send_all gets every datagram out once."""
+    real_recv, real_send = udpio._MMSG  # type: ignore[misc]
+    script = [2, -1, 3, -1]  # send 2, ENOBUFS, send 3, ENOBUFS, then everything
+
+    def flaky(fd: int, msgs: int, n: int, flags: int) -> int:
+        step = script.pop(0) if script else n
+        if step < 0:
+            ctypes.set_errno(errno.ENOBUFS)
+            return -1
+        return real_send(fd, msgs, min(n, step), flags)
+
+    monkeypatch.setattr(udpio, "_MMSG", (real_recv, flaky))
+    sender = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sender.bind(("127.0.0.1", 0))
+    try:
+        io = udpio.batch_io(sender)
+        dest = socks[1].getsockname()
+        failed: list[int] = []
+        assert io.send([(bytes([i]), dest) for i in range(4)], failed) == 2
+        assert (failed, io.stopped_at, io.nobufs) == ([2, 3], 2, 1)
+        started = time.monotonic()
+        assert udpio.send_all(sender, [(bytes([i]), dest) for i in range(2, 10)], backoff=(0.01, 0.02)) == 8
+        assert time.monotonic() - started >= 0.01  # it backed off before resending
+        assert io.nobufs == 2 and io.stopped_at is None
+        got = sorted(bytes(d)[0] for d, _ in recv_all(BatchIO(socks[1], 16, mmsg=False), 10))
+        assert got == list(range(10))
+    finally:
+        sender.close()
+
+
+def test_send_all_gives_up_at_its_timeout(socks) -> None:
+    with _FullAfter(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.limit = 1
+        udpio._ios[sock] = BatchIO(sock, udpio.DEFAULT_BATCH, mmsg=False)  # the sendto path, played full
+        with pytest.raises(udpio.SendTimeout, match="2 datagrams still unsent"):
+            udpio.send_all(sock, [(b"x", socks[1].getsockname())] * 3, timeout=0.05)

@@ -1,0 +1,151 @@
+"""A run's view of the fabric: every shaper's counters and every node's cgroup CPU time, sampled in a
+thread while the run goes, into the inputs of the fidelity verdict (docs/time-and-fidelity.md).
+
+The reads themselves are the lab's (:mod:`orchestrator.lab.shaping`); what they mean for a run is
+:mod:`orchestrator.experiment.fidelity`'s.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+from pyroute2 import NetNS
+
+from orchestrator.experiment.fidelity import CpuMeter, DrainMeter, LinkCounters, NodeCounters
+from orchestrator.lab.fabric import EndShaper, Fabric
+from orchestrator.lab.shaping import (
+    FabricIOError,
+    QdiscStats,
+    cgroup_cpu_usec,
+    container_pid,
+    node_netns,
+    open_netns,
+    read_qdisc_stats,
+)
+
+
+class FabricSampler:
+    """Samples every shaper's counters and every node's cgroup CPU time during a run, in a thread, and
+    turns them into the inputs of :func:`orchestrator.experiment.fidelity.verdict`.
+
+    One netlink socket per node stays open for the whole run (a sample of a 68-node lab is 68 dumps).
+    ``pid_of(node)`` gives a process in the node's cgroup (default: the PID behind its /run/netns link).
+    """
+
+    def __init__(
+        self,
+        fabric: Fabric,
+        container_of: Callable[[str], str],
+        period_s: float = 0.1,
+        pid_of: Callable[[str], int] | None = None,
+        cpu_window_s: float = 0.5,
+    ) -> None:
+        self.fabric = fabric
+        self.period_s = period_s
+        self.by_node: dict[str, list[EndShaper]] = {}
+        for end in fabric.ends.values():
+            self.by_node.setdefault(end.node, []).append(end)
+        self.netns = {node: node_netns(container_of(node)) for node in self.by_node}
+        self.pids = {
+            node: (pid_of(node) if pid_of else container_pid(path)) for node, path in self.netns.items()
+        }
+        self.drain = {name: DrainMeter() for name in fabric.ends}
+        self.cpu = {node: CpuMeter(cpu_window_s) for node in self.by_node}
+        self.host_cpu = CpuMeter(cpu_window_s)
+        self.first: dict[str, QdiscStats] = {}
+        self.last: dict[str, QdiscStats] = {}
+        self.samples = 0
+        self._handles: dict[str, NetNS] = {}
+        self._stop: threading.Event | None = None
+        self._thread: threading.Thread | None = None
+        self.error: BaseException | None = None
+
+    def sample(self) -> None:
+        total_cpu = 0.0
+        t_host = time.monotonic()
+        for node, ends in self.by_node.items():
+            ns = self._handles.get(node)
+            if ns is None:
+                ns = self._handles[node] = open_netns(self.netns[node])
+            # Stamped per node, right at its read: a big lab's sweep takes a while.
+            t = time.monotonic()
+            stats = read_qdisc_stats(ns, self.netns[node], [e.interface for e in ends])
+            for end in ends:
+                st = stats.get(end.interface)
+                if st is None:
+                    continue
+                self.first.setdefault(end.name, st)
+                self.last[end.name] = st
+                self.drain[end.name].sample(t, st.bytes, st.backlog)
+            cpu_s = cgroup_cpu_usec(self.pids[node]) / 1e6
+            self.cpu[node].sample(t, cpu_s)
+            total_cpu += cpu_s
+        # Nodes may share a cgroup (tests); the host figure is then an upper bound, which errs safe.
+        self.host_cpu.sample(t_host, total_cpu)
+        self.samples += 1
+
+    def _loop(self) -> None:
+        try:
+            while not self._stop.wait(self.period_s):  # type: ignore[union-attr]
+                self.sample()
+        except BaseException as exc:  # reported by stop(): a dead sampler must not pass for a clean run
+            self.error = exc
+
+    def start(self) -> FabricSampler:
+        self.sample()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="fabric-sampler", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self._stop.set()  # type: ignore[union-attr]
+            self._thread.join()
+            self._thread = None
+        try:
+            self.sample()
+        finally:
+            for ns in self._handles.values():
+                ns.close()
+            self._handles.clear()
+        if self.error is not None:
+            raise FabricIOError(f"fabric sampler failed mid-run: {self.error}") from self.error
+
+    def __enter__(self) -> FabricSampler:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def link_counters(self, injected: dict[str, int] | None = None) -> list[LinkCounters]:
+        """Per end, for :func:`~orchestrator.experiment.fidelity.verdict`; ``injected`` = the fault program's
+        drops per end over the run (read with :func:`~orchestrator.lab.shaping.read_link_fault` before and
+        after)."""
+        out = []
+        for name, end in sorted(self.fabric.ends.items()):
+            first, last = self.first.get(name), self.last.get(name)
+            if first is None or last is None:
+                continue
+            meter = self.drain[name]
+            out.append(
+                LinkCounters(
+                    name=name,
+                    rate_bps=end.rate_bps,
+                    tx_bytes=last.bytes - first.bytes,
+                    busy_s=meter.busy_s,
+                    busy_bytes=meter.busy_bytes,
+                    queue_drops=last.drops - first.drops,
+                    injected_drops=(injected or {}).get(name, 0),
+                )
+            )
+        return out
+
+    def node_counters(self, other_drops: dict[str, dict[str, int]] | None = None) -> list[NodeCounters]:
+        """Per node; ``other_drops`` = node -> {where: count} (socket buffers, agent backlogs, rx drops)."""
+        return [
+            NodeCounters(node, meter.peak, (other_drops or {}).get(node, {}))
+            for node, meter in sorted(self.cpu.items())
+        ]

@@ -1,0 +1,154 @@
+"""The shaped fabric of a lab: one shaper per link end, the time scale, and the record of both in the lab dir.
+
+Pure logic. The plan gives every link ``shaped_bps`` (bandwidth / time.scale) and ``queue_bytes``
+(:mod:`orchestrator.configure.plan.timescale`); this module turns that into what tc needs at each end
+(rate, burst, limit) and into ``clab-<lab>/fabric.json``, which ``aidclab link set`` keeps current
+(docs/time-and-fidelity.md). The I/O that applies it is :mod:`orchestrator.lab.shaping`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+FABRIC_FILE = "fabric.json"
+FABRIC_VERSION = 1
+# Ethernet header on top of the IP MTU: what one full frame costs the shaper.
+ETH_HEADER = 14
+# Tokens the shaper may save up, in wall time: enough to ride out timer slack at high rates, small
+# enough that a burst at veth speed stays far below what a drain-rate check over a second can see.
+BURST_WALL_S = 0.001
+
+
+class FabricError(ValueError):
+    pass
+
+
+def tbf_burst(rate_bps: int, mtu: int) -> int:
+    """Token-bucket depth in bytes: two full frames (TBF drops a frame larger than its bucket, and one
+    frame of slack keeps it from idling between timer ticks), or 1 ms of tokens at high rates."""
+    return max(2 * (mtu + ETH_HEADER), math.ceil(rate_bps * BURST_WALL_S / 8))
+
+
+@dataclass(frozen=True)
+class EndShaper:
+    """What one link end carries. ``bandwidth_bps`` is the plan's (fabric) rate, ``rate_bps`` the veth's."""
+
+    node: str
+    interface: str
+    peer: str  # "node:interface" of the other end
+    bandwidth_bps: int
+    rate_bps: int
+    queue_bytes: int
+    burst_bytes: int
+    mtu: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.node}:{self.interface}"
+
+
+@dataclass(frozen=True)
+class Fabric:
+    """Every shaped end of a lab, the scale they were divided by, and the loss set on each end
+    (``aidcnet.ebpf.link_fault.LinkFault.to_dict()``; an end without an entry loses nothing)."""
+
+    lab: str
+    scale: int
+    ends: dict[str, EndShaper]  # "node:interface" -> its shaper
+    faults: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    def end(self, name: str) -> EndShaper:
+        try:
+            return self.ends[name]
+        except KeyError:
+            raise FabricError(
+                f"{name} is not a shaped link end of lab {self.lab} (ends: {', '.join(sorted(self.ends))})"
+            ) from None
+
+    def with_bandwidth(self, name: str, bandwidth_bps: int) -> tuple[Fabric, list[EndShaper]]:
+        """The fabric after ``link set NAME bandwidth``: both ends of the link take the new rate (a
+        link has one speed), divided by the same scale. Returns the new fabric and the changed ends."""
+        if bandwidth_bps <= 0:
+            raise FabricError(f"{name}: bandwidth must be above zero")
+        here = self.end(name)
+        changed = []
+        ends = dict(self.ends)
+        for end in (here, self.end(here.peer)):
+            rate = max(1, round(bandwidth_bps / self.scale))
+            new = replace(
+                end, bandwidth_bps=bandwidth_bps, rate_bps=rate, burst_bytes=tbf_burst(rate, end.mtu)
+            )
+            ends[end.name] = new
+            changed.append(new)
+        return replace(self, ends=ends), changed
+
+    def with_fault(self, name: str, fault: dict[str, float] | None) -> Fabric:
+        """The fabric after ``link set NAME loss``; None (or no loss) clears the end's entry."""
+        self.end(name)
+        faults = dict(self.faults)
+        if fault is None:
+            faults.pop(name, None)
+        else:
+            faults[name] = dict(fault)
+        return replace(self, faults=faults)
+
+    def link_rates_bps(self) -> dict[str, int]:
+        """Veth rate per end (bits/s of wall time), what the bottleneck bound and the fidelity check use."""
+        return {name: end.rate_bps for name, end in self.ends.items()}
+
+    def to_json(self) -> str:
+        body = {
+            "version": FABRIC_VERSION,
+            "lab": self.lab,
+            "scale": self.scale,
+            "ends": {name: _end_dict(end) for name, end in sorted(self.ends.items())},
+            "faults": dict(sorted(self.faults.items())),
+        }
+        return json.dumps(body, indent=2) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str, source: str = FABRIC_FILE) -> Fabric:
+        try:
+            doc = json.loads(text)
+            if doc.get("version") != FABRIC_VERSION:
+                raise FabricError(f"{source}: version {doc.get('version')!r}, expected {FABRIC_VERSION}")
+            ends = {
+                name: EndShaper(node=name.split(":", 1)[0], interface=name.split(":", 1)[1], **fields)
+                for name, fields in doc["ends"].items()
+            }
+            faults = {name: dict(f) for name, f in (doc.get("faults") or {}).items()}
+            return cls(doc["lab"], int(doc["scale"]), ends, faults)
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            if isinstance(exc, FabricError):
+                raise
+            raise FabricError(f"{source}: not a fabric file ({exc}); run aidclab configure again") from None
+
+
+def _end_dict(end: EndShaper) -> dict[str, Any]:
+    out = asdict(end)
+    del out["node"], out["interface"]
+    return out
+
+
+def fabric_from_plan(plan: Any) -> Fabric:
+    """Both ends of every planned link (``plan`` is an :class:`orchestrator.configure.plan.LabPlan`)."""
+    ends: dict[str, EndShaper] = {}
+    for link in plan.links:
+        if link.shaped_bps <= 0 or link.queue_bytes <= 0:
+            raise FabricError(f"plan link {link.a}--{link.b} has no shaped rate: plan made before time.scale")
+        for here, there in ((link.a, link.b), (link.b, link.a)):
+            end = EndShaper(
+                node=here.node,
+                interface=here.interface,
+                peer=str(there),
+                bandwidth_bps=link.bandwidth_bps,
+                rate_bps=link.shaped_bps,
+                queue_bytes=link.queue_bytes,
+                burst_bytes=tbf_burst(link.shaped_bps, link.mtu),
+                mtu=link.mtu,
+            )
+            ends[end.name] = end
+    return Fabric(plan.lab, plan.time.scale, ends)

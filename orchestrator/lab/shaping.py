@@ -1,0 +1,389 @@
+"""Shapers, qdisc counters and node CPU time, read and written from the host into each node's namespace.
+
+Everything here works for any node image (ours, FRR, plain linux): shapers go in through netlink
+(pyroute2) into the namespace at ``/run/netns/clab-<lab>-<node>`` (DESIGN.md §2), and CPU time is read
+from the container's cgroup on the host. Nothing runs inside the node.
+
+The shaper is a root TBF per link end: rate = the plan's bandwidth / time.scale, limit = the plan's queue
+in bytes (TBF's own byte FIFO), burst = :func:`orchestrator.lab.fabric.tbf_burst`. ``replace`` changes a
+running shaper in place (the kernel keeps its queue), so ``link set bandwidth`` loses nothing.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from pyroute2 import NetNS
+from pyroute2.netlink.exceptions import NetlinkError
+
+from aidcnet.ebpf.link_fault import FaultStats, LinkFault
+from orchestrator.lab.fabric import FABRIC_FILE, EndShaper, Fabric, FabricError
+
+NETNS_DIR = Path("/run/netns")
+# TBF is the root qdisc at handle 1: (tc's "1:").
+ROOT_HANDLE = 0x10000
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+class FabricIOError(RuntimeError):
+    pass
+
+
+def node_netns(container: str) -> str:
+    """The named namespace deploy links for every container (``ip netns exec clab-<lab>-<node>`` works)."""
+    return str(NETNS_DIR / container)
+
+
+def open_netns(netns: str) -> NetNS:
+    """A netlink handle inside an existing namespace (never creates one: flags=0)."""
+    try:
+        return NetNS(netns, flags=0)
+    except FileNotFoundError:
+        raise FabricIOError(f"{netns} does not exist: is the lab deployed (aidclab deploy)?") from None
+
+
+def _index(ns: NetNS, netns: str, interface: str) -> int:
+    found = ns.link_lookup(ifname=interface)
+    if not found:
+        raise FabricIOError(f"{netns}: no interface {interface} (is the lab deployed and wired?)")
+    return found[0]
+
+
+def apply_shapers(netns: str, ends: Iterable[EndShaper]) -> int:
+    """Put (or change) the TBF of each end, all in one namespace; returns how many were set."""
+    count = 0
+    with open_netns(netns) as ns:
+        for end in ends:
+            index = _index(ns, netns, end.interface)
+            try:
+                ns.tc(
+                    "replace",
+                    "tbf",
+                    index,
+                    handle=ROOT_HANDLE,
+                    rate=end.rate_bps // 8,
+                    burst=end.burst_bytes,
+                    limit=end.queue_bytes,
+                )
+            except NetlinkError as exc:
+                raise FabricIOError(
+                    f"{end.name} ({netns}): netlink refused the TBF shaper at {end.rate_bps} bit/s, "
+                    f"queue {end.queue_bytes} B: {exc.args[-1]} (errno {exc.code}); does this kernel "
+                    "have sch_tbf (modprobe sch_tbf)?"
+                ) from exc
+            count += 1
+    return count
+
+
+@dataclass(frozen=True)
+class QdiscStats:
+    """A root qdisc's counters. ``drops`` are queue overflows at the shaper; ``backlog`` is what waits."""
+
+    kind: str
+    bytes: int
+    packets: int
+    drops: int
+    overlimits: int
+    backlog: int
+    qlen: int
+    rate_bps: int | None  # the TBF's configured rate; None for other qdiscs
+
+
+def qdisc_stats(netns: str, interfaces: Iterable[str] | None = None) -> dict[str, QdiscStats]:
+    """Root qdisc counters per interface (every interface that has one when ``interfaces`` is None)."""
+    with open_netns(netns) as ns:
+        return read_qdisc_stats(ns, netns, interfaces)
+
+
+def read_qdisc_stats(ns: NetNS, netns: str, interfaces: Iterable[str] | None = None) -> dict[str, QdiscStats]:
+    """:func:`qdisc_stats` through a namespace handle already open: a sampler polling every few tens of
+    milliseconds keeps one open (opening one costs some 7 ms)."""
+    out: dict[str, QdiscStats] = {}
+    names = {msg["index"]: msg.get_attr("IFLA_IFNAME") for msg in ns.get_links()}
+    wanted = set(names.values()) if interfaces is None else set(interfaces)
+    missing = wanted - set(names.values())
+    if missing:
+        raise FabricIOError(f"{netns}: no interface {', '.join(sorted(missing))}")
+    for msg in ns.get_qdiscs():
+        name = names.get(msg["index"])
+        if name not in wanted or msg["parent"] != 0xFFFFFFFF:
+            continue
+        stats2 = msg.get_attr("TCA_STATS2")
+        basic = (stats2.get_attr("TCA_STATS_BASIC") or {}) if stats2 else {}
+        queue = (stats2.get_attr("TCA_STATS_QUEUE") or {}) if stats2 else {}
+        kind = msg.get_attr("TCA_KIND")
+        rate = None
+        if kind == "tbf":
+            parms = msg.get_attr("TCA_OPTIONS").get_attr("TCA_TBF_PARMS")
+            rate = int(parms["rate"]) * 8
+        out[name] = QdiscStats(
+            kind=kind,
+            bytes=int(basic.get("bytes", 0)),
+            packets=int(basic.get("packets", 0)),
+            drops=int(queue.get("drops", 0)),
+            overlimits=int(queue.get("overlimits", 0)),
+            backlog=int(queue.get("backlog", 0)),
+            qlen=int(queue.get("qlen", 0)),
+            rate_bps=rate,
+        )
+    return out
+
+
+def cgroup_cpu_usec(pid: int, proc: Path = Path("/proc"), cgroup_root: Path = CGROUP_ROOT) -> int:
+    """CPU time (µs, all threads, user + system) of the cgroup that process ``pid`` (a container's init)
+    is in, read on the host. cgroup v2 (``cpu.stat`` usage_usec) or v1 (``cpuacct.usage``, ns)."""
+    try:
+        lines = (proc / str(pid) / "cgroup").read_text().splitlines()
+    except OSError as exc:
+        raise FabricIOError(f"pid {pid}: cannot read its cgroup ({exc}); did the container stop?") from None
+    v1 = v2 = None
+    for line in lines:
+        _hier, controllers, path = line.split(":", 2)
+        if "cpuacct" in controllers.split(","):
+            v1 = path
+        elif controllers == "":
+            v2 = path
+    tried = []
+    if v1 is not None:
+        for mount in ("cpuacct", "cpu,cpuacct", "cpuacct,cpu"):
+            usage = cgroup_root / mount / v1.lstrip("/") / "cpuacct.usage"
+            tried.append(str(usage))
+            if usage.exists():
+                return int(usage.read_text()) // 1000
+    if v2 is not None:
+        for base in (cgroup_root, cgroup_root / "unified"):
+            stat = base / v2.lstrip("/") / "cpu.stat"
+            tried.append(str(stat))
+            if stat.exists():
+                for line in stat.read_text().splitlines():
+                    key, _, value = line.partition(" ")
+                    if key == "usage_usec":
+                        return int(value)
+    raise FabricIOError(
+        f"pid {pid}: no CPU accounting for its cgroup (tried {', '.join(tried) or 'nothing'}); "
+        "mount the cpuacct (v1) or cpu (v2) controller"
+    )
+
+
+def container_pid(netns: str) -> int:
+    """The PID behind a ``/run/netns`` link deploy made (a symlink to ``/proc/PID/ns/net``)."""
+    target = os.readlink(netns)
+    parts = Path(target).parts
+    if len(parts) >= 3 and parts[1] == "proc" and parts[2].isdigit():
+        return int(parts[2])
+    raise FabricIOError(f"{netns} -> {target}: not a /proc/PID/ns/net link; redeploy the lab")
+
+
+# -- the link-fault tc program (aidcnet/ebpf/link_fault.c) ----------------------------------------------
+# One filter per end at clsact egress, preference 1, handle 1: "replace" swaps the program in one step.
+FAULT_PREF = "1"
+FAULT_HANDLE = "1"
+INSTALL_BPFTOOL = "apt-get install -y bpftool (scripts/setup.sh does it)"
+
+
+def _in_netns(netns: str) -> list[str]:
+    """Run a host tool inside a node's namespace. ``ip netns exec`` for named ones (it also gives the tool
+    a private /sys, where tc may mount a bpffs without touching the host's); nsenter otherwise."""
+    path = Path(netns)
+    if path.parent == NETNS_DIR:
+        return ["ip", "netns", "exec", path.name]
+    return ["nsenter", f"--net={netns}"]
+
+
+def _run(cmd: list[str], what: str) -> str:
+    import subprocess
+
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+    except FileNotFoundError:
+        raise FabricIOError(f"{what}: {cmd[0]} is missing ({INSTALL_BPFTOOL}; iproute2 for ip/tc)") from None
+    if done.returncode != 0:
+        raise FabricIOError(f"{what}: {' '.join(cmd)} failed: {(done.stderr or done.stdout).strip()}")
+    return done.stdout
+
+
+def _bpftool() -> str:
+    import shutil
+
+    found = shutil.which("bpftool") or ("/usr/sbin/bpftool" if Path("/usr/sbin/bpftool").exists() else None)
+    if found is None:
+        raise FabricIOError(f"bpftool is missing: {INSTALL_BPFTOOL}")
+    return found
+
+
+def link_fault_prog_id(netns: str, interface: str) -> int | None:
+    """The id of the link-fault program at ``interface``'s egress, or None when there is none."""
+    import json
+
+    from aidcnet.ebpf.link_fault import PROGRAM
+
+    out = _run(
+        [*_in_netns(netns), "tc", "-j", "filter", "show", "dev", interface, "egress"],
+        f"{netns} {interface}: listing egress filters",
+    )
+    for entry in json.loads(out or "[]"):
+        prog = (entry.get("options") or {}).get("prog") or {}
+        if prog.get("name") == PROGRAM and "id" in prog:
+            return int(prog["id"])
+    return None
+
+
+def attach_link_fault(netns: str, interface: str, obj: Path, replace: bool = False) -> int:
+    """Attach the program at ``interface``'s egress (clsact, direct-action) unless it is there already
+    (``replace`` swaps in a fresh copy, counters and settings reset). Returns the program id."""
+    if not replace:
+        found = link_fault_prog_id(netns, interface)
+        if found is not None:
+            return found
+    where = f"{netns} {interface}"
+    _run([*_in_netns(netns), "tc", "qdisc", "replace", "dev", interface, "clsact"], f"{where}: clsact")
+    _run(
+        [*_in_netns(netns), "tc", "filter", "replace", "dev", interface, "egress", "pref", FAULT_PREF,
+         "handle", FAULT_HANDLE, "bpf", "direct-action", "obj", str(obj), "sec", "tc"],
+        f"{where}: attaching {obj.name}",
+    )
+    found = link_fault_prog_id(netns, interface)
+    if found is None:
+        raise FabricIOError(f"{where}: tc took {obj.name} but no link_fault program shows at egress")
+    return found
+
+
+def _fault_maps(prog_id: int) -> dict[str, int]:
+    import json
+
+    from aidcnet.ebpf.link_fault import MAPS
+
+    tool = _bpftool()
+    prog = json.loads(_run([tool, "-j", "prog", "show", "id", str(prog_id)], f"program {prog_id}"))
+    maps = {}
+    for map_id in prog.get("map_ids", []):
+        info = json.loads(_run([tool, "-j", "map", "show", "id", str(map_id)], f"map {map_id}"))
+        if info.get("name") in MAPS:
+            maps[info["name"]] = int(map_id)
+    if set(maps) != set(MAPS):
+        raise FabricIOError(f"program {prog_id} lacks maps {sorted(set(MAPS) - set(maps))}: not link_fault?")
+    return maps
+
+
+def _map_write(map_id: int, value: bytes) -> None:
+    _run(
+        [_bpftool(), "map", "update", "id", str(map_id), "key", "hex", "00", "00", "00", "00",
+         "value", "hex", *(f"{b:02x}" for b in value)],
+        f"map {map_id}: update",
+    )
+
+
+def _map_read(map_id: int) -> bytes:
+    import json
+
+    cmd = [_bpftool(), "-j", "map", "lookup", "id", str(map_id), "key", "0", "0", "0", "0"]
+    out = _run(cmd, f"map {map_id}")
+    return bytes(int(b, 16) for b in json.loads(out)["value"])
+
+
+def _prog(netns: str, interface: str) -> int:
+    prog_id = link_fault_prog_id(netns, interface)
+    if prog_id is None:
+        raise FabricIOError(
+            f"{netns} {interface}: no link-fault program at egress; "
+            "aidclab configure attaches one at every link end"
+        )
+    return prog_id
+
+
+def set_link_fault(netns: str, interface: str, fault: LinkFault) -> None:
+    """Change the loss of one link end at runtime (the chain restarts in Good)."""
+    maps = _fault_maps(_prog(netns, interface))
+    _map_write(maps["lf_config"], fault.encode())
+    _map_write(maps["lf_state"], bytes(4))
+
+
+def read_link_fault(netns: str, interface: str) -> tuple[LinkFault, FaultStats]:
+    """The loss set on one link end and its counters (packets passed, lost in Good, lost in Bad)."""
+    maps = _fault_maps(_prog(netns, interface))
+    return LinkFault.decode(_map_read(maps["lf_config"])), FaultStats.decode(_map_read(maps["lf_stats"]))
+
+
+# -- the whole lab ---------------------------------------------------------------------------------------
+
+
+def load_fabric(lab_dir: Path) -> Fabric:
+    path = lab_dir / FABRIC_FILE
+    if not path.exists():
+        raise FabricIOError(f"{path} does not exist: the lab's links are not shaped yet (aidclab configure)")
+    return Fabric.from_json(path.read_text(), str(path))
+
+
+def write_fabric(lab_dir: Path, fabric: Fabric) -> Path:
+    path = lab_dir / FABRIC_FILE
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(fabric.to_json())
+    tmp.replace(path)
+    return path
+
+
+def link_fault_object(cache: Path | None = None) -> Path:
+    """The compiled link-fault program on the host (:func:`aidcnet.ebpf.build`, reused while current)."""
+    from aidcnet.ebpf import build
+
+    return build(cache, programs=("link_fault",))["link_fault"]
+
+
+def apply_fabric(
+    fabric: Fabric, lab_dir: Path, container_of: Callable[[str], str], fault_object: Path | None = None
+) -> Fabric:
+    """Shape every link end and attach the link-fault program there (kept when already attached, with
+    its loss and counters), then write ``fabric.json``. Faults recorded by an earlier ``fabric.json``
+    carry over: they are still set in the running programs. Returns the fabric as written."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    obj = fault_object or link_fault_object()
+    by_node: dict[str, list[EndShaper]] = {}
+    for end in fabric.ends.values():
+        by_node.setdefault(end.node, []).append(end)
+
+    def one_node(node: str) -> None:
+        netns = node_netns(container_of(node))
+        apply_shapers(netns, by_node[node])
+        for end in by_node[node]:
+            attach_link_fault(netns, end.interface, obj)
+
+    # Two workers: most of the time goes to tc subprocesses, and the machine has two cores.
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        list(pool.map(one_node, sorted(by_node)))
+    previous = lab_dir / FABRIC_FILE
+    if previous.exists():
+        try:
+            old = Fabric.from_json(previous.read_text(), str(previous))
+            fabric = replace(fabric, faults={k: v for k, v in old.faults.items() if k in fabric.ends})
+        except FabricError:
+            pass  # an unreadable old file holds nothing worth keeping
+    write_fabric(lab_dir, fabric)
+    return fabric
+
+
+def link_counters(fabric: Fabric, container_of: Callable[[str], str]) -> dict[str, dict[str, int]]:
+    """Per link end: shaper bytes/packets/drops/backlog and injected losses, read once (for a run's
+    record and its fidelity check; a sampler during the run uses :func:`read_qdisc_stats`)."""
+    out: dict[str, dict[str, int]] = {}
+    by_node: dict[str, list[EndShaper]] = {}
+    for end in fabric.ends.values():
+        by_node.setdefault(end.node, []).append(end)
+    for node, ends in sorted(by_node.items()):
+        netns = node_netns(container_of(node))
+        stats = qdisc_stats(netns, [e.interface for e in ends])
+        for end in ends:
+            q = stats.get(end.interface)
+            _fault, lost = read_link_fault(netns, end.interface)
+            out[end.name] = {
+                "tx_bytes": q.bytes if q else 0,
+                "tx_packets": q.packets if q else 0,
+                "queue_drops": q.drops if q else 0,
+                "backlog": q.backlog if q else 0,
+                "injected_drops": lost.lost_packets,
+                "injected_bad_drops": lost.lost_bad_packets,
+            }
+    return out

@@ -1,0 +1,91 @@
+"""Back-pressure from a shaped link to a UDP sender (aidcnet.udpio.enable_backpressure, send_all), on a
+veth shaped by TBF in namespaces made for the test: a sender whose socket memory is below the queue limit
+sends at the link's rate and the queue drops nothing; with IP_RECVERR a full queue's drops come back as
+ENOBUFS and are sent again, so nothing is lost; without either, the queue drops silently (the baseline,
+measured in the same run)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from orchestrator.lab.fabric import EndShaper, tbf_burst
+from orchestrator.lab.shaping import apply_shapers, qdisc_stats
+from tests.unit.aidcnet.ebpf.test_link_fault import RECEIVER
+from tests.unit.fabric_netns import VethPair
+
+RATE = 20_000_000
+QUEUE = 256 << 10
+# Half of what may wait in the queue (the kernel doubles it, and charges a datagram's truesize, ~1.3x its
+# length): below the limit, yet 40 ms of the link's work, so a sender off the CPU for a while (two cores,
+# shared) does not leave the link idle.
+SNDBUF = 64 << 10
+COUNT = 2500  # 1000-byte payloads, 1042-byte frames: about 1.04 s at 20 Mbit/s
+
+SENDER = """
+import json, socket, sys, time  # noqa
+from aidcnet import udpio
+dst, mode, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setblocking(False)
+if mode == "sndbuf":
+    udpio.enable_backpressure(s, sndbuf=int(sys.argv[4]))
+else:
+    udpio.set_socket_buffer(s, socket.SO_SNDBUF, 4 << 20)  # far above the queue: the queue overflows
+    if mode == "recverr":
+        udpio.enable_backpressure(s)
+msgs = [(i.to_bytes(4, "big") + bytes(996), (dst, 9000)) for i in range(n)]
+t0 = time.monotonic()
+sent = udpio.send_all(s, msgs, timeout=60)
+# The clock stops when the last datagram has left the queue: the socket's memory is all given back.
+import array, fcntl, termios
+outq = array.array("i", [0])
+while fcntl.ioctl(s, termios.TIOCOUTQ, outq) == 0 and outq[0] > 0:
+    time.sleep(0.001)
+print(json.dumps({"sent": sent, "seconds": time.monotonic() - t0, "nobufs": udpio.batch_io(s).nobufs}))
+"""
+
+
+def run(pair: VethPair, mode: str) -> dict:
+    before = qdisc_stats(pair.a_path)[pair.a_if]
+    rx = pair.popen_in(pair.b, RECEIVER, "1.0")
+    assert rx.stdout is not None and rx.stdout.readline().strip() == "ready"
+    tx = pair.run_in(pair.a, SENDER, pair.b_ip, mode, str(COUNT), str(SNDBUF))
+    assert tx.returncode == 0, tx.stderr
+    out, err = rx.communicate(timeout=60)
+    assert rx.returncode == 0, err
+    after = qdisc_stats(pair.a_path)[pair.a_if]
+    report = json.loads(tx.stdout)
+    report["received"] = len(set(json.loads(out)))
+    report["queue_drops"] = after.drops - before.drops
+    report["wire_bps"] = (after.bytes - before.bytes) * 8 / report["seconds"]
+    return report
+
+
+@pytest.fixture
+def shaped(veth_pair):
+    end = EndShaper("a", veth_pair.a_if, "b", RATE, RATE, QUEUE, tbf_burst(RATE, 1500), 1500)
+    apply_shapers(veth_pair.a_path, [end])
+    return veth_pair
+
+
+def test_sndbuf_below_the_queue_limit_sends_at_the_link_rate_with_no_drop(shaped):
+    got = run(shaped, "sndbuf")
+    print(f"sndbuf 64 KiB, queue 256 KiB, 20 Mbit/s: {got}")
+    assert got["sent"] == COUNT and got["received"] == COUNT
+    assert got["queue_drops"] == 0 and got["nobufs"] == 0
+    assert got["wire_bps"] == pytest.approx(RATE, rel=0.05)
+
+
+def test_recverr_turns_queue_drops_into_resends_and_loses_nothing(shaped):
+    plain = run(shaped, "plain")
+    got = run(shaped, "recverr")
+    print(f"baseline, no back-pressure: {plain}")
+    print(f"IP_RECVERR + resend: {got}")
+    # The baseline shows what is at stake: the queue drops most of a burst silently.
+    assert plain["queue_drops"] > COUNT // 2 and plain["received"] == COUNT - plain["queue_drops"]
+    # With IP_RECVERR the queue still drops, but the sender hears of it (ENOBUFS) and sends again.
+    assert got["received"] == COUNT and got["sent"] == COUNT
+    assert got["queue_drops"] > 0 and got["nobufs"] > 0
+    assert got["wire_bps"] == pytest.approx(RATE, rel=0.05)

@@ -1,0 +1,105 @@
+"""Test hosts for the fabric tests: two network namespaces joined by a veth, made and removed here.
+
+Named ``fab-<pid>-<n>`` so parallel runs and other helpers never collide. These tests need root and the
+host's iproute2; a missing tool fails the test with the command that installs it (never a skip).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from itertools import count
+
+import pytest
+
+_serial = count()
+
+
+def require_tool(tool: str, package: str) -> str:
+    path = shutil.which(tool)
+    if path is None:
+        pytest.fail(f"{tool} is missing: apt-get install -y {package} (or run scripts/setup.sh)")
+    return path
+
+
+def require_root() -> None:
+    if os.geteuid() != 0:
+        pytest.fail("these tests create network namespaces and need root: run them as root (sudo)")
+
+
+def sh(*cmd: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cmd, check=check, capture_output=True, text=True)
+
+
+@dataclass(frozen=True)
+class VethPair:
+    """``a`` (netns name) holds ``a_if`` with ``a_ip``; ``b`` holds ``b_if`` with ``b_ip``."""
+
+    a: str
+    b: str
+    a_if: str = "fab0"
+    b_if: str = "fab1"
+    a_ip: str = "10.99.0.0"
+    b_ip: str = "10.99.0.1"
+
+    @property
+    def a_path(self) -> str:
+        return f"/run/netns/{self.a}"
+
+    @property
+    def b_path(self) -> str:
+        return f"/run/netns/{self.b}"
+
+    def run_in(self, ns: str, code: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        """Run Python ``code`` inside namespace ``ns`` with this interpreter (aidcnet importable)."""
+        return subprocess.run(
+            ["ip", "netns", "exec", ns, sys.executable, "-c", code, *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+    def popen_in(self, ns: str, code: str, *args: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            ["ip", "netns", "exec", ns, sys.executable, "-c", code, *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+
+@pytest.fixture
+def veth_pair() -> Iterator[VethPair]:
+    require_root()
+    require_tool("ip", "iproute2")
+    require_tool("tc", "iproute2")
+    n = next(_serial)
+    pair = VethPair(a=f"fab-{os.getpid()}-{n}a", b=f"fab-{os.getpid()}-{n}b")
+    try:
+        sh("ip", "netns", "add", pair.a)
+        sh("ip", "netns", "add", pair.b)
+        sh("ip", "link", "add", pair.a_if, "netns", pair.a, "type", "veth", "peer", "name", pair.b_if,
+           "netns", pair.b)
+        for ns, iface, ip in ((pair.a, pair.a_if, pair.a_ip), (pair.b, pair.b_if, pair.b_ip)):
+            sh("ip", "-n", ns, "addr", "add", f"{ip}/31", "dev", iface)
+            sh("ip", "-n", ns, "link", "set", iface, "up")
+            sh("ip", "-n", ns, "link", "set", "lo", "up")
+            # No IPv6 and no ARP on the wire: counters then hold the test's own packets and nothing else.
+            sh("ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1")
+        for ns, iface, peer_ns, peer_if, peer_ip in (
+            (pair.a, pair.a_if, pair.b, pair.b_if, pair.b_ip),
+            (pair.b, pair.b_if, pair.a, pair.a_if, pair.a_ip),
+        ):
+            mac = sh("ip", "-n", peer_ns, "-j", "link", "show", peer_if).stdout
+            lladdr = json.loads(mac)[0]["address"]
+            neigh = ("neigh", "replace", peer_ip, "lladdr", lladdr, "dev", iface, "nud", "permanent")
+            sh("ip", "-n", ns, *neigh)
+        yield pair
+    finally:
+        for ns in (pair.a, pair.b):
+            sh("ip", "netns", "del", ns, check=False)

@@ -1,0 +1,143 @@
+"""Shapers applied from the host into a namespace: TBF at the plan's rate, changed in place, counters read.
+
+Runs on two namespaces joined by a veth (tests/unit/fabric_netns.py): root and iproute2 required.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+from pyroute2 import NetNS
+
+from orchestrator.experiment.fidelity import DrainMeter
+from orchestrator.lab.fabric import EndShaper, Fabric, tbf_burst
+from orchestrator.lab.shaping import (
+    FabricIOError,
+    apply_shapers,
+    cgroup_cpu_usec,
+    container_pid,
+    qdisc_stats,
+    read_qdisc_stats,
+)
+from tests.unit.fabric_netns import VethPair
+
+# A blocking sender whose socket memory (SO_SNDBUF, doubled by the kernel) is below the queue limit (256
+# KiB): the socket blocks while its datagrams wait in the shaper, so the queue stays busy and never
+# overflows; 64 KiB is some 40 ms of work at 20 Mbit/s, so a sender off a busy CPU for a while does
+# not leave the link idle.
+BLOCKING_SENDER = """
+import socket, sys, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 65536)
+dst, seconds = (sys.argv[1], 9000), float(sys.argv[2])
+payload = bytes(1000)
+end = time.monotonic() + seconds
+n = 0
+while time.monotonic() < end:
+    s.sendto(payload, dst)
+    n += 1
+print(n)
+"""
+
+
+def shaper(node: str, iface: str, peer: str, rate_bps: int, queue: int = 256 << 10) -> EndShaper:
+    return EndShaper(node, iface, peer, rate_bps * 10000, rate_bps, queue, tbf_burst(rate_bps, 1500), 1500)
+
+
+def drain(pair: VethPair, seconds: float) -> tuple[float, int]:
+    """Saturate a's shaper for ``seconds``; its drain rate (bit/s) while backlogged, and its queue drops."""
+    meter = DrainMeter()
+    with NetNS(pair.a_path) as ns:
+        before = read_qdisc_stats(ns, pair.a_path, [pair.a_if])[pair.a_if]
+        proc = pair.popen_in(pair.a, BLOCKING_SENDER, pair.b_ip, str(seconds))
+        while proc.poll() is None:
+            st = read_qdisc_stats(ns, pair.a_path, [pair.a_if])[pair.a_if]
+            meter.sample(time.monotonic(), st.bytes, st.backlog)
+            time.sleep(0.02)
+        after = read_qdisc_stats(ns, pair.a_path, [pair.a_if])[pair.a_if]
+    _out, err = proc.communicate()
+    assert proc.returncode == 0, err
+    assert meter.busy_s > seconds * 0.7, f"queue was backlogged only {meter.busy_s:.2f} s of {seconds}"
+    assert meter.drain_bps is not None
+    return meter.drain_bps, after.drops - before.drops
+
+
+def test_tbf_drains_at_its_rate_and_a_bandwidth_change_halves_it(veth_pair):
+    pair = veth_pair
+    a = shaper(pair.a, pair.a_if, f"{pair.b}:{pair.b_if}", 20_000_000)
+    b = shaper(pair.b, pair.b_if, f"{pair.a}:{pair.a_if}", 20_000_000)
+    assert apply_shapers(pair.a_path, [a]) == 1
+    assert apply_shapers(pair.b_path, [b]) == 1
+    st = qdisc_stats(pair.a_path, [pair.a_if])[pair.a_if]
+    assert (st.kind, st.rate_bps) == ("tbf", 20_000_000)
+
+    rate, drops = drain(pair, 2.0)
+    print(f"shaper 20 Mbit/s: drained at {rate / 1e6:.2f} Mbit/s, {drops} queue drops")
+    assert rate == pytest.approx(20e6, rel=0.05)
+    assert drops == 0
+
+    fabric = Fabric("fab", 10000, {a.name: a, b.name: b})
+    fabric, changed = fabric.with_bandwidth(a.name, a.bandwidth_bps // 2)
+    assert {c.name: c.rate_bps for c in changed} == {a.name: 10_000_000, b.name: 10_000_000}
+    apply_shapers(pair.a_path, [fabric.end(a.name)])
+    apply_shapers(pair.b_path, [fabric.end(b.name)])
+    assert qdisc_stats(pair.b_path)[pair.b_if].rate_bps == 10_000_000
+
+    rate, drops = drain(pair, 2.0)
+    print(f"after halving: drained at {rate / 1e6:.2f} Mbit/s, {drops} queue drops")
+    assert rate == pytest.approx(10e6, rel=0.05)
+    assert drops == 0
+
+
+def test_replace_keeps_the_counters_of_the_running_shaper(veth_pair):
+    pair = veth_pair
+    end = shaper(pair.a, pair.a_if, "x:y", 50_000_000)
+    apply_shapers(pair.a_path, [end])
+    pair.run_in(pair.a, BLOCKING_SENDER, pair.b_ip, "0.3")
+    sent = qdisc_stats(pair.a_path)[pair.a_if].bytes
+    assert sent > 0
+    apply_shapers(pair.a_path, [shaper(pair.a, pair.a_if, "x:y", 25_000_000)])
+    st = qdisc_stats(pair.a_path)[pair.a_if]
+    # A changed shaper, not a new one: what it sent so far is still counted.
+    assert st.rate_bps == 25_000_000 and st.bytes >= sent
+
+
+def test_a_missing_interface_is_named(veth_pair):
+    with pytest.raises(FabricIOError, match="no interface eth9"):
+        apply_shapers(veth_pair.a_path, [shaper(veth_pair.a, "eth9", "x:y", 1_000_000)])
+    with pytest.raises(FabricIOError, match="no interface eth9"):
+        qdisc_stats(veth_pair.a_path, ["eth9"])
+
+
+def test_container_pid_reads_the_netns_link(tmp_path):
+    link = tmp_path / "clab-x-h1"
+    link.symlink_to(f"/proc/{os.getpid()}/ns/net")
+    assert container_pid(str(link)) == os.getpid()
+    bad = tmp_path / "other"
+    bad.symlink_to("/var/run/netns/elsewhere")
+    with pytest.raises(FabricIOError, match="redeploy"):
+        container_pid(str(bad))
+
+
+def test_cgroup_cpu_time_grows_while_this_process_works():
+    before = cgroup_cpu_usec(os.getpid())
+    end = time.process_time() + 0.2
+    while time.process_time() < end:
+        pass
+    after = cgroup_cpu_usec(os.getpid())
+    # Our cgroup holds at least this process, which just used 0.2 s of CPU.
+    assert after - before >= 150_000
+
+
+def test_cgroup_v2_layout_is_read_too(tmp_path):
+    proc = tmp_path / "proc" / "42"
+    proc.mkdir(parents=True)
+    (proc / "cgroup").write_text("0::/system.slice/docker-abc.scope\n")
+    stat = tmp_path / "cg" / "system.slice" / "docker-abc.scope"
+    stat.mkdir(parents=True)
+    (stat / "cpu.stat").write_text("usage_usec 1234567\nuser_usec 1000000\nsystem_usec 234567\n")
+    assert cgroup_cpu_usec(42, proc=tmp_path / "proc", cgroup_root=tmp_path / "cg") == 1234567
+    with pytest.raises(FabricIOError, match="pid 43"):
+        cgroup_cpu_usec(43, proc=tmp_path / "proc", cgroup_root=tmp_path / "cg")
