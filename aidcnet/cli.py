@@ -6,10 +6,9 @@ aidcnet ctl reload [--file F]       validate F (default /etc/aidcnet/node.yml) a
                                     on any error the running config is kept and the field is named
 aidcnet ctl validate F              check a node file without applying it (Ansible's validate= uses it)
 aidcnet ctl show config|counters    the running config, or the agent's counters
-aidcnet ctl ina show                INA jobs, slots in use and drop probabilities of this node
+aidcnet ctl ina show                INA jobs and slots in use on this node
 aidcnet ctl ina reset JOB           forget the slots of a job (before reusing its chunk numbers)
 aidcnet ctl ina allreduce --job 1   run one AllReduce of a generated array here (docs/allreduce.md)
-aidcnet ctl drop eth1 0.02          drop 2% of what this agent sends on eth1 (0 removes the rule)
 aidcnet ctl show bgp                BGP sessions, routes with FARE weights, link events (docs/fare.md)
 aidcnet ctl link-bandwidth IF BW    FARE: the link on IF now carries BW (aidclab link set ... bandwidth)
 aidcnet ctl fare-send --dst IP      FARE: send per-flow/per-packet test traffic, report tx per interface
@@ -104,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     received.add_argument("--clear", action="store_true")
     ina = verbs.add_parser("ina", help="in-network aggregation: jobs, slots, AllReduce (docs/allreduce.md)")
     ina_verbs = ina.add_subparsers(dest="ina_verb", required=True)
-    ina_verbs.add_parser("show", help="jobs, slots in use, drop probabilities")
+    ina_verbs.add_parser("show", help="jobs and slots in use")
     reset = ina_verbs.add_parser("reset", help="forget every slot of a job")
     reset.add_argument("job", type=int)
     ar = ina_verbs.add_parser("allreduce", help="AllReduce this worker's generated array (gpu-host)")
@@ -113,9 +112,6 @@ def main(argv: list[str] | None = None) -> int:
     ar.add_argument("--elements", type=int, default=4096, help="array length (default 4096)")
     ar.add_argument("--seed", type=int, default=0, help="seed of the generated arrays (same on every worker)")
     ar.add_argument("--chunk-base", type=int, default=0, help="first chunk number (default 0)")
-    drop = verbs.add_parser("drop", help="drop a share of what this agent sends on an interface")
-    drop.add_argument("interface", help="data interface, e.g. eth1")
-    drop.add_argument("probability", type=float, help="0..1; 0 removes the rule")
     args = parser.parse_args(argv)
     if args.command == "agent":
         from pathlib import Path
@@ -147,8 +143,6 @@ def main(argv: list[str] | None = None) -> int:
         )
     if args.verb == "bier":
         return _ask(Op.BIER_RECEIVED, clear=args.clear)
-    if args.verb == "drop":
-        return _ask(Op.DROP, interface=args.interface, probability=args.probability)
     if args.verb == "ina" and args.ina_verb == "reset":
         return _ask(Op.INA_RESET, job=args.job)
     if args.verb == "ina" and args.ina_verb == "allreduce":

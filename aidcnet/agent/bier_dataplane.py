@@ -46,7 +46,6 @@ from aidcnet.bier.forwarding import DROP_REASONS, ForwardResult, build_copies, f
 from aidcnet.bier.forwarding import impose as impose_decision
 from aidcnet.bier.header import DECODE_REASONS, BierDecodeError, BierHeader, BierProto, peek_bift_id
 from aidcnet.bier.mpls import MPLS_IN_UDP_PORT, encode_bier_udp_payload, parse_bier_udp_payload
-from aidcnet.loss import EgressLoss
 from aidcnet.udpio import DEFAULT_BATCH, BatchIO, Datagram, set_socket_buffer
 
 log = logging.getLogger("aidcnet.bier.dataplane")
@@ -160,8 +159,6 @@ class BierDataplane:
             raise
         self._stop: threading.Event | None = None
         self._thread: threading.Thread | None = None
-        # Runtime loss injection (aidcnet.loss): consulted per copy on its egress interface.
-        self.loss: EgressLoss | None = None
 
     def _check_tables(
         self, neighbors: Mapping[str, tuple[str, str]], local_labels: Mapping[LabelKey, int]
@@ -304,14 +301,6 @@ class BierDataplane:
 
     def _send(self, out: list[Datagram], out_nbrs: list[str]) -> None:
         c = self._c
-        loss = self.loss
-        if loss is not None and loss.probability:
-            # Injected loss acts like the wire: the copy was forwarded, then lost on its link.
-            keep = [i for i, nbr in enumerate(out_nbrs) if loss.keep(self.neighbors[nbr][1])]
-            out = [out[i] for i in keep]
-            out_nbrs = [out_nbrs[i] for i in keep]
-            if not out:
-                return
         failed: list[int] = []
         self.io.send(out, failed)
         bad = set(failed)

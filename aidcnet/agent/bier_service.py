@@ -32,7 +32,6 @@ from aidcnet.roles import Role
 
 if TYPE_CHECKING:
     from aidcnet.config import NodeConfig
-    from aidcnet.loss import EgressLoss
 
 log = logging.getLogger("aidcnet.bier.service")
 
@@ -255,9 +254,8 @@ class BierPart(Service):
     section changes, with the control ops that read and drive it. Other services reach the running one
     through :attr:`current` and receive host-BIER deliveries through :meth:`add_listener`."""
 
-    def __init__(self, role: Role, loss: EgressLoss | None = None) -> None:
+    def __init__(self, role: Role) -> None:
         self.role = role
-        self.loss = loss
         self.current: BierService | None = None
         self._listeners: list[Callable[[UdpDatagram], bool]] = []
 
@@ -279,7 +277,6 @@ class BierPart(Service):
         if new is None or config is None:
             return
         service = BierService(new, host=self.role == Role.GPU_HOST, loopback=str(config.loopback.ip))
-        service.dataplane.loss = self.loss
         service.on_udp = self._deliver
         service.attach(loop)
         self.current = service

@@ -112,9 +112,6 @@ class AgentClient:
     def ina_reset(self, job: int) -> dict[str, Any]:
         return self.call(Op.INA_RESET, job=job)
 
-    def drop(self, interface: str, probability: float) -> dict[str, Any]:
-        return self.call(Op.DROP, interface=interface, probability=probability)
-
     def allreduce(self, timeout: float | None = None, **fields: Any) -> dict[str, Any]:
         return self.call(Op.ALLREDUCE, timeout, **fields)
 

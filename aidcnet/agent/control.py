@@ -42,7 +42,6 @@ class Op(StrEnum):
     REPLAY_RESULTS = "replay_results"
     INA = "ina"
     INA_RESET = "ina_reset"
-    DROP = "drop"
     ALLREDUCE = "allreduce"
     PS_SERVE = "ps_serve"
     BGP = "bgp"

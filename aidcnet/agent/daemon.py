@@ -5,7 +5,8 @@ are brought to it; if the kernel or any service refuses, the previous configurat
 stays the running one. A bad file never stops the agent.
 
 Features are services behind one interface (``aidcnet/agent/service.py``), built here once in the order
-they depend on each other: loss injection, BIER, INA, replay, BGP.
+they depend on each other: BIER, INA, replay, BGP. (Loss is the link's, not the agent's:
+``aidclab link set NODE:IF loss ...`` sets the link-fault tc program, docs/time-and-fidelity.md.)
 """
 
 from __future__ import annotations
@@ -25,10 +26,8 @@ from aidcnet.agent.bgp_service import BgpPart
 from aidcnet.agent.bier_service import BierPart
 from aidcnet.agent.control import Handler, Op
 from aidcnet.agent.ina_service import InaPart
-from aidcnet.agent.loss_service import LossPart
 from aidcnet.agent.replay_service import ReplayPart
 from aidcnet.agent.service import Service
-from aidcnet.loss import EgressLoss
 from aidcnet.paths import DEFAULT_CONFIG_PATH
 from aidcnet.roles import AGENT_ROLES, Role
 
@@ -44,13 +43,12 @@ APPLIED_SUFFIX = ".applied"
 
 def build_services(role: Role) -> list[Service]:
     """The agent's services in reload order; each is handed the ones it depends on."""
-    loss = EgressLoss()
-    bier = BierPart(role, loss)
+    bier = BierPart(role)
     # INA before replay: an INA worker claims its BIER deliveries before the replay service looks.
-    ina = InaPart(role, bier, loss)
+    ina = InaPart(role, bier)
     replay = ReplayPart(role, bier)
     bgp = BgpPart(on_change=bier.apply_bgp)
-    return [LossPart(loss), bier, ina, replay, bgp]
+    return [bier, ina, replay, bgp]
 
 
 class Agent:

@@ -20,14 +20,12 @@ if TYPE_CHECKING:
     from aidcnet.agent.ina_worker import InaWorkerService
     from aidcnet.config import NodeConfig
     from aidcnet.ipv4 import UdpDatagram
-    from aidcnet.loss import EgressLoss
 
 
 class InaPart(Service):
-    def __init__(self, role: Role, bier: BierPart, loss: EgressLoss) -> None:
+    def __init__(self, role: Role, bier: BierPart) -> None:
         self.role = role
         self.bier = bier
-        self.loss = loss
         self.switch: InaSwitchService | None = None
         self.worker: InaWorkerService | None = None
         self._built_for: tuple[Any, Any] | None = None
@@ -55,9 +53,7 @@ class InaPart(Service):
         else:
             from aidcnet.agent.ina_switch import InaSwitchService
 
-            self.switch = InaSwitchService(
-                ina, bsl, str(config.loopback.ip), config.interfaces, bier=self.bier.current, loss=self.loss
-            )
+            self.switch = InaSwitchService(ina, bsl, str(config.loopback.ip), bier=self.bier.current)
             self.switch.attach(loop)
         self._built_for = key
 
@@ -88,7 +84,7 @@ class InaPart(Service):
         return self.worker
 
     async def show(self, _request: dict[str, Any]) -> dict[str, Any]:
-        info: dict[str, Any] = {"drop": dict(self.loss.probability)}
+        info: dict[str, Any] = {}
         if self.switch is not None:
             info["switch"] = self.switch.show()
         if self.worker is not None:

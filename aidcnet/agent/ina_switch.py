@@ -21,7 +21,6 @@ a BIER dataplane), ``tx-error`` and ``internal-error`` (a bug; logged with the j
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import logging
 import socket
 from collections import Counter
@@ -29,12 +28,11 @@ from typing import Any
 
 from aidcnet.bier.bitstring import ids_from_bitstring
 from aidcnet.bier.header import BierProto
-from aidcnet.config import Ina, InaJob, Interface
+from aidcnet.config import Ina, InaJob
 from aidcnet.ina.aggregator import Aggregator, JobConfig
 from aidcnet.ina.header import InaDecodeError, InaHeader
 from aidcnet.ina.vat import Action
 from aidcnet.ipv4 import build_udp
-from aidcnet.loss import EgressLoss
 from aidcnet.udpio import BatchIO, Datagram, set_socket_buffer
 
 log = logging.getLogger("aidcnet.ina.switch")
@@ -66,20 +64,15 @@ class InaSwitchService:
         ina: Ina,
         bsl: int,
         loopback: str,
-        interfaces: list[Interface],
         bier: Any = None,
-        loss: EgressLoss | None = None,
     ) -> None:
         self.ina = ina
         self.bsl = bsl
         self.loopback = loopback
         self.bier = bier  # BierService of this switch: the root disseminates through its dataplane
-        self.loss = loss
         self.aggregator = Aggregator(job_config(j, bsl) for j in ina.jobs)
         self.next_hop: dict[int, str] = {j.job_id: str(j.next_hop) for j in ina.jobs if j.next_hop}
         self.next_hop.update({t.job_id: str(t.next_hop) for t in ina.transit})
-        self._nets = [(i.ipv4.network, i.name) for i in interfaces if i.ipv4 is not None]
-        self._ifname: dict[str, str | None] = {}
         self.c: Counter[str] = Counter()
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         try:
@@ -91,12 +84,6 @@ class InaSwitchService:
         except BaseException:
             self.sock.close()
             raise
-
-    def interface_for(self, addr: str) -> str | None:
-        if addr not in self._ifname:
-            ip = ipaddress.IPv4Address(addr)
-            self._ifname[addr] = next((name for net, name in self._nets if ip in net), None)
-        return self._ifname[addr]
 
     # -- packet path ------------------------------------------------------------------------------
     def poll_once(self) -> int:
@@ -161,9 +148,6 @@ class InaSwitchService:
         self.c["disseminated"] += 1
 
     def _send(self, out: list[Datagram]) -> None:
-        loss = self.loss
-        if loss is not None and loss.probability:
-            out = [d for d in out if loss.keep(self.interface_for(d[1][0]))]
         failed: list[int] = []
         self.io.send(out, failed)
         bad = set(failed)

@@ -115,3 +115,10 @@ def test_colliding_names_with_different_labels_stay_valid() -> None:
 def test_interface_ipv4() -> None:
     assert interface_ipv4("lo") == "127.0.0.1"
     assert interface_ipv4("no-such-if0") is None
+
+
+def test_ina_drop_reasons_become_a_labelled_family():
+    assert split_counter("ina.dropped.slot-budget-exceeded") == (
+        "aidcnet_ina_dropped_by_reason", {"reason": "slot-budget-exceeded"}
+    )
+    assert split_counter("ina.completed") == ("aidcnet_ina_completed", {})

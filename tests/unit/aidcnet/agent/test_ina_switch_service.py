@@ -13,10 +13,9 @@ import numpy as np
 import pytest
 
 from aidcnet.agent.ina_switch import InaSwitchService
-from aidcnet.config import Ina, InaJob, InaTransit, Interface
+from aidcnet.config import Ina, InaJob, InaTransit
 from aidcnet.ina.header import DType, InaFlags, InaHeader, Op, payload_from_array
 from aidcnet.ipv4 import parse_udp
-from aidcnet.loss import EgressLoss
 
 
 def free_port() -> int:
@@ -39,15 +38,9 @@ class FakeBier:
         self.dataplane = FakeDataplane()
 
 
-INTERFACES = [
-    Interface(name="eth1", ipv4=ipaddress.IPv4Interface("10.0.0.0/31")),
-    Interface(name="eth2", ipv4=ipaddress.IPv4Interface("10.0.0.2/31")),
-]
-
-
-def service(jobs: list[InaJob], transit: list[InaTransit] = (), loss: EgressLoss | None = None):  # type: ignore[assignment]
+def service(jobs: list[InaJob], transit: list[InaTransit] = ()):  # type: ignore[assignment]
     ina = Ina(port=free_port(), jobs=jobs, transit=list(transit))
-    svc = InaSwitchService(ina, 256, "10.255.0.7", INTERFACES, bier=FakeBier(), loss=loss)
+    svc = InaSwitchService(ina, 256, "10.255.0.7", bier=FakeBier())
     sent: list[tuple[bytes, tuple[str, int]]] = []
 
     def capture(out, failed=None):
@@ -133,17 +126,6 @@ def test_root_disseminates_by_bier_to_the_abm_and_resends_to_requesters_only():
         feed(svc, pkt(3, [2], pbm=0b1100, flags=InaFlags.RETRANSMIT))
         assert svc.bier.dataplane.imposed[1][1] == [3, 4]
         assert svc.counters()["ina.disseminated"] == 2
-    finally:
-        svc.close()
-
-
-def test_injected_loss_on_the_egress_interface_is_counted():
-    loss = EgressLoss(seed=1)
-    loss.set("eth2", 1.0)  # 10.0.0.3 (s7's next hop) is on eth2's /31
-    svc, sent = service([S7], loss=loss)
-    try:
-        feed(svc, pkt(3, [1]), pkt(4, [1]))
-        assert sent == [] and loss.counters() == {"loss.injected.eth2": 1}
     finally:
         svc.close()
 
