@@ -56,7 +56,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from orchestrator.experiment.driver import run_experiment
     from orchestrator.experiment.modes.base import RunOptions
     from orchestrator.experiment.report import print_summary
-    from orchestrator.progress import console, fail
+    from orchestrator.progress import fail
 
     options = RunOptions(
         max_datagram=args.max_datagram,
@@ -66,11 +66,14 @@ def cmd_replay(args: argparse.Namespace) -> int:
         ps_host=args.ps_host,
     )
     outcome = run_experiment(load_lab(args.lab), args.trace, args.mode, options, results_dir=args.results_dir)
-    print_summary([outcome.result])
-    for line in outcome.mode.lines:
-        console.print(line, highlight=False)
+    if outcome.mode.lines:
+        # A mode with its own account of the run (a collective: one line per AllReduce) prints that.
+        for line in outcome.mode.lines:
+            print(line)
+    else:
+        print_summary([outcome.result])
     for name in outcome.mode.files:
-        console.print(f"results: {outcome.run_dir / name}", highlight=False)
+        print(f"results: {outcome.run_dir / name}")
     if outcome.missing:
         msg_id, host = outcome.missing[0]
         fail(

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 import tempfile
 from collections.abc import Callable, Iterable, Sequence
@@ -20,49 +19,11 @@ from typing import Any, Literal, get_args, get_origin
 from pydantic import BaseModel, ValidationError
 
 from orchestrator.cli.args import HelpFormatter
+from orchestrator.units import format_bytes, format_size, parse_size
 from orchestrator.workloads import Workload, WorkloadParams
-from orchestrator.workloads.trace import TraceError, explain_error, format_bytes, summarize
+from orchestrator.workloads.trace import TraceError, explain_error, summarize
 
 PROG = "python -m orchestrator.cli.workload"
-
-_UNITS = {
-    "": 1,
-    "b": 1,
-    "k": 1 << 10,
-    "kib": 1 << 10,
-    "m": 1 << 20,
-    "mib": 1 << 20,
-    "g": 1 << 30,
-    "gib": 1 << 30,
-    "t": 1 << 40,
-    "tib": 1 << 40,
-    "kb": 10**3,
-    "mb": 10**6,
-    "gb": 10**9,
-    "tb": 10**12,
-}
-
-
-def parse_size(text: str) -> int:
-    """``4096``, ``64KiB``, ``1.5GiB``, ``10MB``; bare K/M/G/T are binary (as in dd and ls)."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", text)
-    if not m or m.group(2).lower() not in _UNITS:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a size; use bytes or a unit: 512KiB, 64MiB, 1GiB (binary) or 10MB (decimal)"
-        )
-    value = float(m.group(1)) * _UNITS[m.group(2).lower()]
-    if not value.is_integer():
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of bytes")
-    return int(value)
-
-
-def format_size(n: int) -> str:
-    """Inverse of parse_size for exact binary multiples, so help shows 1GiB rather than 1073741824."""
-    for unit, mult in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= mult and n % mult == 0:
-            return f"{n // mult}{unit}"
-    return str(n)
-
 
 def _host_list(text: str) -> tuple[str, ...]:
     hosts = tuple(h.strip() for h in text.split(","))

@@ -331,7 +331,9 @@ def compute_metrics(result: RunResult) -> RunMetrics:
         message_latency=latency_stats(message_latencies(result.messages)),
         delivery=delivery_stats(result.messages),
         payload_bytes=sum(m.bytes for m in result.messages),
-        payload_delivered_bytes=sum(m.bytes * len(m.expected) for m in result.messages),
+        payload_delivered_bytes=sum(
+            m.bytes * len(set(m.delivered) & set(m.expected)) for m in result.messages
+        ),
         theoretical_fanout=fanout,
     )
 

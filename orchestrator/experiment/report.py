@@ -36,7 +36,7 @@ from aidcnet.roles import Role
 from orchestrator.experiment.metrics import Comparison, compare_runs, receiver_latencies
 from orchestrator.experiment.records import RunResult
 from orchestrator.lab.topology import Topology
-from orchestrator.workloads.trace import format_bytes
+from orchestrator.units import byte_unit, format_bytes
 
 REPORT_MD = "report.md"
 REPORT_HTML = "report.html"
@@ -338,14 +338,6 @@ def _edge_bytes(run: RunResult) -> dict[frozenset[str], int]:
         key = frozenset((lc.a_node, lc.b_node))
         out[key] = out.get(key, 0) + lc.total_bytes
     return out
-
-
-def byte_unit(largest: float) -> tuple[int, str]:
-    """(divisor, name) of the binary unit that keeps ``largest`` below 1024, for round axis ticks."""
-    for shift, name in ((40, "TiB"), (30, "GiB"), (20, "MiB"), (10, "KiB")):
-        if largest >= 1 << shift:
-            return 1 << shift, name
-    return 1, "B"
 
 
 def _save(fig: plt.Figure, path: Path) -> Path:

@@ -25,6 +25,8 @@ from typing import Any, Literal, TextIO
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
+from orchestrator.units import format_bytes
+
 FORMAT_NAME = "aidclab-trace"
 TRACE_VERSION = 1
 SUPPORTED_VERSIONS: tuple[int, ...] = (1,)
@@ -530,11 +532,3 @@ def summarize(source: Source) -> TraceSummary:
         for op in reader:
             acc.add(op)
     return acc.result()
-
-
-def format_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    raise AssertionError("unreachable")

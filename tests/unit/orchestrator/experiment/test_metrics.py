@@ -256,6 +256,22 @@ def test_delivery_stats() -> None:
     assert ok.ok and ok.ratio == 1.0
 
 
+def test_payload_delivered_bytes_counts_what_expected_receivers_got() -> None:
+    """Not bytes x expected receivers: a missing receiver adds nothing, a wrong one neither."""
+    run = fx.run("unicast")
+    run = run.model_copy(
+        update={
+            "messages": [
+                msg(0, ["h2", "h3"], ["h2", "h3"], {}),  # 2 x 100
+                msg(1, ["h2", "h3", "h4"], ["h3", "h7"], {}),  # h3 only: 100; h7 was not expected
+                msg(2, ["h5"], [], {}),  # nothing
+            ]
+        }
+    )
+    m = compute_metrics(run)
+    assert (m.payload_bytes, m.payload_delivered_bytes) == (300, 300)
+
+
 # ---------------------------------------------------------------------------------------------- fan-out
 
 
