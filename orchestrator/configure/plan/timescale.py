@@ -21,7 +21,7 @@ MIN_QUEUE_BYTES = 9600
 
 
 def queue_bytes(value: Any, src: Source) -> int:
-    from orchestrator.cli.workload import parse_size  # the one size syntax (512KiB, 1MiB, 2MB)
+    from orchestrator.units import parse_size
 
     try:
         size = parse_size(str(value))
