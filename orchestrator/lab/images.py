@@ -14,6 +14,7 @@ unchanged inputs takes seconds.
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import subprocess
 import sys
@@ -31,7 +32,8 @@ from orchestrator.progress import Phases, console
 RECIPES = NODE_IMAGES
 CACHE = CACHE_ROOT / "images"
 DEBIAN_SUITE = "bookworm"
-DEBIAN_MIRROR = "http://deb.debian.org/debian"
+APT_DIR = Path("/etc/apt")
+MIRROR_ENV = "AIDCLAB_DEBIAN_MIRROR"
 BASE_IMAGE = "aidclab/base:latest"
 NODE_IMAGE = "aidclab/node:latest"
 ROLE_IMAGES = (Role.BFR, Role.INA_SWITCH, Role.GPU_HOST, Role.FRR)
@@ -77,10 +79,60 @@ def _run(cmd: list[str], what: str) -> None:
         raise ImageBuildError(f"{what} failed (exit {proc.returncode}): {' '.join(cmd[:3])} ...\n{tail}")
 
 
+def apt_sources(apt_dir: Path = APT_DIR) -> list[tuple[str, str, list[str]]]:
+    """(type, URI, suites) of every entry in the host's APT sources: one-line ``sources.list`` files and
+    deb822 ``*.sources`` files alike (disabled files, not ending in .list or .sources, are not read)."""
+    entries: list[tuple[str, str, list[str]]] = []
+    one_line = [apt_dir / "sources.list", *sorted((apt_dir / "sources.list.d").glob("*.list"))]
+    for path in one_line:
+        if not path.is_file():
+            continue
+        for line in path.read_text().splitlines():
+            words = line.split("#", 1)[0].split()
+            if len(words) >= 3 and words[0] in ("deb", "deb-src"):
+                rest = words[1:]
+                if rest[0].startswith("["):  # options: [arch=amd64 signed-by=...]
+                    while rest and not rest[0].endswith("]"):
+                        rest = rest[1:]
+                    rest = rest[1:]
+                if len(rest) >= 2:
+                    entries.append((words[0], rest[0], [rest[1]]))
+    for path in sorted((apt_dir / "sources.list.d").glob("*.sources")):
+        for stanza in path.read_text().split("\n\n"):
+            fields: dict[str, str] = {}
+            for line in stanza.splitlines():
+                if line.startswith("#") or ":" not in line or line[:1].isspace():
+                    continue
+                key, _, value = line.partition(":")
+                fields[key.strip().lower()] = value.strip()
+            if fields.get("enabled", "yes").lower() == "no":
+                continue
+            for kind in fields.get("types", "").split():
+                for uri in fields.get("uris", "").split():
+                    entries.append((kind, uri, fields.get("suites", "").split()))
+    return entries
+
+
+def debian_mirror(apt_dir: Path = APT_DIR, environ: dict[str, str] | None = None) -> str:
+    """The Debian mirror the node rootfs comes from: ``$AIDCLAB_DEBIAN_MIRROR`` if set, else the host's own
+    APT source for DEBIAN_SUITE, so images use whatever mirror or proxy this machine is configured for."""
+    env = os.environ if environ is None else environ
+    if env.get(MIRROR_ENV):
+        return env[MIRROR_ENV]
+    for kind, uri, suites in apt_sources(apt_dir):
+        if kind == "deb" and DEBIAN_SUITE in suites:
+            return uri
+    raise ImageBuildError(
+        f"no APT source for Debian {DEBIAN_SUITE} in {apt_dir}/sources.list or {apt_dir}/sources.list.d/: "
+        f"set {MIRROR_ENV} to the mirror the node images should install from"
+    )
+
+
 def build_base(client, force: bool = False) -> bool:
     """Returns True when it built, False when the cached image already matched its inputs."""
     packages = base_packages()
-    inputs = _digest(DEBIAN_SUITE, DEBIAN_MIRROR, *packages)
+    mirror = debian_mirror()
+    inputs = _digest(DEBIAN_SUITE, mirror, *packages)
     if not force and _image_label(client, BASE_IMAGE, INPUTS_LABEL) == inputs:
         console.print(f"  {BASE_IMAGE} is current (inputs {inputs})")
         return False
@@ -99,7 +151,7 @@ def build_base(client, force: bool = False) -> bool:
                     "--dpkgopt=path-exclude=/usr/share/locale/*",
                     DEBIAN_SUITE,
                     str(tarball),
-                    DEBIAN_MIRROR,
+                    mirror,
                 ],
                 "mmdebstrap",
             )
@@ -113,7 +165,7 @@ def build_base(client, force: bool = False) -> bool:
                     "--include=" + ",".join(packages),
                     DEBIAN_SUITE,
                     str(rootfs),
-                    DEBIAN_MIRROR,
+                    mirror,
                 ],
                 "debootstrap",
             )
