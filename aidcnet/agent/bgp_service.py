@@ -474,7 +474,10 @@ class BgpPart(Service):
         from aidcnet.fare.bandwidth import bytes_to_bits, parse_bandwidth
 
         bps = bytes_to_bits(parse_bandwidth(request["bandwidth"]))
-        return {"ok": True, **self._service().set_bandwidth(str(request["interface"]), bps)}
+        if self.current is None:
+            # A link's speed is a fact with or without BGP; without it there is no FARE view to change.
+            return {"ok": True, "bgp": False}
+        return {"ok": True, "bgp": True, **self.current.set_bandwidth(str(request["interface"]), bps)}
 
     async def fare_send(self, request: dict[str, Any]) -> dict[str, Any]:
         """Send FARE test traffic to ``dst`` (a loopback) in the node's mode (or ``mode``); the reply has

@@ -39,6 +39,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("aidcnet.agent")
 
 APPLIED_SUFFIX = ".applied"
+IFF_UP = 0x1
+IFF_LOWER_UP = 0x10000
 
 
 def build_services(role: Role) -> list[Service]:
@@ -80,6 +82,37 @@ class Agent:
         for service in self.services:
             await service.reload(target)
         return summary
+
+    async def _watch_links(self) -> None:
+        """When a data interface gets its carrier back (``aidclab link set NODE:IF up``), put back what the
+        kernel flushed while it was down (static routes via it): the running config again, as a diff."""
+        from pyroute2 import AsyncIPRoute
+        from pyroute2.netlink.rtnl import RTMGRP_LINK
+
+        ipr = AsyncIPRoute()
+        await ipr.bind(groups=RTMGRP_LINK)
+        up: dict[str, bool] = {}
+        while True:
+            try:
+                came_up = False
+                async for msg in ipr.get():
+                    if msg.get("event") != "RTM_NEWLINK":
+                        continue
+                    name = msg.get_attr("IFLA_IFNAME")
+                    now = bool(msg["flags"] & IFF_UP) and bool(msg["flags"] & IFF_LOWER_UP)
+                    came_up |= now and up.get(name) is False
+                    up[name] = now
+                if came_up and self.config is not None:
+                    async with self._reload_lock:
+                        summary = await asyncio.to_thread(self._converge, self.config)
+                    self.counters["config.relinked"] += 1
+                    log.info("link up: running config re-applied: %s", summary)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a netlink hiccup or a refused route must not stop the agent
+                self.counters["netlink.error"] += 1
+                log.warning("link watch: %s", exc)
+                await asyncio.sleep(0.1)
 
     def _load_for_this_node(self, path: Path) -> NodeConfig:
         from aidcnet.config import ConfigError, load_config
@@ -190,6 +223,7 @@ class Agent:
             reply = await self.reload({})
             if not reply["ok"]:
                 log.error("starting unconfigured: %s", reply["error"])
+        watch = asyncio.create_task(self._watch_links())
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -197,6 +231,7 @@ class Agent:
         async with server:
             await stop.wait()
         log.info("aidcnet agent stopping")
+        watch.cancel()
         for service in reversed(self.services):
             await service.stop()
 

@@ -242,7 +242,8 @@ def configure(
         write_lab_plan(topo, plan, path=path)
     if not check:
         # Links are shaped here, not at deploy: rates, queue limits and the time scale are plan values.
-        with phases.phase("fabric", f"shape {2 * len(plan.links)} link ends at 1/{plan.time.scale}"):
+        scale = "unshaped (no time.scale)" if plan.time.scale is None else f"at 1/{plan.time.scale}"
+        with phases.phase("fabric", f"{2 * len(plan.links)} link ends {scale}, link-fault programs"):
             shape_fabric(topo, plan, path)
     with phases.phase("ansible", f"{PLAYBOOKS.name}/site.yml on {len(topo.nodes)} nodes"):
         report = run_playbook(inventory, check=check, extra_vars=extra_vars)

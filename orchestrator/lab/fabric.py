@@ -56,7 +56,7 @@ class Fabric:
     (``aidcnet.ebpf.link_fault.LinkFault.to_dict()``; an end without an entry loses nothing)."""
 
     lab: str
-    scale: int
+    scale: int | None  # None: the links are not shaped (rate_bps 0 at every end)
     ends: dict[str, EndShaper]  # "node:interface" -> its shaper
     faults: dict[str, dict[str, float]] = field(default_factory=dict)
 
@@ -77,7 +77,7 @@ class Fabric:
         changed = []
         ends = dict(self.ends)
         for end in (here, self.end(here.peer)):
-            rate = max(1, round(bandwidth_bps / self.scale))
+            rate = 0 if self.scale is None else max(1, round(bandwidth_bps / self.scale))
             new = replace(
                 end, bandwidth_bps=bandwidth_bps, rate_bps=rate, burst_bytes=tbf_burst(rate, end.mtu)
             )
@@ -120,7 +120,8 @@ class Fabric:
                 for name, fields in doc["ends"].items()
             }
             faults = {name: dict(f) for name, f in (doc.get("faults") or {}).items()}
-            return cls(doc["lab"], int(doc["scale"]), ends, faults)
+            scale = None if doc["scale"] is None else int(doc["scale"])
+            return cls(doc["lab"], scale, ends, faults)
         except (KeyError, TypeError, ValueError, IndexError) as exc:
             if isinstance(exc, FabricError):
                 raise
@@ -137,9 +138,10 @@ def fabric_from_plan(plan: Any) -> Fabric:
     """Both ends of every planned link (``plan`` is an :class:`orchestrator.configure.plan.LabPlan`)."""
     ends: dict[str, EndShaper] = {}
     for link in plan.links:
-        if link.shaped_bps <= 0 or link.queue_bytes <= 0:
+        if plan.time.scale is not None and (link.shaped_bps <= 0 or link.queue_bytes <= 0):
             raise FabricError(f"plan link {link.a}--{link.b} has no shaped rate: plan made before time.scale")
         for here, there in ((link.a, link.b), (link.b, link.a)):
+            shaped = plan.time.scale is not None
             end = EndShaper(
                 node=here.node,
                 interface=here.interface,
@@ -147,7 +149,7 @@ def fabric_from_plan(plan: Any) -> Fabric:
                 bandwidth_bps=link.bandwidth_bps,
                 rate_bps=link.shaped_bps,
                 queue_bytes=link.queue_bytes,
-                burst_bytes=tbf_burst(link.shaped_bps, link.mtu),
+                burst_bytes=tbf_burst(link.shaped_bps, link.mtu) if shaped else 0,
                 mtu=link.mtu,
             )
             ends[end.name] = end

@@ -175,16 +175,19 @@ def _set_bandwidth(
             lines.append(f"{end.node}:{end.interface} FARE view unchanged (no aidcnet agent: set it there)")
             continue
         try:
-            runtime.agent(end.container, end.node).bgp_link(end.interface, value)
+            reply = runtime.agent(end.container, end.node).bgp_link(end.interface, value)
         except ControlError as exc:
             raise LinkSetError(f"{end.node}: bandwidth of {end.interface} to {value}: {exc}") from None
-        lines.append(f"{end.node}:{end.interface} bandwidth {shown} (FARE re-weights)")
+        fare = "FARE re-weights" if reply.get("bgp", True) else "no BGP on this node: no FARE view to change"
+        lines.append(f"{end.node}:{end.interface} bandwidth {shown} ({fare})")
     containers = {here.node: here.container, peer.node: peer.container}
     for shaper in changed:
         fabric_io.apply_shapers(fabric_io.node_netns(containers[shaper.node]), [shaper])
-        lines.append(
-            f"{shaper.name} shaped to {shaper.rate_bps / 1e6:g} Mbit/s ({shown} / time scale {fabric.scale})"
-        )
+        if fabric.scale is None:
+            lines.append(f"{shaper.name} not shaped (the lab sets no time.scale): its agents' view only")
+        else:
+            rate = shaper.rate_bps / 1e6
+            lines.append(f"{shaper.name} shaped to {rate:g} Mbit/s ({shown} / time scale {fabric.scale})")
     fabric_io.write_fabric(lab_dir, fabric)
     return lines
 

@@ -11,10 +11,12 @@ running shaper in place (the kernel keeps its queue), so ``link set bandwidth`` 
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from pyroute2 import NetNS
 from pyroute2.netlink.exceptions import NetlinkError
@@ -52,12 +54,23 @@ def _index(ns: NetNS, netns: str, interface: str) -> int:
     return found[0]
 
 
+def _unshape(ns: Any, index: int) -> None:
+    try:
+        ns.tc("del", index=index, handle=ROOT_HANDLE, root=True)
+    except NetlinkError as exc:
+        if exc.code not in (errno.ENOENT, errno.EINVAL):  # nothing to delete: already unshaped
+            raise
+
+
 def apply_shapers(netns: str, ends: Iterable[EndShaper]) -> int:
     """Put (or change) the TBF of each end, all in one namespace; returns how many were set."""
     count = 0
     with open_netns(netns) as ns:
         for end in ends:
             index = _index(ns, netns, end.interface)
+            if end.rate_bps <= 0:
+                _unshape(ns, index)  # no time scale: the veth's default qdisc, as deploy left it
+                continue
             try:
                 ns.tc(
                     "replace",

@@ -254,8 +254,8 @@ class PlanBgp(_Plan):
 
 class PlanTime(_Plan):
     # The emulation runs `scale` times slower than the fabric it stands for: `scale` wall seconds are one
-    # second of fabric time.
-    scale: int = 1
+    # second of fabric time. None: links are not shaped, times are wall times.
+    scale: int | None = None
 
 
 class PlanPlane(_Plan):

@@ -39,6 +39,10 @@ def apply(plan: LabPlan, ctx: Context) -> LabPlan:
     pins = link_pins(ctx, "queue")
     plan.time = PlanTime(scale=scale)
     for index, link in enumerate(plan.links):
+        link.queue_bytes = queue_bytes(*pins[index]) if index in pins else default_q
+        if scale is None:
+            link.shaped_bps = 0  # unshaped: the veth runs as fast as the nodes send
+            continue
         shaped = max(1, round(link.bandwidth_bps / scale))
         if shaped > MAX_SHAPED_BPS:
             raise problem(
@@ -48,5 +52,4 @@ def apply(plan: LabPlan, ctx: Context) -> LabPlan:
                 f"raise time.scale to at least {-(-link.bandwidth_bps // MAX_SHAPED_BPS)}",
             )
         link.shaped_bps = shaped
-        link.queue_bytes = queue_bytes(*pins[index]) if index in pins else default_q
     return plan
