@@ -50,7 +50,8 @@ for i in range(int(sys.argv[2])):
 RECEIVER = """
 import json, socket, sys
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+# FORCE: past rmem_max, so a busy machine's receiver does not drop what the link delivered.
+s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUFFORCE, 8 << 20)
 s.bind(("0.0.0.0", 9000))
 s.settimeout(float(sys.argv[1]))
 print("ready", flush=True)
