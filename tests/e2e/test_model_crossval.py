@@ -12,12 +12,8 @@ to a second later inside the run). Labs are named ``model-*``.
 from __future__ import annotations
 
 import json
-import random
 import subprocess
 from pathlib import Path
-
-import pytest
-import yaml
 
 from aidcnet.trace import TraceReader
 from orchestrator.model.compare import differences
@@ -70,6 +66,43 @@ def quiet_control_plane(topo: Topology, plan: LabPlan) -> None:
         )
 
 
+def igmp_report_bytes(groups: int) -> int:
+    """A full-state IGMPv3 report (RFC 3376 §4.2) on the wire: Ethernet 14, IPv4 with Router Alert 24,
+    IGMP header 8, one 8-byte EXCLUDE{} record per group the host joined."""
+    return 14 + 24 + 8 + 8 * groups
+
+
+def without_igmp_reports(run, ops, plan: LabPlan) -> tuple[object, list[str]]:
+    """The net-bier run with the hosts' IGMPv3 reports taken out of their uplinks. A report can still
+    leave inside the run window (seen on leaf-spine: one host of eight, once); it is taken out only when
+    the excess over the model is a whole number of reports of exactly that host's size, and it is
+    listed. Anything else stays and fails the comparison."""
+    from orchestrator.metrics import compute_metrics
+    from orchestrator.replay_groups import derive_groups, groups_received
+
+    groups, _ = derive_groups(ops)
+    model = PlanModel(plan).run(ops, "net-bier")
+    removed: list[str] = []
+    links = []
+    for lc in run.links:
+        ml = model.link(lc.link)
+        lc = lc.model_copy()
+        for d, node in (("a_to_b", ml.a_node), ("b_to_a", ml.b_node)):
+            if plan.nodes[node].role != "gpu-host":
+                continue
+            size = igmp_report_bytes(len(groups_received(groups, node)))
+            extra_p = getattr(lc, f"{d}_packets") - getattr(ml, f"{d}_packets")
+            extra_b = getattr(lc, f"{d}_bytes") - getattr(ml, f"{d}_bytes")
+            if extra_p > 0 and extra_b == extra_p * size:
+                setattr(lc, f"{d}_packets", getattr(lc, f"{d}_packets") - extra_p)
+                setattr(lc, f"{d}_bytes", getattr(lc, f"{d}_bytes") - extra_b)
+                removed.append(f"{node}: {extra_p} IGMPv3 report(s) of {size} B")
+        links.append(lc)
+    adjusted = run.model_copy(update={"links": links})
+    adjusted = adjusted.model_copy(update={"metrics": compute_metrics(adjusted)})
+    return adjusted, removed
+
+
 def crossval(runtime: DockerRuntime, topo: Topology, trace: Path, modes: tuple[str, ...], tmp: Path) -> None:
     with TraceReader(trace) as reader:
         ops = list(reader)
@@ -79,7 +112,11 @@ def crossval(runtime: DockerRuntime, topo: Topology, trace: Path, modes: tuple[s
         outcome = replay(topo, trace, mode, runtime=runtime, results_dir=tmp / "results")
         assert outcome.ok, f"{mode}: the replay itself lost or duplicated messages: {outcome.missing[:5]}"
         model = PlanModel(load_plan(topo))
-        diff = differences(model.run(ops, mode), outcome.result, model.tiers)
+        measured = outcome.result
+        if mode == "net-bier":
+            measured, removed = without_igmp_reports(measured, ops, load_plan(topo))
+            print(f"{topo.name} net-bier: taken out of the host uplinks: {removed or 'nothing'}")
+        diff = differences(model.run(ops, mode), measured, model.tiers)
         problems += [f"{topo.name} {mode}: {d}" for d in diff]
     assert not problems, "model and emulator differ:\n" + "\n".join(problems)
 

@@ -1,0 +1,326 @@
+"""The vectorised engine: a whole trace over a generated Clos (:class:`orchestrator.model.fabrics.Clos`)
+as numpy array operations, for fabrics of 64k GPUs where a per-packet walk would take hours.
+
+It computes what :class:`orchestrator.model.exact.PlanModel` computes on the same fabric, using what
+§6.5 forwarding does on a Clos's BIFTs (``tests/unit/model/`` holds the two equal, link by link, on small
+fabrics with random ops and random BFR-id pins):
+
+* a host's BIFT sends every bit to its leaf: one copy up;
+* a leaf's F-BM toward any spine covers every BFER outside the leaf, so the remote bits leave in one
+  copy to spine ``h % S`` of the pod (``h = aidcnet.bier.forwarding.ecmp_hash(Entropy)``, the spines in
+  natural name order, as the BIFT lists them); local bits get one copy per host;
+* a spine copies once per destination leaf of its pod and once to super-spine ``h % K`` of its plane for
+  everything outside the pod; a super-spine copies once per destination pod (to that pod's spine of its
+  plane); per SI touched, one packet.
+
+Unicast: the kernel's hash is not reproducible, so ECMP links get their expected share (hashed); the
+tier sums are exact. Network-BIER: the leaf's Entropy is ``flow_entropy(S, G, ports)``; at a scale where
+the replay's group pool (239.100.0.0/16) cannot number the receiver sets, the engine takes the op id as
+a stand-in Entropy, which moves only which spine/super-spine a packet takes, not any tier sum.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from aidcnet.bier.forwarding import ecmp_hash
+from aidcnet.replay import HEADER_SIZE
+from aidcnet.trace import TraceOp
+from orchestrator.model.counts import ModelRun, link_loads, tier_sums
+from orchestrator.model.fabrics import Clos
+from orchestrator.model.wire import DEFAULT_MAX_DATAGRAM, bier_frame_overhead, udp_frame_overhead
+
+MODES = ("unicast", "host-bier", "net-bier")
+ENTROPY_MASK = 0xFFFFF
+
+
+@dataclass
+class OpArrays:
+    """A trace's ops as arrays: host indices (0-based, h1 is 0), receivers in CSR form."""
+
+    src: np.ndarray
+    dst_ptr: np.ndarray
+    dst: np.ndarray
+    nbytes: np.ndarray
+    ids: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.src.size)
+
+    @classmethod
+    def from_ops(cls, ops: Iterable[TraceOp], host_index: dict[str, int]) -> OpArrays:
+        src, ptr, dst, nbytes, ids = [], [0], [], [], []
+        for op in ops:
+            src.append(host_index[op.src])
+            dst.extend(host_index[d] for d in op.dst)
+            ptr.append(len(dst))
+            nbytes.append(op.bytes)
+            ids.append(op.id)
+        return cls(
+            np.array(src, dtype=np.int64),
+            np.array(ptr, dtype=np.int64),
+            np.array(dst, dtype=np.int64),
+            np.array(nbytes, dtype=np.int64),
+            np.array(ids, dtype=np.int64),
+        )
+
+    def pair_op(self) -> np.ndarray:
+        """The op index of every (op, receiver) pair."""
+        return np.repeat(np.arange(len(self), dtype=np.int64), np.diff(self.dst_ptr))
+
+
+def fragments(nbytes: np.ndarray, max_datagram: int = DEFAULT_MAX_DATAGRAM) -> tuple[np.ndarray, np.ndarray]:
+    """(fragments, UDP payload bytes) per message, as ``aidcnet.replay.fragment_sizes`` cuts them: a
+    message no larger than the replay header is one header-sized datagram."""
+    small = nbytes <= HEADER_SIZE
+    count = np.where(small, 1, -(-nbytes // max_datagram))
+    return count, np.where(small, HEADER_SIZE, nbytes)
+
+
+@dataclass
+class _Loads:
+    """Bytes and packets per link direction, in the fabric's own index spaces."""
+
+    fabric: Clos
+    host_up: np.ndarray = field(init=False)
+    host_down: np.ndarray = field(init=False)
+    leaf_up: np.ndarray = field(init=False)
+    leaf_down: np.ndarray = field(init=False)
+    spine_up: np.ndarray = field(init=False)
+    spine_down: np.ndarray = field(init=False)
+
+    def __post_init__(self) -> None:
+        f = self.fabric
+        # [:, 0] bytes, [:, 1] packets; float64 holds integers exactly far beyond any run here (2^53).
+        self.host_up = np.zeros((f.hosts, 2))
+        self.host_down = np.zeros((f.hosts, 2))
+        self.leaf_up = np.zeros((f.leaves * f.spines_per_pod, 2))
+        self.leaf_down = np.zeros((f.leaves * f.spines_per_pod, 2))
+        n_up = f.spines * max(f.supers_per_plane, 1)
+        self.spine_up = np.zeros((n_up, 2))
+        self.spine_down = np.zeros((n_up, 2))
+
+    @staticmethod
+    def add(target: np.ndarray, index: np.ndarray, nbytes: np.ndarray, packets: np.ndarray) -> None:
+        n = target.shape[0]
+        target[:, 0] += np.bincount(index, weights=nbytes, minlength=n)
+        target[:, 1] += np.bincount(index, weights=packets, minlength=n)
+
+
+class ClosModel:
+    """A generated Clos with its BFR-ids; :meth:`run` takes :class:`OpArrays` (or batches of them)."""
+
+    def __init__(
+        self,
+        fabric: Clos,
+        bsl: int = 256,
+        host_bfr: np.ndarray | None = None,
+        leaf_bfr: np.ndarray | None = None,
+        max_datagram: int = DEFAULT_MAX_DATAGRAM,
+    ):
+        self.fabric = fabric
+        self.bsl = bsl
+        self.max_datagram = max_datagram
+        n = fabric.hosts
+        # The plan's dense allocation: hosts 1..N in name order, then the leaves.
+        self.host_bfr = np.arange(1, n + 1) if host_bfr is None else np.asarray(host_bfr, dtype=np.int64)
+        self.leaf_bfr = (
+            np.arange(n + 1, n + fabric.leaves + 1) if leaf_bfr is None else np.asarray(leaf_bfr, dtype=np.int64)
+        )
+        h = np.arange(n)
+        self.leaf_of = h // fabric.hosts_per_leaf
+        self.pod_of_leaf = np.arange(fabric.leaves) // fabric.leaves_per_pod
+
+    # -- one batch ------------------------------------------------------------------------------------
+    def run(self, mode: str, batches: OpArrays | Sequence[OpArrays], lab: str | None = None) -> ModelRun:
+        if mode not in MODES:
+            raise ValueError(f"mode {mode!r}: the Clos engine knows {', '.join(MODES)}")
+        loads = _Loads(self.fabric)
+        stats: dict[str, Any] = {"ops": 0, "payload_bytes": 0, "bier_packets": 0, "copies": {}}
+        sources = np.zeros(self.fabric.hosts, dtype=bool)
+        for batch in [batches] if isinstance(batches, OpArrays) else batches:
+            stats["ops"] += len(batch)
+            sources[batch.src] = True
+            getattr(self, "_" + mode.replace("-", "_"))(batch, loads, stats)
+        return self._finish(mode, loads, stats, sources, lab)
+
+    def _unicast(self, ops: OpArrays, loads: _Loads, stats: dict[str, Any]) -> None:
+        f = self.fabric
+        S, K = f.spines_per_pod, max(f.supers_per_plane, 1)
+        nfrag, payload = fragments(ops.nbytes, self.max_datagram)
+        per = ops.pair_op()
+        src, dst = ops.src[per], ops.dst
+        b = (payload + nfrag * udp_frame_overhead())[per].astype(np.float64)
+        p = nfrag[per].astype(np.float64)
+        stats["payload_bytes"] += int(payload[per].sum())
+        loads.add(loads.host_up, src, b, p)
+        loads.add(loads.host_down, dst, b, p)
+        ls, ld = self.leaf_of[src], self.leaf_of[dst]
+        remote = ls != ld
+        up = np.zeros((f.leaves, 2))
+        _Loads.add(up, ls[remote], b[remote], p[remote])
+        loads.leaf_up += np.repeat(up / S, S, axis=0)
+        down = np.zeros((f.leaves, 2))
+        _Loads.add(down, ld[remote], b[remote], p[remote])
+        loads.leaf_down += np.repeat(down / S, S, axis=0)
+        if f.supers_per_plane:
+            ps, pd = self.pod_of_leaf[ls], self.pod_of_leaf[ld]
+            far = ps != pd
+            up = np.zeros((f.pods, 2))
+            _Loads.add(up, ps[far], b[far], p[far])
+            loads.spine_up += np.repeat(up / (S * K), S * K, axis=0)
+            down = np.zeros((f.pods, 2))
+            _Loads.add(down, pd[far], b[far], p[far])
+            loads.spine_down += np.repeat(down / (S * K), S * K, axis=0)
+
+    def _tree(
+        self,
+        ops: OpArrays,
+        loads: _Loads,
+        stats: dict[str, Any],
+        pair_op: np.ndarray,
+        pair_leaf: np.ndarray,
+        pair_si: np.ndarray,
+        frame: int,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The BIER tree above the leaves for every (op, SI) packet: leaf->spine, spine->super,
+        super->spine and spine->leaf copies. Returns the packets' op, source leaf, bytes and packets."""
+        f = self.fabric
+        S, K = f.spines_per_pod, max(f.supers_per_plane, 1)
+        nfrag, payload = fragments(ops.nbytes, self.max_datagram)
+        n_si = int(pair_si.max()) + 1 if pair_si.size else 1
+        pkt_key, pair_pkt = np.unique(pair_op * n_si + pair_si, return_inverse=True)
+        pkt_op = pkt_key // n_si
+        h = ecmp_hash((ops.ids[pkt_op] & ENTROPY_MASK).astype(np.uint64)).astype(np.int64)
+        pkt_b = (payload + nfrag * frame)[pkt_op].astype(np.float64)
+        pkt_p = nfrag[pkt_op].astype(np.float64)
+        pkt_leaf = self.leaf_of[ops.src[pkt_op]]
+        pkt_pod = self.pod_of_leaf[pkt_leaf]
+        j = h % S
+        k = h % K
+        copies = stats["copies"]
+        # Leaf -> spine: one copy per packet with a bit outside the source leaf.
+        remote = pair_leaf != pkt_leaf[pair_pkt]
+        has_remote = np.zeros(pkt_key.size, dtype=bool)
+        has_remote[pair_pkt[remote]] = True
+        idx = pkt_leaf[has_remote] * S + j[has_remote]
+        loads.add(loads.leaf_up, idx, pkt_b[has_remote], pkt_p[has_remote])
+        copies["leaf>spine"] = copies.get("leaf>spine", 0) + float(pkt_p[has_remote].sum())
+        # Spine -> leaf: one copy per (packet, destination leaf) outside the source leaf.
+        pl = np.unique(pair_pkt[remote] * f.leaves + pair_leaf[remote])
+        pl_pkt, pl_leaf = pl // f.leaves, pl % f.leaves
+        loads.add(loads.leaf_down, pl_leaf * S + j[pl_pkt], pkt_b[pl_pkt], pkt_p[pl_pkt])
+        copies["spine>leaf"] = copies.get("spine>leaf", 0) + float(pkt_p[pl_pkt].sum())
+        if f.supers_per_plane:
+            dest_pod = self.pod_of_leaf[pl_leaf]
+            far = dest_pod != pkt_pod[pl_pkt]
+            pp = np.unique(pl_pkt[far] * f.pods + dest_pod[far])
+            pp_pkt, pp_pod = pp // f.pods, pp % f.pods
+            has_far = np.unique(pp_pkt)
+            up = (pkt_pod[has_far] * S + j[has_far]) * K + k[has_far]
+            loads.add(loads.spine_up, up, pkt_b[has_far], pkt_p[has_far])
+            down = (pp_pod * S + j[pp_pkt]) * K + k[pp_pkt]
+            loads.add(loads.spine_down, down, pkt_b[pp_pkt], pkt_p[pp_pkt])
+            copies["spine>super"] = copies.get("spine>super", 0) + float(pkt_p[has_far].sum())
+            copies["super>spine"] = copies.get("super>spine", 0) + float(pkt_p[pp_pkt].sum())
+        stats["bier_packets"] += int(pkt_p.sum())
+        return pkt_op, pair_pkt, pkt_b, pkt_p
+
+    def _host_bier(self, ops: OpArrays, loads: _Loads, stats: dict[str, Any]) -> None:
+        frame = bier_frame_overhead(self.bsl)
+        per = ops.pair_op()
+        si = (self.host_bfr[ops.dst] - 1) // self.bsl
+        pkt_op, pair_pkt, pkt_b, pkt_p = self._tree(ops, loads, stats, per, self.leaf_of[ops.dst], si, frame)
+        # Host -> leaf: each SI packet once; leaf -> host: one copy per receiver.
+        loads.add(loads.host_up, ops.src[pkt_op], pkt_b, pkt_p)
+        loads.add(loads.host_down, ops.dst, pkt_b[pair_pkt], pkt_p[pair_pkt])
+        stats["copies"]["leaf>host"] = stats["copies"].get("leaf>host", 0) + float(pkt_p[pair_pkt].sum())
+        nfrag, payload = fragments(ops.nbytes, self.max_datagram)
+        stats["payload_bytes"] += int(payload[per].sum())
+
+    def _net_bier(self, ops: OpArrays, loads: _Loads, stats: dict[str, Any]) -> None:
+        frame = bier_frame_overhead(self.bsl)
+        per = ops.pair_op()
+        dleaf = self.leaf_of[ops.dst]
+        # The BFERs are the receivers' leaves: one BitString position per leaf, not per host.
+        pl = np.unique(per * self.fabric.leaves + dleaf)
+        pl_op, pl_leaf = pl // self.fabric.leaves, pl % self.fabric.leaves
+        si = (self.leaf_bfr[pl_leaf] - 1) // self.bsl
+        self._tree(ops, loads, stats, pl_op, pl_leaf, si, frame)
+        nfrag, payload = fragments(ops.nbytes, self.max_datagram)
+        plain = (payload + nfrag * udp_frame_overhead()).astype(np.float64)
+        loads.add(loads.host_up, ops.src, plain, nfrag.astype(np.float64))
+        loads.add(loads.host_down, ops.dst, plain[per], nfrag[per].astype(np.float64))
+        stats["payload_bytes"] += int(payload[per].sum())
+
+    # -- results --------------------------------------------------------------------------------------
+    def link_arrays(self, loads: _Loads) -> np.ndarray:
+        """[2 * links, 2] (bytes, packets) in the generated topology's link order (a->b, b->a)."""
+        f = self.fabric
+        S, L, K = f.spines_per_pod, f.leaves_per_pod, f.supers_per_plane
+        parts = []
+        # leaf-spine links in (pod, leaf, spine) order; a is the leaf.
+        parts.append(np.stack([loads.leaf_up, loads.leaf_down], axis=1).reshape(-1, 2))
+        if K:
+            # spine-super links in (pod, spine, super) order; a is the spine.
+            parts.append(np.stack([loads.spine_up, loads.spine_down], axis=1).reshape(-1, 2))
+        parts.append(np.stack([loads.host_up, loads.host_down], axis=1).reshape(-1, 2))
+        del L
+        return np.concatenate(parts)
+
+    def _finish(
+        self, mode: str, loads: _Loads, stats: dict[str, Any], sources: np.ndarray, lab: str | None
+    ) -> ModelRun:
+        arr = self.link_arrays(loads)
+        topo = self.fabric.topology()
+        endpoints = [(str(link.a), str(link.b)) for link in topo.links]
+        tiers = self._tiers()
+        hashed = mode == "unicast"
+
+        class _T:  # the Tally interface link_loads reads
+            pass
+
+        t = _T()
+        t.bytes = lambda: arr[:, 0]  # type: ignore[attr-defined]
+        t.packets = lambda: arr[:, 1]  # type: ignore[attr-defined]
+        t.hashed = self._hashed_mask(len(topo.links)) if hashed else np.zeros(arr.shape[0], bool)  # type: ignore[attr-defined]
+        links = link_loads(endpoints, t)  # type: ignore[arg-type]
+        egress = loads.host_up[sources].sum(axis=0)
+        total = arr.sum(axis=0)
+        stats["fabric_bytes"] = float(total[0])
+        stats["fabric_packets"] = float(total[1])
+        stats["header_bytes"] = float(total[0]) - self._payload_on_links(mode, stats)
+        return ModelRun(
+            lab=lab or self.fabric.name,
+            mode=mode,
+            links=links,
+            agents={},
+            tier_sums=tier_sums(endpoints, tiers, arr[:, 0], arr[:, 1]),
+            sources=[f"h{i + 1}" for i in np.flatnonzero(sources)],
+            source_egress_bytes=round(float(egress[0])),
+            source_egress_packets=round(float(egress[1])),
+            stats=stats,
+        )
+
+    def _payload_on_links(self, mode: str, stats: dict[str, Any]) -> float:
+        del mode
+        return float(stats.get("payload_on_links", 0.0))
+
+    def _hashed_mask(self, n_links: int) -> np.ndarray:
+        """Unicast: every direction between switches sits in an ECMP group; host links do not."""
+        f = self.fabric
+        mask = np.ones(2 * n_links, dtype=bool)
+        mask[-2 * f.hosts :] = False
+        return mask
+
+    def _tiers(self) -> dict[str, int | None]:
+        f = self.fabric
+        tiers: dict[str, int | None] = {f"h{i}": 0 for i in range(1, f.hosts + 1)}
+        tiers.update({f"leaf{i}": 1 for i in range(1, f.leaves + 1)})
+        tiers.update({f"spine{i}": 2 for i in range(1, f.spines + 1)})
+        tiers.update({f"super{i}": 3 for i in range(1, f.supers + 1)})
+        return tiers
