@@ -308,6 +308,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_report_parser(sub)
     add_replay_parser(sub)
+
+    from orchestrator.model.cli import add_parser as add_model_parser
+
+    add_model_parser(sub)
     return parser
 
 

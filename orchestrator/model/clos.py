@@ -136,17 +136,27 @@ class ClosModel:
         self.pod_of_leaf = np.arange(fabric.leaves) // fabric.leaves_per_pod
 
     # -- one batch ------------------------------------------------------------------------------------
-    def run(self, mode: str, batches: OpArrays | Sequence[OpArrays], lab: str | None = None) -> ModelRun:
-        if mode not in MODES:
-            raise ValueError(f"mode {mode!r}: the Clos engine knows {', '.join(MODES)}")
-        loads = _Loads(self.fabric)
-        stats: dict[str, Any] = {"ops": 0, "payload_bytes": 0, "bier_packets": 0, "copies": {}}
+    def run(self, mode: str, batches: OpArrays | Iterable[OpArrays], lab: str | None = None) -> ModelRun:
+        return self.runs((mode,), batches, lab)[mode]
+
+    def runs(
+        self, modes: Sequence[str], batches: OpArrays | Iterable[OpArrays], lab: str | None = None
+    ) -> dict[str, ModelRun]:
+        """Every mode in one pass over the batches, so a trace of 60M ops is streamed, never held."""
+        for mode in modes:
+            if mode not in MODES:
+                raise ValueError(f"mode {mode!r}: the Clos engine knows {', '.join(MODES)}")
+        loads = {m: _Loads(self.fabric) for m in modes}
+        stats: dict[str, dict[str, Any]] = {
+            m: {"ops": 0, "payload_bytes": 0, "bier_packets": 0, "copies": {}} for m in modes
+        }
         sources = np.zeros(self.fabric.hosts, dtype=bool)
         for batch in [batches] if isinstance(batches, OpArrays) else batches:
-            stats["ops"] += len(batch)
             sources[batch.src] = True
-            getattr(self, "_" + mode.replace("-", "_"))(batch, loads, stats)
-        return self._finish(mode, loads, stats, sources, lab)
+            for mode in modes:
+                stats[mode]["ops"] += len(batch)
+                getattr(self, "_" + mode.replace("-", "_"))(batch, loads[mode], stats[mode])
+        return {m: self._finish(m, loads[m], stats[m], sources, lab) for m in modes}
 
     def _unicast(self, ops: OpArrays, loads: _Loads, stats: dict[str, Any]) -> None:
         f = self.fabric

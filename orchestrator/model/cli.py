@@ -1,0 +1,187 @@
+"""``aidclab model``: what a replay would count, computed instead of measured (docs/scale.md).
+
+The argument parsing lives here (``add_parser`` + ``run``) so the command moves with the model package.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from orchestrator.model.exact import MODES
+
+EPILOG = """\
+examples:
+  aidclab model run leaf-spine workloads/moe-sample.jsonl            every mode, a table
+  aidclab model run leaf-spine TRACE --mode host-bier --against results/RUN   exit 1 on any difference
+  aidclab model run --fabric clos:pods=2,leaves_per_pod=2,hosts_per_leaf=2,spines_per_pod=2,supers_per_plane=1 TRACE
+  aidclab model generate clos:gpus=1024 -o labs/clos-1024.clab.yml
+  aidclab model experiment all --out results/model                  plots and tables of docs/scale.md
+
+Unicast counters inside an ECMP group are the kernel hash's expectation (marked ~); the tier sums are exact.
+"""
+
+
+def add_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "model",
+        help="compute a replay's counters without a lab (scale model, 64k GPUs)",
+        description="The scale model: per mode, the bytes and packets per link and direction, source egress, "
+        "BIER copies and packets per op that a replay would count, from the lab plan and aidcnet's own "
+        "BIFT construction and §6.5 forwarding.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = p.add_subparsers(dest="model_cmd", required=True)
+    r = sub.add_parser("run", help="model a trace over a lab or a generated fabric")
+    r.add_argument("lab", nargs="?", help="lab name or topology file (its vars file beside it is used)")
+    r.add_argument("trace", help="trace file (docs/trace-format.md)")
+    r.add_argument("--fabric", help="a generated fabric instead of a lab, e.g. clos:gpus=1024 (see generate)")
+    r.add_argument("--mode", action="append", choices=MODES, help="mode(s) to model; default all")
+    r.add_argument("--against", action="append", default=[], metavar="RUN_DIR",
+                   help="a replay run directory to compare with (same trace); exit 1 on any difference")
+    r.add_argument("-o", "--output", help="write the model runs as JSON here")
+    r.set_defaults(func=run)
+    g = sub.add_parser("generate", help="write a generated fabric as a containerlab topology file")
+    g.add_argument("spec", help="clos:gpus=N | clos:pods=..,leaves_per_pod=..,hosts_per_leaf=..,spines_per_pod=..,"
+                   "supers_per_plane=.. | rail:groups=..,servers_per_group=..,rails=..,spines=.. | superpod:gpus=..")
+    g.add_argument("-o", "--output", help="file to write (default: <name>.clab.yml)")
+    g.set_defaults(func=run)
+    e = sub.add_parser("experiment", help="run the scale experiments; plots and tables into --out")
+    e.add_argument("name", choices=("savings", "bsl", "state", "all"))
+    e.add_argument("--out", default="results/model", help="directory for the PNG plots and markdown tables")
+    e.add_argument("--sizes", type=int, nargs="+", default=[1024, 8192, 65536], help="GPU counts")
+    e.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    return {"run": _run, "generate": _generate, "experiment": _experiment}[args.model_cmd](args)
+
+
+def _plan_model(args: argparse.Namespace) -> Any:
+    from orchestrator.model.exact import PlanModel
+    from orchestrator.plan import build_plan
+    from orchestrator.plan.model import LabVars
+
+    if args.fabric:
+        from orchestrator.model.fabrics import parse_fabric
+
+        return PlanModel(build_plan(parse_fabric(args.fabric).topology(), LabVars()))
+    if not args.lab:
+        raise ValueError("give a lab (name or topology file) or --fabric SPEC")
+    from orchestrator.topology import load_topology, resolve_lab
+
+    return PlanModel(build_plan(load_topology(resolve_lab(args.lab))))
+
+
+def _run(args: argparse.Namespace) -> int:
+    from aidcnet.trace import TraceReader
+    from orchestrator.model.compare import differences
+    from orchestrator.results import load_run
+
+    model = _plan_model(args)
+    with TraceReader(args.trace) as reader:
+        ops = list(reader)
+    modes = args.mode or list(MODES)
+    runs = {m: model.run(ops, m) for m in modes}
+    base = runs.get("unicast")
+    print(f"{'mode':<10} {'source egress B':>16} {'fabric B':>14} {'egress x':>9} {'fabric x':>9} "
+          f"{'BIER pkts/op':>12} {'exact links':>12}")
+    for m, r in runs.items():
+        ex = sum(lk.a_to_b_exact + lk.b_to_a_exact for lk in r.links)
+        eg = f"{base.source_egress_bytes / r.source_egress_bytes:.2f}" if base and r.source_egress_bytes else "-"
+        fb = f"{base.total_fabric_bytes / r.total_fabric_bytes:.2f}" if base and r.total_fabric_bytes else "-"
+        ppo = r.stats.get("bier_packets_per_op")
+        print(f"{m:<10} {r.source_egress_bytes:>16,} {round(r.total_fabric_bytes):>14,} {eg:>9} {fb:>9} "
+              f"{'-' if ppo is None else f'{ppo:.2f}':>12} {ex:>6}/{2 * len(r.links)}")
+    bad = 0
+    for run_dir in args.against:
+        measured = load_run(run_dir)
+        mode = measured.meta.mode
+        if mode not in runs:
+            runs[mode] = model.run(ops, mode)
+        diff = differences(runs[mode], measured, model.tiers)
+        print(f"against {run_dir} ({mode}): {'equal' if not diff else f'{len(diff)} difference(s)'}")
+        for d in diff:
+            print(f"  {d}")
+        bad += bool(diff)
+    if args.output:
+        Path(args.output).write_text(json.dumps({m: r.to_dict() for m, r in runs.items()}, indent=1, default=str))
+        print(f"wrote {args.output}")
+    return 1 if bad else 0
+
+
+def _generate(args: argparse.Namespace) -> int:
+    import yaml
+
+    from orchestrator.model.fabrics import parse_fabric
+
+    fabric = parse_fabric(args.spec)
+    doc = fabric.clab()
+    out = Path(args.output or f"{fabric.name}.clab.yml")
+    out.write_text(yaml.dump(doc, Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper), sort_keys=False))
+    nodes = doc["topology"]["nodes"]
+    print(f"wrote {out}: {len(nodes)} nodes, {len(doc['topology']['links'])} links")
+    return 0
+
+
+def _table(rows: list[dict[str, Any]]) -> str:
+    keys = list(rows[0])
+    def cell(v: Any) -> str:
+        return f"{v:.3g}" if isinstance(v, float) else str(v)
+    lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
+    lines += ["| " + " | ".join(cell(r[k]) for k in keys) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def _experiment(args: argparse.Namespace) -> int:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from orchestrator.model import experiments
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    names = ["savings", "bsl", "state"] if args.name == "all" else [args.name]
+    sizes = tuple(args.sizes)
+    for name in names:
+        if name == "savings":
+            rows = experiments.savings(sizes)
+            fig, ax = plt.subplots(figsize=(7, 4))
+            for wl in dict.fromkeys(r["workload"] for r in rows):
+                for mode, style in (("host-bier", "-o"), ("net-bier", "--s")):
+                    pts = [(r["gpus"], r[f"{mode} egress x"]) for r in rows if r["workload"] == wl]
+                    ax.plot(*zip(*pts, strict=True), style, label=f"{wl}, {mode}")
+            ax.set(xscale="log", yscale="log", xlabel="GPUs", ylabel="source egress: unicast / mode",
+                   title="Bytes the sources save against unicast")
+        elif name == "bsl":
+            rows = experiments.bsl_overhead(gpus=min(sizes[-1], 8192) if len(sizes) > 1 else sizes[0])
+            fig, ax = plt.subplots(figsize=(7, 4))
+            for a in ("topology-aware", "random"):
+                for wl in ("MoE uniform", "broadcast 64 KiB"):
+                    pts = [(r["bsl"], r["packets/op"]) for r in rows if r["assignment"] == a and r["workload"] == wl]
+                    ax.plot(*zip(*pts, strict=True), "-o" if a == "random" else "--s", label=f"{wl}, {a}")
+            ax.set(xscale="log", yscale="log", xlabel="BSL (bits)", ylabel="BIER packets per op",
+                   title="Packets per op against BSL and BFR-id assignment")
+        else:
+            rows = experiments.bift_state(sizes)
+            fig, ax = plt.subplots(figsize=(7, 4))
+            for tier in dict.fromkeys(r["tier"] for r in rows):
+                pts = [(r["gpus"], r["distinct F-BMs"]) for r in rows if r["tier"] == tier]
+                ax.plot(*zip(*pts, strict=True), "-o", label=tier)
+            ax.set(xscale="log", yscale="log", xlabel="GPUs", ylabel="distinct (SI, F-BM, BFR-NBR) entries",
+                   title="BIFT state per BFR (BSL 256)")
+        ax.legend(fontsize=7)
+        ax.grid(True, which="both", alpha=0.3)
+        fig.tight_layout()
+        fig.savefig(out / f"{name}.png", dpi=110)
+        plt.close(fig)
+        (out / f"{name}.md").write_text(_table(rows))
+        print(f"{name}: {out / (name + '.png')}, {out / (name + '.md')}")
+        sys.stdout.write(_table(rows))
+    return 0

@@ -1,0 +1,144 @@
+"""The scale experiments of issue 16, as pure functions returning table rows (the CLI plots and writes):
+
+* :func:`savings`: bytes host-BIER and network-BIER save against unicast at 1k/8k/64k GPUs, for MoE
+  dispatch (uniform and Zipf-skewed experts) and for a model broadcast to every GPU (seed 000's case);
+* :func:`bsl_overhead`: BIER packets per op and header share against BSL and BFR-id assignment
+  (topology-aware dense ids, where a leaf's and a pod's hosts share an SI, against a random permutation);
+* :func:`bift_state`: what one BFR of each tier holds (SIs, BIFT rows, distinct F-BMs), built by
+  ``aidcnet.bier.bift.build_bifts`` itself from the BIRT the fabric's shortest paths give.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from aidcnet.bier.bift import SELF, build_bifts
+from orchestrator.model.clos import ClosModel
+from orchestrator.model.fabrics import Clos
+from orchestrator.model.workload import broadcast, moe_steps
+
+MODES = ("unicast", "host-bier", "net-bier")
+
+
+def _ratios(runs: dict[str, Any]) -> dict[str, float]:
+    base = runs["unicast"]
+    out: dict[str, float] = {}
+    for mode in ("host-bier", "net-bier"):
+        r = runs[mode]
+        out[f"{mode} egress x"] = base.source_egress_bytes / r.source_egress_bytes
+        out[f"{mode} fabric x"] = base.stats["fabric_bytes"] / r.stats["fabric_bytes"]
+    return out
+
+
+def savings(sizes: tuple[int, ...] = (1024, 8192, 65536), steps: int = 1) -> list[dict[str, Any]]:
+    rows = []
+    for gpus in sizes:
+        fabric = Clos.for_gpus(gpus)
+        model = ClosModel(fabric)
+        cases: dict[str, Any] = {
+            "MoE uniform": lambda f=fabric: moe_steps(f.hosts, steps=steps, placement="strided"),
+            "MoE zipf 1.2": lambda f=fabric: moe_steps(
+                f.hosts, steps=steps, placement="strided", skew="zipf", zipf_s=1.2
+            ),
+            "broadcast 1 GiB": lambda f=fabric: [broadcast(f.hosts, 1 << 30)],
+        }
+        for name, make in cases.items():
+            runs = model.runs(MODES, make())
+            uni = runs["unicast"]
+            fan = uni.stats["payload_bytes"] / max(1, _payload_sent(make()))
+            rows.append({"gpus": fabric.hosts, "workload": name, "fan-out": fan, **_ratios(runs)})
+    return rows
+
+
+def _payload_sent(batches: Any) -> int:
+    """Payload bytes the sources send once per op (a multicast op counted once)."""
+    from orchestrator.model.clos import fragments
+
+    return int(sum(fragments(b.nbytes)[1].sum() for b in batches))
+
+
+def bsl_overhead(
+    gpus: int = 8192, bsls: tuple[int, ...] = (64, 128, 256, 512, 1024, 2048, 4096), seed: int = 0
+) -> list[dict[str, Any]]:
+    fabric = Clos.for_gpus(gpus)
+    rng = np.random.default_rng(seed)
+    perm = rng.permutation(fabric.hosts) + 1
+    rows = []
+    for assignment, host_bfr in (("topology-aware", None), ("random", perm)):
+        for bsl in bsls:
+            model = ClosModel(fabric, bsl=bsl, host_bfr=host_bfr)
+            for name, batches in (
+                ("MoE uniform", list(moe_steps(fabric.hosts, steps=1, placement="strided"))),
+                ("broadcast 64 KiB", [broadcast(fabric.hosts, 1 << 16)]),
+            ):
+                r = model.run("host-bier", batches)
+                ops = sum(len(b) for b in batches)
+                rows.append(
+                    {
+                        "assignment": assignment,
+                        "bsl": bsl,
+                        "workload": name,
+                        "packets/op": r.stats["bier_packets"] / ops,
+                        "header share": r.stats["header_bytes"] / r.stats["fabric_bytes"],
+                        "fabric GB": r.stats["fabric_bytes"] / 1e9,
+                    }
+                )
+    return rows
+
+
+def clos_birt(fabric: Clos, node: str) -> dict[int, Any]:
+    """The static BIRT of one node of a generated Clos over the host and leaf BFR-ids (the BFERs of
+    host- and network-BIER): next hops are the neighbours on the shortest paths, in natural order."""
+    n, H, L, S, K = fabric.hosts, fabric.hosts_per_leaf, fabric.leaves_per_pod, fabric.spines_per_pod, fabric.supers_per_plane
+    host_leaf = np.arange(n) // H
+    ids = list(range(1, n + 1)) + list(range(n + 1, n + fabric.leaves + 1))
+    dest_leaf = np.concatenate([host_leaf, np.arange(fabric.leaves)])
+    is_host = np.arange(len(ids)) < n
+    birt: dict[int, Any] = {}
+    kind = node.rstrip("0123456789")
+    idx = int(node[len(kind):]) - 1
+    if kind == "h":
+        for i, bfr in enumerate(ids):
+            birt[bfr] = SELF if i == idx else [f"leaf{host_leaf[idx] + 1}"]
+    elif kind == "leaf":
+        pod = idx // L
+        up = [f"spine{pod * S + j + 1}" for j in range(S)]
+        for i, bfr in enumerate(ids):
+            if not is_host[i]:
+                birt[bfr] = SELF if dest_leaf[i] == idx else up
+            else:
+                birt[bfr] = [f"h{i + 1}"] if dest_leaf[i] == idx else up
+    elif kind == "spine":
+        pod, j = divmod(idx, S)
+        up = [f"super{j * K + k + 1}" for k in range(K)]
+        for i, bfr in enumerate(ids):
+            birt[bfr] = [f"leaf{dest_leaf[i] + 1}"] if dest_leaf[i] // L == pod else up
+    else:  # super
+        j = idx // K
+        for i, bfr in enumerate(ids):
+            birt[bfr] = [f"spine{(dest_leaf[i] // L) * S + j + 1}"]
+    return birt
+
+
+def bift_state(sizes: tuple[int, ...] = (1024, 8192, 65536), bsl: int = 256) -> list[dict[str, Any]]:
+    rows = []
+    for gpus in sizes:
+        fabric = Clos.for_gpus(gpus)
+        reps = ["h1", "leaf1", "spine1"] + (["super1"] if fabric.supers else [])
+        for node in reps:
+            bifts = build_bifts(clos_birt(fabric, node), bsl)
+            rows_n = sum(sum(1 for e in b.entries if e is not None) for b in bifts.values())
+            fbms = {(si, alt[0], alt[1]) for si, b in bifts.items() for e in b.entries if e for alt in e}
+            rows.append(
+                {
+                    "gpus": fabric.hosts,
+                    "tier": node.rstrip("0123456789"),
+                    "SIs": len(bifts),
+                    "BIFT rows": rows_n,
+                    "distinct F-BMs": len(fbms),
+                    "state KiB": len(fbms) * (bsl // 8 + 4) / 1024,
+                }
+            )
+    return rows
