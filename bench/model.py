@@ -72,7 +72,9 @@ def main() -> int:
     for gpus in args.gpus:
         out = subprocess.run(
             [sys.executable, __file__, "--child", str(gpus), "--steps", str(args.steps)],
-            capture_output=True, text=True, check=True,
+            capture_output=True,
+            text=True,
+            check=True,
         )
         r = json.loads(out.stdout.strip().splitlines()[-1])
         rows.append(r)
@@ -82,7 +84,8 @@ def main() -> int:
             f"{r['ops']:>10,} ops {r['pairs']:>11,} (op, receiver) pairs; trace {r['trace_s']:7.1f} s, "
             f"3 modes {r['model_s']:7.1f} s, peak {r['peak_mib']:7.0f} MiB; "
             f"x{r['gpus'] / base['gpus']:.0f} GPUs -> x{r['model_s'] / base['model_s']:.1f} model time, "
-            f"x{r['peak_mib'] / base['peak_mib']:.1f} memory; unicast/host-BIER egress {r['egress_ratio']:.2f}",
+            f"x{r['peak_mib'] / base['peak_mib']:.1f} memory; "
+            f"unicast/host-BIER egress {r['egress_ratio']:.2f}",
             flush=True,
         )
     return 0

@@ -17,7 +17,7 @@ EPILOG = """\
 examples:
   aidclab model run leaf-spine workloads/moe-sample.jsonl            every mode, a table
   aidclab model run leaf-spine TRACE --mode host-bier --against results/RUN   exit 1 on any difference
-  aidclab model run --fabric clos:pods=2,leaves_per_pod=2,hosts_per_leaf=2,spines_per_pod=2,supers_per_plane=1 TRACE
+  aidclab model run --fabric clos:pods=2,leaves_per_pod=2,supers_per_plane=1 TRACE
   aidclab model generate clos:gpus=1024 -o labs/clos-1024.clab.yml
   aidclab model experiment all --out results/model                  plots and tables of docs/scale.md
 
@@ -41,13 +41,21 @@ def add_parser(subparsers: Any) -> None:
     r.add_argument("trace", help="trace file (docs/trace-format.md)")
     r.add_argument("--fabric", help="a generated fabric instead of a lab, e.g. clos:gpus=1024 (see generate)")
     r.add_argument("--mode", action="append", choices=MODES, help="mode(s) to model; default all")
-    r.add_argument("--against", action="append", default=[], metavar="RUN_DIR",
-                   help="a replay run directory to compare with (same trace); exit 1 on any difference")
+    r.add_argument(
+        "--against",
+        action="append",
+        default=[],
+        metavar="RUN_DIR",
+        help="a replay run directory to compare with (same trace); exit 1 on any difference",
+    )
     r.add_argument("-o", "--output", help="write the model runs as JSON here")
     r.set_defaults(func=run)
     g = sub.add_parser("generate", help="write a generated fabric as a containerlab topology file")
-    g.add_argument("spec", help="clos:gpus=N | clos:pods=..,leaves_per_pod=..,hosts_per_leaf=..,spines_per_pod=..,"
-                   "supers_per_plane=.. | rail:groups=..,servers_per_group=..,rails=..,spines=.. | superpod:gpus=..")
+    g.add_argument(
+        "spec",
+        help="clos:gpus=N | clos:pods=..,leaves_per_pod=..,hosts_per_leaf=..,spines_per_pod=..,"
+        "supers_per_plane=.. | rail:groups=..,servers_per_group=..,rails=..,spines=.. | superpod:gpus=..",
+    )
     g.add_argument("-o", "--output", help="file to write (default: <name>.clab.yml)")
     g.set_defaults(func=run)
     e = sub.add_parser("experiment", help="run the scale experiments; plots and tables into --out")
@@ -88,15 +96,23 @@ def _run(args: argparse.Namespace) -> int:
     modes = args.mode or list(MODES)
     runs = {m: model.run(ops, m) for m in modes}
     base = runs.get("unicast")
-    print(f"{'mode':<10} {'source egress B':>16} {'fabric B':>14} {'egress x':>9} {'fabric x':>9} "
-          f"{'BIER pkts/op':>12} {'exact links':>12}")
+    print(
+        f"{'mode':<10} {'source egress B':>16} {'fabric B':>14} {'egress x':>9} {'fabric x':>9} "
+        f"{'BIER pkts/op':>12} {'exact links':>12}"
+    )
     for m, r in runs.items():
         ex = sum(lk.a_to_b_exact + lk.b_to_a_exact for lk in r.links)
-        eg = f"{base.source_egress_bytes / r.source_egress_bytes:.2f}" if base and r.source_egress_bytes else "-"
+        eg = (
+            f"{base.source_egress_bytes / r.source_egress_bytes:.2f}"
+            if base and r.source_egress_bytes
+            else "-"
+        )
         fb = f"{base.total_fabric_bytes / r.total_fabric_bytes:.2f}" if base and r.total_fabric_bytes else "-"
         ppo = r.stats.get("bier_packets_per_op")
-        print(f"{m:<10} {r.source_egress_bytes:>16,} {round(r.total_fabric_bytes):>14,} {eg:>9} {fb:>9} "
-              f"{'-' if ppo is None else f'{ppo:.2f}':>12} {ex:>6}/{2 * len(r.links)}")
+        print(
+            f"{m:<10} {r.source_egress_bytes:>16,} {round(r.total_fabric_bytes):>14,} {eg:>9} {fb:>9} "
+            f"{'-' if ppo is None else f'{ppo:.2f}':>12} {ex:>6}/{2 * len(r.links)}"
+        )
     bad = 0
     for run_dir in args.against:
         measured = load_run(run_dir)
@@ -109,7 +125,9 @@ def _run(args: argparse.Namespace) -> int:
             print(f"  {d}")
         bad += bool(diff)
     if args.output:
-        Path(args.output).write_text(json.dumps({m: r.to_dict() for m, r in runs.items()}, indent=1, default=str))
+        Path(args.output).write_text(
+            json.dumps({m: r.to_dict() for m, r in runs.items()}, indent=1, default=str)
+        )
         print(f"wrote {args.output}")
     return 1 if bad else 0
 
@@ -130,8 +148,10 @@ def _generate(args: argparse.Namespace) -> int:
 
 def _table(rows: list[dict[str, Any]]) -> str:
     keys = list(rows[0])
+
     def cell(v: Any) -> str:
         return f"{v:.3g}" if isinstance(v, float) else str(v)
+
     lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
     lines += ["| " + " | ".join(cell(r[k]) for k in keys) + " |" for r in rows]
     return "\n".join(lines) + "\n"
@@ -157,25 +177,44 @@ def _experiment(args: argparse.Namespace) -> int:
                 for mode, style in (("host-bier", "-o"), ("net-bier", "--s")):
                     pts = [(r["gpus"], r[f"{mode} egress x"]) for r in rows if r["workload"] == wl]
                     ax.plot(*zip(*pts, strict=True), style, label=f"{wl}, {mode}")
-            ax.set(xscale="log", yscale="log", xlabel="GPUs", ylabel="source egress: unicast / mode",
-                   title="Bytes the sources save against unicast")
+            ax.set(
+                xscale="log",
+                yscale="log",
+                xlabel="GPUs",
+                ylabel="source egress: unicast / mode",
+                title="Bytes the sources save against unicast",
+            )
         elif name == "bsl":
             rows = experiments.bsl_overhead(gpus=min(sizes[-1], 8192) if len(sizes) > 1 else sizes[0])
             fig, ax = plt.subplots(figsize=(7, 4))
             for a in ("topology-aware", "random"):
                 for wl in ("MoE uniform", "broadcast 64 KiB"):
-                    pts = [(r["bsl"], r["packets/op"]) for r in rows if r["assignment"] == a and r["workload"] == wl]
+                    pts = [
+                        (r["bsl"], r["packets/op"])
+                        for r in rows
+                        if r["assignment"] == a and r["workload"] == wl
+                    ]
                     ax.plot(*zip(*pts, strict=True), "-o" if a == "random" else "--s", label=f"{wl}, {a}")
-            ax.set(xscale="log", yscale="log", xlabel="BSL (bits)", ylabel="BIER packets per op",
-                   title="Packets per op against BSL and BFR-id assignment")
+            ax.set(
+                xscale="log",
+                yscale="log",
+                xlabel="BSL (bits)",
+                ylabel="BIER packets per op",
+                title="Packets per op against BSL and BFR-id assignment",
+            )
         else:
             rows = experiments.bift_state(sizes)
             fig, ax = plt.subplots(figsize=(7, 4))
             for tier in dict.fromkeys(r["tier"] for r in rows):
                 pts = [(r["gpus"], r["distinct F-BMs"]) for r in rows if r["tier"] == tier]
                 ax.plot(*zip(*pts, strict=True), "-o", label=tier)
-            ax.set(xscale="log", yscale="log", xlabel="GPUs", ylabel="distinct (SI, F-BM, BFR-NBR) entries",
-                   title="BIFT state per BFR (BSL 256)")
+            ax.set(
+                xscale="log",
+                yscale="log",
+                xlabel="GPUs",
+                ylabel="distinct (SI, F-BM, BFR-NBR) entries",
+                title="BIFT state per BFR (BSL 256)",
+            )
         ax.legend(fontsize=7)
         ax.grid(True, which="both", alpha=0.3)
         fig.tight_layout()

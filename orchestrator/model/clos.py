@@ -129,7 +129,9 @@ class ClosModel:
         # The plan's dense allocation: hosts 1..N in name order, then the leaves.
         self.host_bfr = np.arange(1, n + 1) if host_bfr is None else np.asarray(host_bfr, dtype=np.int64)
         self.leaf_bfr = (
-            np.arange(n + 1, n + fabric.leaves + 1) if leaf_bfr is None else np.asarray(leaf_bfr, dtype=np.int64)
+            np.arange(n + 1, n + fabric.leaves + 1)
+            if leaf_bfr is None
+            else np.asarray(leaf_bfr, dtype=np.int64)
         )
         h = np.arange(n)
         self.leaf_of = h // fabric.hosts_per_leaf
@@ -249,7 +251,7 @@ class ClosModel:
         loads.add(loads.host_up, ops.src[pkt_op], pkt_b, pkt_p)
         loads.add(loads.host_down, ops.dst, pkt_b[pair_pkt], pkt_p[pair_pkt])
         stats["copies"]["leaf>host"] = stats["copies"].get("leaf>host", 0) + float(pkt_p[pair_pkt].sum())
-        nfrag, payload = fragments(ops.nbytes, self.max_datagram)
+        _nfrag, payload = fragments(ops.nbytes, self.max_datagram)
         stats["payload_bytes"] += int(payload[per].sum())
 
     def _net_bier(self, ops: OpArrays, loads: _Loads, stats: dict[str, Any]) -> None:
@@ -271,7 +273,7 @@ class ClosModel:
     def link_arrays(self, loads: _Loads) -> np.ndarray:
         """[2 * links, 2] (bytes, packets) in the generated topology's link order (a->b, b->a)."""
         f = self.fabric
-        S, L, K = f.spines_per_pod, f.leaves_per_pod, f.supers_per_plane
+        _S, L, K = f.spines_per_pod, f.leaves_per_pod, f.supers_per_plane
         parts = []
         # leaf-spine links in (pod, leaf, spine) order; a is the leaf.
         parts.append(np.stack([loads.leaf_up, loads.leaf_down], axis=1).reshape(-1, 2))

@@ -16,8 +16,9 @@ from orchestrator.results import RunResult
 MODELLED_PREFIXES = ("bier.", "net-bier.")
 
 
-def differences(model: ModelRun, run: RunResult, tiers: dict[str, int | None],
-                counters: Iterable[str] | None = None) -> list[str]:
+def differences(
+    model: ModelRun, run: RunResult, tiers: dict[str, int | None], counters: Iterable[str] | None = None
+) -> list[str]:
     """Human-readable differences; empty when the model equals the run."""
     out: list[str] = []
     measured = {lc.link: lc for lc in run.links}
@@ -53,7 +54,9 @@ def differences(model: ModelRun, run: RunResult, tiers: dict[str, int | None],
         real = (metrics.source_egress_bytes, metrics.source_egress_packets)
         mine = (model.source_egress_bytes, model.source_egress_packets)
         if real != mine:
-            out.append(f"source egress: measured {real[0]} B / {real[1]} packets, model {mine[0]} B / {mine[1]}")
+            out.append(
+                f"source egress: measured {real[0]} B / {real[1]} packets, model {mine[0]} B / {mine[1]}"
+            )
     wanted = set(counters) if counters is not None else None
     for node, cs in model.agents.items():
         for name, value in cs.items():

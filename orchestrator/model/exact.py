@@ -100,8 +100,10 @@ class PlanModel:
         return bfr_id
 
     def fabric_interface(self, host: str) -> str:
-        names = sorted((ep.interface for link in self.plan.links for ep in (link.a, link.b) if ep.node == host),
-                       key=natural_key)
+        names = sorted(
+            (ep.interface for link in self.plan.links for ep in (link.a, link.b) if ep.node == host),
+            key=natural_key,
+        )
         if not names:
             raise ModelError(f"host {host} has no data interface in the plan")
         return names[0]
@@ -211,11 +213,20 @@ class PlanModel:
             if bift is None:
                 tally.count(node, "bier.dropped-no-entry")
                 continue
-            self._dispatch(node, impose(bift, bits, BIER_TTL, entropy), si, entropy, frame, tally, stats, payload)
+            self._dispatch(
+                node, impose(bift, bits, BIER_TTL, entropy), si, entropy, frame, tally, stats, payload
+            )
         return len(by_si)
 
     def _dispatch(
-        self, node: str, res: Any, si: int, entropy: int, frame: int, tally: Tally, stats: dict[str, Any],
+        self,
+        node: str,
+        res: Any,
+        si: int,
+        entropy: int,
+        frame: int,
+        tally: Tally,
+        stats: dict[str, Any],
         payload: int,
     ) -> None:
         """What BierDataplane._dispatch counts at ``node``, then the same at every neighbour reached."""
@@ -265,9 +276,12 @@ class PlanModel:
                 if found is None:
                     raise ModelError(f"{d} is not linked to a BIER leaf in lab {self.plan.lab}")
                 ports.setdefault(found[0], []).append(found[1])
-            ingress = next(ep.interface for link in self.plan.links for ep, other in
-                           ((link.a, link.b), (link.b, link.a)) if ep.node == leaf and other.node == op.src
-                           and other.interface == src_if)
+            ingress = next(
+                ep.interface
+                for link in self.plan.links
+                for ep, other in ((link.a, link.b), (link.b, link.a))
+                if ep.node == leaf and other.node == op.src and other.interface == src_if
+            )
             bfers = sorted({self.bfr_id(n) for n in ports})
             src_ip = self.plan.nodes[op.src].loopback
             assert src_ip is not None
@@ -283,7 +297,9 @@ class PlanModel:
                 tally.count(leaf, "net-bier.imposed")
                 emitted: list[str] = []
 
-                def egress(node: str, res: Any, si: int, frag: int = frag, emitted: list[str] = emitted) -> None:
+                def egress(
+                    node: str, res: Any, si: int, frag: int = frag, emitted: list[str] = emitted
+                ) -> None:
                     if not res.local:
                         return
                     for port in sorted(ports.get(node, []), key=natural_key):
@@ -295,8 +311,9 @@ class PlanModel:
 
                 self._on_deliver = egress  # type: ignore[method-assign]
                 try:
-                    packets += self._impose(leaf, bfers, entropy, bier_frame_overhead(bsl) + frag, tally, stats,
-                                            0)
+                    packets += self._impose(
+                        leaf, bfers, entropy, bier_frame_overhead(bsl) + frag, tally, stats, 0
+                    )
                 finally:
                     del self._on_deliver
                 stats["payload_bytes"] += frag * len(emitted)

@@ -91,14 +91,20 @@ def bsl_overhead(
 def clos_birt(fabric: Clos, node: str) -> dict[int, Any]:
     """The static BIRT of one node of a generated Clos over the host and leaf BFR-ids (the BFERs of
     host- and network-BIER): next hops are the neighbours on the shortest paths, in natural order."""
-    n, H, L, S, K = fabric.hosts, fabric.hosts_per_leaf, fabric.leaves_per_pod, fabric.spines_per_pod, fabric.supers_per_plane
+    n, H, L, S, K = (
+        fabric.hosts,
+        fabric.hosts_per_leaf,
+        fabric.leaves_per_pod,
+        fabric.spines_per_pod,
+        fabric.supers_per_plane,
+    )
     host_leaf = np.arange(n) // H
     ids = list(range(1, n + 1)) + list(range(n + 1, n + fabric.leaves + 1))
     dest_leaf = np.concatenate([host_leaf, np.arange(fabric.leaves)])
     is_host = np.arange(len(ids)) < n
     birt: dict[int, Any] = {}
     kind = node.rstrip("0123456789")
-    idx = int(node[len(kind):]) - 1
+    idx = int(node[len(kind) :]) - 1
     if kind == "h":
         for i, bfr in enumerate(ids):
             birt[bfr] = SELF if i == idx else [f"leaf{host_leaf[idx] + 1}"]

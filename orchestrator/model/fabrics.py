@@ -174,7 +174,9 @@ class SuperPod(_Fabric):
         nodes = {f"L{p}": BFR_IMAGE for p in range(1, self.planes + 1)}
         nodes.update({f"G{g}": GPU_IMAGE for g in range(1, self.gpus + 1)})
         links = [
-            (f"G{g}:eth{p}", f"L{p}:eth{g}") for g in range(1, self.gpus + 1) for p in range(1, self.planes + 1)
+            (f"G{g}:eth{p}", f"L{p}:eth{g}")
+            for g in range(1, self.gpus + 1)
+            for p in range(1, self.planes + 1)
         ]
         return nodes, links
 
@@ -186,7 +188,9 @@ def parse_fabric(spec: str) -> _Fabric:
     """``clos:pods=2,leaves_per_pod=4,...``, ``clos:gpus=65536``, ``rail:groups=2``, ``superpod:gpus=64``."""
     kind, _, rest = spec.partition(":")
     if kind not in FABRICS:
-        raise ValueError(f"fabric {spec!r}: the kind must be one of {', '.join(FABRICS)} (e.g. clos:gpus=1024)")
+        raise ValueError(
+            f"fabric {spec!r}: the kind must be one of {', '.join(FABRICS)} (e.g. clos:gpus=1024)"
+        )
     kwargs: dict[str, Any] = {}
     for item in filter(None, rest.split(",")):
         key, sep, value = item.partition("=")

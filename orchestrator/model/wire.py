@@ -23,8 +23,8 @@ from aidcnet.replay import DEFAULT_MAX_DATAGRAM, fragment_sizes
 __all__ = [
     "DEFAULT_MAX_DATAGRAM",
     "ETHERNET_HEADER",
-    "bier_header_bytes",
     "bier_frame_overhead",
+    "bier_header_bytes",
     "fragment_sizes",
     "udp_frame_overhead",
 ]

@@ -74,7 +74,10 @@ def moe_steps(
         np.cumsum(counts, out=ptr[1:])
         n = counts.size
         yield OpArrays(
-            np.concatenate(srcs), ptr, np.concatenate(dsts), np.concatenate(sizes),
+            np.concatenate(srcs),
+            ptr,
+            np.concatenate(dsts),
+            np.concatenate(sizes),
             np.arange(next_id, next_id + n, dtype=np.int64),
         )
         next_id += n
@@ -91,7 +94,7 @@ def _group_ops(
     reached = np.zeros((g * t, g), dtype=bool)
     reached[np.arange(g * t)[:, None], place[experts]] = True
     reached[np.arange(g * t), src] = False
-    weights = (1 << np.arange(g, dtype=np.int64))
+    weights = 1 << np.arange(g, dtype=np.int64)
     mask = reached.astype(np.int64) @ weights
     keep = mask != 0
     keys, tokens = np.unique(src[keep] * (1 << g) + mask[keep], return_counts=True)
@@ -109,4 +112,6 @@ def broadcast(n_hosts: int, nbytes: int, sources: int = 1) -> OpArrays:
     src = np.arange(sources, dtype=np.int64)
     dst = np.concatenate([np.delete(np.arange(n_hosts), s) for s in src])
     ptr = np.arange(sources + 1, dtype=np.int64) * (n_hosts - 1)
-    return OpArrays(src, ptr, dst, np.full(sources, nbytes, dtype=np.int64), np.arange(sources, dtype=np.int64))
+    return OpArrays(
+        src, ptr, dst, np.full(sources, nbytes, dtype=np.int64), np.arange(sources, dtype=np.int64)
+    )

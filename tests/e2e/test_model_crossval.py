@@ -47,8 +47,16 @@ def quiet_control_plane(topo: Topology, plan: LabPlan) -> None:
             if there.address is None:
                 continue
             _ip(
-                topo.container_name(here.node), "neigh", "replace", str(there.address.ip), "lladdr",
-                macs[(there.node, there.interface)], "dev", here.interface, "nud", "permanent",
+                topo.container_name(here.node),
+                "neigh",
+                "replace",
+                str(there.address.ip),
+                "lladdr",
+                macs[(there.node, there.interface)],
+                "dev",
+                here.interface,
+                "nud",
+                "permanent",
             )
     for name, node in plan.nodes.items():
         if node.role != "gpu-host":

@@ -22,12 +22,20 @@ FABRICS = [Clos(1, 4, 2, 2, 0), Clos(2, 2, 3, 2, 1), Clos(3, 2, 2, 3, 2)]
 
 def random_ops(hosts: list[str], rng: random.Random, n: int = 60) -> list[TraceOp]:
     ops = []
-    for i in range(n):
+    for _i in range(n):
         src = rng.choice(hosts)
         dst = rng.sample([h for h in hosts if h != src], rng.randint(1, min(6, len(hosts) - 1)))
         size = rng.choice([10, 40, 41, 7408, 8000, 8001, 30000])
-        ops.append(TraceOp(t=0.0, op="multicast" if len(dst) > 1 else "unicast", src=src, dst=dst, bytes=size,
-                           id=rng.randrange(1 << 21)))
+        ops.append(
+            TraceOp(
+                t=0.0,
+                op="multicast" if len(dst) > 1 else "unicast",
+                src=src,
+                dst=dst,
+                bytes=size,
+                id=rng.randrange(1 << 21),
+            )
+        )
     return ops
 
 
@@ -40,12 +48,16 @@ def test_clos_engine_equals_plan_model(fabric: Clos, mode: str, seed: int) -> No
     hosts = [f"h{i}" for i in range(1, fabric.hosts + 1)]
     # Random pins spread the hosts over ids up to 4 * BSL: several SIs, holes between.
     ids = rng.sample(range(1, 4 * 64), fabric.hosts)
-    lab_vars = LabVars.model_validate({"bier": {"bsl": 64}, "nodes": {h: {"bfr_id": i} for h, i in zip(hosts, ids)}})
+    lab_vars = LabVars.model_validate(
+        {"bier": {"bsl": 64}, "nodes": {h: {"bfr_id": i} for h, i in zip(hosts, ids, strict=False)}}
+    )
     plan = build_plan(topo, lab_vars)
     ops = random_ops(hosts, rng)
     exact = PlanModel(plan).run(ops, mode)
     leaf_bfr = np.array([plan.nodes[f"leaf{i}"].bfr_id for i in range(1, fabric.leaves + 1)])
-    engine = ClosModel(fabric, bsl=64, host_bfr=np.array([plan.nodes[h].bfr_id for h in hosts]), leaf_bfr=leaf_bfr)
+    engine = ClosModel(
+        fabric, bsl=64, host_bfr=np.array([plan.nodes[h].bfr_id for h in hosts]), leaf_bfr=leaf_bfr
+    )
     fast = engine.run(mode, OpArrays.from_ops(ops, {h: i for i, h in enumerate(hosts)}))
     assert fast.tier_sums == exact.tier_sums
     assert (fast.source_egress_bytes, fast.source_egress_packets) == (
