@@ -298,7 +298,14 @@ class PlanModel:
                 emitted: list[str] = []
 
                 def egress(
-                    node: str, res: Any, si: int, frag: int = frag, emitted: list[str] = emitted
+                    node: str,
+                    res: Any,
+                    si: int,
+                    frag: int = frag,
+                    emitted: list[str] = emitted,
+                    ports: dict[str, list[str]] = ports,
+                    leaf: str = leaf,
+                    ingress: str = ingress,
                 ) -> None:
                     if not res.local:
                         return
