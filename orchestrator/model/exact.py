@@ -42,6 +42,8 @@ from orchestrator.plan.context import natural_key
 from orchestrator.plan.model import LabPlan
 
 MODES = ("unicast", "host-bier", "net-bier")
+# Modes for traces of allreduce ops (orchestrator.allreduce); ring and ps are not modelled yet.
+REDUCE_MODES = ("ina",)
 # The BFIR's TTL for imposed packets (aidcnet.agent.bier_dataplane.DEFAULT_TTL via BierHost.send).
 BIER_TTL = 64
 ENTROPY_MASK = 0xFFFFF
@@ -139,8 +141,8 @@ class PlanModel:
 
     # -- the run ------------------------------------------------------------------------------------
     def run(self, ops: Iterable[TraceOp], mode: str) -> ModelRun:
-        if mode not in MODES:
-            raise ModelError(f"mode {mode!r}: the plan model knows {', '.join(MODES)}")
+        if mode not in MODES + REDUCE_MODES:
+            raise ModelError(f"mode {mode!r}: the plan model knows {', '.join(MODES + REDUCE_MODES)}")
         ops = list(ops)
         tally = Tally(len(self.plan.links))
         stats: dict[str, Any] = {"ops": len(ops), "payload_bytes": 0, "header_bytes": 0}
@@ -151,6 +153,13 @@ class PlanModel:
             per_op = [self._host_bier(op, tally, stats) for op in ops]
             stats["bier_packets_per_op"] = _mean(per_op)
             stats["bier_packets"] = sum(per_op)
+        elif mode == "ina":
+            from orchestrator.model.ina import InaModel
+
+            try:
+                InaModel(self).run_ops(ops, tally, stats)
+            except ValueError as exc:
+                raise ModelError(f"lab {self.plan.lab}: {exc}") from exc
         else:
             self._net_bier(ops, tally, stats)
         return self._finish(ops, mode, tally, stats)
@@ -353,4 +362,4 @@ def _static_birt(plan: LabPlan, node: str, bier: Any) -> dict[int, list[str]]:
     return birt
 
 
-__all__ = ["HOST_BIER_GROUP", "MODES", "ModelError", "PlanModel"]
+__all__ = ["HOST_BIER_GROUP", "MODES", "REDUCE_MODES", "ModelError", "PlanModel"]

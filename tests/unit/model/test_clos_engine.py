@@ -8,10 +8,13 @@ import random
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from aidcnet.replay import fragment_sizes
 from aidcnet.trace import TraceOp
-from orchestrator.model.clos import ClosModel, OpArrays, fragments
+from orchestrator.model import clos
+from orchestrator.model.clos import ClosModel, OpArrays, fragments, unique
 from orchestrator.model.exact import PlanModel
 from orchestrator.model.fabrics import Clos
 from orchestrator.plan import build_plan
@@ -80,3 +83,48 @@ def test_fragments_match_the_replay_cut() -> None:
     for s, c, p in zip(sizes, count, payload, strict=True):
         frags = fragment_sizes(int(s))
         assert (c, p) == (len(frags), sum(frags)), s
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 1 << 40), max_size=60), st.booleans())
+def test_unique_equals_numpy(keys: list[int], presort: bool) -> None:
+    arr = np.array(sorted(keys) if presort else keys, dtype=np.int64)
+    want, want_inv = np.unique(arr, return_inverse=True)
+    got, got_inv = unique(arr, return_inverse=True)
+    assert got.tolist() == want.tolist()
+    assert got_inv.tolist() == want_inv.reshape(-1).tolist()
+    assert unique(arr).tolist() == want.tolist()
+
+
+@pytest.mark.parametrize("max_pairs", [1, 3, 7, 1000])
+def test_chunks_cover_the_batch_at_op_boundaries(max_pairs: int) -> None:
+    rng = random.Random(5)
+    hosts = [f"h{i}" for i in range(1, 17)]
+    batch = OpArrays.from_ops(random_ops(hosts, rng, 40), {h: i for i, h in enumerate(hosts)})
+    pieces = list(batch.chunks(max_pairs))
+    assert np.concatenate([p.ids for p in pieces]).tolist() == batch.ids.tolist()
+    assert np.concatenate([p.dst for p in pieces]).tolist() == batch.dst.tolist()
+    for p in pieces:
+        assert p.dst_ptr[0] == 0 and p.dst_ptr[-1] == p.dst.size
+        assert len(p) == 1 or p.dst.size <= max_pairs
+
+
+def test_chunked_run_equals_whole_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    fabric = FABRICS[2]
+    hosts = [f"h{i}" for i in range(1, fabric.hosts + 1)]
+    batch = OpArrays.from_ops(random_ops(hosts, random.Random(9), 80), {h: i for i, h in enumerate(hosts)})
+    engine = ClosModel(fabric, bsl=64)
+    whole = engine.runs(clos.MODES, batch)
+    monkeypatch.setattr(clos, "CHUNK_PAIRS", 5)
+    cut = engine.runs(clos.MODES, batch)
+    for mode in clos.MODES:
+        assert cut[mode].tier_sums == whole[mode].tier_sums
+        for a, b in zip(cut[mode].links, whole[mode].links, strict=True):
+            # Exact directions to the byte; a hashed share (unicast in an ECMP group) is a float sum
+            # whose rounding may differ in the last bit with the order of additions.
+            nums = [k for k, v in a.__dict__.items() if type(v) in (int, float)]
+            assert [a.__dict__[k] for k in nums] == pytest.approx([b.__dict__[k] for k in nums], rel=1e-12)
+            assert (a.link, a.a_to_b_exact, a.b_to_a_exact) == (b.link, b.a_to_b_exact, b.b_to_a_exact)
+            if a.a_to_b_exact and a.b_to_a_exact:
+                assert a.__dict__ == b.__dict__, a.link
+        assert cut[mode].stats == whole[mode].stats
