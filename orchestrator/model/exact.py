@@ -56,7 +56,15 @@ class ModelError(ValueError):
 class PlanModel:
     """One lab plan, indexed for the model. Build it once, then :meth:`run` any number of traces/modes."""
 
-    def __init__(self, plan: LabPlan, max_datagram: int = DEFAULT_MAX_DATAGRAM):
+    def __init__(
+        self,
+        plan: LabPlan,
+        max_datagram: int = DEFAULT_MAX_DATAGRAM,
+        bandwidth: dict[str, float] | None = None,
+        down: Sequence[str] = (),
+    ):
+        """``bandwidth`` ("node:if" -> bits/s) and ``down`` ("node:if") change links as ``aidclab link
+        set`` does; they move FARE's weights on a BGP lab (``orchestrator.model.fare``)."""
         self.plan = plan
         self.max_datagram = max_datagram
         self.endpoints = [(str(link.a), str(link.b)) for link in plan.links]
@@ -69,10 +77,18 @@ class PlanModel:
             self.peer[(link.a.node, link.a.interface)] = link.b.node
             self.peer[(link.b.node, link.b.interface)] = link.a.node
         self.tiers = {name: node.tier for name, node in plan.nodes.items()}
+        # node -> destination -> [(dev, neighbor, weight)]: the plan's static routes (equal weights), or
+        # with bgp.enabled the weighted next hops the converged BGP/FARE underlay installs instead.
         self.routes = {
-            name: {r.to: [(h.dev, h.neighbor) for h in r.nexthops] for r in node.routes}
+            name: {r.to: [(h.dev, h.neighbor, 1) for h in r.nexthops] for r in node.routes}
             for name, node in plan.nodes.items()
         }
+        self.fare_routes: dict[str, dict[str, list[tuple[str, str, int]]]] = {}
+        if plan.bgp.enabled:
+            from orchestrator.model.fare import converge, weighted_routes
+
+            self.fare_routes = weighted_routes(plan, converge(plan, bandwidth, down))
+            self.routes.update(self.fare_routes)
         self._bier: dict[str, tuple[dict[int, Bift], dict[str, tuple[str, str]]]] = {}
         self._flows: dict[tuple[str, str], dict[int, Fraction]] = {}
 
@@ -129,8 +145,9 @@ class PlanModel:
                 nh = self.routes.get(node, {}).get(dst)
                 if not nh:
                     raise ModelError(f"{node} has no route to {dst} in the plan of lab {self.plan.lab}")
-                part = share / len(nh)
-                for dev, neighbor in nh:
+                total = sum(w for _dev, _nbr, w in nh)
+                for dev, neighbor, w in nh:
+                    part = share * w / total
                     d = self.port[(node, dev)]
                     out[d] = out.get(d, Fraction(0)) + part
                     if neighbor != dst:
@@ -162,7 +179,15 @@ class PlanModel:
                 raise ModelError(f"lab {self.plan.lab}: {exc}") from exc
         else:
             self._net_bier(ops, tally, stats)
-        return self._finish(ops, mode, tally, stats)
+        run = self._finish(ops, mode, tally, stats)
+        if mode == "unicast":
+            from orchestrator.model.fare import plane_shares
+
+            shares = plane_shares(run)
+            if shares:
+                # A source's split over its planes: FARE's weights (expected under the kernel's hash).
+                stats["plane_shares"] = shares
+        return run
 
     def _finish(self, ops: Sequence[TraceOp], mode: str, tally: Tally, stats: dict[str, Any]) -> ModelRun:
         links = link_loads(self.endpoints, tally)
