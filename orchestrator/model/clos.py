@@ -30,7 +30,7 @@ import numpy as np
 from aidcnet.bier.forwarding import ecmp_hash
 from aidcnet.replay import HEADER_SIZE
 from aidcnet.trace import TraceOp
-from orchestrator.model.counts import ModelRun, link_loads, tier_sums
+from orchestrator.model.counts import ModelRun, link_loads
 from orchestrator.model.fabrics import Clos
 from orchestrator.model.wire import DEFAULT_MAX_DATAGRAM, bier_frame_overhead, udp_frame_overhead
 
@@ -193,6 +193,7 @@ class ClosModel:
             if leaf_bfr is None
             else np.asarray(leaf_bfr, dtype=np.int64)
         )
+        self._endpoint_cache: list[tuple[str, str]] | None = None
         h = np.arange(n)
         self.leaf_of = h // fabric.hosts_per_leaf
         self.pod_of_leaf = np.arange(fabric.leaves) // fabric.leaves_per_pod
@@ -349,9 +350,7 @@ class ClosModel:
         self, mode: str, loads: _Loads, stats: dict[str, Any], sources: np.ndarray, lab: str | None
     ) -> ModelRun:
         arr = self.link_arrays(loads)
-        topo = self.fabric.topology()
-        endpoints = [(str(link.a), str(link.b)) for link in topo.links]
-        tiers = self._tiers()
+        endpoints = self._endpoints()
         hashed = mode == "unicast"
 
         class _T:  # the Tally interface link_loads reads
@@ -360,7 +359,7 @@ class ClosModel:
         t = _T()
         t.bytes = lambda: arr[:, 0]  # type: ignore[attr-defined]
         t.packets = lambda: arr[:, 1]  # type: ignore[attr-defined]
-        t.hashed = self._hashed_mask(len(topo.links)) if hashed else np.zeros(arr.shape[0], bool)  # type: ignore[attr-defined]
+        t.hashed = self._hashed_mask(len(endpoints)) if hashed else np.zeros(arr.shape[0], bool)  # type: ignore[attr-defined]
         links = link_loads(endpoints, t)  # type: ignore[arg-type]
         egress = loads.host_up[sources].sum(axis=0)
         total = arr.sum(axis=0)
@@ -372,7 +371,7 @@ class ClosModel:
             mode=mode,
             links=links,
             agents={},
-            tier_sums=tier_sums(endpoints, tiers, arr[:, 0], arr[:, 1]),
+            tier_sums=self._tier_sums(loads),
             sources=[f"h{i + 1}" for i in np.flatnonzero(sources)],
             source_egress_bytes=round(float(egress[0])),
             source_egress_packets=round(float(egress[1])),
@@ -390,10 +389,17 @@ class ClosModel:
         mask[-2 * f.hosts :] = False
         return mask
 
-    def _tiers(self) -> dict[str, int | None]:
-        f = self.fabric
-        tiers: dict[str, int | None] = {f"h{i}": 0 for i in range(1, f.hosts + 1)}
-        tiers.update({f"leaf{i}": 1 for i in range(1, f.leaves + 1)})
-        tiers.update({f"spine{i}": 2 for i in range(1, f.spines + 1)})
-        tiers.update({f"super{i}": 3 for i in range(1, f.supers + 1)})
-        return tiers
+    def _endpoints(self) -> list[tuple[str, str]]:
+        """The generated topology's links as (a, b) endpoint names, built once (393k links at 64k GPUs)."""
+        if self._endpoint_cache is None:
+            self._endpoint_cache = [(f"{a}", f"{b}") for a, b in self.fabric.wiring()[1]]
+        return self._endpoint_cache
+
+    def _tier_sums(self, loads: _Loads) -> dict[str, list[int]]:
+        """``counts.tier_sums`` read off the per-tier arrays (host 0, leaf 1, spine 2, super-spine 3);
+        tests/unit/model/test_clos_engine.py holds them equal to the plan model's."""
+        pairs = [("0>1", loads.host_up), ("1>0", loads.host_down)]
+        pairs += [("1>2", loads.leaf_up), ("2>1", loads.leaf_down)]
+        if self.fabric.supers_per_plane:
+            pairs += [("2>3", loads.spine_up), ("3>2", loads.spine_down)]
+        return {k: [round(float(a[:, 0].sum())), round(float(a[:, 1].sum()))] for k, a in sorted(pairs)}

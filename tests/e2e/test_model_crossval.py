@@ -12,12 +12,15 @@ to a second later inside the run). Labs are named ``model-*``.
 from __future__ import annotations
 
 import json
+import os
+import random
 import subprocess
 from pathlib import Path
 
-from aidcnet.trace import TraceReader
+from aidcnet.trace import TraceOp, TraceReader
 from orchestrator.model.compare import differences
 from orchestrator.model.exact import PlanModel
+from orchestrator.model.fabrics import Clos
 from orchestrator.plan.model import LabPlan
 from orchestrator.replay import load_plan, replay
 from orchestrator.runtime.docker import DockerRuntime
@@ -132,3 +135,58 @@ def crossval(runtime: DockerRuntime, topo: Topology, trace: Path, modes: tuple[s
 def test_leaf_spine_unicast_host_bier_net_bier(runtime: DockerRuntime, tmp_path: Path) -> None:
     with deployed(runtime, tmp_path, "leaf-spine", "model-ls", configured=True) as topo:
         crossval(runtime, topo, TRACE, ("unicast", "host-bier", "net-bier"), tmp_path)
+
+
+def random_trace(path: Path, hosts: list[str], rng: random.Random, n: int = 60) -> Path:
+    """Ops with random sources, receiver sets (1..6) and sizes around the fragment boundaries."""
+    lines = [
+        json.dumps(
+            {
+                "format": "aidclab-trace",
+                "version": 1,
+                "generator": "model-crossval",
+                "params": {"ops": n},
+                "hosts": hosts,
+            }
+        )
+    ]
+    for i in range(n):
+        src = rng.choice(hosts)
+        dst = rng.sample([h for h in hosts if h != src], rng.randint(1, min(6, len(hosts) - 1)))
+        op = TraceOp(
+            t=i * 0.002,
+            op="multicast" if len(dst) > 1 else "unicast",
+            src=src,
+            dst=dst,
+            bytes=rng.choice([10, 40, 41, 7408, 8000, 8001, 30000]),
+            id=i,
+        )
+        lines.append(op.to_json())
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_random_clos_bsl64_with_random_bfr_id_pins(runtime: DockerRuntime, tmp_path: Path) -> None:
+    """A 3-tier Clos (2 pods, 2 leaves and 2 spines each, 2 super-spines, 8 hosts) with BSL 64 and the
+    hosts' BFR-ids pinned at random below 4 x 64, so a receiver set spans several SIs (one BIER packet
+    each) with holes between: unicast through the tier sums (the kernel hashes over 2 spines and 2
+    super-spines), host-BIER and network-BIER link by link."""
+    seed = int(os.environ.get("MODEL_CROSSVAL_SEED", random.randrange(1 << 16)))
+    print(f"random Clos: seed {seed} (MODEL_CROSSVAL_SEED={seed} repeats this run)")
+    rng = random.Random(seed)
+    fabric = Clos(pods=2, leaves_per_pod=2, hosts_per_leaf=2, spines_per_pod=2, supers_per_plane=1)
+    hosts = [f"h{i}" for i in range(1, fabric.hosts + 1)]
+    ids = rng.sample(range(1, 4 * 64), fabric.hosts)
+    lab_vars = {"bier": {"bsl": 64}, "nodes": {h: {"bfr_id": i} for h, i in zip(hosts, ids, strict=True)}}
+    generated = fabric.clab()
+
+    def edit(doc: dict) -> None:
+        doc["topology"] = generated["topology"]
+
+    trace = random_trace(tmp_path / "random.jsonl", hosts, rng)
+    with deployed(
+        runtime, tmp_path, "leaf-spine", "model-clos", lab_vars, configured=True, edit=edit
+    ) as topo:
+        plan = load_plan(topo)
+        assert len({(plan.nodes[h].bfr_id - 1) // 64 for h in hosts}) > 1, f"seed {seed}: one SI only"
+        crossval(runtime, topo, trace, ("unicast", "host-bier", "net-bier"), tmp_path)
