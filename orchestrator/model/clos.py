@@ -365,7 +365,13 @@ class ClosModel:
         total = arr.sum(axis=0)
         stats["fabric_bytes"] = float(total[0])
         stats["fabric_packets"] = float(total[1])
-        stats["header_bytes"] = float(total[0]) - self._payload_on_links(mode, stats)
+        # Every packet on a link carries one fragment and a fixed set of headers: Ethernet/IPv4/UDP on
+        # host links in unicast and network-BIER, the BIER frame between BFRs.
+        udp, bier = udp_frame_overhead(), bier_frame_overhead(self.bsl)
+        host_packets = float(loads.host_up[:, 1].sum() + loads.host_down[:, 1].sum())
+        switch_packets = float(total[1]) - host_packets
+        per_packet = {"unicast": (udp, udp), "host-bier": (bier, bier), "net-bier": (udp, bier)}[mode]
+        stats["header_bytes"] = host_packets * per_packet[0] + switch_packets * per_packet[1]
         return ModelRun(
             lab=lab or self.fabric.name,
             mode=mode,
@@ -377,10 +383,6 @@ class ClosModel:
             source_egress_packets=round(float(egress[1])),
             stats=stats,
         )
-
-    def _payload_on_links(self, mode: str, stats: dict[str, Any]) -> float:
-        del mode
-        return float(stats.get("payload_on_links", 0.0))
 
     def _hashed_mask(self, n_links: int) -> np.ndarray:
         """Unicast: every direction between switches sits in an ECMP group; host links do not."""

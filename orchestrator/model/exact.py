@@ -210,8 +210,11 @@ class PlanModel:
         nbytes = sum(frags) + udp_frame_overhead() * len(frags)
         for dst in op.dst:
             stats["payload_bytes"] += sum(frags)
-            stats["header_bytes"] += udp_frame_overhead() * len(frags)
-            for d, share in self.unicast_flow(op.src, dst).items():
+            flow = self.unicast_flow(op.src, dst)
+            # Header bytes on the wire: every fragment's headers once per link it crosses (the shares
+            # of an ECMP split add up to whole hops).
+            stats["header_bytes"] += int(udp_frame_overhead() * len(frags) * sum(flow.values()))
+            for d, share in flow.items():
                 tally.add_share(d, share, nbytes, len(frags))
 
     def _host_bier(self, op: TraceOp, tally: Tally, stats: dict[str, Any]) -> int:
@@ -236,7 +239,7 @@ class PlanModel:
         tally: Tally,
         stats: dict[str, Any],
         payload: int,
-        skip_local: Any = None,
+        deliver_payload: bool = True,
     ) -> int:
         """BierDataplane.impose at ``node``: one packet per SI, then the copies down the tree."""
         bifts, _ = self.bier_tables(node)
@@ -248,7 +251,8 @@ class PlanModel:
                 tally.count(node, "bier.dropped-no-entry")
                 continue
             self._dispatch(
-                node, impose(bift, bits, BIER_TTL, entropy), si, entropy, frame, tally, stats, payload
+                node, impose(bift, bits, BIER_TTL, entropy), si, entropy, frame, tally, stats, payload,
+                deliver_payload,
             )
         return len(by_si)
 
@@ -262,6 +266,7 @@ class PlanModel:
         tally: Tally,
         stats: dict[str, Any],
         payload: int,
+        deliver_payload: bool = True,
     ) -> None:
         """What BierDataplane._dispatch counts at ``node``, then the same at every neighbour reached."""
         udp = frame - udp_frame_overhead()
@@ -274,7 +279,8 @@ class PlanModel:
                 tally.count(here, "bier.replicated", len(r.copies) - 1)
             if r.local:
                 tally.count(here, "bier.delivered")
-                stats["payload_bytes"] += payload
+                if deliver_payload:  # network-BIER counts what its leaves emit to the hosts instead
+                    stats["payload_bytes"] += payload
             if r.copies or r.local:
                 tally.count(here, "bier.accepted")
             for nbr, bits, _label in r.copies:
@@ -325,7 +331,6 @@ class PlanModel:
             for frag in frags:
                 host_frame = udp0 + frag
                 tally.add(self.port[(op.src, src_if)], host_frame, 1)
-                stats["payload_bytes"] += frag
                 stats["header_bytes"] += udp0
                 tally.count(leaf, "net-bier.captured")
                 tally.count(leaf, "net-bier.imposed")
@@ -353,7 +358,7 @@ class PlanModel:
                 self._on_deliver = egress  # type: ignore[method-assign]
                 try:
                     packets += self._impose(
-                        leaf, bfers, entropy, bier_frame_overhead(bsl) + frag, tally, stats, 0
+                        leaf, bfers, entropy, bier_frame_overhead(bsl) + frag, tally, stats, frag, False
                     )
                 finally:
                     del self._on_deliver

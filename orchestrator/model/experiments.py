@@ -17,9 +17,21 @@ import numpy as np
 from aidcnet.bier.bift import SELF, build_bifts
 from orchestrator.model.clos import ClosModel
 from orchestrator.model.fabrics import Clos
-from orchestrator.model.workload import broadcast, moe_steps
+from orchestrator.model.workload import EP_GROUP, broadcast, group_hosts, moe_steps
 
 MODES = ("unicast", "host-bier", "net-bier")
+
+
+SWITCH_TIERS = ("1>2", "2>1", "2>3", "3>2")
+
+
+def above_leaves(run: Any) -> float:
+    """Bytes on the links between switches (leaf-spine and spine-super-spine, both ways)."""
+    return float(sum(run.tier_sums.get(k, [0, 0])[0] for k in SWITCH_TIERS))
+
+
+def _ratio(a: float, b: float) -> float:
+    return a / b if b else float("inf")
 
 
 def _ratios(runs: dict[str, Any]) -> dict[str, float]:
@@ -27,12 +39,17 @@ def _ratios(runs: dict[str, Any]) -> dict[str, float]:
     out: dict[str, float] = {}
     for mode in ("host-bier", "net-bier"):
         r = runs[mode]
-        out[f"{mode} egress x"] = base.source_egress_bytes / r.source_egress_bytes
-        out[f"{mode} fabric x"] = base.stats["fabric_bytes"] / r.stats["fabric_bytes"]
+        out[f"{mode} egress x"] = _ratio(base.source_egress_bytes, r.source_egress_bytes)
+        out[f"{mode} above-leaf x"] = _ratio(above_leaves(base), above_leaves(r))
+        out[f"{mode} fabric x"] = _ratio(base.stats["fabric_bytes"], r.stats["fabric_bytes"])
+    hb = runs["host-bier"].stats
+    out["host-bier pkts/op"] = hb["bier_packets"] / max(1, hb["ops"])
     return out
 
 
 def savings(sizes: tuple[int, ...] = (1024, 8192, 65536), steps: int = 1) -> list[dict[str, Any]]:
+    """Per fabric size and workload: the bytes-weighted fan-out, and what host-BIER and network-BIER save
+    against unicast on the sources' egress, on the links between switches, and on the whole fabric."""
     rows = []
     for gpus in sizes:
         fabric = Clos.for_gpus(gpus)
@@ -59,20 +76,39 @@ def _payload_sent(batches: Any) -> int:
     return int(sum(fragments(b.nbytes)[1].sum() for b in batches))
 
 
+def ep_group_ids(n_hosts: int, group_size: int = EP_GROUP) -> np.ndarray:
+    """BFR-ids numbered EP group by EP group (strided placement): the hosts that exchange tokens share
+    an SI whenever the group fits in one BitString."""
+    members = group_hosts(n_hosts, group_size, "strided")
+    ids = np.empty(n_hosts, dtype=np.int64)
+    ids[members.reshape(-1)] = np.arange(1, n_hosts + 1)
+    return ids
+
+
 def bsl_overhead(
     gpus: int = 8192, bsls: tuple[int, ...] = (64, 128, 256, 512, 1024, 2048, 4096), seed: int = 0
 ) -> list[dict[str, Any]]:
+    """Host-BIER against BSL and BFR-id assignment: packets per op (one per SI touched), the share of
+    header bytes on the fabric, and the savings against unicast (which no BSL changes)."""
     fabric = Clos.for_gpus(gpus)
     rng = np.random.default_rng(seed)
-    perm = rng.permutation(fabric.hosts) + 1
+    assignments: dict[str, np.ndarray | None] = {
+        "topology (host order)": None,
+        "random": rng.permutation(fabric.hosts) + 1,
+        "EP group": ep_group_ids(fabric.hosts),
+    }
+    workloads = {
+        "MoE uniform": list(moe_steps(fabric.hosts, steps=1, placement="strided")),
+        "broadcast 64 KiB": [broadcast(fabric.hosts, 1 << 16)],
+    }
+    base = {name: ClosModel(fabric).run("unicast", b) for name, b in workloads.items()}
     rows = []
-    for assignment, host_bfr in (("topology-aware", None), ("random", perm)):
+    for assignment, host_bfr in assignments.items():
         for bsl in bsls:
             model = ClosModel(fabric, bsl=bsl, host_bfr=host_bfr)
-            for name, batches in (
-                ("MoE uniform", list(moe_steps(fabric.hosts, steps=1, placement="strided"))),
-                ("broadcast 64 KiB", [broadcast(fabric.hosts, 1 << 16)]),
-            ):
+            for name, batches in workloads.items():
+                if name.startswith("broadcast") and assignment == "EP group":
+                    continue  # a broadcast has no group: the assignment is one more permutation
                 r = model.run("host-bier", batches)
                 ops = sum(len(b) for b in batches)
                 rows.append(
@@ -82,7 +118,8 @@ def bsl_overhead(
                         "workload": name,
                         "packets/op": r.stats["bier_packets"] / ops,
                         "header share": r.stats["header_bytes"] / r.stats["fabric_bytes"],
-                        "fabric GB": r.stats["fabric_bytes"] / 1e9,
+                        "egress x": _ratio(base[name].source_egress_bytes, r.source_egress_bytes),
+                        "fabric x": _ratio(base[name].stats["fabric_bytes"], r.stats["fabric_bytes"]),
                     }
                 )
     return rows

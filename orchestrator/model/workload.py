@@ -23,6 +23,9 @@ import numpy as np
 from orchestrator.model.clos import OpArrays
 from orchestrator.workloads import moe
 
+# Hosts per expert-parallel group: DeepSeek-V3's 256 routed experts at 8 per host.
+EP_GROUP = 32
+
 
 def group_hosts(n_hosts: int, group_size: int, placement: Literal["contiguous", "strided"]) -> np.ndarray:
     """[groups, group_size] global host indices of each EP group."""
@@ -38,7 +41,7 @@ def group_hosts(n_hosts: int, group_size: int, placement: Literal["contiguous", 
 def moe_steps(
     n_hosts: int,
     steps: int = 10,
-    group_size: int = 32,
+    group_size: int = EP_GROUP,
     tokens_per_host: int = 128,
     skew: Literal["uniform", "zipf"] = "uniform",
     zipf_s: float = 1.0,

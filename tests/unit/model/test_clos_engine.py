@@ -67,6 +67,9 @@ def test_clos_engine_equals_plan_model(fabric: Clos, mode: str, seed: int) -> No
         exact.source_egress_bytes,
         exact.source_egress_packets,
     )
+    # Header bytes on the wire (every link packet's headers) and payload delivered.
+    assert fast.stats["header_bytes"] == pytest.approx(exact.stats["header_bytes"])
+    assert fast.stats["payload_bytes"] == exact.stats["payload_bytes"]
     if mode == "net-bier":
         return  # per-link spine choice differs by design (stand-in Entropy); tier sums above are exact
     for a, b in zip(exact.links, fast.links, strict=True):
