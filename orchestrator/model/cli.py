@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from orchestrator.model.exact import MODES
+from orchestrator.model.exact import MODES, REDUCE_MODES
 
 EPILOG = """\
 examples:
@@ -40,7 +40,21 @@ def add_parser(subparsers: Any) -> None:
     r.add_argument("lab", nargs="?", help="lab name or topology file (its vars file beside it is used)")
     r.add_argument("trace", help="trace file (docs/trace-format.md)")
     r.add_argument("--fabric", help="a generated fabric instead of a lab, e.g. clos:gpus=1024 (see generate)")
-    r.add_argument("--mode", action="append", choices=MODES, help="mode(s) to model; default all")
+    r.add_argument(
+        "--mode",
+        action="append",
+        choices=MODES + REDUCE_MODES,
+        help="mode(s) to model; default every mode the trace allows (ina for allreduce traces)",
+    )
+    r.add_argument(
+        "--bandwidth",
+        action="append",
+        default=[],
+        metavar="NODE:IF=BW",
+        help="a link's bandwidth as 'aidclab link set NODE:IF bandwidth BW' sets it (e.g. G2:eth2=400G); "
+        "on a BGP lab it moves FARE's weights and the per-plane shares",
+    )
+    r.add_argument("--down", action="append", default=[], metavar="NODE:IF", help="a link taken down")
     r.add_argument(
         "--against",
         action="append",
@@ -77,12 +91,24 @@ def _plan_model(args: argparse.Namespace) -> Any:
     if args.fabric:
         from orchestrator.model.fabrics import parse_fabric
 
-        return PlanModel(build_plan(parse_fabric(args.fabric).topology(), LabVars()))
+        return PlanModel(build_plan(parse_fabric(args.fabric).topology(), LabVars()), **_links(args))
     if not args.lab:
         raise ValueError("give a lab (name or topology file) or --fabric SPEC")
     from orchestrator.topology import load_topology, resolve_lab
 
-    return PlanModel(build_plan(load_topology(resolve_lab(args.lab))))
+    return PlanModel(build_plan(load_topology(resolve_lab(args.lab))), **_links(args))
+
+
+def _links(args: argparse.Namespace) -> dict[str, Any]:
+    from aidcnet.fare.bandwidth import bytes_to_bits, parse_bandwidth
+
+    bandwidth = {}
+    for item in args.bandwidth:
+        where, sep, bw = item.partition("=")
+        if not sep or ":" not in where:
+            raise ValueError(f"--bandwidth {item!r}: write NODE:IF=BW, e.g. G2:eth2=400G")
+        bandwidth[where] = bytes_to_bits(parse_bandwidth(bw))
+    return {"bandwidth": bandwidth, "down": list(args.down)}
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -93,7 +119,8 @@ def _run(args: argparse.Namespace) -> int:
     model = _plan_model(args)
     with TraceReader(args.trace) as reader:
         ops = list(reader)
-    modes = args.mode or list(MODES)
+    reduce = any(op.op == "allreduce" for op in ops)
+    modes = args.mode or list(REDUCE_MODES if reduce else MODES)
     runs = {m: model.run(ops, m) for m in modes}
     base = runs.get("unicast")
     print(
@@ -172,36 +199,38 @@ def _experiment(args: argparse.Namespace) -> int:
     for name in names:
         if name == "savings":
             rows = experiments.savings(sizes)
-            fig, ax = plt.subplots(figsize=(7, 4))
-            for wl in dict.fromkeys(r["workload"] for r in rows):
-                for mode, style in (("host-bier", "-o"), ("net-bier", "--s")):
-                    pts = [(r["gpus"], r[f"{mode} egress x"]) for r in rows if r["workload"] == wl]
-                    ax.plot(*zip(*pts, strict=True), style, label=f"{wl}, {mode}")
-            ax.set(
-                xscale="log",
-                yscale="log",
-                xlabel="GPUs",
-                ylabel="source egress: unicast / mode",
-                title="Bytes the sources save against unicast",
-            )
+            fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+            for ax, what, label in (
+                (axes[0], "egress", "source egress: unicast / mode"),
+                (axes[1], "above-leaf", "bytes between switches: unicast / mode"),
+            ):
+                for wl in dict.fromkeys(r["workload"] for r in rows):
+                    for mode, style in (("host-bier", "-o"), ("net-bier", "--s")):
+                        pts = [(r["gpus"], r[f"{mode} {what} x"]) for r in rows if r["workload"] == wl]
+                        ax.plot(*zip(*pts, strict=True), style, label=f"{wl}, {mode}")
+                ax.set(xscale="log", yscale="log", xlabel="GPUs", ylabel=label)
+                ax.grid(True, which="both", alpha=0.3)
+            axes[0].set_title("What the sources save")
+            axes[1].set_title("What the fabric above the leaves saves")
+            ax = axes[1]
         elif name == "bsl":
-            rows = experiments.bsl_overhead(gpus=min(sizes[-1], 8192) if len(sizes) > 1 else sizes[0])
-            fig, ax = plt.subplots(figsize=(7, 4))
-            for a in ("topology-aware", "random"):
+            gpus = max(s for s in sizes if s <= 8192) if any(s <= 8192 for s in sizes) else sizes[0]
+            rows = experiments.bsl_overhead(gpus=gpus)
+            fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+            for a, style in (("topology (host order)", "--s"), ("random", "-o"), ("EP group", ":^")):
                 for wl in ("MoE uniform", "broadcast 64 KiB"):
-                    pts = [
-                        (r["bsl"], r["packets/op"])
-                        for r in rows
-                        if r["assignment"] == a and r["workload"] == wl
-                    ]
-                    ax.plot(*zip(*pts, strict=True), "-o" if a == "random" else "--s", label=f"{wl}, {a}")
-            ax.set(
-                xscale="log",
-                yscale="log",
-                xlabel="BSL (bits)",
-                ylabel="BIER packets per op",
-                title="Packets per op against BSL and BFR-id assignment",
-            )
+                    pts = [(r["bsl"], r["packets/op"], r["egress x"]) for r in rows
+                           if r["assignment"] == a and r["workload"] == wl]
+                    if not pts:
+                        continue
+                    axes[0].plot([p[0] for p in pts], [p[1] for p in pts], style, label=f"{wl}, {a}")
+                    axes[1].plot([p[0] for p in pts], [p[2] for p in pts], style, label=f"{wl}, {a}")
+            axes[0].set(xscale="log", yscale="log", xlabel="BSL (bits)", ylabel="BIER packets per op",
+                        title=f"Host-BIER packets per op, {gpus} GPUs")
+            axes[1].set(xscale="log", yscale="log", xlabel="BSL (bits)",
+                        ylabel="source egress: unicast / host-BIER", title="Savings against unicast")
+            axes[0].grid(True, which="both", alpha=0.3)
+            ax = axes[1]
         else:
             rows = experiments.bift_state(sizes)
             fig, ax = plt.subplots(figsize=(7, 4))

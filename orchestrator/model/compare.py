@@ -13,7 +13,7 @@ from orchestrator.model.counts import ModelRun, tier_sums
 from orchestrator.results import RunResult
 
 # Agent counters the model predicts; a replay's agents count much more (control, config, ...).
-MODELLED_PREFIXES = ("bier.", "net-bier.")
+MODELLED_PREFIXES = ("bier.", "net-bier.", "ina.")
 
 
 def differences(

@@ -106,6 +106,12 @@ class InaModel:
                 raise ValueError(f"op {op.id}: bytes {op.bytes} is not a whole number of 4-octet elements")
             job = self._job_for(op)
             roots[job.job] = job.root
+            # Each AllReduce restarts its chunk numbers at 0: the driver resets the job's slots first
+            # (orchestrator.allreduce.run_allreduce, InaSwitchService.reset).
+            for agg in self.aggregators.values():
+                cfg = agg.job(job.job)
+                if cfg is not None:
+                    agg.add_job(cfg)
             elements = op.bytes // 4
             for chunk in range(chunk_count(elements, self.per_chunk)):
                 k = min(self.per_chunk, elements - chunk * self.per_chunk)

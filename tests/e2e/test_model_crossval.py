@@ -17,6 +17,8 @@ import random
 import subprocess
 from pathlib import Path
 
+import yaml
+
 from aidcnet.trace import TraceOp, TraceReader
 from orchestrator.model.compare import differences
 from orchestrator.model.exact import PlanModel
@@ -190,3 +192,48 @@ def test_random_clos_bsl64_with_random_bfr_id_pins(runtime: DockerRuntime, tmp_p
         plan = load_plan(topo)
         assert len({(plan.nodes[h].bfr_id - 1) // 64 for h in hosts}) > 1, f"seed {seed}: one SI only"
         crossval(runtime, topo, trace, ("unicast", "host-bier", "net-bier"), tmp_path)
+
+
+def allreduce_trace(path: Path) -> Path:
+    """Figure 1's two jobs at once, then job 1 alone with a last chunk shorter than the others."""
+    header = {"format": "aidclab-trace", "version": 1, "generator": "model-crossval", "params": {},
+              "hosts": [f"w{i}" for i in range(1, 9)]}
+    ops = [
+        TraceOp(t=0.0, op="allreduce", src="w1", dst=["w2", "w3", "w4"], bytes=4 * 4096, id=0),
+        TraceOp(t=0.0, op="allreduce", src="w5", dst=["w6", "w7", "w8"], bytes=4 * 2048, id=1),
+        TraceOp(t=0.5, op="allreduce", src="w1", dst=["w2", "w3", "w4"], bytes=4 * 5000, id=2),
+    ]
+    path.write_text("\n".join([json.dumps(header)] + [op.to_json() for op in ops]) + "\n")
+    return path
+
+
+def test_ina_fig1_ina_bytes(runtime: DockerRuntime, tmp_path: Path) -> None:
+    """INA on Figure 1 of the draft: every link direction (worker chunks, partial aggregates, forwarded
+    and transit packets, the root's BIER dissemination), the switches' ina.* and bier.* counters, and
+    so the INA bytes into each switch and into each job's root."""
+    from orchestrator.allreduce import replay_allreduce
+    from orchestrator.results import load_run
+
+    trace = allreduce_trace(tmp_path / "allreduce.jsonl")
+    with TraceReader(trace) as reader:
+        ops = list(reader)
+    lab_vars = yaml.safe_load((ROOT / "labs" / "ina-fig1.vars.yml").read_text())
+    with deployed(runtime, tmp_path, "ina-fig1", "model-ina", lab_vars, configured=True) as topo:
+        plan = load_plan(topo)
+        quiet_control_plane(topo, plan)
+        # The model has no loss and no timer. A worker resends a chunk after 0.2 s without its result,
+        # which a loaded 2-core machine sometimes reaches with Python switches: that run's extra packets
+        # depend on timing, so it is not comparable and the replay is repeated (at most 3 times).
+        for attempt in range(1, 4):
+            runs, run_dir = replay_allreduce(topo, str(trace), "ina", str(tmp_path / f"results{attempt}"))
+            assert all(r.ok for r in runs), [r.verdict for r in runs]
+            retransmits = [r.retransmits for r in runs]
+            print(f"ina-fig1 attempt {attempt}: retransmits per op {retransmits}")
+            if not sum(retransmits):
+                break
+        assert not sum(retransmits), f"every attempt had retransmits (last: {retransmits} per op)"
+        model = PlanModel(plan)
+        predicted = model.run(ops, "ina")
+        diff = differences(predicted, load_run(run_dir), model.tiers)
+        print(f"ina-fig1: INA bytes into each switch {predicted.stats['ina_bytes_in']}")
+        assert not diff, "model and emulator differ:\n" + "\n".join(diff)

@@ -58,6 +58,18 @@ def test_figure1_job1_per_chunk(fig1: PlanModel, elements: int) -> None:
     assert run.stats["payload_bytes"] == 4 * elements * 4
 
 
+def test_each_allreduce_restarts_its_chunks(fig1: PlanModel) -> None:
+    # The driver resets the job's slots before every AllReduce; chunk 0 of a second run is new, not a
+    # duplicate of the first run's chunk 0.
+    ops = [
+        TraceOp(t=0.0, op="allreduce", src="w1", dst=["w2", "w3", "w4"], bytes=4 * 2048, id=0),
+        TraceOp(t=1.0, op="allreduce", src="w1", dst=["w2", "w3", "w4"], bytes=4 * 2048, id=1),
+    ]
+    run = fig1.run(ops, "ina")
+    assert run.agents["s6"]["ina.disseminated"] == 2
+    assert not any(k.startswith("ina.dropped") for c in run.agents.values() for k in c)
+
+
 def test_allreduce_without_a_job_is_refused(fig1: PlanModel) -> None:
     op = TraceOp(t=0.0, op="allreduce", src="w1", dst=["w5"], bytes=64, id=0)
     with pytest.raises(ModelError, match="no INA job"):
