@@ -237,3 +237,21 @@ def test_ina_fig1_ina_bytes(runtime: DockerRuntime, tmp_path: Path) -> None:
         diff = differences(predicted, load_run(run_dir), model.tiers)
         print(f"ina-fig1: INA bytes into each switch {predicted.stats['ina_bytes_in']}")
         assert not diff, "model and emulator differ:\n" + "\n".join(diff)
+
+
+def test_superpod_static_four_planes(runtime: DockerRuntime, tmp_path: Path) -> None:
+    """Seed 004's multi-plane SuperPoD scaled to 4 GPUs (all four plane leaves), static routes: a GPU's
+    four ports are its planes. Unicast: the kernel hashes each flow over the four planes, so the GPU
+    links are expectations and the tier sums exact; host-BIER picks the plane by Entropy (exact per
+    link); network-BIER from the GPU's first port through that plane's leaf."""
+    from tests.e2e.conftest import scale_superpod
+
+    seed = int(os.environ.get("MODEL_CROSSVAL_SEED", random.randrange(1 << 16)))
+    print(f"superpod: seed {seed} (MODEL_CROSSVAL_SEED={seed} repeats this run)")
+    hosts = [f"G{i}" for i in range(1, 5)]
+    trace = random_trace(tmp_path / "random.jsonl", hosts, random.Random(seed), n=40)
+    lab_vars = yaml.safe_load((ROOT / "labs" / "superpod.vars.yml").read_text())
+    with deployed(
+        runtime, tmp_path, "superpod", "model-sp", lab_vars, configured=True, edit=scale_superpod(4)
+    ) as topo:
+        crossval(runtime, topo, trace, ("unicast", "host-bier", "net-bier"), tmp_path)
