@@ -219,14 +219,15 @@ def _experiment(args: argparse.Namespace) -> int:
             fig, axes = plt.subplots(1, 2, figsize=(11, 4))
             for a, style in (("topology (host order)", "--s"), ("random", "-o"), ("EP group", ":^")):
                 for wl in ("MoE uniform", "broadcast 64 KiB"):
-                    pts = [(r["bsl"], r["packets/op"], r["egress x"]) for r in rows
+                    pts = [(r["bsl"], r["SIs/datagram"], r["egress x"]) for r in rows
                            if r["assignment"] == a and r["workload"] == wl]
                     if not pts:
                         continue
                     axes[0].plot([p[0] for p in pts], [p[1] for p in pts], style, label=f"{wl}, {a}")
                     axes[1].plot([p[0] for p in pts], [p[2] for p in pts], style, label=f"{wl}, {a}")
-            axes[0].set(xscale="log", yscale="log", xlabel="BSL (bits)", ylabel="BIER packets per op",
-                        title=f"Host-BIER packets per op, {gpus} GPUs")
+            axes[0].set(xscale="log", yscale="log", xlabel="BSL (bits)",
+                        ylabel="BIER packets per datagram (SIs)",
+                        title=f"Host-BIER packets per datagram, {gpus} GPUs")
             axes[1].set(xscale="log", yscale="log", xlabel="BSL (bits)",
                         ylabel="source egress: unicast / host-BIER", title="Savings against unicast")
             axes[0].grid(True, which="both", alpha=0.3)

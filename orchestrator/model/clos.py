@@ -211,14 +211,16 @@ class ClosModel:
                 raise ValueError(f"mode {mode!r}: the Clos engine knows {', '.join(MODES)}")
         loads = {m: _Loads(self.fabric) for m in modes}
         stats: dict[str, dict[str, Any]] = {
-            m: {"ops": 0, "payload_bytes": 0, "bier_packets": 0, "copies": {}} for m in modes
+            m: {"ops": 0, "fragments": 0, "payload_bytes": 0, "bier_packets": 0, "copies": {}} for m in modes
         }
         sources = np.zeros(self.fabric.hosts, dtype=bool)
         for whole in [batches] if isinstance(batches, OpArrays) else batches:
             sources[whole.src] = True
             for batch in whole.chunks(CHUNK_PAIRS):
+                sent = int(fragments(batch.nbytes, self.max_datagram)[0].sum())
                 for mode in modes:
                     stats[mode]["ops"] += len(batch)
+                    stats[mode]["fragments"] += sent  # datagrams the sources' messages are cut into
                     getattr(self, "_" + mode.replace("-", "_"))(batch, loads[mode], stats[mode])
         return {m: self._finish(m, loads[m], stats[m], sources, lab) for m in modes}
 

@@ -2,7 +2,7 @@
 
 * :func:`savings`: bytes host-BIER and network-BIER save against unicast at 1k/8k/64k GPUs, for MoE
   dispatch (uniform and Zipf-skewed experts) and for a model broadcast to every GPU (seed 000's case);
-* :func:`bsl_overhead`: BIER packets per op and header share against BSL and BFR-id assignment
+* :func:`bsl_overhead`: BIER packets per datagram and header share against BSL and BFR-id assignment
   (topology-aware dense ids, where a leaf's and a pod's hosts share an SI, against a random permutation);
 * :func:`bift_state`: what one BFR of each tier holds (SIs, BIFT rows, distinct F-BMs), built by
   ``aidcnet.bier.bift.build_bifts`` itself from the BIRT the fabric's shortest paths give.
@@ -43,7 +43,8 @@ def _ratios(runs: dict[str, Any]) -> dict[str, float]:
         out[f"{mode} above-leaf x"] = _ratio(above_leaves(base), above_leaves(r))
         out[f"{mode} fabric x"] = _ratio(base.stats["fabric_bytes"], r.stats["fabric_bytes"])
     hb = runs["host-bier"].stats
-    out["host-bier pkts/op"] = hb["bier_packets"] / max(1, hb["ops"])
+    # BIER packets the source imposes per datagram: one per SI its receivers touch.
+    out["host-bier SIs/datagram"] = hb["bier_packets"] / max(1, hb["fragments"])
     return out
 
 
@@ -88,8 +89,8 @@ def ep_group_ids(n_hosts: int, group_size: int = EP_GROUP) -> np.ndarray:
 def bsl_overhead(
     gpus: int = 8192, bsls: tuple[int, ...] = (64, 128, 256, 512, 1024, 2048, 4096), seed: int = 0
 ) -> list[dict[str, Any]]:
-    """Host-BIER against BSL and BFR-id assignment: packets per op (one per SI touched), the share of
-    header bytes on the fabric, and the savings against unicast (which no BSL changes)."""
+    """Host-BIER against BSL and BFR-id assignment: BIER packets per datagram (one per SI touched), the
+    share of header bytes on the fabric, and the savings against unicast (which no BSL changes)."""
     fabric = Clos.for_gpus(gpus)
     rng = np.random.default_rng(seed)
     assignments: dict[str, np.ndarray | None] = {
@@ -110,13 +111,12 @@ def bsl_overhead(
                 if name.startswith("broadcast") and assignment == "EP group":
                     continue  # a broadcast has no group: the assignment is one more permutation
                 r = model.run("host-bier", batches)
-                ops = sum(len(b) for b in batches)
                 rows.append(
                     {
                         "assignment": assignment,
                         "bsl": bsl,
                         "workload": name,
-                        "packets/op": r.stats["bier_packets"] / ops,
+                        "SIs/datagram": r.stats["bier_packets"] / r.stats["fragments"],
                         "header share": r.stats["header_bytes"] / r.stats["fabric_bytes"],
                         "egress x": _ratio(base[name].source_egress_bytes, r.source_egress_bytes),
                         "fabric x": _ratio(base[name].stats["fabric_bytes"], r.stats["fabric_bytes"]),
