@@ -13,6 +13,11 @@ fabrics with random ops and random BFR-id pins):
   everything outside the pod; a super-spine copies once per destination pod (to that pod's spine of its
   plane); per SI touched, one packet.
 
+BFR-ids beyond 65,535 stand for further sub-domains of :func:`sub_domain_size` ids each (whole SIs):
+id ``k * size + j`` is BFR-id ``j`` of sub-domain ``k``. A packet goes to one (sub-domain, SI), so its
+key ``(id - 1) // BSL`` in this global numbering is exactly one packet per (sub-domain, SI) touched;
+``stats["sub_domains"]`` says how many a run needs.
+
 Unicast: the kernel's hash is not reproducible, so ECMP links get their expected share (hashed); the
 tier sums are exact. Network-BIER: the leaf's Entropy is ``flow_entropy(S, G, ports)``; at a scale where
 the replay's group pool (239.100.0.0/16) cannot number the receiver sets, the engine takes the op id as
@@ -27,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from aidcnet.bier.bitstring import MAX_BFR_ID
 from aidcnet.bier.forwarding import ecmp_hash
 from aidcnet.replay import HEADER_SIZE
 from aidcnet.trace import TraceOp
@@ -36,6 +42,17 @@ from orchestrator.model.wire import DEFAULT_MAX_DATAGRAM, bier_frame_overhead, u
 
 MODES = ("unicast", "host-bier", "net-bier")
 ENTROPY_MASK = 0xFFFFF
+
+
+def sub_domain_size(bsl: int) -> int:
+    """BFR-ids one sub-domain numbers in whole SIs: a BFR-id is 16 bits (RFC 8279 §3, 1..65535), so a
+    fabric with more BFERs (65,536 GPUs plus their leaves) needs a second sub-domain, whose packets and
+    BIFTs are apart from the first's (RFC 8279 §1)."""
+    return MAX_BFR_ID // bsl * bsl
+
+
+def sub_domains(max_id: int, bsl: int) -> int:
+    return -(-max_id // sub_domain_size(bsl))
 # (op, receiver) pairs the engine works on at once: ~15 int64/float64 arrays of this length are live
 # in the BIER tree, so 4M pairs keep its working set near 0.5 GiB whatever the step's size.
 CHUNK_PAIRS = 4_000_000
@@ -222,6 +239,9 @@ class ClosModel:
                     stats[mode]["ops"] += len(batch)
                     stats[mode]["fragments"] += sent  # datagrams the sources' messages are cut into
                     getattr(self, "_" + mode.replace("-", "_"))(batch, loads[mode], stats[mode])
+        top = int(max(self.host_bfr.max(), self.leaf_bfr.max()))
+        for m in modes:
+            stats[m]["sub_domains"] = sub_domains(top, self.bsl) if m != "unicast" else 0
         return {m: self._finish(m, loads[m], stats[m], sources, lab) for m in modes}
 
     def _unicast(self, ops: OpArrays, loads: _Loads, stats: dict[str, Any]) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from aidcnet.bier.bift import SELF, build_bifts
-from orchestrator.model.clos import ClosModel
+from orchestrator.model.clos import ClosModel, sub_domain_size
 from orchestrator.model.fabrics import Clos
 from orchestrator.model.workload import EP_GROUP, broadcast, group_hosts, moe_steps
 
@@ -165,23 +165,35 @@ def clos_birt(fabric: Clos, node: str) -> dict[int, Any]:
     return birt
 
 
-def bift_state(sizes: tuple[int, ...] = (1024, 8192, 65536), bsl: int = 256) -> list[dict[str, Any]]:
+def bift_state(
+    sizes: tuple[int, ...] = (1024, 8192, 65536), bsl: int = 256, sd_size: int | None = None
+) -> list[dict[str, Any]]:
+    """What one BFR of each tier holds over the host and leaf BFR-ids, summed over the sub-domains the
+    fabric needs (``sd_size`` ids each; default :func:`orchestrator.model.clos.sub_domain_size`)."""
+    size = sd_size or sub_domain_size(bsl)
     rows = []
     for gpus in sizes:
         fabric = Clos.for_gpus(gpus)
         reps = ["h1", "leaf1", "spine1"] + (["super1"] if fabric.supers else [])
         for node in reps:
-            bifts = build_bifts(clos_birt(fabric, node), bsl)
-            rows_n = sum(sum(1 for e in b.entries if e is not None) for b in bifts.values())
-            fbms = {(si, alt[0], alt[1]) for si, b in bifts.items() for e in b.entries if e for alt in e}
+            birt = clos_birt(fabric, node)
+            sis = rows_n = fbms = 0
+            n_sd = -(-max(birt) // size)
+            for sd in range(n_sd):
+                part = {(i - 1) % size + 1: v for i, v in birt.items() if (i - 1) // size == sd}
+                bifts = build_bifts(part, bsl)
+                sis += len(bifts)
+                rows_n += sum(sum(1 for e in b.entries if e is not None) for b in bifts.values())
+                fbms += len({(si, a[0], a[1]) for si, b in bifts.items() for e in b.entries if e for a in e})
             rows.append(
                 {
                     "gpus": fabric.hosts,
                     "tier": node.rstrip("0123456789"),
-                    "SIs": len(bifts),
+                    "sub-domains": n_sd,
+                    "SIs": sis,
                     "BIFT rows": rows_n,
-                    "distinct F-BMs": len(fbms),
-                    "state KiB": len(fbms) * (bsl // 8 + 4) / 1024,
+                    "distinct F-BMs": fbms,
+                    "state KiB": fbms * (bsl // 8 + 4) / 1024,
                 }
             )
     return rows

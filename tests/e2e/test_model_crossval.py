@@ -255,3 +255,68 @@ def test_superpod_static_four_planes(runtime: DockerRuntime, tmp_path: Path) -> 
         runtime, tmp_path, "superpod", "model-sp", lab_vars, configured=True, edit=scale_superpod(4)
     ) as topo:
         crossval(runtime, topo, trace, ("unicast", "host-bier", "net-bier"), tmp_path)
+
+
+def agent_weights(runtime: DockerRuntime, topo: Topology, node: str) -> dict[str, dict[str, int]]:
+    """prefix -> dev -> weight as the node's agent selected them (``aidcnet ctl show bgp``)."""
+    code, out = runtime.exec(topo.container_name(node), ["aidcnet", "ctl", "show", "bgp"])
+    assert code == 0, f"{node}: aidcnet ctl show bgp: {out}"
+    routes = json.loads(out)["routes"]
+    got: dict[str, dict[str, int]] = {}
+    for prefix, route in routes.items():
+        for hop in route.get("nexthops", []):
+            got.setdefault(prefix, {})[hop["dev"]] = got.get(prefix, {}).get(hop["dev"], 0) + hop["weight"]
+    return got
+
+
+def test_superpod_bgp_fare_weights(runtime: DockerRuntime, tmp_path: Path) -> None:
+    """FARE on the SuperPoD (3 GPUs, four planes, BGP on every node): the weights the model computes by
+    converging the agents' own RIB code in memory equal, on every node and for every loopback, what the
+    running agents selected, with all links up, after one 400G sub-link of G2's plane 2 fails, and after
+    G1's plane-3 port goes down. (The per-plane shares follow from the weights: exact for per-packet
+    spraying, the expectation of the kernel's hash per flow.)"""
+    import time
+
+    from orchestrator.linkset import link_set
+    from tests.e2e.conftest import scale_superpod
+
+    lab_vars = {"bandwidth": {"host": "800G", "host_sublinks": 2}, "planes": 4, "bgp": {"enabled": True}}
+    steps = [
+        ({}, ()),
+        ({"G2:eth2": 400e9}, ()),
+        ({"G2:eth2": 400e9}, ("G1:eth3",)),
+    ]
+    with deployed(
+        runtime, tmp_path, "superpod", "model-fare", lab_vars, configured=True, edit=scale_superpod(3)
+    ) as topo:
+        plan = load_plan(topo)
+        lab_dir = tmp_path / "clab-model-fare"
+        prefix = {n: str(p.loopback.network) for n, p in plan.nodes.items() if p.loopback is not None}
+        for i, (bandwidth, down) in enumerate(steps):
+            if i == 1:
+                link_set(runtime, lab_dir, "G2:eth2", "bandwidth", "400G")
+            if i == 2:
+                link_set(runtime, lab_dir, "G1:eth3", "down")
+            model = PlanModel(plan, bandwidth=bandwidth, down=down)
+            want = {
+                node: {prefix[dst]: {dev: w for dev, _n, w in hops} for dst, hops in routes.items()}
+                for node, routes in model.fare_routes.items()
+            }
+            deadline = time.monotonic() + 90
+            while True:
+                got = {node: agent_weights(runtime, topo, node) for node in want}
+                diff = [
+                    f"{node} -> {p}: agent {got[node].get(p)}, model {w}"
+                    for node, routes in want.items()
+                    for p, w in sorted(routes.items())
+                    if got[node].get(p) != w
+                ] + [
+                    f"{node} -> {p}: agent {got[node][p]}, model has no route"
+                    for node in want
+                    for p in sorted(set(got[node]) - set(want[node]))
+                ]
+                if not diff or time.monotonic() > deadline:
+                    break
+                time.sleep(0.5)
+            print(f"superpod FARE step {i}: {sum(len(r) for r in want.values())} routes compared")
+            assert not diff, f"step {i} ({bandwidth}, down {list(down)}):\n" + "\n".join(diff)

@@ -131,3 +131,21 @@ def test_chunked_run_equals_whole_run(monkeypatch: pytest.MonkeyPatch) -> None:
             if a.a_to_b_exact and a.b_to_a_exact:
                 assert a.__dict__ == b.__dict__, a.link
         assert cut[mode].stats == whole[mode].stats
+
+
+def test_bift_state_over_sub_domains_adds_up() -> None:
+    """Cutting the BFR-id space into sub-domains of whole SIs changes no SI count and no BIFT row."""
+    from orchestrator.model.experiments import bift_state
+
+    flat = bift_state((1024,), bsl=64)
+    split = bift_state((1024,), bsl=64, sd_size=256)
+    for a, b in zip(flat, split, strict=True):
+        assert a["sub-domains"] == 1 and b["sub-domains"] == 5  # 1024 hosts + 32 leaves over 256 ids each
+        assert (a["SIs"], a["BIFT rows"]) == (b["SIs"], b["BIFT rows"])
+
+
+def test_a_fabric_beyond_65535_bfr_ids_needs_two_sub_domains() -> None:
+    from orchestrator.model.clos import sub_domain_size, sub_domains
+
+    assert sub_domain_size(256) == 65280 and sub_domain_size(256) % 256 == 0
+    assert sub_domains(65536 + 2048, 256) == 2 and sub_domains(8192 + 256, 256) == 1
