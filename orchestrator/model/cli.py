@@ -17,6 +17,8 @@ EPILOG = """\
 examples:
   aidclab model run leaf-spine workloads/moe-sample.jsonl            every mode, a table
   aidclab model run leaf-spine TRACE --mode host-bier --against results/RUN   exit 1 on any difference
+  aidclab model run ina-fig1 ALLREDUCE_TRACE                           mode ina: INA bytes per switch
+  aidclab model run superpod TRACE --bandwidth G2:eth2=400G            FARE weights after a link event
   aidclab model run --fabric clos:pods=2,leaves_per_pod=2,supers_per_plane=1 TRACE
   aidclab model generate clos:gpus=1024 -o labs/clos-1024.clab.yml
   aidclab model experiment all --out results/model                  plots and tables of docs/scale.md

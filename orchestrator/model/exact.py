@@ -12,6 +12,10 @@ made by the code the nodes run:
   next hops with a hash whose key is random per boot, so a link inside an ECMP group gets the expected
   share and is marked hashed; sums across a tier boundary (``tier_sums``) stay exact.
 
+* INA (mode ``ina``): ``orchestrator.model.ina`` with the switches' own aggregator and VAT rules.
+* FARE: on a lab with ``bgp.enabled`` unicast follows the weighted next hops of a BGP underlay converged
+  in memory with the agents' RIB code (``orchestrator.model.fare``); the shares are the hash's expectation.
+
 Pure computation over an in-memory plan: no files, no containers. Fit for labs and generated fabrics of
 a few thousand nodes; ``orchestrator.model.clos`` is the vectorised engine for 64k GPUs, and the tests
 hold it equal to this one.
