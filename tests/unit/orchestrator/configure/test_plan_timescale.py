@@ -11,8 +11,15 @@ from orchestrator.configure.plan.timescale import MAX_SHAPED_BPS
 from tests.unit.orchestrator.configure.test_plan import lab, leaf_spine_doc, plan_of
 
 
-def test_default_scale_divides_every_link_and_queue_is_one_mebibyte():
+def test_by_default_links_are_unshaped_and_queue_is_one_mebibyte():
     plan = plan_of(leaf_spine_doc(1, 1, 1))
+    assert plan.time.scale is None
+    got = {(x.bandwidth_bps, x.shaped_bps, x.queue_bytes) for x in plan.links}
+    assert got == {(400_000_000_000, 0, 1 << 20)}
+
+
+def test_a_scale_divides_every_link():
+    plan = plan_of(leaf_spine_doc(1, 1, 1), {"time": {"scale": 10000}})
     assert plan.time.scale == 10000
     assert {(x.bandwidth_bps, x.shaped_bps, x.queue_bytes) for x in plan.links} == {
         (400_000_000_000, 40_000_000, 1 << 20)
@@ -72,11 +79,10 @@ def test_scale_zero_is_refused_by_the_model():
         plan_of(leaf_spine_doc(1, 1, 1), {"time": {"scale": 0}})
 
 
-def test_lab_files_plan_with_the_scale():
-    for name in ("leaf-spine", "superpod", "ina-fig1"):
+def test_lab_files_plan_unshaped_unless_they_set_a_scale():
+    for name in ("leaf-spine", "superpod", "ina-fig1", "superpod-frr"):
         plan = lab(name)
-        for link in plan.links:
-            assert abs(link.shaped_bps * plan.time.scale - link.bandwidth_bps) <= plan.time.scale
+        assert plan.time.scale is None and {link.shaped_bps for link in plan.links} == {0}
 
 
 @given(bw_gbit=st.integers(1, 3200), scale=st.integers(1, 10**6))

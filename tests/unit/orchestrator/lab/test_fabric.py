@@ -8,12 +8,22 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from orchestrator.configure.plan.model import TimeVars
 from orchestrator.lab.fabric import ETH_HEADER, EndShaper, Fabric, FabricError, fabric_from_plan, tbf_burst
 from tests.unit.orchestrator.configure.test_plan import lab, leaf_spine_doc, plan_of
 
 
+def superpod_at(scale: int):
+    from orchestrator.configure.plan import build_plan, load_vars
+    from orchestrator.lab.topology import load_topology
+    from orchestrator.paths import LABS
+
+    lab_vars = load_vars(LABS / "superpod.vars.yml").model_copy(update={"time": TimeVars(scale=scale)})
+    return build_plan(load_topology(LABS / "superpod.clab.yml"), lab_vars)
+
+
 def test_every_link_is_shaped_at_both_ends_to_the_plan_rate():
-    plan = lab("superpod")
+    plan = superpod_at(10000)
     fabric = fabric_from_plan(plan)
     assert len(fabric.ends) == 2 * len(plan.links) and fabric.scale == plan.time.scale
     g1 = fabric.end("G1:eth1")
@@ -21,8 +31,15 @@ def test_every_link_is_shaped_at_both_ends_to_the_plan_rate():
     assert fabric.end("L1:eth1").peer == "G1:eth1" and fabric.end("L1:eth1").rate_bps == 80e6
 
 
-def test_halving_a_y_cable_halves_both_ends_and_nothing_else():
+def test_an_unshaped_lab_has_every_end_at_rate_zero():
     fabric = fabric_from_plan(lab("superpod"))
+    assert fabric.scale is None and {e.rate_bps for e in fabric.ends.values()} == {0}
+    after, changed = fabric.with_bandwidth("L1:eth1", 400_000_000_000)
+    assert {c.rate_bps for c in changed} == {0} and after.end("G1:eth1").bandwidth_bps == 400_000_000_000
+
+
+def test_halving_a_y_cable_halves_both_ends_and_nothing_else():
+    fabric = fabric_from_plan(superpod_at(10000))
     after, changed = fabric.with_bandwidth("L1:eth1", 400_000_000_000)
     assert sorted(c.name for c in changed) == ["G1:eth1", "L1:eth1"]
     assert {after.end(n).rate_bps for n in ("G1:eth1", "L1:eth1")} == {40_000_000}
