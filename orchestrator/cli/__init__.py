@@ -25,7 +25,7 @@ The Makefile mirrors these: make images | deploy | inspect | destroy LAB=leaf-sp
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from orchestrator.cli import configure, experiment, lab, report
+    from orchestrator.cli import configure, experiment, lab, model, report
 
     parser = argparse.ArgumentParser(
         prog="aidclab",
@@ -45,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
         add_workload_parser(sub)
     report.add_parser(sub)
     experiment.add_parser(sub)
+    model.add_parser(sub)
     return parser
 
 

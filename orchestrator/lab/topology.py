@@ -29,7 +29,9 @@ DEFAULT_MTU = 9500
 # Linux IFNAMSIZ is 16 including the terminating NUL.
 MAX_IFNAME = 15
 RESERVED_IFNAMES = frozenset({"lo", "eth0"})
-SUPPORTED_KINDS = frozenset({"linux"})
+# The one containerlab kind aidclab runs: a plain container (its role comes from image or label).
+LINUX_KIND = "linux"
+SUPPORTED_KINDS = frozenset({LINUX_KIND})
 
 MERGED_MAP_KEYS = ("env", "labels", "sysctls")
 ACCUMULATED_LIST_KEYS = ("binds",)

@@ -1,0 +1,199 @@
+"""``model`` command: what a replay would count, computed instead of measured (docs/scale.md).
+
+The main ``aidclab`` CLI calls ``add_parser(subparsers)``; each leaf parser sets ``func``. The engines are
+in ``orchestrator.model``, the experiments' plots in ``orchestrator.model.plots``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from aidcnet.modes import Mode
+from orchestrator.cli.args import HelpFormatter, add_lab_argument, load_lab
+from orchestrator.model.counts import MODES, REDUCE_MODES
+
+EPILOG = """\
+examples:
+  aidclab model run leaf-spine workloads/moe-sample.jsonl            every mode, a table
+  aidclab model run leaf-spine TRACE --mode host-bier --against results/RUN   exit 1 on any difference
+  aidclab model run ina-fig1 ALLREDUCE_TRACE                           mode ina: INA bytes per switch
+  aidclab model run superpod TRACE --bandwidth G2:eth2=400G            FARE weights after a link event
+  aidclab model run --fabric clos:pods=2,leaves_per_pod=2,supers_per_plane=1 TRACE
+  aidclab model generate clos:gpus=1024 -o labs/clos-1024.clab.yml
+  aidclab model experiment all --out results/model                  plots and tables of docs/scale.md
+
+Unicast counters inside an ECMP group are the kernel hash's expectation (marked ~); the tier sums are exact.
+"""
+
+
+def add_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "model",
+        help="compute a replay's counters without a lab (scale model, 64k GPUs)",
+        description="The scale model: per mode, the bytes and packets per link and direction, source egress, "
+        "BIER copies and packets per op that a replay would count, from the lab plan and aidcnet's own "
+        "BIFT construction and §6.5 forwarding.",
+        epilog=EPILOG,
+        formatter_class=HelpFormatter,
+    )
+    sub = p.add_subparsers(dest="model_cmd", required=True)
+    r = sub.add_parser(
+        "run", help="model a trace over a lab or a generated fabric", formatter_class=HelpFormatter
+    )
+    add_lab_argument(r, optional=True, help="lab name or topology file (its vars file beside it is used)")
+    r.add_argument("trace", help="trace file (docs/trace-format.md)")
+    r.add_argument("--fabric", help="a generated fabric instead of a lab, e.g. clos:gpus=1024 (see generate)")
+    r.add_argument(
+        "--mode",
+        action="append",
+        choices=MODES + REDUCE_MODES,
+        help="mode(s) to model; default every mode the trace allows (ina for allreduce traces)",
+    )
+    r.add_argument(
+        "--bandwidth",
+        action="append",
+        default=[],
+        metavar="NODE:IF=BW",
+        help="a link's bandwidth as 'aidclab link set NODE:IF bandwidth BW' sets it (e.g. G2:eth2=400G); "
+        "on a BGP lab it moves FARE's weights and the per-plane shares",
+    )
+    r.add_argument("--down", action="append", default=[], metavar="NODE:IF", help="a link taken down")
+    r.add_argument(
+        "--against",
+        action="append",
+        default=[],
+        metavar="RUN_DIR",
+        help="a replay run directory to compare with (same trace); exit 1 on any difference",
+    )
+    r.add_argument("-o", "--output", help="write the model runs as JSON here")
+    r.set_defaults(func=run)
+    g = sub.add_parser(
+        "generate",
+        help="write a generated fabric as a containerlab topology file",
+        formatter_class=HelpFormatter,
+    )
+    g.add_argument(
+        "spec",
+        help="clos:gpus=N | clos:pods=..,leaves_per_pod=..,hosts_per_leaf=..,spines_per_pod=..,"
+        "supers_per_plane=.. | rail:groups=..,servers_per_group=..,rails=..,spines=.. | superpod:gpus=..",
+    )
+    g.add_argument("-o", "--output", help="file to write (default: <name>.clab.yml)")
+    g.set_defaults(func=run)
+    e = sub.add_parser(
+        "experiment",
+        help="run the scale experiments; plots and tables into --out",
+        formatter_class=HelpFormatter,
+    )
+    e.add_argument("name", choices=("savings", "bsl", "state", "all"))
+    e.add_argument("--out", default="results/model", help="directory for the PNG plots and markdown tables")
+    e.add_argument("--sizes", type=int, nargs="+", default=[1024, 8192, 65536], help="GPU counts")
+    e.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    return {"run": _run, "generate": _generate, "experiment": _experiment}[args.model_cmd](args)
+
+
+def _plan_model(args: argparse.Namespace) -> Any:
+    from orchestrator.configure.plan import build_plan
+    from orchestrator.configure.plan.model import LabVars
+    from orchestrator.model.exact import PlanModel
+
+    if args.fabric:
+        from orchestrator.model.fabrics import parse_fabric
+
+        return PlanModel(build_plan(parse_fabric(args.fabric).topology(), LabVars()), **_links(args))
+    if not args.lab:
+        raise ValueError("give a lab (name or topology file) or --fabric SPEC")
+    return PlanModel(build_plan(load_lab(args.lab)), **_links(args))
+
+
+def _links(args: argparse.Namespace) -> dict[str, Any]:
+    from aidcnet.fare.bandwidth import bytes_to_bits, parse_bandwidth
+
+    bandwidth = {}
+    for item in args.bandwidth:
+        where, sep, bw = item.partition("=")
+        if not sep or ":" not in where:
+            raise ValueError(f"--bandwidth {item!r}: write NODE:IF=BW, e.g. G2:eth2=400G")
+        bandwidth[where] = bytes_to_bits(parse_bandwidth(bw))
+    return {"bandwidth": bandwidth, "down": list(args.down)}
+
+
+def _run(args: argparse.Namespace) -> int:
+    from orchestrator.experiment.results import load_run
+    from orchestrator.model.compare import differences
+    from orchestrator.workloads.trace import TraceReader
+
+    model = _plan_model(args)
+    with TraceReader(args.trace) as reader:
+        ops = list(reader)
+    reduce = any(op.op == "allreduce" for op in ops)
+    modes = args.mode or list(REDUCE_MODES if reduce else MODES)
+    runs = {m: model.run(ops, m) for m in modes}
+    base = runs.get(Mode.UNICAST)
+    print(
+        f"{'mode':<10} {'source egress B':>16} {'fabric B':>14} {'egress x':>9} {'fabric x':>9} "
+        f"{'BIER pkts/op':>12} {'exact links':>12}"
+    )
+    for m, r in runs.items():
+        ex = sum(lk.a_to_b_exact + lk.b_to_a_exact for lk in r.links)
+        eg = (
+            f"{base.source_egress_bytes / r.source_egress_bytes:.2f}"
+            if base and r.source_egress_bytes
+            else "-"
+        )
+        fb = f"{base.total_fabric_bytes / r.total_fabric_bytes:.2f}" if base and r.total_fabric_bytes else "-"
+        ppo = r.stats.get("bier_packets_per_op")
+        print(
+            f"{m:<10} {r.source_egress_bytes:>16,} {round(r.total_fabric_bytes):>14,} {eg:>9} {fb:>9} "
+            f"{'-' if ppo is None else f'{ppo:.2f}':>12} {ex:>6}/{2 * len(r.links)}"
+        )
+    bad = 0
+    for run_dir in args.against:
+        measured = load_run(run_dir)
+        mode = measured.meta.mode
+        if mode not in runs:
+            runs[mode] = model.run(ops, mode)
+        diff = differences(runs[mode], measured, model.tiers)
+        print(f"against {run_dir} ({mode}): {'equal' if not diff else f'{len(diff)} difference(s)'}")
+        for d in diff:
+            print(f"  {d}")
+        bad += bool(diff)
+    if args.output:
+        Path(args.output).write_text(
+            json.dumps({m: r.to_dict() for m, r in runs.items()}, indent=1, default=str)
+        )
+        print(f"wrote {args.output}")
+    return 1 if bad else 0
+
+
+def _generate(args: argparse.Namespace) -> int:
+    import yaml
+
+    from orchestrator.model.fabrics import parse_fabric
+
+    fabric = parse_fabric(args.spec)
+    doc = fabric.clab()
+    out = Path(args.output or f"{fabric.name}.clab.yml")
+    out.write_text(yaml.dump(doc, Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper), sort_keys=False))
+    nodes = doc["topology"]["nodes"]
+    print(f"wrote {out}: {len(nodes)} nodes, {len(doc['topology']['links'])} links")
+    return 0
+
+
+def _experiment(args: argparse.Namespace) -> int:
+    from orchestrator.model.plots import write_experiment
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    names = ["savings", "bsl", "state"] if args.name == "all" else [args.name]
+    for name in names:
+        png, md, table = write_experiment(name, tuple(args.sizes), out)
+        print(f"{name}: {png}, {md}")
+        sys.stdout.write(table)
+    return 0

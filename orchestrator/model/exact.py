@@ -1,0 +1,405 @@
+"""The model on a lab plan: per op, the path every packet of a replay takes, and what it adds to each link
+and agent counter. Exact by construction where the emulation is deterministic, because every decision is
+made by the code the nodes run:
+
+* BIER: each BFR's BIFTs come from its node file (``orchestrator.configure.plan.node_config``) through
+  the agent's own ``aidcnet.agent.bier_service.build_tables``; the BFIR decision is
+  ``aidcnet.bier.forwarding.impose`` and every hop's is ``forward`` (RFC 8279 §6.5, ECMP by the packet's
+  Entropy), so BIER paths, copies and per-SI packets are the emulator's own.
+* Network-BIER: the leaf's Entropy is ``aidcnet.bier.edge.flow_entropy`` of (S, G, ports) and the groups
+  are the replay's (``orchestrator.experiment.groups.derive_groups``).
+* Unicast: the plan's routes (the static routes the nodes install). The kernel picks among equal-cost
+  next hops with a hash whose key is random per boot, so a link inside an ECMP group gets the expected
+  share and is marked hashed; sums across a tier boundary (``tier_sums``) stay exact.
+
+* INA (mode ``ina``): ``orchestrator.model.ina`` with the switches' own aggregator and VAT rules.
+* FARE: on a lab with ``bgp.enabled`` unicast follows the weighted next hops of a BGP underlay converged
+  in memory with the agents' RIB code (``orchestrator.model.fare``); the shares are the hash's expectation.
+
+Pure computation over an in-memory plan: no files, no containers. Fit for labs and generated fabrics of
+a few thousand nodes; ``orchestrator.model.clos`` is the vectorised engine for 64k GPUs, and the tests
+hold it equal to this one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from fractions import Fraction
+from functools import cache
+from typing import Any
+
+from aidcnet.agent.bier_service import HOST_BIER_GROUP, QP_PORT_BASE, build_tables
+from aidcnet.bier.bift import Bift
+from aidcnet.bier.bitstring import bitstrings_from_ids
+from aidcnet.bier.edge import flow_entropy
+from aidcnet.bier.forwarding import forward, impose
+from aidcnet.ipv4 import ROCEV2_PORT
+from aidcnet.modes import Mode
+from orchestrator.configure.plan.context import natural_key
+from orchestrator.configure.plan.model import LabPlan
+from orchestrator.model.counts import (
+    MODES,
+    REDUCE_MODES,
+    ModelRun,
+    Tally,
+    link_loads,
+    source_egress,
+    tier_sums,
+)
+from orchestrator.model.wire import (
+    DEFAULT_MAX_DATAGRAM,
+    bier_frame_overhead,
+    fragment_sizes,
+    udp_frame_overhead,
+)
+from orchestrator.workloads.trace import TraceOp
+
+# The BFIR's TTL for imposed packets (aidcnet.agent.bier_dataplane.DEFAULT_TTL via BierHost.send).
+BIER_TTL = 64
+ENTROPY_MASK = 0xFFFFF
+
+
+class ModelError(ValueError):
+    """The plan or the trace does not allow the mode; the message says which node or op and why."""
+
+
+class PlanModel:
+    """One lab plan, indexed for the model. Build it once, then :meth:`run` any number of traces/modes."""
+
+    def __init__(
+        self,
+        plan: LabPlan,
+        max_datagram: int = DEFAULT_MAX_DATAGRAM,
+        bandwidth: dict[str, float] | None = None,
+        down: Sequence[str] = (),
+    ):
+        """``bandwidth`` ("node:if" -> bits/s) and ``down`` ("node:if") change links as ``aidclab link
+        set`` does; they move FARE's weights on a BGP lab (``orchestrator.model.fare``)."""
+        self.plan = plan
+        self.max_datagram = max_datagram
+        self.endpoints = [(str(link.a), str(link.b)) for link in plan.links]
+        # (node, interface) -> the link direction it transmits on, and the node at the other end
+        self.port: dict[tuple[str, str], int] = {}
+        self.peer: dict[tuple[str, str], str] = {}
+        for i, link in enumerate(plan.links):
+            self.port[(link.a.node, link.a.interface)] = 2 * i
+            self.port[(link.b.node, link.b.interface)] = 2 * i + 1
+            self.peer[(link.a.node, link.a.interface)] = link.b.node
+            self.peer[(link.b.node, link.b.interface)] = link.a.node
+        self.tiers = {name: node.tier for name, node in plan.nodes.items()}
+        # node -> destination -> [(dev, neighbor, weight)]: the plan's static routes (equal weights), or
+        # with bgp.enabled the weighted next hops the converged BGP/FARE underlay installs instead.
+        self.routes = {
+            name: {r.to: [(h.dev, h.neighbor, 1) for h in r.nexthops] for r in node.routes}
+            for name, node in plan.nodes.items()
+        }
+        self.fare_routes: dict[str, dict[str, list[tuple[str, str, int]]]] = {}
+        if plan.bgp.enabled:
+            from orchestrator.model.fare import converge, weighted_routes
+
+            self.fare_routes = weighted_routes(plan, converge(plan, bandwidth, down))
+            self.routes.update(self.fare_routes)
+        self._bier: dict[str, tuple[dict[int, Bift], dict[str, tuple[str, str]]]] = {}
+        self._flows: dict[tuple[str, str], dict[int, Fraction]] = {}
+
+    # -- state the nodes hold ----------------------------------------------------------------------
+    def bier_tables(self, node: str) -> tuple[dict[int, Bift], dict[str, tuple[str, str]]]:
+        """The node's BIFTs by SI and its BFR-NBRs (name -> (address, local interface)), built as its
+        agent builds them from its node file."""
+        got = self._bier.get(node)
+        if got is None:
+            from orchestrator.configure.plan import node_config
+
+            bier = node_config(self.plan, node).bier
+            if bier is None:
+                raise ModelError(f"node {node} is not a BFR in the plan of lab {self.plan.lab}")
+            if bier.bift == "bgp":
+                # A converged BIER-over-BGP fabric installs the shortest-path next hops the static
+                # BIRT lists (RFC 9793 follows the BGP best paths; multipath over equal AS-path length).
+                bier = bier.model_copy(update={"birt": _static_birt(self.plan, node, bier)})
+            bifts, neighbors, _labels = build_tables(bier)
+            got = self._bier[node] = (bifts, neighbors)
+        return got
+
+    def bfr_id(self, node: str) -> int:
+        bfr_id = self.plan.nodes[node].bfr_id
+        if bfr_id is None:
+            raise ModelError(f"{node} has no BFR-id in the plan of lab {self.plan.lab}")
+        return bfr_id
+
+    def fabric_interface(self, host: str) -> str:
+        names = sorted(
+            (ep.interface for link in self.plan.links for ep in (link.a, link.b) if ep.node == host),
+            key=natural_key,
+        )
+        if not names:
+            raise ModelError(f"host {host} has no data interface in the plan")
+        return names[0]
+
+    # -- unicast ------------------------------------------------------------------------------------
+    def unicast_flow(self, src: str, dst: str) -> dict[int, Fraction]:
+        """Link direction -> share of one src->dst packet crossing it (1 where no ECMP splits)."""
+        key = (src, dst)
+        got = self._flows.get(key)
+        if got is not None:
+            return got
+        out: dict[int, Fraction] = {}
+        frontier = {src: Fraction(1)}
+        hops = 0
+        while frontier:
+            hops += 1
+            if hops > len(self.plan.nodes):
+                raise ModelError(f"routes from {src} to {dst} loop in the plan of lab {self.plan.lab}")
+            nxt: dict[str, Fraction] = {}
+            for node, share in frontier.items():
+                nh = self.routes.get(node, {}).get(dst)
+                if not nh:
+                    raise ModelError(f"{node} has no route to {dst} in the plan of lab {self.plan.lab}")
+                total = sum(w for _dev, _nbr, w in nh)
+                for dev, neighbor, w in nh:
+                    part = share * w / total
+                    d = self.port[(node, dev)]
+                    out[d] = out.get(d, Fraction(0)) + part
+                    if neighbor != dst:
+                        nxt[neighbor] = nxt.get(neighbor, Fraction(0)) + part
+            frontier = nxt
+        self._flows[key] = out
+        return out
+
+    # -- the run ------------------------------------------------------------------------------------
+    def run(self, ops: Iterable[TraceOp], mode: str) -> ModelRun:
+        if mode not in MODES + REDUCE_MODES:
+            raise ModelError(f"mode {mode!r}: the plan model knows {', '.join(MODES + REDUCE_MODES)}")
+        ops = list(ops)
+        tally = Tally(len(self.plan.links))
+        stats: dict[str, Any] = {"ops": len(ops), "payload_bytes": 0, "header_bytes": 0}
+        if mode == Mode.UNICAST:
+            for op in ops:
+                self._unicast(op, tally, stats)
+        elif mode == Mode.HOST_BIER:
+            per_op = [self._host_bier(op, tally, stats) for op in ops]
+            stats["bier_packets_per_op"] = _mean(per_op)
+            stats["bier_packets"] = sum(per_op)
+        elif mode == Mode.INA:
+            from orchestrator.model.ina import InaModel
+
+            try:
+                InaModel(self).run_ops(ops, tally, stats)
+            except ValueError as exc:
+                raise ModelError(f"lab {self.plan.lab}: {exc}") from exc
+        else:
+            self._net_bier(ops, tally, stats)
+        run = self._finish(ops, mode, tally, stats)
+        if mode == Mode.UNICAST:
+            from orchestrator.model.fare import plane_shares
+
+            shares = plane_shares(run)
+            if shares:
+                # A source's split over its planes: FARE's weights (expected under the kernel's hash).
+                stats["plane_shares"] = shares
+        return run
+
+    def _finish(self, ops: Sequence[TraceOp], mode: str, tally: Tally, stats: dict[str, Any]) -> ModelRun:
+        links = link_loads(self.endpoints, tally)
+        sources = sorted({op.src for op in ops}, key=natural_key)
+        egress = source_egress(links, set(sources))
+        return ModelRun(
+            lab=self.plan.lab,
+            mode=mode,
+            links=links,
+            agents={n: dict(sorted(c.items())) for n, c in sorted(tally.agents.items())},
+            tier_sums=tier_sums(self.endpoints, self.tiers, tally.bytes(), tally.packets()),
+            sources=sources,
+            source_egress_bytes=egress[0],
+            source_egress_packets=egress[1],
+            stats=stats,
+        )
+
+    def _unicast(self, op: TraceOp, tally: Tally, stats: dict[str, Any]) -> None:
+        frags = fragment_sizes(op.bytes, self.max_datagram)
+        nbytes = sum(frags) + udp_frame_overhead() * len(frags)
+        for dst in op.dst:
+            stats["payload_bytes"] += sum(frags)
+            flow = self.unicast_flow(op.src, dst)
+            # Header bytes on the wire: every fragment's headers once per link it crosses (the shares
+            # of an ECMP split add up to whole hops).
+            stats["header_bytes"] += int(udp_frame_overhead() * len(frags) * sum(flow.values()))
+            for d, share in flow.items():
+                tally.add_share(d, share, nbytes, len(frags))
+
+    def _host_bier(self, op: TraceOp, tally: Tally, stats: dict[str, Any]) -> int:
+        bsl = self.plan.bier.bsl
+        receivers = [self.bfr_id(d) for d in op.dst]
+        frags = fragment_sizes(op.bytes, self.max_datagram)
+        packets = 0
+        # The replay hands BierService.send one fragment at a time with entropy=msg_id, so every
+        # fragment of a message is flow msg_id: one Entropy, one ECMP path (replay_service._run).
+        entropy = op.id & ENTROPY_MASK
+        for frag in frags:
+            frame = bier_frame_overhead(bsl) + frag
+            packets += self._impose(op.src, receivers, entropy, frame, tally, stats, frag)
+        return packets
+
+    def _impose(
+        self,
+        node: str,
+        receivers: Sequence[int],
+        entropy: int,
+        frame: int,
+        tally: Tally,
+        stats: dict[str, Any],
+        payload: int,
+        deliver_payload: bool = True,
+    ) -> int:
+        """BierDataplane.impose at ``node``: one packet per SI, then the copies down the tree."""
+        bifts, _ = self.bier_tables(node)
+        by_si = bitstrings_from_ids(receivers, self.plan.bier.bsl)
+        for si, bits in sorted(by_si.items()):
+            tally.count(node, "bier.imposed")
+            bift = bifts.get(si)
+            if bift is None:
+                tally.count(node, "bier.dropped-no-entry")
+                continue
+            self._dispatch(
+                node, impose(bift, bits, BIER_TTL, entropy), si, entropy, frame, tally, stats, payload,
+                deliver_payload,
+            )
+        return len(by_si)
+
+    def _dispatch(
+        self,
+        node: str,
+        res: Any,
+        si: int,
+        entropy: int,
+        frame: int,
+        tally: Tally,
+        stats: dict[str, Any],
+        payload: int,
+        deliver_payload: bool = True,
+    ) -> None:
+        """What BierDataplane._dispatch counts at ``node``, then the same at every neighbour reached."""
+        udp = frame - udp_frame_overhead()
+        stack = [(node, res)]
+        while stack:
+            here, r = stack.pop()
+            _, neighbors = self.bier_tables(here)
+            if r.copies:
+                tally.count(here, "bier.forwarded")
+                tally.count(here, "bier.replicated", len(r.copies) - 1)
+            if r.local:
+                tally.count(here, "bier.delivered")
+                if deliver_payload:  # network-BIER counts what its leaves emit to the hosts instead
+                    stats["payload_bytes"] += payload
+            if r.copies or r.local:
+                tally.count(here, "bier.accepted")
+            for nbr, bits, _label in r.copies:
+                ifname = neighbors[nbr][1]
+                tally.add(self.port[(here, ifname)], frame, 1)
+                stats["header_bytes"] += frame - payload
+                tally.count(here, "bier.tx.packets")
+                tally.count(here, "bier.tx.bytes", udp)
+                tally.count(nbr, "bier.rx.packets")
+                tally.count(nbr, "bier.rx.bytes", udp)
+                nbifts, _ = self.bier_tables(nbr)
+                stack.append((nbr, forward(nbifts[si], bits, r.ttl, entropy)))
+            self._on_deliver(here, r, si)
+
+    def _on_deliver(self, node: str, res: Any, si: int) -> None:
+        """Hook for network-BIER's egress at a BFER leaf (set per run)."""
+
+    def _net_bier(self, ops: list[TraceOp], tally: Tally, stats: dict[str, Any]) -> None:
+        from orchestrator.configure.plan.bier import host_leaf_port
+        from orchestrator.experiment.groups import derive_groups
+
+        user = [g.group for g in self.plan.bier.groups if not str(g.group).startswith("239.100.")]
+        _groups, op_group = derive_groups(ops, avoid=user)
+        udp0 = udp_frame_overhead()
+        bsl = self.plan.bier.bsl
+        per_op = []
+        for op in ops:
+            src_if = self.fabric_interface(op.src)
+            leaf = self.peer[(op.src, src_if)]
+            ports: dict[str, list[str]] = {}
+            for d in op.dst:
+                found = host_leaf_port(self.plan, d)
+                if found is None:
+                    raise ModelError(f"{d} is not linked to a BIER leaf in lab {self.plan.lab}")
+                ports.setdefault(found[0], []).append(found[1])
+            ingress = next(
+                ep.interface
+                for link in self.plan.links
+                for ep, other in ((link.a, link.b), (link.b, link.a))
+                if ep.node == leaf and other.node == op.src and other.interface == src_if
+            )
+            bfers = sorted({self.bfr_id(n) for n in ports})
+            src_ip = self.plan.nodes[op.src].loopback
+            assert src_ip is not None
+            entropy = flow_entropy(src_ip.ip.packed, _packed(op_group[op.id]), QP_PORT_BASE, ROCEV2_PORT)
+            frags = fragment_sizes(op.bytes, self.max_datagram)
+            packets = 0
+            for frag in frags:
+                host_frame = udp0 + frag
+                tally.add(self.port[(op.src, src_if)], host_frame, 1)
+                stats["header_bytes"] += udp0
+                tally.count(leaf, "net-bier.captured")
+                tally.count(leaf, "net-bier.imposed")
+                emitted: list[str] = []
+
+                def egress(
+                    node: str,
+                    res: Any,
+                    si: int,
+                    frag: int = frag,
+                    emitted: list[str] = emitted,
+                    ports: dict[str, list[str]] = ports,
+                    leaf: str = leaf,
+                    ingress: str = ingress,
+                ) -> None:
+                    if not res.local:
+                        return
+                    for port in sorted(ports.get(node, []), key=natural_key):
+                        if node == leaf and port == ingress:
+                            continue
+                        tally.add(self.port[(node, port)], udp0 + frag, 1)
+                        tally.count(node, "net-bier.emitted")
+                        emitted.append(port)
+
+                self._on_deliver = egress  # type: ignore[method-assign]
+                try:
+                    packets += self._impose(
+                        leaf, bfers, entropy, bier_frame_overhead(bsl) + frag, tally, stats, frag, False
+                    )
+                finally:
+                    del self._on_deliver
+                stats["payload_bytes"] += frag * len(emitted)
+                stats["header_bytes"] += udp0 * len(emitted)
+            per_op.append(packets)
+        stats["bier_packets_per_op"] = _mean(per_op)
+        stats["bier_packets"] = sum(per_op)
+
+
+def _mean(xs: list[int]) -> float | None:
+    return sum(xs) / len(xs) if xs else None
+
+
+@cache
+def _packed(address: str) -> bytes:
+    import ipaddress
+
+    return ipaddress.IPv4Address(address).packed
+
+
+def _static_birt(plan: LabPlan, node: str, bier: Any) -> dict[int, list[str]]:
+    names = {n.name for n in bier.neighbors}
+    by_node = {o.name: o.bfr_id for o in plan.nodes.values() if o.bfr_id is not None}
+    birt: dict[int, list[str]] = {}
+    for route in plan.nodes[node].routes:
+        bfr_id = by_node.get(route.to)
+        hops = sorted({h.neighbor for h in route.nexthops if h.neighbor in names}, key=natural_key)
+        if bfr_id is not None and hops:
+            birt[bfr_id] = hops
+    return birt
+
+
+__all__ = ["HOST_BIER_GROUP", "MODES", "REDUCE_MODES", "ModelError", "PlanModel"]
