@@ -1,6 +1,7 @@
 """BFR forwarding speed, eBPF and Python, against two kernel anchors, in network namespaces (no Docker).
 
-Topology: ebpf-bsrc -- ebpf-bdut -- ebpf-bs1..ebpf-bs8 (veths).  In the same run, on the same path:
+Topology: ebpf-bsrc -- ebpf-bdut -- ebpf-bs1..ebpf-bs8 (veths; the prefix is $AIDCLAB_NETNS_PREFIX,
+default ebpf-).  In the same run, on the same path:
   - kernel IPv4 forwarding 1->1: UDP to s1's address, the DUT routes it (ip_forward);
   - kernel IP multicast forwarding 1->8: UDP to 232.9.9.9, one (S,G) mroute with the eight sink links as
     outputs (the DUT holds an MRT_INIT socket; ipmr replicates);
@@ -31,20 +32,20 @@ from aidcnet.agent.bier_dataplane import BierDataplane  # noqa: E402
 from aidcnet.agent.bier_ebpf import EbpfBier, run_cmd  # noqa: E402
 from aidcnet.bier.bift import SELF, build_bifts  # noqa: E402
 from aidcnet.ebpf import build  # noqa: E402
-from tests.dataplane.netlab import in_netns, sh  # noqa: E402
+from tests.dataplane.netlab import PREFIX, in_netns, sh  # noqa: E402
 
 SINKS = 8
-SRC, DUT = "ebpf-bsrc", "ebpf-bdut"
+SRC, DUT = f"{PREFIX}bsrc", f"{PREFIX}bdut"
 GROUP = "232.9.9.9"
 BSL = 64
 LABEL = 500
 MRT_INIT, MRT_DONE, MRT_ADD_VIF, MRT_ADD_MFC = 200, 201, 202, 204
 VIFF_USE_IFINDEX = 0x8
-PIN = Path("/sys/fs/bpf/ebpf-bench")
+PIN = Path(f"/sys/fs/bpf/{PREFIX}bench")
 
 
 def sink(i: int) -> str:
-    return f"ebpf-bs{i}"
+    return f"{PREFIX}bs{i}"
 
 
 def setup() -> None:
@@ -53,8 +54,8 @@ def setup() -> None:
         sh("ip", "netns", "add", ns)
         sh("ip", "-n", ns, "link", "set", "lo", "up")
         sh("ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1")
-    links = [(SRC, "ebpf-bl0", "10.78.0")] + [
-        (sink(i), f"ebpf-bl{i}", f"10.78.{i}") for i in range(1, SINKS + 1)
+    links = [(SRC, f"{PREFIX}bl0", "10.78.0")] + [
+        (sink(i), f"{PREFIX}bl{i}", f"10.78.{i}") for i in range(1, SINKS + 1)
     ]
     for ns, ifname, net in links:
         sh("ip", "link", "add", ifname, "netns", DUT, "type", "veth", "peer", "name", "eth0", "netns", ns)
@@ -69,7 +70,7 @@ def setup() -> None:
     sh("ip", "-n", SRC, "route", "add", "224.0.0.0/4", "dev", "eth0")
     sh("ip", "netns", "exec", DUT, "sysctl", "-qw", "net.ipv4.ip_forward=1")
     sh("ip", "netns", "exec", DUT, "sysctl", "-qw", "net.ipv4.conf.all.rp_filter=0")
-    sh("ip", "netns", "exec", DUT, "sysctl", "-qw", "net.ipv4.conf.ebpf-bl0.rp_filter=0")
+    sh("ip", "netns", "exec", DUT, "sysctl", "-qw", f"net.ipv4.conf.{PREFIX}bl0.rp_filter=0")
 
 
 def teardown() -> None:
@@ -84,7 +85,7 @@ def mroute() -> socket.socket:
         s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_IGMP)
         s.setsockopt(socket.IPPROTO_IP, MRT_INIT, 1)
         for vif in range(SINKS + 1):
-            ifindex = socket.if_nametoindex(f"ebpf-bl{vif}")
+            ifindex = socket.if_nametoindex(f"{PREFIX}bl{vif}")
             s.setsockopt(
                 socket.IPPROTO_IP,
                 MRT_ADD_VIF,
@@ -103,7 +104,7 @@ def egress() -> int:
     return sum(
         link["stats64"]["tx"]["packets"]
         for link in stats
-        if link["ifname"] != "ebpf-bl0" and link["ifname"] != "lo"
+        if link["ifname"] != f"{PREFIX}bl0" and link["ifname"] != "lo"
     )
 
 
@@ -164,7 +165,7 @@ def main() -> int:
             birt = {9: SELF, **{i: [f"s{i}"] for i in range(1, SINKS + 1)}}
             labels = {n: {(0, BSL, 0): 900 + i} for i, n in enumerate(names)}
             bifts = build_bifts(birt, BSL, labels)
-            nbrs = {f"s{i}": (f"10.78.{i}.2", f"ebpf-bl{i}") for i in range(1, SINKS + 1)}
+            nbrs = {f"s{i}": (f"10.78.{i}.2", f"{PREFIX}bl{i}") for i in range(1, SINKS + 1)}
             with in_netns(DUT):
                 dp = BierDataplane(9, BSL, 0, bifts, nbrs, {(0, BSL, 0): LABEL})
             lines = [f"bench bier_forwarding (netns): src -> dut -> {SINKS} sinks, {args.senders} senders, "
@@ -186,7 +187,7 @@ def main() -> int:
                 k8, k8o = run(["mcast", GROUP, "9", str(size), str(args.seconds)], args.seconds, args.senders)
                 fast = EbpfBier(dp, obj, [f"10.78.{i}.1" for i in range(SINKS + 1)], pin_dir=PIN,
                                 run=run_cmd(["nsenter", f"--net=/run/netns/{DUT}"]),
-                                interfaces=[f"ebpf-bl{i}" for i in range(SINKS + 1)])  # fmt: skip
+                                interfaces=[f"{PREFIX}bl{i}" for i in range(SINKS + 1)])  # fmt: skip
                 with in_netns(DUT):
                     fast.start()
                 try:

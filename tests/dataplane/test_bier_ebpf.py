@@ -41,11 +41,11 @@ from aidcnet.bier.forwarding import build_copies, forward_packet
 from aidcnet.bier.header import BierDecodeError, BierHeader, parse_fields
 from aidcnet.bier.routing import compute_birts, undirected
 from aidcnet.ebpf import EbpfBuildError, build
-from tests.dataplane.netlab import NetLab, in_netns
+from tests.dataplane.netlab import PREFIX, NetLab, in_netns
 from tests.unit.test_bier_forwarding import FIG1_EDGES, FIG1_IDS, FIG6_EDGES
 from tests.unit.test_bier_fuzz import N_PACKETS, mutate, node_tables, valid_packet
 
-PIN = Path("/sys/fs/bpf/ebpf-test")
+PIN = Path(f"/sys/fs/bpf/{PREFIX}test")
 CHUNK = 500
 
 
