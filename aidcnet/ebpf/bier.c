@@ -125,9 +125,12 @@ struct scratch {
 	/* in the map, not in struct dctx: a count on the stack would make the verifier walk the bpf_loop
 	 * callback once per value */
 	__u32 ncopies;
+	__u32 sent;        /* copies out (same reason as ncopies) */
+	__u32 redirect;    /* ifindex for bpf_redirect of the last copy, 0: none */
 	__u32 pad;
 	struct hdr cur;
 	struct hdr orig;
+	struct hdr next; /* the copy being made (not on the stack: the bpf_loop frames share 512 bytes) */
 };
 
 struct {
@@ -342,37 +345,86 @@ static long step(__u32 i, void *data)
 	return 0;
 }
 
-/* Rewrite the packet from the headers in *cur to those in *want, keeping the UDP checksum right
- * (incrementally: the skb may carry a partial checksum from a local sender). */
-static __always_inline int set_hdr(struct __sk_buff *skb, const struct hdr *cur, const struct hdr *want,
+/* One's complement sum of 32-bit words, as bpf_csum_diff computes it (__wsum). */
+static __always_inline __u64 add32(__u64 s, __u32 old, __u32 new)
+{
+	return s + (__u32)~old + new;
+}
+
+static __always_inline __u32 fold32(__u64 s)
+{
+	s = (s & 0xFFFFFFFF) + (s >> 32);
+	s = (s & 0xFFFFFFFF) + (s >> 32);
+	return s;
+}
+
+/* Make the packet carry the headers in *want instead of those in *cur (which it carries now).
+ *
+ * Two helper calls keep the UDP checksum right whatever the skb's checksum state: the pseudo-header
+ * part (addresses) with BPF_F_PSEUDO_HDR, which is all a CHECKSUM_PARTIAL skb needs (a local sender's;
+ * the rest is summed at transmit) and also fixes skb->csum of a CHECKSUM_COMPLETE one, and the
+ * UDP/BIER part, both as one precomputed difference.  The first of them makes the head private
+ * (after a clone it copies it: the one copy per clone that the kernel's ipmr makes too); then every
+ * other byte is written directly, one contiguous run of stores, no helper per field.  The IPv4 header
+ * gets a fresh checksum, which also keeps a CHECKSUM_COMPLETE sum unchanged. */
+static __always_inline int rewrite(struct __sk_buff *skb, const struct hdr *cur, const struct hdr *want,
 				   __u32 nwords)
 {
-	__s64 diff;
-	__u32 old_ports, new_ports;
+	__u64 ps = 0, ds = 0;
+	__u32 op, np;
 
-	if (bpf_l4_csum_replace(skb, UDP_CSUM_OFF, cur->ip.saddr, want->ip.saddr,
-				BPF_F_PSEUDO_HDR | BPF_F_MARK_MANGLED_0 | 4) ||
-	    bpf_l4_csum_replace(skb, UDP_CSUM_OFF, cur->ip.daddr, want->ip.daddr,
-				BPF_F_PSEUDO_HDR | BPF_F_MARK_MANGLED_0 | 4))
+	ps = add32(ps, cur->ip.saddr, want->ip.saddr);
+	ps = add32(ps, cur->ip.daddr, want->ip.daddr);
+	__builtin_memcpy(&op, &cur->sport, 4);
+	__builtin_memcpy(&np, &want->sport, 4);
+	ds = add32(ds, op, np);
+	ds = add32(ds, cur->w0, want->w0);
+	const __u32 *o = (const __u32 *)cur->raw, *w = (const __u32 *)want->raw;
+#pragma unroll
+	for (int j = 0; j < 2 * BIER_WORDS; j++)
+		ds = add32(ds, o[j], w[j]); /* unused tail words are zero in both */
+	if (bpf_l4_csum_replace(skb, UDP_CSUM_OFF, 0, fold32(ps), BPF_F_PSEUDO_HDR | BPF_F_MARK_MANGLED_0) ||
+	    bpf_l4_csum_replace(skb, UDP_CSUM_OFF, 0, fold32(ds), BPF_F_MARK_MANGLED_0))
 		return -1;
-	__builtin_memcpy(&old_ports, &cur->sport, 4);
-	__builtin_memcpy(&new_ports, &want->sport, 4);
-	if (bpf_l4_csum_replace(skb, UDP_CSUM_OFF, old_ports, new_ports, BPF_F_MARK_MANGLED_0 | 4) ||
-	    bpf_l4_csum_replace(skb, UDP_CSUM_OFF, cur->w0, want->w0, BPF_F_MARK_MANGLED_0 | 4))
+
+	void *data = (void *)(long)skb->data, *end = (void *)(long)skb->data_end;
+
+	if ((long)end - (long)data < BITS_OFF + nwords * 8) {
+		/* headers outside the linear area (the parse pulled them, but a clone may not have them) */
+		if (bpf_skb_pull_data(skb, BITS_OFF + nwords * 8))
+			return -1;
+		data = (void *)(long)skb->data;
+		end = (void *)(long)skb->data_end;
+	}
+	if (data + BITS_OFF + 8 > end)
 		return -1;
-	diff = bpf_csum_diff((__be32 *)cur->raw, sizeof(cur->raw), (__be32 *)want->raw, sizeof(want->raw), 0);
-	if (bpf_l4_csum_replace(skb, UDP_CSUM_OFF, 0, diff, BPF_F_MARK_MANGLED_0))
-		return -1;
-	if (bpf_skb_store_bytes(skb, 0, want->eth, 12, 0) ||
-	    bpf_skb_store_bytes(skb, IP_OFF, &want->ip, sizeof(want->ip), BPF_F_RECOMPUTE_CSUM) ||
-	    bpf_skb_store_bytes(skb, UDP_OFF, &want->sport, 4, BPF_F_RECOMPUTE_CSUM) ||
-	    bpf_skb_store_bytes(skb, BIER_OFF, &want->w0, 4, BPF_F_RECOMPUTE_CSUM))
-		return -1;
+	__builtin_memcpy(data, want->eth, 12);
+	struct iphdr *ip = data + IP_OFF;
+	ip->tos = want->ip.tos;
+	ip->id = want->ip.id;
+	ip->frag_off = want->ip.frag_off;
+	ip->ttl = want->ip.ttl;
+	ip->check = want->ip.check;
+	ip->saddr = want->ip.saddr;
+	ip->daddr = want->ip.daddr;
+	struct udphdr *udp = data + UDP_OFF;
+	udp->source = want->sport;
+	udp->dest = want->dport;
+	*(__be32 *)(data + BIER_OFF) = want->w0;
+	__u64 *bits = data + BITS_OFF;
+	bits[0] = want->raw[0];
 	if (nwords == 1)
-		return bpf_skb_store_bytes(skb, BITS_OFF, want->raw, 8, BPF_F_RECOMPUTE_CSUM);
+		return 0;
+	if (data + BITS_OFF + 16 > end)
+		return -1;
+	bits[1] = want->raw[1];
 	if (nwords == 2)
-		return bpf_skb_store_bytes(skb, BITS_OFF, want->raw, 16, BPF_F_RECOMPUTE_CSUM);
-	return bpf_skb_store_bytes(skb, BITS_OFF, want->raw, 32, BPF_F_RECOMPUTE_CSUM);
+		return 0;
+	if (data + BITS_OFF + 32 > end)
+		return -1;
+	bits[2] = want->raw[2];
+	bits[3] = want->raw[3];
+	return 0;
 }
 
 struct ectx {
@@ -384,19 +436,32 @@ struct ectx {
 	__u32 len;
 	__u32 ip_ttl;
 	__u32 err;
+	__u32 local;       /* the packet goes up the stack after the copies */
+	__u32 deliver_port;
 };
 
-/* Copy i: rewrite the packet for its BFR-NBR and clone it out of the neighbour's interface. */
+/* Copy i: rewrite the packet for its BFR-NBR and clone it out of the neighbour's interface.  The last
+ * copy of a packet that is not also delivered locally is the packet itself (bpf_redirect after the
+ * program returns): no clone, and no head copy for it. */
 static long emit(__u32 i, void *data)
 {
 	struct ectx *e = data;
 	__u32 zero = 0;
-	struct hdr want;
-
-	if (i >= e->n || i >= BIER_MAX_NBR)
-		return 1;
 	struct scratch *s = bpf_map_lookup_elem(&bier_scratch, &zero);
+
 	if (!s)
+		return 1;
+	if (i >= e->n) {
+		/* RFC 8279 §6.5 step 4: up to the agent's delivery socket, as received (here, not in
+		 * bier_rx, so that one frame holds the rewrite's stack) */
+		if (e->local) {
+			s->orig.dport = bpf_htons(e->deliver_port);
+			if (rewrite(e->skb, &s->cur, &s->orig, e->nwords))
+				e->err = 1;
+		}
+		return 1;
+	}
+	if (i >= BIER_MAX_NBR)
 		return 1;
 	__u32 k = i;
 
@@ -410,33 +475,36 @@ static long emit(__u32 i, void *data)
 		cnt(C_TX_ERRORS, 1);
 		return 0;
 	}
-	want = s->cur;
-	__builtin_memcpy(want.eth, nb->dmac, 6);
-	__builtin_memcpy(want.eth + 6, nb->smac, 6);
+	struct hdr *want = &s->next;
+
+	*want = s->cur;
+	__builtin_memcpy(want->eth, nb->dmac, 6);
+	__builtin_memcpy(want->eth + 6, nb->smac, 6);
 	/* as a Linux UDP socket sends (the Python dataplane): no TOS, ID 0 with DF, fixed TTL */
-	want.ip.tos = 0;
-	want.ip.id = 0;
-	want.ip.frag_off = bpf_htons(IP_DF);
-	want.ip.ttl = e->ip_ttl;
-	want.ip.saddr = nb->saddr;
-	want.ip.daddr = nb->daddr;
-	want.ip.check = 0;
-	want.ip.check = ip_csum(&want.ip);
-	want.sport = bpf_htons(BIER_UDP_PORT);
-	want.w0 = bpf_htonl((cp->label << 12) | (e->w0 & 0xF00) | e->ttl_out);
-	to_wire(cp->bits, want.raw, e->nwords);
-	if (set_hdr(e->skb, &s->cur, &want, e->nwords)) {
+	want->ip.tos = 0;
+	want->ip.id = 0;
+	want->ip.frag_off = bpf_htons(IP_DF);
+	want->ip.ttl = e->ip_ttl;
+	want->ip.saddr = nb->saddr;
+	want->ip.daddr = nb->daddr;
+	want->ip.check = 0;
+	want->ip.check = ip_csum(&want->ip);
+	want->sport = bpf_htons(BIER_UDP_PORT);
+	want->w0 = bpf_htonl((cp->label << 12) | (e->w0 & 0xF00) | e->ttl_out);
+	to_wire(cp->bits, want->raw, e->nwords);
+	if (rewrite(e->skb, &s->cur, want, e->nwords)) {
 		cnt(C_TX_ERRORS, 1);
 		e->err = 1;
 		return 1;
 	}
-	s->cur = want;
-	if (bpf_clone_redirect(e->skb, nb->ifindex, 0)) {
+	s->cur = *want;
+	if (i + 1 == e->n && !e->local) {
+		s->redirect = nb->ifindex;
+	} else if (bpf_clone_redirect(e->skb, nb->ifindex, 0)) {
 		cnt(C_TX_ERRORS, 1);
 		return 0;
 	}
-	cnt(C_TX_PACKETS, 1);
-	cnt(C_TX_BYTES, e->len);
+	s->sent++;
 	nbr_cnt(nidx, NC_TX_PACKETS, 1);
 	nbr_cnt(nidx, NC_TX_BYTES, e->len);
 	return 0;
@@ -446,40 +514,61 @@ SEC("tc")
 int bier_rx(struct __sk_buff *skb)
 {
 	__u32 zero = 0;
-	struct iphdr ip;
-	struct udphdr udp;
-	__be32 be[3];
+	__be32 be0;
 	__u32 w0, w1;
 
 	if (skb->protocol != bpf_htons(ETH_P_IP))
 		return TC_ACT_OK;
-	if (bpf_skb_load_bytes(skb, IP_OFF, &ip, sizeof(ip)) || bpf_skb_load_bytes(skb, UDP_OFF, &udp, sizeof(udp)))
+	/* headers are read in place: pull them into the linear area first in the rare case they are not */
+	void *data = (void *)(long)skb->data, *end = (void *)(long)skb->data_end;
+	__u32 head = skb->len < BITS_OFF + BIER_MAX_BSL / 8 ? skb->len : BITS_OFF + BIER_MAX_BSL / 8;
+
+	if (data + head > end) {
+		if (bpf_skb_pull_data(skb, head))
+			return TC_ACT_OK;
+		data = (void *)(long)skb->data;
+		end = (void *)(long)skb->data_end;
+	}
+	if (data + BIER_OFF > end)
 		return TC_ACT_OK;
-	if (ip.version != 4 || ip.protocol != IPPROTO_UDP || udp.dest != bpf_htons(BIER_UDP_PORT))
+	struct iphdr *iph = data + IP_OFF;
+	struct udphdr *udph = data + UDP_OFF;
+
+	if (iph->version != 4 || iph->protocol != IPPROTO_UDP || udph->dest != bpf_htons(BIER_UDP_PORT))
 		return TC_ACT_OK;
-	if (!bpf_map_lookup_elem(&bier_local, &ip.daddr))
+	if (!bpf_map_lookup_elem(&bier_local, &iph->daddr))
 		return TC_ACT_OK;
 	struct bier_cfg *cfg = bpf_map_lookup_elem(&bier_cfg, &zero);
 	struct scratch *s = bpf_map_lookup_elem(&bier_scratch, &zero);
 
 	if (!cfg || !s)
 		return TC_ACT_OK;
-	__u32 ulen = bpf_ntohs(udp.len);
-	if (ip.ihl != 5 || ip.frag_off & bpf_htons(0x3FFF) || skb->gso_segs > 1 || ulen < 8 ||
-	    ulen + 20 > bpf_ntohs(ip.tot_len) || BIER_OFF + ulen - 8 > skb->len) {
+	/* the received headers, kept for the local delivery and as the first copy's "before" */
+	struct hdr *orig = &s->orig;
+	struct iphdr *ip = &orig->ip;
+
+	__builtin_memset(orig, 0, sizeof(*orig));
+	__builtin_memcpy(orig->eth, data, 12);
+	*ip = *iph;
+	orig->sport = udph->source;
+	orig->dport = udph->dest;
+	__u32 ulen = bpf_ntohs(udph->len);
+	if (ip->ihl != 5 || ip->frag_off & bpf_htons(0x3FFF) || skb->gso_segs > 1 || ulen < 8 ||
+	    ulen + 20 > bpf_ntohs(ip->tot_len) || BIER_OFF + ulen - 8 > skb->len) {
 		/* not ours to judge: the stack (and the Python dataplane behind it) sees it as is */
 		cnt(C_PUNTED, 1);
 		return TC_ACT_OK;
 	}
 	__u32 len = ulen - 8, gen = cfg->gen & 1;
-	__be32 saddr = ip.saddr;
+	__be32 saddr = ip->saddr;
 
 	/* aidcnet.bier.forwarding.forward_packet: peek the label, find the BIFT, then parse_fields */
 	if (len < 4)
 		return malformed(saddr, len, C_MALFORMED_TRUNCATED);
-	if (bpf_skb_load_bytes(skb, BIER_OFF, be, 4))
+	if (data + BIER_OFF + 4 > end)
 		return TC_ACT_OK;
-	w0 = bpf_ntohl(be[0]);
+	be0 = *(__be32 *)(data + BIER_OFF);
+	w0 = bpf_ntohl(be0);
 	__u32 lkey = (gen << 20) | (w0 >> 12);
 	__u32 *slot = bpf_map_lookup_elem(&bier_label, &lkey);
 	struct bier_table *tbl = 0;
@@ -496,9 +585,9 @@ int bier_rx(struct __sk_buff *skb)
 	}
 	if (len < 12)
 		return malformed(saddr, len, C_MALFORMED_TRUNCATED);
-	if (bpf_skb_load_bytes(skb, BIER_OFF, be, 12))
+	if (data + BIER_OFF + 8 > end)
 		return TC_ACT_OK;
-	w1 = bpf_ntohl(be[1]);
+	w1 = bpf_ntohl(*(__be32 *)(data + BIER_OFF + 4));
 	if (w1 >> 28 != 5)
 		return malformed(saddr, len, C_MALFORMED_BAD_NIBBLE);
 	if ((w1 >> 24) & 0xF)
@@ -518,18 +607,21 @@ int bier_rx(struct __sk_buff *skb)
 		return TC_ACT_OK;
 	}
 
-	struct hdr *orig = &s->orig;
-	__builtin_memset(orig, 0, sizeof(*orig));
-	if (bpf_skb_load_bytes(skb, 0, orig->eth, 12))
+	if (data + BITS_OFF + 8 > end)
 		return TC_ACT_OK;
-	if (nwords == 1 ? bpf_skb_load_bytes(skb, BITS_OFF, orig->raw, 8)
-	    : nwords == 2 ? bpf_skb_load_bytes(skb, BITS_OFF, orig->raw, 16)
-			  : bpf_skb_load_bytes(skb, BITS_OFF, orig->raw, 32))
-		return TC_ACT_OK;
-	orig->ip = ip;
-	orig->sport = udp.source;
-	orig->dport = udp.dest;
-	orig->w0 = be[0];
+	orig->raw[0] = *(__u64 *)(data + BITS_OFF);
+	if (nwords > 1) {
+		if (data + BITS_OFF + 16 > end)
+			return TC_ACT_OK;
+		orig->raw[1] = *(__u64 *)(data + BITS_OFF + 8);
+	}
+	if (nwords > 2) {
+		if (data + BITS_OFF + 32 > end)
+			return TC_ACT_OK;
+		orig->raw[2] = *(__u64 *)(data + BITS_OFF + 16);
+		orig->raw[3] = *(__u64 *)(data + BITS_OFF + 24);
+	}
+	orig->w0 = be0;
 
 	struct dctx c = {};
 	__u32 ttl = w0 & 0xFF, local = 0;
@@ -597,7 +689,7 @@ int bier_rx(struct __sk_buff *skb)
 	if (local)
 		cnt(C_DELIVERED, 1);
 
-	/* the copies: each rewritten from the previous one, then cloned out */
+	/* the copies: each rewritten from the previous one, then cloned out (the last one redirected) */
 	struct ectx e = {
 		.skb = skb,
 		.n = n,
@@ -606,22 +698,24 @@ int bier_rx(struct __sk_buff *skb)
 		.ttl_out = ttl - 1,
 		.len = len,
 		.ip_ttl = cfg->ip_ttl ? cfg->ip_ttl : 64,
+		.local = local,
+		.deliver_port = cfg->deliver_port ? cfg->deliver_port : DEFAULT_DELIVER_PORT,
 	};
-	struct hdr want;
 	struct hdr *cur = &s->cur;
 
 	*cur = *orig;
-	bpf_loop(BIER_MAX_NBR, emit, &e, 0);
+	s->sent = 0;
+	s->redirect = 0;
+	bpf_loop(BIER_MAX_NBR + 1, emit, &e, 0);
+	if (s->sent) {
+		cnt(C_TX_PACKETS, s->sent);
+		cnt(C_TX_BYTES, (__u64)s->sent * len);
+	}
 	if (e.err)
 		return TC_ACT_SHOT;
-	if (!local)
-		return TC_ACT_STOLEN;
-	/* RFC 8279 §6.5 step 4: up to the agent's delivery socket, as received */
-	want = *orig;
-	want.dport = bpf_htons(cfg->deliver_port ? cfg->deliver_port : DEFAULT_DELIVER_PORT);
-	if (set_hdr(skb, cur, &want, nwords))
-		return TC_ACT_SHOT;
-	return TC_ACT_OK;
+	if (s->redirect)
+		return bpf_redirect(s->redirect, 0);
+	return local ? TC_ACT_OK : TC_ACT_STOLEN;
 }
 
 char LICENSE[] SEC("license") = "GPL";
