@@ -64,6 +64,15 @@ char LICENSE[] __attribute__((section("license"), used)) = "GPL";
 """
 
 
+def build_ref(ref: str, tmp: Path) -> Path:
+    """The BFR program as of git ``ref`` (its bier.c and bier.h), compiled like the current one."""
+    src = tmp / "ref-src"
+    src.mkdir()
+    for name in ("bier.c", "bier.h"):
+        (src / name).write_text(sh("git", "-C", str(ROOT), "show", f"{ref}:aidcnet/ebpf/{name}"))
+    return build(tmp / "ref-obj", src_dir=src)["bier"]
+
+
 def build_drop(tmp: Path) -> Path:
     """A tc program that drops all IPv4 (this kernel may lack cls_matchall and act_gact)."""
     src, obj = tmp / "sink_drop.c", tmp / "sink_drop.o"
@@ -96,6 +105,11 @@ def setup(drop_obj: Path) -> None:
         with in_netns(ns), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
             s.sendto(b"", (f"{net}.1", 9))  # the DUT's port unreachable answer resolves both MACs
     time.sleep(0.3)
+    for ns, ifname, net in links:
+        # static ARP both ways: a STALE entry that fails its probe would send copies to the Python path
+        dmac, smac = _mac(ns, "eth0"), _mac(DUT, ifname)
+        sh("ip", "-n", DUT, "neigh", "replace", f"{net}.2", "lladdr", dmac, "dev", ifname, "nud", "permanent")
+        sh("ip", "-n", ns, "neigh", "replace", f"{net}.1", "lladdr", smac, "dev", "eth0", "nud", "permanent")
     for i in range(1, SINKS + 1):
         # Sinks drop IPv4 at tc ingress: on veths their receive runs on the DUT's CPU, and a
         # unicast copy to a closed port would cost a route lookup and an ICMP error there that a
@@ -107,6 +121,10 @@ def setup(drop_obj: Path) -> None:
     sh("ip", "netns", "exec", DUT, "sysctl", "-qw", "net.ipv4.ip_forward=1")
     sh("ip", "netns", "exec", DUT, "sysctl", "-qw", "net.ipv4.conf.all.rp_filter=0")
     sh("ip", "netns", "exec", DUT, "sysctl", "-qw", f"net.ipv4.conf.{PREFIX}bl0.rp_filter=0")
+
+
+def _mac(ns: str, ifname: str) -> str:
+    return sh("ip", "-n", ns, "-br", "link", "show", "dev", ifname).split()[2]
 
 
 def teardown() -> None:
@@ -281,11 +299,17 @@ def main() -> int:
         "the DUT's work then runs in the senders' own softirqs and nothing is ever dropped",
     )
     parser.add_argument("--no-python", action="store_true", help="skip the Python BFR lines")
+    parser.add_argument(
+        "--compare-ref",
+        metavar="REF",
+        help="also run the tc program as of git REF (same maps, same agent), interleaved: before/after",
+    )
     args = parser.parse_args()
     cpus = [c for c in range(ncpu) if c != args.dut_cpu] if args.dut_cpu >= 0 else None
     dcpu = args.dut_cpu
     with tempfile.TemporaryDirectory() as tmp:
         obj = build(Path(tmp))["bier"]
+        old = build_ref(args.compare_ref, Path(tmp)) if args.compare_ref else None
         setup(build_drop(Path(tmp)))
         mr = None
         try:
@@ -313,17 +337,20 @@ def main() -> int:
                     res.setdefault("k8", []).append(
                         run(["mcast", GROUP, "9", str(size), str(sec)], sec, n, cpus, dcpu)
                     )
-                    fast = EbpfBier(dp, obj, [f"10.78.{i}.1" for i in range(SINKS + 1)], pin_dir=PIN,
-                                    run=run_cmd(["nsenter", f"--net=/run/netns/{DUT}"]),
-                                    interfaces=[f"{PREFIX}bl{i}" for i in range(SINKS + 1)])  # fmt: skip
-                    with in_netns(DUT):
-                        fast.start()
-                    try:
-                        with ProgStats():
-                            res.setdefault("e1", []).append(timed([*bier, "1"], sec, n, cpus, dcpu))
-                            res.setdefault("e8", []).append(timed([*bier, "ff"], sec, n, cpus, dcpu))
-                    finally:
-                        fast.stop()
+                    for tag, prog in (("e", obj), ("o", old)):
+                        if prog is None:
+                            continue
+                        fast = EbpfBier(dp, prog, [f"10.78.{i}.1" for i in range(SINKS + 1)], pin_dir=PIN,
+                                        run=run_cmd(["nsenter", f"--net=/run/netns/{DUT}"]),
+                                        interfaces=[f"{PREFIX}bl{i}" for i in range(SINKS + 1)])  # fmt: skip
+                        with in_netns(DUT):
+                            fast.start()
+                        try:
+                            with ProgStats():
+                                res.setdefault(f"{tag}1", []).append(timed([*bier, "1"], sec, n, cpus, dcpu))
+                                res.setdefault(f"{tag}8", []).append(timed([*bier, "ff"], sec, n, cpus, dcpu))
+                        finally:
+                            fast.stop()
                     if not args.no_python:
                         dp.start()
                         try:
@@ -341,6 +368,12 @@ def main() -> int:
                         f"{size} B eBPF BFR 1->8", res["e8"], 8, res["k8"], " x kernel ipmr (target >= 0.9)"
                     ),
                 ]
+                if old is not None:
+                    ref = args.compare_ref
+                    lines += [
+                        line(f"{size} B eBPF BFR @{ref} 1->1", res["o1"], 1, res["k1"], " x kernel IPv4"),
+                        line(f"{size} B eBPF BFR @{ref} 1->8", res["o8"], 8, res["k8"], " x kernel ipmr"),
+                    ]
                 if not args.no_python:
                     lines += [
                         line(f"{size} B Python BFR 1->1", res["p1"], 1, res["k1"], " x kernel IPv4"),

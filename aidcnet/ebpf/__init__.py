@@ -38,8 +38,8 @@ def source_digest() -> str:
     return h.hexdigest()[:16]
 
 
-def _cflags() -> list[str]:
-    flags = ["-O2", "-g", "-target", "bpf", "-Wall", "-Werror", "-I", str(SRC)]
+def _cflags(src_dir: Path = SRC) -> list[str]:
+    flags = ["-O2", "-g", "-target", "bpf", "-Wall", "-Werror", "-I", str(src_dir)]
     # -target bpf does not search the multiarch directory where Debian keeps <asm/types.h>.
     multiarch = sysconfig.get_config_var("MULTIARCH")
     if multiarch and Path(f"/usr/include/{multiarch}").is_dir():
@@ -47,8 +47,9 @@ def _cflags() -> list[str]:
     return flags
 
 
-def build(out_dir: Path, clang: str = "clang") -> dict[str, Path]:
+def build(out_dir: Path, clang: str = "clang", src_dir: Path = SRC) -> dict[str, Path]:
     """Compile every program into ``out_dir`` (``<name>.o`` with BTF); returns ``{name: path}``.
+    ``src_dir``: another copy of the sources (a bench compares an older revision's programs).
 
     Raises EbpfBuildError with the install command when clang or the headers are missing."""
     if shutil.which(clang) is None:
@@ -58,10 +59,12 @@ def build(out_dir: Path, clang: str = "clang") -> dict[str, Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     built = {}
     for name in PROGRAMS:
-        src = SRC / f"{name}.c"
+        src = src_dir / f"{name}.c"
+        if not src.exists():
+            continue  # an older revision without this program
         obj = out_dir / f"{name}.o"
         proc = subprocess.run(
-            [clang, *_cflags(), "-c", str(src), "-o", str(obj)], capture_output=True, text=True
+            [clang, *_cflags(src_dir), "-c", str(src), "-o", str(obj)], capture_output=True, text=True
         )
         if proc.returncode != 0:
             raise EbpfBuildError(f"clang failed on {src}:\n{proc.stderr.strip()[-3000:]}")
