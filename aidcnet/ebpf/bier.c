@@ -131,6 +131,11 @@ struct scratch {
 	struct hdr cur;
 	struct hdr orig;
 	struct hdr next; /* the copy being made (not on the stack: the bpf_loop frames share 512 bytes) */
+	__u64 sum;       /* bier_impose: struct isum (checksum state), then the per-packet UDP sum */
+	__u32 sum_off;
+	__u32 sum_end;
+	__u32 sum_err;
+	__u32 pad2;
 };
 
 struct {
@@ -716,6 +721,464 @@ int bier_rx(struct __sk_buff *skb)
 	if (s->redirect)
 		return bpf_redirect(s->redirect, 0);
 	return local ? TC_ACT_OK : TC_ACT_STOLEN;
+}
+
+
+/* -- network-BIER imposition (BFIR) ------------------------------------------------------------------
+ *
+ * bier_impose: tc ingress on a leaf's host ports, the fast path of aidcnet/agent/net_bier.py's ingress.
+ * An IPv4 multicast UDP packet to a routable group, (S,G) then (*,G) in bier_flow, becomes MPLS-in-UDP
+ * BIER with Proto 4 and the flow's BitString, exactly as NetBierEdge + BierDataplane.impose build it:
+ * Entropy = CRC-32(S, G, UDP ports) & 0xFFFFF (aidcnet.bier.edge.flow_entropy), BIER-TTL 64 on the
+ * copies, a UDP checksum the sender left to offload completed first (complete_udp_checksum).  The
+ * §6.5 loop is bier_rx's (step).  Each copy's outer headers are written whole, with checksums computed
+ * from a per-packet sum: the skb may still be CHECKSUM_PARTIAL for the inner UDP header, so the
+ * incremental helpers (which then only touch pseudo-headers) do not apply.
+ *
+ * Everything else passes untouched to the stack, where the Python edge's AF_PACKET socket takes it
+ * (counted E_PUNTED): IP options, fragments, Ethernet padding, TTL <= 1, a bad header, no flow, a flow
+ * the agent did not install (BFERs in several SIs, or this BFR among them), too many copies.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct bier_flow_key);
+	__type(value, struct bier_flow);
+} bier_flow SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, BIER_MAX_PORTS);
+	__type(key, __u32);
+	__type(value, __u32);
+} bier_port SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, BIER_MAX_PORTS * E_NUM);
+	__type(key, __u32);
+	__type(value, __u64);
+} bier_edge_cnt SEC(".maps");
+
+#define IPPROTO_IGMP_ 2
+#define BIER_PROTO_IPV4 4
+#define IMPOSE_TTL 64 /* BierDataplane.impose's default */
+#define IMPOSE_MAX_LEN 9216 /* longer inner packets (jumbo frames) go to the Python edge */
+
+static __always_inline void ecnt(__u32 port, __u32 which, __u64 v)
+{
+	__u32 idx = port * E_NUM + which;
+	__u64 *c = bpf_map_lookup_elem(&bier_edge_cnt, &idx);
+
+	if (c)
+		*c += v;
+}
+
+static __always_inline __u32 fold16(__u64 s)
+{
+	__u32 x = fold32(s);
+
+	x = (x & 0xFFFF) + (x >> 16);
+	x = (x & 0xFFFF) + (x >> 16);
+	return x;
+}
+
+/* CRC-32 (IEEE 802.3, reflected, as zlib.crc32) */
+static __always_inline __u32 crc32_step(__u32 c, __u8 b)
+{
+	c ^= b;
+#pragma unroll
+	for (int k = 0; k < 8; k++) {
+		__u32 low = c & 1;
+
+		/* a product, not a mask or a select: clang turns a select into a branch, and this kernel's
+		 * verifier splits {-1, 0} & K into two states; either way 2^96 paths to verify */
+		asm volatile("" : "+r"(low));
+		c = (c >> 1) ^ (0xEDB88320u * low);
+	}
+	return c;
+}
+
+/* aidcnet.bier.edge.flow_entropy(S, G, sport, dport): CRC-32 of the 12 octets from the IPv4 source
+ * address to the UDP destination port, low 20 bits. */
+static __always_inline __u32 flow_entropy(const struct iphdr *iph)
+{
+	__u32 crc = 0xFFFFFFFF;
+	__u32 w[3];
+
+	__builtin_memcpy(w, &iph->saddr, 12);
+	const __u8 *fb = (const __u8 *)w;
+#pragma unroll
+	for (int j = 0; j < 12; j++)
+		crc = crc32_step(crc, fb[j]);
+	return ~crc & 0xFFFFF;
+}
+
+/* State of the checksum loop (in the scratch map: see ncopies). */
+struct isum {
+	__u64 sum;
+	__u32 off;
+	__u32 end;
+	__u32 err;
+};
+
+struct sctx {
+	struct __sk_buff *skb;
+};
+
+/* One's complement sum of packet octets [off, end), memory order, a chunk per call. */
+static long sum_chunk(__u32 i, void *data)
+{
+	struct sctx *c = data;
+	struct __sk_buff *skb = c->skb;
+	__u32 zero = 0;
+	struct scratch *s = bpf_map_lookup_elem(&bier_scratch, &zero);
+
+	if (!s)
+		return 1;
+	struct isum *m = (struct isum *)&s->sum;
+	__u32 off = m->off, left;
+
+	if (off >= m->end)
+		return 1;
+	if (off > IMPOSE_MAX_LEN) { /* the bound lets the verifier check p + 256 against the packet */
+		m->err = 1;
+		return 1;
+	}
+	left = m->end - off;
+	void *p = (void *)(long)skb->data + off, *end = (void *)(long)skb->data_end;
+
+	if (left >= 256) {
+		if (p + 256 > end)
+			goto bad;
+		m->sum += (__u32)bpf_csum_diff(0, 0, p, 256, 0);
+		m->off = off + 256;
+	} else if (left >= 64) {
+		if (p + 64 > end)
+			goto bad;
+		m->sum += (__u32)bpf_csum_diff(0, 0, p, 64, 0);
+		m->off = off + 64;
+	} else if (left >= 16) {
+		if (p + 16 > end)
+			goto bad;
+		m->sum += (__u32)bpf_csum_diff(0, 0, p, 16, 0);
+		m->off = off + 16;
+	} else if (left >= 4) {
+		if (p + 4 > end)
+			goto bad;
+		m->sum += *(__u32 *)p;
+		m->off = off + 4;
+	} else {
+		/* 1..3 octets: zero padded at the end (RFC 1071) */
+		__u8 *b = p;
+		__u32 t = 0;
+
+		if (b + 1 > (__u8 *)end)
+			goto bad;
+		t = b[0];
+		if (left > 1) {
+			if (b + 2 > (__u8 *)end)
+				goto bad;
+			t |= (__u32)b[1] << 8;
+		}
+		if (left > 2) {
+			if (b + 3 > (__u8 *)end)
+				goto bad;
+			t |= (__u32)b[2] << 16;
+		}
+		m->sum += t;
+		m->off = m->end;
+	}
+	return 0;
+bad:
+	m->err = 1;
+	return 1;
+}
+
+struct ictx {
+	struct __sk_buff *skb;
+	__u32 n;
+	__u32 nwords;
+	__u32 ip_ttl;
+	__u32 ip_len;       /* outer IPv4 total length */
+	__u32 udp_len;      /* outer UDP length (= BIER packet length + 8) */
+	__u32 len;          /* BIER packet length (per-neighbour tx bytes, as the Python dataplane counts) */
+	__be32 w1;
+	__be32 w2;
+	__u32 err;
+};
+
+/* Copy i of an imposed packet: the whole outer header block written for its BFR-NBR, then out. */
+static long emit_imp(__u32 i, void *data)
+{
+	struct ictx *e = data;
+	struct __sk_buff *skb = e->skb;
+	__u32 zero = 0;
+	struct scratch *s = bpf_map_lookup_elem(&bier_scratch, &zero);
+
+	if (!s || i >= e->n || i >= BIER_MAX_NBR)
+		return 1;
+	__u32 k = i;
+
+	asm volatile("" : "+r"(k));
+	struct copy *cp = &s->copy[k & (BIER_MAX_NBR - 1)];
+	__u32 nidx = cp->nbr;
+	struct bier_nbr *nb = bpf_map_lookup_elem(&bier_nbr, &nidx);
+
+	if (!nb || !nb->ifindex) {
+		cnt(C_TX_ERRORS, 1);
+		return 0;
+	}
+	struct hdr *want = &s->next;
+
+	__builtin_memset(want, 0, sizeof(*want));
+	to_wire(cp->bits, want->raw, e->nwords);
+	want->w0 = bpf_htonl((cp->label << 12) | 0x100 | IMPOSE_TTL);
+	want->ip.version = 4;
+	want->ip.ihl = 5;
+	want->ip.tot_len = bpf_htons(e->ip_len);
+	want->ip.frag_off = bpf_htons(IP_DF);
+	want->ip.ttl = e->ip_ttl;
+	want->ip.protocol = IPPROTO_UDP;
+	want->ip.saddr = nb->saddr;
+	want->ip.daddr = nb->daddr;
+	want->ip.check = ip_csum(&want->ip);
+
+	/* UDP checksum: the per-packet part (inner packet, BIER words 1-2, ports, lengths) plus this copy's */
+	__u64 sum = s->sum + nb->saddr + nb->daddr + want->w0;
+	const __u32 *w = (const __u32 *)want->raw;
+#pragma unroll
+	for (int j = 0; j < 2 * BIER_WORDS; j++)
+		sum += w[j];
+	__u16 csum = ~fold16(sum) & 0xFFFF;
+
+	if (!csum)
+		csum = 0xFFFF;
+	/* after a clone the head is shared: make it ours before writing (the one copy per clone) */
+	if (i > 0 && bpf_skb_pull_data(skb, BITS_OFF + e->nwords * 8))
+		goto err;
+	void *d = (void *)(long)skb->data, *end = (void *)(long)skb->data_end;
+
+	if (d + BITS_OFF + 8 > end)
+		goto err;
+	__builtin_memcpy(d, nb->dmac, 6);
+	__builtin_memcpy(d + 6, nb->smac, 6);
+	*(struct iphdr *)(d + IP_OFF) = want->ip;
+	struct udphdr *udp = d + UDP_OFF;
+	udp->source = bpf_htons(BIER_UDP_PORT);
+	udp->dest = bpf_htons(BIER_UDP_PORT);
+	udp->len = bpf_htons(e->udp_len);
+	udp->check = csum;
+	__be32 *bw = d + BIER_OFF;
+	bw[0] = want->w0;
+	bw[1] = e->w1;
+	bw[2] = e->w2;
+	__u64 *bits = d + BITS_OFF;
+	bits[0] = want->raw[0];
+	if (e->nwords > 1) {
+		if (d + BITS_OFF + 16 > end)
+			goto err;
+		bits[1] = want->raw[1];
+	}
+	if (e->nwords > 2) {
+		if (d + BITS_OFF + 32 > end)
+			goto err;
+		bits[2] = want->raw[2];
+		bits[3] = want->raw[3];
+	}
+	if (i + 1 == e->n) {
+		s->redirect = nb->ifindex;
+	} else if (bpf_clone_redirect(skb, nb->ifindex, 0)) {
+		cnt(C_TX_ERRORS, 1);
+		return 0;
+	}
+	s->sent++;
+	nbr_cnt(nidx, NC_TX_PACKETS, 1);
+	nbr_cnt(nidx, NC_TX_BYTES, e->len);
+	return 0;
+err:
+	cnt(C_TX_ERRORS, 1);
+	e->err = 1;
+	return 1;
+}
+
+SEC("tc")
+int bier_impose(struct __sk_buff *skb)
+{
+	__u32 zero = 0, ifindex = skb->ingress_ifindex;
+
+	if (skb->protocol != bpf_htons(ETH_P_IP) || (skb->pkt_type != 0 && skb->pkt_type != 2))
+		return TC_ACT_OK; /* PACKET_HOST, PACKET_MULTICAST: what the Python edge's filter keeps */
+	void *data = (void *)(long)skb->data, *end = (void *)(long)skb->data_end;
+
+	if (data + BIER_OFF > end) {
+		if (skb->len < BIER_OFF || bpf_skb_pull_data(skb, BIER_OFF))
+			return TC_ACT_OK;
+		data = (void *)(long)skb->data;
+		end = (void *)(long)skb->data_end;
+		if (data + BIER_OFF > end)
+			return TC_ACT_OK;
+	}
+	struct iphdr *iph = data + IP_OFF;
+	__u8 *g = (__u8 *)&iph->daddr;
+
+	/* aidcnet.bier.edge.is_routable_multicast, IGMP excluded: the packets the edge captures at all */
+	if (iph->version != 4 || (g[0] & 0xF0) != 0xE0 || (g[0] == 224 && g[1] == 0 && g[2] == 0) ||
+	    iph->protocol == IPPROTO_IGMP_)
+		return TC_ACT_OK;
+	__u32 *pidx = bpf_map_lookup_elem(&bier_port, &ifindex);
+
+	if (!pidx)
+		return TC_ACT_OK;
+	__u32 port = *pidx & (BIER_MAX_PORTS - 1);
+	__u32 tot = bpf_ntohs(iph->tot_len);
+	struct udphdr *udph = data + UDP_OFF;
+	__u32 ulen = bpf_ntohs(udph->len);
+
+	/* the common case only; the Python edge judges the rest with its own counters */
+	if (iph->ihl != 5 || iph->protocol != IPPROTO_UDP || iph->frag_off & bpf_htons(0x3FFF) ||
+	    iph->ttl <= 1 || tot != skb->len - ETH_HLEN || ulen < 8 || ulen != tot - 20 || ip_csum(iph) != iph->check ||
+	    skb->gso_segs > 1 || tot > IMPOSE_MAX_LEN)
+		goto punt;
+	struct bier_flow_key fk = {.src = iph->saddr, .grp = iph->daddr};
+	struct bier_flow *fl = bpf_map_lookup_elem(&bier_flow, &fk);
+
+	if (!fl) {
+		fk.src = 0;
+		fl = bpf_map_lookup_elem(&bier_flow, &fk);
+		if (!fl)
+			goto punt;
+	}
+	struct bier_cfg *cfg = bpf_map_lookup_elem(&bier_cfg, &zero);
+	struct scratch *s = bpf_map_lookup_elem(&bier_scratch, &zero);
+
+	if (!cfg || !s)
+		goto punt;
+	__u32 gen = cfg->gen & 1, lkey = (gen << 20) | (fl->label & 0xFFFFF);
+	__u32 *slot = bpf_map_lookup_elem(&bier_label, &lkey);
+	struct bier_table *tbl = 0;
+	__u32 base = 0;
+
+	if (slot && *slot < BIER_MAX_BIFT) {
+		base = gen * BIER_MAX_BIFT + *slot;
+		tbl = bpf_map_lookup_elem(&bier_table, &base);
+	}
+	if (!tbl || !tbl->valid)
+		goto punt;
+	__u32 nwords = tbl->nwords, bsl = tbl->bsl;
+
+	if (nwords != 1 && nwords != 2 && nwords != 4)
+		goto punt;
+
+	__be32 grp = iph->daddr, src = iph->saddr;
+	__u16 ucheck = udph->check;
+	__u32 entropy = flow_entropy(iph);
+
+	/* §6.5 through the SI's BIFT (aidcnet.bier.forwarding.impose: copies carry TTL 64) */
+	struct dctx c = {};
+
+#pragma unroll
+	for (int j = 0; j < BIER_WORDS; j++)
+		c.bits[j] = fl->bits[j];
+	if (!any(c.bits) || (c.bits[0] & tbl->own[0]) | (c.bits[1] & tbl->own[1]) | (c.bits[2] & tbl->own[2]) |
+				    (c.bits[3] & tbl->own[3]))
+		goto punt; /* the agent installs neither: the Python edge handles them */
+	s->ncopies = 0;
+	c.base = base;
+	c.hash = ((((entropy) ^ tbl->ecmp_seed) * ECMP_GOLDEN) & 0xFFFFFFFF) >> 8;
+	bpf_loop(BIER_MAX_BSL + 1, step, &c, 0);
+	if (c.overflow)
+		goto punt;
+
+	/* the inner UDP checksum: finished here if the sender left it to offload (the field holds the
+	 * pseudo-header sum and the octets do not verify), as the Python edge does on TP_STATUS_CSUMNOTREADY */
+	struct isum *m = (struct isum *)&s->sum;
+	struct sctx sc = {.skb = skb};
+
+	m->sum = 0;
+	m->off = UDP_OFF;
+	m->end = UDP_OFF + ulen;
+	m->err = 0;
+	bpf_loop(64, sum_chunk, &sc, 0);
+	if (m->err || m->off != m->end)
+		goto punt;
+	__u64 inner = m->sum;
+	__u64 pseudo = (__u64)src + grp + bpf_htonl((IPPROTO_UDP << 16) | ulen);
+	__u32 completed = 0;
+
+	if (ucheck && fold16(inner + pseudo) != 0xFFFF && ucheck == fold16(pseudo)) {
+		__u16 v = ~fold16(inner + (__u16)~ucheck + pseudo) & 0xFFFF;
+
+		if (!v)
+			v = 0xFFFF;
+		data = (void *)(long)skb->data;
+		end = (void *)(long)skb->data_end;
+		if (data + BIER_OFF > end)
+			goto punt;
+		((struct udphdr *)(data + UDP_OFF))->check = v;
+		inner += (__u16)~ucheck + v;
+		completed = 1;
+	}
+
+	/* counters, as NetBierEdge._ingress and BierDataplane.impose/_dispatch count */
+	__u32 noentry = popcount(c.noentry), null = popcount(c.null), n = s->ncopies;
+
+	ecnt(port, E_CAPTURED, 1);
+	ecnt(port, E_CAPTURED_BYTES, tot);
+	if (completed)
+		ecnt(port, E_CSUM_COMPLETED, 1);
+	ecnt(port, E_IMPOSED, 1);
+	cnt(C_IMPOSED, 1);
+	if (noentry)
+		cnt(C_BITS_NO_ENTRY, noentry);
+	if (null)
+		cnt(C_BITS_NULL_NBR, null);
+	if (!n) {
+		cnt(noentry ? C_DROPPED_NO_ENTRY : C_DROPPED_NULL_NEIGHBOR, 1);
+		return TC_ACT_SHOT;
+	}
+	cnt(C_ACCEPTED, 1);
+	cnt(C_FORWARDED, 1);
+	cnt(C_REPLICATED, n - 1);
+
+	/* room for outer IPv4, UDP and the BIER header between Ethernet and the inner packet */
+	__u32 blen = 12 + bsl / 8, code = nwords == 1 ? 1 : nwords == 2 ? 2 : 3;
+
+	if (bpf_skb_adjust_room(skb, 28 + blen, BPF_ADJ_ROOM_MAC, 0)) {
+		cnt(C_TX_ERRORS, n);
+		return TC_ACT_SHOT;
+	}
+	struct ictx e = {
+		.skb = skb,
+		.n = n,
+		.nwords = nwords,
+		.ip_ttl = cfg->ip_ttl ? cfg->ip_ttl : 64,
+		.ip_len = 28 + blen + tot,
+		.udp_len = 8 + blen + tot,
+		.len = blen + tot,
+		.w1 = bpf_htonl((5u << 28) | (code << 20) | entropy),
+		.w2 = bpf_htonl((BIER_PROTO_IPV4 << 16) | fl->bfr_id),
+	};
+	__u32 plen = 8 + blen + tot;
+
+	/* the inner packet's IPv4 header sums to 0 (it verified), so its UDP part stands for all of it */
+	s->sum = inner + e.w1 + e.w2 + ((__u32)bpf_htons(BIER_UDP_PORT) << 16 | bpf_htons(BIER_UDP_PORT)) +
+		 bpf_htons(plen) + bpf_htonl((IPPROTO_UDP << 16) | plen);
+	s->sent = 0;
+	s->redirect = 0;
+	bpf_loop(BIER_MAX_NBR, emit_imp, &e, 0);
+	if (s->sent) {
+		cnt(C_TX_PACKETS, s->sent);
+		cnt(C_TX_BYTES, (__u64)s->sent * e.len);
+	}
+	if (e.err)
+		return TC_ACT_SHOT;
+	if (s->redirect)
+		return bpf_redirect(s->redirect, 0);
+	return TC_ACT_STOLEN;
+punt:
+	ecnt(port, E_PUNTED, 1);
+	return TC_ACT_OK;
 }
 
 char LICENSE[] SEC("license") = "GPL";

@@ -13,10 +13,8 @@ Needs root, clang, bpftool and tc (make setup); a missing tool fails the test wi
 from __future__ import annotations
 
 import ctypes
-import os
 import random
 import re
-import shutil
 import socket
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -40,7 +38,6 @@ from aidcnet.bier.bift import NULL, SELF, Bift, bifts_by_label, build_bifts
 from aidcnet.bier.forwarding import build_copies, forward_packet
 from aidcnet.bier.header import BierDecodeError, BierHeader, parse_fields
 from aidcnet.bier.routing import compute_birts, undirected
-from aidcnet.ebpf import EbpfBuildError, build
 from tests.dataplane.netlab import PREFIX, NetLab, in_netns
 from tests.unit.test_bier_forwarding import FIG1_EDGES, FIG1_IDS, FIG6_EDGES
 from tests.unit.test_bier_fuzz import N_PACKETS, mutate, node_tables, valid_packet
@@ -49,28 +46,10 @@ PIN = Path(f"/sys/fs/bpf/{PREFIX}test")
 CHUNK = 500
 
 
-@pytest.fixture(scope="session")
-def bier_obj(tmp_path_factory) -> Path:
-    if os.geteuid() != 0:
-        pytest.fail("the eBPF dataplane tests need root (netns, tc, bpffs)")
-    for tool, pkg in (("bpftool", "bpftool"), ("tc", "iproute2"), ("nsenter", "util-linux")):
-        if shutil.which(tool) is None:
-            pytest.fail(f"{tool} not found: apt-get install -y {pkg} (or run `make setup`)")
-    if not os.path.ismount("/sys/fs/bpf"):
-        Path("/sys/fs/bpf").mkdir(parents=True, exist_ok=True)
-        os.system("mount -t bpf bpf /sys/fs/bpf")
-    try:
-        return build(tmp_path_factory.mktemp("ebpf"))["bier"]
-    except EbpfBuildError as exc:
-        pytest.fail(str(exc))
-
-
-@pytest.fixture
-def lab(request) -> Iterator[NetLab]:
-    lab = NetLab(getattr(request, "param", 4))
-    yield lab
+@pytest.fixture(autouse=True)
+def _unpin() -> Iterator[None]:
+    yield
     unpin(PIN)
-    lab.close()
 
 
 def expected(
@@ -402,7 +381,7 @@ def test_ctypes_mirrors_match_the_objects_btf(bier_obj: Path) -> None:
     raw = run_cmd()(["bpftool", "btf", "dump", "file", str(bier_obj), "format", "raw"])
     sizes = dict(re.findall(r"STRUCT '(bier_\w+)' size=(\d+)", raw))
     mirrors = {"bier_cfg": m.Cfg, "bier_table": m.TableInfo, "bier_entry": m.Entry, "bier_alt": m.Alt}
-    mirrors |= {"bier_fbm": m.Fbm, "bier_nbr": m.Nbr}
+    mirrors |= {"bier_fbm": m.Fbm, "bier_nbr": m.Nbr, "bier_flow": m.Flow, "bier_flow_key": m.FlowKey}
     for name, mirror in mirrors.items():
         assert int(sizes[name]) == ctypes.sizeof(mirror), name
     header = (SRC / "bier.h").read_text()
@@ -414,6 +393,12 @@ def test_ctypes_mirrors_match_the_objects_btf(bier_obj: Path) -> None:
         flat = pyname.replace("dropped-malformed.", "malformed.").replace("dropped-bits.", "bits.")
         flat = flat.replace("ebpf.", "").replace("rx.src.other", "rx.other")
         assert cname[2:].lower() == re.sub(r"[.-]", "_", flat), (cname, pyname)
+    edge = header.split("enum bier_edge_counter {", 1)[1].split("};", 1)[0]
+    enames = [ln.strip().split(",")[0] for ln in edge.splitlines() if ln.strip().startswith("E_")]
+    assert enames[-1] == "E_NUM" and len(enames) - 1 == len(m.EDGE_COUNTERS)
+    for cname, pyname in zip(enames, m.EDGE_COUNTERS, strict=False):
+        assert cname[2:].lower() == re.sub(r"[.-]", "_", pyname.replace("ebpf.edge-", "")), (cname, pyname)
+    assert f"#define BIER_MAX_PORTS {m.MAX_PORTS}" in header
 
 
 @pytest.mark.parametrize("lab", [2], indirect=True)
