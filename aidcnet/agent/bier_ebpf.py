@@ -766,3 +766,24 @@ class EbpfNetBier:
                 if not counter.startswith("ebpf."):
                     ours[f"port.{name}.{counter}"] = v
         return merge_counters(py, ours)
+
+
+def start_net_fast_path(
+    fast: EbpfBier | None, edge, host_ports: Sequence[str], flows: Sequence[object]
+) -> tuple[EbpfNetBier | None, str | None]:
+    """Put bier_impose in front of a running NetBierEdge; on refusal log why and return (None, why):
+    the edge, already running, then imposes everything.  ``fast``: the started eBPF BFR (None when
+    the Python dataplane forwards, and then the Python edge imposes too)."""
+    if fast is None:
+        return None, "eBPF imposition not started: the Python dataplane forwards, so the Python edge imposes"
+    net = EbpfNetBier(fast, edge, host_ports, flows)
+    try:
+        net.start()
+    except (EbpfUnavailable, OSError) as exc:
+        why = f"eBPF imposition not started, the Python edge imposes: {exc}"
+        log.error("%s", why)
+        return None, why
+    log.info(
+        "eBPF imposition attached on %s (%d flows to the Python edge)", ", ".join(host_ports), len(net.kept)
+    )
+    return net, None
