@@ -216,10 +216,9 @@ MAP_NAMES = (
     "bier_local",
     "bier_cnt",
     "bier_nbr_cnt",
-    "bier_flow",
-    "bier_port",
-    "bier_edge_cnt",
 )
+EDGE_MAP_NAMES = ("bier_flow", "bier_port", "bier_edge_cnt")
+"""bier_impose's own maps; an object without that program (an older revision in a bench) lacks them."""
 
 
 def check_tables(tables: Mapping[int, Bift], nbr_index: Mapping[str, int]) -> None:
@@ -257,6 +256,9 @@ class BierMaps:
         self.bpf = libbpf or Libbpf()
         self.pin_dir = pin_dir
         self.fd = {name: self.bpf.obj_get(pin_dir / "maps" / name) for name in MAP_NAMES}
+        for name in EDGE_MAP_NAMES:
+            if (pin_dir / "maps" / name).exists():
+                self.fd[name] = self.bpf.obj_get(pin_dir / "maps" / name)
         # labels written per generation, so the next write of that generation can remove them
         self._labels: dict[int, list[int]] = {0: [], 1: []}
         self._slots: dict[int, int] = {0: 0, 1: 0}
@@ -728,6 +730,10 @@ class EbpfNetBier:
         maps = self.fast.maps
         if maps is None:
             raise EbpfUnavailable("the eBPF BFR is not running: start EbpfBier first")
+        if "bier_flow" not in maps.fd:
+            raise EbpfUnavailable(
+                f"{self.fast.obj} has no {IMPOSE_PROGRAM} program: rebuild it (aidcnet.ebpf.build)"
+            )
         dp = self.fast.dp
         entries, self.kept = flow_entries(self.flows, dp.bfr_id, dp.bsl, dp._label_by_si)
         for line in self.kept:
@@ -755,7 +761,7 @@ class EbpfNetBier:
         """The edge's counters plus the program's (each packet is counted by exactly one)."""
         maps = self.fast.maps
         py = self.edge.counters()
-        if maps is None:
+        if maps is None or "bier_edge_cnt" not in maps.fd:
             return py
         values = maps._percpu("bier_edge_cnt", MAX_PORTS * len(EDGE_COUNTERS))
         ours: dict[str, int] = {}

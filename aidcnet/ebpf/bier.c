@@ -733,7 +733,8 @@ int bier_rx(struct __sk_buff *skb)
  * copies, a UDP checksum the sender left to offload completed first (complete_udp_checksum).  The
  * §6.5 loop is bier_rx's (step).  Each copy's outer headers are written whole, with checksums computed
  * from a per-packet sum: the skb may still be CHECKSUM_PARTIAL for the inner UDP header, so the
- * incremental helpers (which then only touch pseudo-headers) do not apply.
+ * incremental helpers (which then only touch pseudo-headers) do not apply; such an skb's outer UDP
+ * field gets the pseudo-header sum, as any local socket's packet over veth has (see emit_imp).
  *
  * Everything else passes untouched to the stack, where the Python edge's AF_PACKET socket takes it
  * (counted E_PUNTED): IP options, fragments, Ethernet padding, TTL <= 1, a bad header, no flow, a flow
@@ -905,6 +906,8 @@ struct ictx {
 	__u32 len;          /* BIER packet length (per-neighbour tx bytes, as the Python dataplane counts) */
 	__be32 w1;
 	__be32 w2;
+	__be32 pseudo_len; /* the pseudo-header's protocol and length word */
+	__u32 partial;      /* the skb is CHECKSUM_PARTIAL (the sender offloaded its UDP checksum) */
 	__u32 err;
 };
 
@@ -944,16 +947,24 @@ static long emit_imp(__u32 i, void *data)
 	want->ip.daddr = nb->daddr;
 	want->ip.check = ip_csum(&want->ip);
 
-	/* UDP checksum: the per-packet part (inner packet, BIER words 1-2, ports, lengths) plus this copy's */
-	__u64 sum = s->sum + nb->saddr + nb->daddr + want->w0;
-	const __u32 *w = (const __u32 *)want->raw;
-#pragma unroll
-	for (int j = 0; j < 2 * BIER_WORDS; j++)
-		sum += w[j];
-	__u16 csum = ~fold16(sum) & 0xFFFF;
+	/* UDP checksum: the per-packet part (inner packet, BIER words 1-2, ports, lengths) plus this copy's.
+	 * A CHECKSUM_PARTIAL skb stays one (no helper clears the state): its outer field then holds the
+	 * pseudo-header sum, as a local socket's packet has, so that the next BFR's incremental updates
+	 * (bier_rx: only the pseudo-header part for such an skb) keep it right. */
+	__u16 csum;
 
-	if (!csum)
-		csum = 0xFFFF;
+	if (e->partial) {
+		csum = fold16((__u64)nb->saddr + nb->daddr + e->pseudo_len);
+	} else {
+		__u64 sum = s->sum + nb->saddr + nb->daddr + want->w0;
+		const __u32 *w = (const __u32 *)want->raw;
+#pragma unroll
+		for (int j = 0; j < 2 * BIER_WORDS; j++)
+			sum += w[j];
+		csum = ~fold16(sum) & 0xFFFF;
+		if (!csum)
+			csum = 0xFFFF;
+	}
 	/* after a clone the head is shared: make it ours before writing (the one copy per clone) */
 	if (i > 0 && bpf_skb_pull_data(skb, BITS_OFF + e->nwords * 8))
 		goto err;
@@ -1158,12 +1169,14 @@ int bier_impose(struct __sk_buff *skb)
 		.len = blen + tot,
 		.w1 = bpf_htonl((5u << 28) | (code << 20) | entropy),
 		.w2 = bpf_htonl((BIER_PROTO_IPV4 << 16) | fl->bfr_id),
+		.pseudo_len = bpf_htonl((IPPROTO_UDP << 16) | (8 + blen + tot)),
+		.partial = completed,
 	};
 	__u32 plen = 8 + blen + tot;
 
 	/* the inner packet's IPv4 header sums to 0 (it verified), so its UDP part stands for all of it */
 	s->sum = inner + e.w1 + e.w2 + ((__u32)bpf_htons(BIER_UDP_PORT) << 16 | bpf_htons(BIER_UDP_PORT)) +
-		 bpf_htons(plen) + bpf_htonl((IPPROTO_UDP << 16) | plen);
+		 bpf_htons(plen) + e.pseudo_len;
 	s->sent = 0;
 	s->redirect = 0;
 	bpf_loop(BIER_MAX_NBR, emit_imp, &e, 0);

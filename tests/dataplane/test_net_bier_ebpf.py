@@ -164,6 +164,7 @@ def compare(
     c: dict[str, dict[str, int]],
     punted: int,
     bier=lambda f: f[42:],
+    full_checksums: bool = True,
 ) -> None:
     py, eb = got["python"], got["ebpf"]
     for i in range(1, lab.n):
@@ -173,7 +174,8 @@ def compare(
         assert [bier(f) for f in ebs] == [bier(f) for f in pys], f"neighbour {i}: BIER packets differ"
         for a, b in zip(ebs, pys, strict=True):
             assert a[:18] + a[20:24] + a[26:40] == b[:18] + b[20:24] + b[26:40], f"neighbour {i}: headers"
-            verify_checksums(a)
+            if full_checksums:
+                verify_checksums(a)
     assert sum(map(len, eb)) > 0
     ebpf, python = dict(c["ebpf"]), dict(c["python"])
     assert ebpf.pop("edge.ebpf.edge-punted") == punted
@@ -235,10 +237,16 @@ def test_imposition_completes_offloaded_udp_checksums(lab: NetLab, bier_obj: Pat
     for mode in ("python", "ebpf"):
         got[mode], c[mode] = run_leaf(lab, bier_obj if mode == "ebpf" else None, send)
     assert c["python"]["edge.csum-completed"] == len(payloads), "the sender did not offload: nothing tested"
-    compare(lab, got, c, 0, bier=same_ip_id)
+    compare(lab, got, c, 0, bier=same_ip_id, full_checksums=False)
     inner = 42 + 12 + BSL // 8
     for frames in got["ebpf"][1:]:
-        for f in frames:  # the completed inner UDP checksum verifies
+        for f in frames:
+            # the skb is still CHECKSUM_PARTIAL: the outer field holds its pseudo-header sum, as a
+            # socket's packet does, so that the next BFR's incremental update keeps it right
+            ulen = int.from_bytes(f[38:40], "big")
+            pseudo = f[26:34] + struct.pack("!BBH", 0, 17, ulen)
+            assert int.from_bytes(f[40:42], "big") == 0xFFFF - checksum16(pseudo)
+            # and the completed inner UDP checksum verifies
             ulen = int.from_bytes(f[inner + 24 : inner + 26], "big")
             pseudo = f[inner + 12 : inner + 20] + struct.pack("!BBH", 0, 17, ulen)
             assert checksum16(pseudo + f[inner + 20 : inner + 20 + ulen]) == 0
