@@ -10,8 +10,12 @@ default ebpf-).  In the same run, on the same path:
 Several sender processes (sendmmsg) offer more than the DUT forwards: RPS moves the DUT's receive path
 to its own CPU (--dut-cpu), away from the senders, so the excess is dropped at the DUT's backlog instead of
 slowing the senders down.  Rates are the DUT's veth egress counters over the middle half of each run, and
-"not forwarded" is what was offered but not sent on.  eBPF lines add the program's own mean time per
-packet (kernel.bpf_stats_enabled, on for those runs only).
+"not forwarded" is what was offered but not sent on.  "k/softirq-s" is copies per second of softirq
+time on the DUT CPU (/proc/stat, tick sampled): the DUT's capacity whatever else that CPU ran (the
+machine may be shared); the second ratio compares those.  eBPF lines add the program's own mean time
+per packet (kernel.bpf_stats_enabled, on for those runs only), which includes the clones' transmit.
+Sinks drop IPv4 at their tc ingress, so only the DUT's own work is compared (see setup).
+--compare-ref REF adds the program as of a git revision, run in the same rounds.
 Targets (issue 13): eBPF 1->1 >= 0.9x kernel IPv4 forwarding; eBPF 1->8 copies/s >= 0.9x ipmr.
 Run as root: python bench/bier_forwarding_netns.py [--seconds 4] [--sizes 64,1000] [--senders 2]
 """
@@ -27,15 +31,18 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from aidcnet.agent.bier_dataplane import BierDataplane  # noqa: E402
-from aidcnet.agent.bier_ebpf import EbpfBier, run_cmd  # noqa: E402
+from aidcnet.agent.bier_ebpf import EbpfBier, EbpfNetBier, run_cmd  # noqa: E402
+from aidcnet.agent.net_bier import NetBierEdge  # noqa: E402
 from aidcnet.bier.bift import SELF, build_bifts  # noqa: E402
 from aidcnet.ebpf import build  # noqa: E402
 from tests.dataplane.netlab import PREFIX, in_netns, sh  # noqa: E402
@@ -259,14 +266,22 @@ def median(results: list[Result]) -> Result:
     return sorted(results, key=lambda r: r.rate)[len(results) // 2]
 
 
-def line(name: str, runs: list[Result], copies: int, base: list[Result] | None, target: str = "") -> str:
-    """The median run by rate; the ratio of medians; the CPU-cost ratio of medians."""
+def line(
+    name: str,
+    runs: list[Result],
+    copies: int,
+    base: list[Result] | None,
+    target: str = "",
+    softirq: bool = True,
+) -> str:
+    """The median run by rate; the ratio of medians; the CPU-cost ratio of medians (``softirq``: the
+    DUT works in softirq context; the Python dataplane works in its own thread, so not for it)."""
     m = median(runs)
     lost = max(0.0, 1 - m.rate / (m.offered * copies)) if m.offered else 0.0
     unit = "k copies/s" if copies > 1 else "kpps"
     out = f"  {name}: {m.rate / 1e3:.1f} {unit} (offered {m.offered / 1e3:.1f} kpps in, "
     out += f"{lost:.0%} not forwarded"
-    per_cpu = sorted(r.per_cpu() for r in runs)[len(runs) // 2]
+    per_cpu = sorted(r.per_cpu() for r in runs)[len(runs) // 2] if softirq else 0.0
     if per_cpu:
         out += f"; {per_cpu / 1e3:.0f} k/softirq-s"
     out += ")"
@@ -279,6 +294,68 @@ def line(name: str, runs: list[Result], copies: int, base: list[Result] | None, 
         out += f"; program {m.prog_ns:.0f} ns/packet"
     if len(runs) > 1:
         out += f"; rounds {', '.join(f'{r.rate / 1e3:.0f}' for r in runs)}"
+    return out
+
+
+def serve_edge(edge: NetBierEdge, stop: threading.Event) -> None:
+    """The Python edge's capture loop (the agent runs it from its event loop)."""
+    while not stop.is_set():
+        if not edge.drain():
+            time.sleep(0.0002)
+
+
+def imposition(dp: BierDataplane, obj: Path, args: argparse.Namespace, cpus, dcpu: int) -> list[str]:
+    """The DUT as a leaf whose host port is the source link: (*,232.9.9.9) -> BFR-ids 1..8, the same
+    multicast packets as the ipmr line (a socket's, so their UDP checksums are left to offload)."""
+    flows = [SimpleNamespace(group=GROUP, source=None, bfers=list(range(1, SINKS + 1)))]
+    sec, n = args.seconds, args.senders
+    out = []
+    for size in (int(s) for s in args.sizes.split(",")):
+        mcast = ["mcast", GROUP, "9", str(size), str(sec)]
+        res: dict[str, list[Result]] = {}
+        for _ in range(args.rounds):
+            mr = mroute()
+            try:
+                res.setdefault("k8", []).append(run(mcast, sec, n, cpus, dcpu))
+            finally:
+                mr.close()
+            with in_netns(DUT):
+                edge = NetBierEdge(dp, [f"{PREFIX}bl0"], flows, [])
+            try:
+                fast = EbpfBier(dp, obj, [f"10.78.{i}.1" for i in range(SINKS + 1)], pin_dir=PIN,
+                                run=run_cmd(["nsenter", f"--net=/run/netns/{DUT}"]),
+                                interfaces=[f"{PREFIX}bl{i}" for i in range(1, SINKS + 1)])  # fmt: skip
+                with in_netns(DUT):
+                    fast.start()
+                    net = EbpfNetBier(fast, edge, [f"{PREFIX}bl0"], flows)
+                    net.start()
+                try:
+                    res.setdefault("e8", []).append(run(mcast, sec, n, cpus, dcpu))
+                finally:
+                    net.stop()
+                    fast.stop()
+                stop = threading.Event()
+                t = threading.Thread(target=serve_edge, args=(edge, stop), daemon=True)
+                t.start()
+                try:
+                    res.setdefault("p8", []).append(run(mcast, sec, n, cpus, dcpu))
+                finally:
+                    stop.set()
+                    t.join()
+            finally:
+                edge.close()
+        out += [
+            line(f"{size} B kernel ipmr 1->8 (same packets)", res["k8"], 8, None),
+            line(f"{size} B eBPF imposition 1->8", res["e8"], 8, res["k8"], " x kernel ipmr"),
+            line(
+                f"{size} B Python edge imposition 1->8",
+                res["p8"],
+                8,
+                res["k8"],
+                " x kernel ipmr",
+                softirq=False,
+            ),
+        ]
     return out
 
 
@@ -303,6 +380,12 @@ def main() -> int:
         "--compare-ref",
         metavar="REF",
         help="also run the tc program as of git REF (same maps, same agent), interleaved: before/after",
+    )
+    parser.add_argument(
+        "--imposition",
+        action="store_true",
+        help="also network-BIER imposition 1->8 at the DUT as a leaf: eBPF (bier_impose) and the Python "
+        "edge, next to ipmr on the same multicast packets",
     )
     args = parser.parse_args()
     cpus = [c for c in range(ncpu) if c != args.dut_cpu] if args.dut_cpu >= 0 else None
@@ -376,9 +459,27 @@ def main() -> int:
                     ]
                 if not args.no_python:
                     lines += [
-                        line(f"{size} B Python BFR 1->1", res["p1"], 1, res["k1"], " x kernel IPv4"),
-                        line(f"{size} B Python BFR 1->8", res["p8"], 8, res["k8"], " x kernel ipmr"),
+                        line(
+                            f"{size} B Python BFR 1->1",
+                            res["p1"],
+                            1,
+                            res["k1"],
+                            " x kernel IPv4",
+                            softirq=False,
+                        ),
+                        line(
+                            f"{size} B Python BFR 1->8",
+                            res["p8"],
+                            8,
+                            res["k8"],
+                            " x kernel ipmr",
+                            softirq=False,
+                        ),
                     ]
+            if args.imposition:
+                mr.close()
+                mr = None
+                lines += imposition(dp, obj, args, cpus, dcpu)
             dp.close()
         finally:
             if mr is not None:
