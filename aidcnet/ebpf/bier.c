@@ -502,12 +502,14 @@ static long emit(__u32 i, void *data)
 		e->err = 1;
 		return 1;
 	}
-	s->cur = *want;
 	if (i + 1 == e->n && !e->local) {
-		s->redirect = nb->ifindex;
-	} else if (bpf_clone_redirect(e->skb, nb->ifindex, 0)) {
-		cnt(C_TX_ERRORS, 1);
-		return 0;
+		s->redirect = nb->ifindex; /* the packet itself, as it is now: nothing follows it */
+	} else {
+		s->cur = *want;
+		if (bpf_clone_redirect(e->skb, nb->ifindex, 0)) {
+			cnt(C_TX_ERRORS, 1);
+			return 0;
+		}
 	}
 	s->sent++;
 	nbr_cnt(nidx, NC_TX_PACKETS, 1);
@@ -689,7 +691,8 @@ int bier_rx(struct __sk_buff *skb)
 	cnt(C_ACCEPTED, 1);
 	if (n) {
 		cnt(C_FORWARDED, 1);
-		cnt(C_REPLICATED, n - 1);
+		if (n > 1)
+			cnt(C_REPLICATED, n - 1);
 	}
 	if (local)
 		cnt(C_DELIVERED, 1);
