@@ -1,13 +1,21 @@
 """BFR forwarding speed, eBPF and Python, against two kernel anchors, in network namespaces (no Docker).
 
-Topology: ebpf-bsrc -- ebpf-bdut -- ebpf-bs1..ebpf-bs8 (veths).  In the same run, on the same path:
+Topology: ebpf-bsrc -- ebpf-bdut -- ebpf-bs1..ebpf-bs8 (veths; the prefix is $AIDCLAB_NETNS_PREFIX,
+default ebpf-).  In the same run, on the same path:
   - kernel IPv4 forwarding 1->1: UDP to s1's address, the DUT routes it (ip_forward);
   - kernel IP multicast forwarding 1->8: UDP to 232.9.9.9, one (S,G) mroute with the eight sink links as
     outputs (the DUT holds an MRT_INIT socket; ipmr replicates);
   - eBPF BFR 1->1 and 1->8: MPLS-in-UDP/BIER with s1's bit or all eight, the tc program forwards;
   - Python BFR 1->1 and 1->8: the same packets through the agent's Python dataplane (one thread).
-Several sender processes (sendmmsg) offer more than the DUT forwards; rates are the DUT's veth egress
-counters over the middle half of each run, and "lost" is what was offered but not sent on.
+Several sender processes (sendmmsg) offer more than the DUT forwards: RPS moves the DUT's receive path
+to its own CPU (--dut-cpu), away from the senders, so the excess is dropped at the DUT's backlog instead of
+slowing the senders down.  Rates are the DUT's veth egress counters over the middle half of each run, and
+"not forwarded" is what was offered but not sent on.  "k/softirq-s" is copies per second of softirq
+time on the DUT CPU (/proc/stat, tick sampled): the DUT's capacity whatever else that CPU ran (the
+machine may be shared); the second ratio compares those.  eBPF lines add the program's own mean time
+per packet (kernel.bpf_stats_enabled, on for those runs only), which includes the clones' transmit.
+Sinks drop IPv4 at their tc ingress, so only the DUT's own work is compared (see setup).
+--compare-ref REF adds the program as of a git revision, run in the same rounds.
 Targets (issue 13): eBPF 1->1 >= 0.9x kernel IPv4 forwarding; eBPF 1->8 copies/s >= 0.9x ipmr.
 Run as root: python bench/bier_forwarding_netns.py [--seconds 4] [--sizes 64,1000] [--senders 2]
 """
@@ -16,45 +24,83 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import socket
 import struct
 import subprocess
 import sys
+import sysconfig
 import tempfile
+import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from aidcnet.agent.bier_dataplane import BierDataplane  # noqa: E402
-from aidcnet.agent.bier_ebpf import EbpfBier, run_cmd  # noqa: E402
+from aidcnet.agent.bier_ebpf import EbpfBier, EbpfNetBier, run_cmd  # noqa: E402
+from aidcnet.agent.net_bier import NetBierEdge  # noqa: E402
 from aidcnet.bier.bift import SELF, build_bifts  # noqa: E402
 from aidcnet.ebpf import build  # noqa: E402
-from tests.dataplane.netlab import in_netns, sh  # noqa: E402
+from tests.dataplane.netlab import PREFIX, in_netns, sh  # noqa: E402
 
 SINKS = 8
-SRC, DUT = "ebpf-bsrc", "ebpf-bdut"
+SRC, DUT = f"{PREFIX}bsrc", f"{PREFIX}bdut"
 GROUP = "232.9.9.9"
 BSL = 64
 LABEL = 500
 MRT_INIT, MRT_DONE, MRT_ADD_VIF, MRT_ADD_MFC = 200, 201, 202, 204
 VIFF_USE_IFINDEX = 0x8
-PIN = Path("/sys/fs/bpf/ebpf-bench")
+PIN = Path(f"/sys/fs/bpf/{PREFIX}bench")
 
 
 def sink(i: int) -> str:
-    return f"ebpf-bs{i}"
+    return f"{PREFIX}bs{i}"
 
 
-def setup() -> None:
+DROP_C = """#include <linux/bpf.h>
+#include <linux/pkt_cls.h>
+__attribute__((section("tc"), used)) int sink_drop(struct __sk_buff *skb)
+{
+	return skb->protocol == __builtin_bswap16(0x0800) ? TC_ACT_SHOT : TC_ACT_OK; /* ARP passes */
+}
+char LICENSE[] __attribute__((section("license"), used)) = "GPL";
+"""
+
+
+def build_ref(ref: str, tmp: Path) -> Path:
+    """The BFR program as of git ``ref`` (its bier.c and bier.h), compiled like the current one."""
+    src = tmp / "ref-src"
+    src.mkdir()
+    for name in ("bier.c", "bier.h"):
+        (src / name).write_text(sh("git", "-C", str(ROOT), "show", f"{ref}:aidcnet/ebpf/{name}"))
+    return build(tmp / "ref-obj", src=src, programs=("bier",))["bier"]
+
+
+def build_drop(tmp: Path) -> Path:
+    """A tc program that drops all IPv4 (this kernel may lack cls_matchall and act_gact)."""
+    src, obj = tmp / "sink_drop.c", tmp / "sink_drop.o"
+    src.write_text(DROP_C)
+    sh("clang", "-O2", "-target", "bpf", *_multiarch(), "-c", str(src), "-o", str(obj))
+    return obj
+
+
+def _multiarch() -> list[str]:
+    arch = sysconfig.get_config_var("MULTIARCH")
+    return ["-I", f"/usr/include/{arch}"] if arch and Path(f"/usr/include/{arch}").is_dir() else []
+
+
+def setup(drop_obj: Path) -> None:
     teardown()
     for ns in (SRC, DUT, *(sink(i) for i in range(1, SINKS + 1))):
         sh("ip", "netns", "add", ns)
         sh("ip", "-n", ns, "link", "set", "lo", "up")
         sh("ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1")
-    links = [(SRC, "ebpf-bl0", "10.78.0")] + [
-        (sink(i), f"ebpf-bl{i}", f"10.78.{i}") for i in range(1, SINKS + 1)
+    links = [(SRC, f"{PREFIX}bl0", "10.78.0")] + [
+        (sink(i), f"{PREFIX}bl{i}", f"10.78.{i}") for i in range(1, SINKS + 1)
     ]
     for ns, ifname, net in links:
         sh("ip", "link", "add", ifname, "netns", DUT, "type", "veth", "peer", "name", "eth0", "netns", ns)
@@ -66,10 +112,26 @@ def setup() -> None:
         with in_netns(ns), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
             s.sendto(b"", (f"{net}.1", 9))  # the DUT's port unreachable answer resolves both MACs
     time.sleep(0.3)
+    for ns, ifname, net in links:
+        # static ARP both ways: a STALE entry that fails its probe would send copies to the Python path
+        dmac, smac = _mac(ns, "eth0"), _mac(DUT, ifname)
+        sh("ip", "-n", DUT, "neigh", "replace", f"{net}.2", "lladdr", dmac, "dev", ifname, "nud", "permanent")
+        sh("ip", "-n", ns, "neigh", "replace", f"{net}.1", "lladdr", smac, "dev", "eth0", "nud", "permanent")
+    for i in range(1, SINKS + 1):
+        # Sinks drop IPv4 at tc ingress: on veths their receive runs on the DUT's CPU, and a
+        # unicast copy to a closed port would cost a route lookup and an ICMP error there that a
+        # multicast copy (ipmr's) does not; only the DUT's own work should be compared.
+        sh("ip", "netns", "exec", sink(i), "tc", "qdisc", "add", "dev", "eth0", "clsact")
+        sh("ip", "netns", "exec", sink(i), "tc", "filter", "add", "dev", "eth0", "ingress", "bpf", "da",
+           "obj", str(drop_obj), "sec", "tc")  # fmt: skip
     sh("ip", "-n", SRC, "route", "add", "224.0.0.0/4", "dev", "eth0")
     sh("ip", "netns", "exec", DUT, "sysctl", "-qw", "net.ipv4.ip_forward=1")
     sh("ip", "netns", "exec", DUT, "sysctl", "-qw", "net.ipv4.conf.all.rp_filter=0")
-    sh("ip", "netns", "exec", DUT, "sysctl", "-qw", "net.ipv4.conf.ebpf-bl0.rp_filter=0")
+    sh("ip", "netns", "exec", DUT, "sysctl", "-qw", f"net.ipv4.conf.{PREFIX}bl0.rp_filter=0")
+
+
+def _mac(ns: str, ifname: str) -> str:
+    return sh("ip", "-n", ns, "-br", "link", "show", "dev", ifname).split()[2]
 
 
 def teardown() -> None:
@@ -84,7 +146,7 @@ def mroute() -> socket.socket:
         s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_IGMP)
         s.setsockopt(socket.IPPROTO_IP, MRT_INIT, 1)
         for vif in range(SINKS + 1):
-            ifindex = socket.if_nametoindex(f"ebpf-bl{vif}")
+            ifindex = socket.if_nametoindex(f"{PREFIX}bl{vif}")
             s.setsockopt(
                 socket.IPPROTO_IP,
                 MRT_ADD_VIF,
@@ -103,7 +165,7 @@ def egress() -> int:
     return sum(
         link["stats64"]["tx"]["packets"]
         for link in stats
-        if link["ifname"] != "ebpf-bl0" and link["ifname"] != "lo"
+        if link["ifname"] != f"{PREFIX}bl0" and link["ifname"] != "lo"
     )
 
 
@@ -117,33 +179,184 @@ def quiesce() -> None:
         last = now
 
 
-def run(args: list[str], seconds: float, senders: int) -> tuple[float, float]:
-    """(DUT egress packets/s over the middle half, offered packets/s summed over the senders)."""
+@dataclass
+class Result:
+    rate: float  # DUT egress packets/s over the middle half
+    offered: float  # packets/s the senders sent, summed
+    cpu_s: float  # softirq seconds on the DUT CPU over the middle half (tick sampled)
+    prog_ns: float = 0.0  # the program's mean time per packet (eBPF only)
+
+    def per_cpu(self) -> float:
+        """Copies per softirq-second of the DUT CPU: its capacity, whatever else that CPU ran."""
+        return self.rate * self.window / self.cpu_s if self.cpu_s else 0.0
+
+    window: float = 0.0
+
+
+def softirq_s(cpu: int) -> float:
+    """Softirq time of ``cpu`` so far (the receive path, also when ksoftirqd runs it)."""
+    for ln in Path("/proc/stat").read_text().splitlines():
+        if ln.startswith(f"cpu{cpu} "):
+            return int(ln.split()[7]) / os.sysconf("SC_CLK_TCK")
+    return 0.0
+
+
+def run(args: list[str], seconds: float, senders: int, cpus: list[int] | None, dut_cpu: int) -> Result:
+    """One measurement.  ``cpus``: pin the senders there (the DUT's work runs on the RPS CPU
+    ``dut_cpu``, see steer_dut)."""
     quiesce()
     cmd = ["ip", "netns", "exec", SRC, sys.executable, str(ROOT / "bench" / "bier_sender.py"), *args]
+    if cpus:
+        cmd = ["taskset", "-c", ",".join(map(str, cpus)), *cmd]
     procs = [
         subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for _ in range(senders)
     ]
     time.sleep(seconds * 0.25)
-    c0, t0 = egress(), time.monotonic()
+    c0, t0, s0 = egress(), time.monotonic(), softirq_s(dut_cpu)
     time.sleep(seconds * 0.5)
-    c1, t1 = egress(), time.monotonic()
+    c1, t1, s1 = egress(), time.monotonic(), softirq_s(dut_cpu)
     sent = 0
     for p in procs:
         out, err = p.communicate(timeout=seconds * 4)
         if p.returncode != 0:
             raise RuntimeError(f"sender failed: {err.strip()[-500:]}")
         sent += int(out.strip())
-    return (c1 - c0) / (t1 - t0), sent / seconds
+    return Result((c1 - c0) / (t1 - t0), sent / seconds, s1 - s0 if dut_cpu >= 0 else 0.0, window=t1 - t0)
 
 
-def line(name: str, rate: float, offered: float, copies: int, base: float | None, target: str = "") -> str:
-    lost = max(0.0, 1 - rate / (offered * copies)) if offered else 0.0
-    ratio = f"; ratio {rate / base:.2f}{target}" if base else ""
+def steer_dut(cpu: int) -> None:
+    """RPS on the DUT's ingress veth: its receive path (tc program, ipmr, IPv4 forwarding, and the
+    copies' transmit) runs on ``cpu`` from the backlog, apart from the senders, so the offered load can
+    exceed what the DUT forwards and the excess is dropped (and shown) instead of slowing the senders."""
+    path = f"/sys/class/net/{PREFIX}bl0/queues/rx-0/rps_cpus"
+    sh("ip", "netns", "exec", DUT, "sh", "-c", f"echo {1 << cpu:x} > {path}")
+
+
+class ProgStats:
+    """The program's own time per run (kernel.bpf_stats_enabled), which includes bpf_clone_redirect's
+    clone and transmit onto the veth but not the sinks' receive."""
+
+    def __init__(self) -> None:
+        self.old = Path("/proc/sys/kernel/bpf_stats_enabled").read_text().strip()
+
+    def __enter__(self) -> ProgStats:
+        Path("/proc/sys/kernel/bpf_stats_enabled").write_text("1")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        Path("/proc/sys/kernel/bpf_stats_enabled").write_text(self.old)
+
+    @staticmethod
+    def read() -> tuple[int, int]:
+        info = json.loads(sh("bpftool", "-j", "prog", "show", "pinned", str(PIN / "bier_rx")))
+        return int(info.get("run_cnt", 0)), int(info.get("run_time_ns", 0))
+
+
+def timed(args: list[str], seconds: float, senders: int, cpus: list[int] | None, dut_cpu: int) -> Result:
+    """run() plus the program's mean ns per packet over the whole run."""
+    n0, t0 = ProgStats.read()
+    res = run(args, seconds, senders, cpus, dut_cpu)
+    n1, t1 = ProgStats.read()
+    res.prog_ns = (t1 - t0) / max(1, n1 - n0)
+    return res
+
+
+def median(results: list[Result]) -> Result:
+    return sorted(results, key=lambda r: r.rate)[len(results) // 2]
+
+
+def line(
+    name: str,
+    runs: list[Result],
+    copies: int,
+    base: list[Result] | None,
+    target: str = "",
+    softirq: bool = True,
+) -> str:
+    """The median run by rate; the ratio of medians; the CPU-cost ratio of medians (``softirq``: the
+    DUT works in softirq context; the Python dataplane works in its own thread, so not for it)."""
+    m = median(runs)
+    lost = max(0.0, 1 - m.rate / (m.offered * copies)) if m.offered else 0.0
     unit = "k copies/s" if copies > 1 else "kpps"
-    offer = f"offered {offered / 1e3:.1f} kpps in, {lost:.0%} not forwarded"
-    return f"  {name}: {rate / 1e3:.1f} {unit} ({offer}){ratio}"
+    out = f"  {name}: {m.rate / 1e3:.1f} {unit} (offered {m.offered / 1e3:.1f} kpps in, "
+    out += f"{lost:.0%} not forwarded"
+    per_cpu = sorted(r.per_cpu() for r in runs)[len(runs) // 2] if softirq else 0.0
+    if per_cpu:
+        out += f"; {per_cpu / 1e3:.0f} k/softirq-s"
+    out += ")"
+    if base:
+        out += f"; ratio {m.rate / median(base).rate:.2f}{target}"
+        base_cpu = sorted(r.per_cpu() for r in base)[len(base) // 2]
+        if per_cpu and base_cpu:
+            out += f", per DUT CPU-second {per_cpu / base_cpu:.2f}"
+    if m.prog_ns:
+        out += f"; program {m.prog_ns:.0f} ns/packet"
+    if len(runs) > 1:
+        out += f"; rounds {', '.join(f'{r.rate / 1e3:.0f}' for r in runs)}"
+    return out
+
+
+def serve_edge(edge: NetBierEdge, stop: threading.Event) -> None:
+    """The Python edge's capture loop (the agent runs it from its event loop)."""
+    while not stop.is_set():
+        if not edge.drain():
+            time.sleep(0.0002)
+
+
+def imposition(dp: BierDataplane, obj: Path, args: argparse.Namespace, cpus, dcpu: int) -> list[str]:
+    """The DUT as a leaf whose host port is the source link: (*,232.9.9.9) -> BFR-ids 1..8, the same
+    multicast packets as the ipmr line (a socket's, so their UDP checksums are left to offload)."""
+    flows = [SimpleNamespace(group=GROUP, source=None, bfers=list(range(1, SINKS + 1)))]
+    sec, n = args.seconds, args.senders
+    out = []
+    for size in (int(s) for s in args.sizes.split(",")):
+        mcast = ["mcast", GROUP, "9", str(size), str(sec)]
+        res: dict[str, list[Result]] = {}
+        for _ in range(args.rounds):
+            mr = mroute()
+            try:
+                res.setdefault("k8", []).append(run(mcast, sec, n, cpus, dcpu))
+            finally:
+                mr.close()
+            with in_netns(DUT):
+                edge = NetBierEdge(dp, [f"{PREFIX}bl0"], flows, [])
+            try:
+                fast = EbpfBier(dp, obj, [f"10.78.{i}.1" for i in range(SINKS + 1)], pin_dir=PIN,
+                                run=run_cmd(["nsenter", f"--net=/run/netns/{DUT}"]),
+                                interfaces=[f"{PREFIX}bl{i}" for i in range(1, SINKS + 1)])  # fmt: skip
+                with in_netns(DUT):
+                    fast.start()
+                    net = EbpfNetBier(fast, edge, [f"{PREFIX}bl0"], flows)
+                    net.start()
+                try:
+                    res.setdefault("e8", []).append(run(mcast, sec, n, cpus, dcpu))
+                finally:
+                    net.stop()
+                    fast.stop()
+                stop = threading.Event()
+                t = threading.Thread(target=serve_edge, args=(edge, stop), daemon=True)
+                t.start()
+                try:
+                    res.setdefault("p8", []).append(run(mcast, sec, n, cpus, dcpu))
+                finally:
+                    stop.set()
+                    t.join()
+            finally:
+                edge.close()
+        out += [
+            line(f"{size} B kernel ipmr 1->8 (same packets)", res["k8"], 8, None),
+            line(f"{size} B eBPF imposition 1->8", res["e8"], 8, res["k8"], " x kernel ipmr"),
+            line(
+                f"{size} B Python edge imposition 1->8",
+                res["p8"],
+                8,
+                res["k8"],
+                " x kernel ipmr",
+                softirq=False,
+            ),
+        ]
+    return out
 
 
 def main() -> int:
@@ -153,61 +366,120 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=4.0)
     parser.add_argument("--sizes", default="64,1000")
     parser.add_argument("--senders", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=1, help="repeat every line, interleaved; print medians")
+    ncpu = os.cpu_count() or 1
+    parser.add_argument(
+        "--dut-cpu",
+        type=int,
+        default=ncpu - 1 if ncpu > 1 else -1,
+        help="CPU for the DUT's receive path (RPS); the senders get the others. -1: no steering, "
+        "the DUT's work then runs in the senders' own softirqs and nothing is ever dropped",
+    )
+    parser.add_argument("--no-python", action="store_true", help="skip the Python BFR lines")
+    parser.add_argument(
+        "--compare-ref",
+        metavar="REF",
+        help="also run the tc program as of git REF (same maps, same agent), interleaved: before/after",
+    )
+    parser.add_argument(
+        "--imposition",
+        action="store_true",
+        help="also network-BIER imposition 1->8 at the DUT as a leaf: eBPF (bier_impose) and the Python "
+        "edge, next to ipmr on the same multicast packets",
+    )
     args = parser.parse_args()
+    cpus = [c for c in range(ncpu) if c != args.dut_cpu] if args.dut_cpu >= 0 else None
+    dcpu = args.dut_cpu
     with tempfile.TemporaryDirectory() as tmp:
         obj = build(Path(tmp))["bier"]
-        setup()
+        old = build_ref(args.compare_ref, Path(tmp)) if args.compare_ref else None
+        setup(build_drop(Path(tmp)))
         mr = None
         try:
             mr = mroute()
+            if dcpu >= 0:
+                steer_dut(dcpu)
             names = [f"s{i}" for i in range(1, SINKS + 1)]
             birt = {9: SELF, **{i: [f"s{i}"] for i in range(1, SINKS + 1)}}
             labels = {n: {(0, BSL, 0): 900 + i} for i, n in enumerate(names)}
             bifts = build_bifts(birt, BSL, labels)
-            nbrs = {f"s{i}": (f"10.78.{i}.2", f"ebpf-bl{i}") for i in range(1, SINKS + 1)}
+            nbrs = {f"s{i}": (f"10.78.{i}.2", f"{PREFIX}bl{i}") for i in range(1, SINKS + 1)}
             with in_netns(DUT):
                 dp = BierDataplane(9, BSL, 0, bifts, nbrs, {(0, BSL, 0): LABEL})
+            split = f"DUT on CPU {dcpu}, senders on {cpus}" if cpus else "no CPU split"
             lines = [f"bench bier_forwarding (netns): src -> dut -> {SINKS} sinks, {args.senders} senders, "
-                     f"{args.seconds:.0f} s runs, BSL {BSL}"]  # fmt: skip
+                     f"{args.seconds:.0f} s runs, BSL {BSL}, {split}, median of {args.rounds}"]  # fmt: skip
+            sec, n = args.seconds, args.senders
             for size in (int(s) for s in args.sizes.split(",")):
-                bier = [
-                    "bier",
-                    "10.78.0.1",
-                    str(size),
-                    str(args.seconds),
-                    str(LABEL),
-                    str(BSL),
-                    "10",
-                    "10.78.0.2",
-                ]
-                k1, k1o = run(
-                    ["udp", "10.78.1.2", "9", str(size), str(args.seconds)], args.seconds, args.senders
-                )
-                k8, k8o = run(["mcast", GROUP, "9", str(size), str(args.seconds)], args.seconds, args.senders)
-                fast = EbpfBier(dp, obj, [f"10.78.{i}.1" for i in range(SINKS + 1)], pin_dir=PIN,
-                                run=run_cmd(["nsenter", f"--net=/run/netns/{DUT}"]),
-                                interfaces=[f"ebpf-bl{i}" for i in range(SINKS + 1)])  # fmt: skip
-                with in_netns(DUT):
-                    fast.start()
-                try:
-                    e1, e1o = run([*bier, "1"], args.seconds, args.senders)
-                    e8, e8o = run([*bier, "ff"], args.seconds, args.senders)
-                finally:
-                    fast.stop()
-                dp.start()
-                try:
-                    p1, p1o = run([*bier, "1"], args.seconds, args.senders)
-                    p8, p8o = run([*bier, "ff"], args.seconds, args.senders)
-                finally:
-                    dp.stop()
+                bier = ["bier", "10.78.0.1", str(size), str(sec), str(LABEL), str(BSL), "10", "10.78.0.2"]
+                res: dict[str, list[Result]] = {}
+                for _ in range(args.rounds):
+                    res.setdefault("k1", []).append(
+                        run(["udp", "10.78.1.2", "9", str(size), str(sec)], sec, n, cpus, dcpu)
+                    )
+                    res.setdefault("k8", []).append(
+                        run(["mcast", GROUP, "9", str(size), str(sec)], sec, n, cpus, dcpu)
+                    )
+                    for tag, prog in (("e", obj), ("o", old)):
+                        if prog is None:
+                            continue
+                        fast = EbpfBier(dp, prog, [f"10.78.{i}.1" for i in range(SINKS + 1)], pin_dir=PIN,
+                                        run=run_cmd(["nsenter", f"--net=/run/netns/{DUT}"]),
+                                        interfaces=[f"{PREFIX}bl{i}" for i in range(SINKS + 1)])  # fmt: skip
+                        with in_netns(DUT):
+                            fast.start()
+                        try:
+                            with ProgStats():
+                                res.setdefault(f"{tag}1", []).append(timed([*bier, "1"], sec, n, cpus, dcpu))
+                                res.setdefault(f"{tag}8", []).append(timed([*bier, "ff"], sec, n, cpus, dcpu))
+                        finally:
+                            fast.stop()
+                    if not args.no_python:
+                        dp.start()
+                        try:
+                            res.setdefault("p1", []).append(run([*bier, "1"], sec, n, cpus, dcpu))
+                            res.setdefault("p8", []).append(run([*bier, "ff"], sec, n, cpus, dcpu))
+                        finally:
+                            dp.stop()
                 lines += [
-                    line(f"{size} B kernel IPv4 forward 1->1", k1, k1o, 1, None),
-                    line(f"{size} B kernel ipmr 1->8", k8, k8o, 8, None),
-                    line(f"{size} B eBPF BFR 1->1", e1, e1o, 1, k1, " x kernel IPv4 (target >= 0.9)"),
-                    line(f"{size} B eBPF BFR 1->8", e8, e8o, 8, k8, " x kernel ipmr (target >= 0.9)"),
-                    line(f"{size} B Python BFR 1->1", p1, p1o, 1, k1, " x kernel IPv4"),
-                    line(f"{size} B Python BFR 1->8", p8, p8o, 8, k8, " x kernel ipmr"),
+                    line(f"{size} B kernel IPv4 forward 1->1", res["k1"], 1, None),
+                    line(f"{size} B kernel ipmr 1->8", res["k8"], 8, None),
+                    line(
+                        f"{size} B eBPF BFR 1->1", res["e1"], 1, res["k1"], " x kernel IPv4 (target >= 0.9)"
+                    ),
+                    line(
+                        f"{size} B eBPF BFR 1->8", res["e8"], 8, res["k8"], " x kernel ipmr (target >= 0.9)"
+                    ),
                 ]
+                if old is not None:
+                    ref = args.compare_ref
+                    lines += [
+                        line(f"{size} B eBPF BFR @{ref} 1->1", res["o1"], 1, res["k1"], " x kernel IPv4"),
+                        line(f"{size} B eBPF BFR @{ref} 1->8", res["o8"], 8, res["k8"], " x kernel ipmr"),
+                    ]
+                if not args.no_python:
+                    lines += [
+                        line(
+                            f"{size} B Python BFR 1->1",
+                            res["p1"],
+                            1,
+                            res["k1"],
+                            " x kernel IPv4",
+                            softirq=False,
+                        ),
+                        line(
+                            f"{size} B Python BFR 1->8",
+                            res["p8"],
+                            8,
+                            res["k8"],
+                            " x kernel ipmr",
+                            softirq=False,
+                        ),
+                    ]
+            if args.imposition:
+                mr.close()
+                mr = None
+                lines += imposition(dp, obj, args, cpus, dcpu)
             dp.close()
         finally:
             if mr is not None:

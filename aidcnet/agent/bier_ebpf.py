@@ -91,6 +91,7 @@ COUNTERS: tuple[str, ...] = (
     "dropped-bits.unknown-bift-id",
     "dropped-bits.zero-bitstring",
     "ebpf.punted",
+    "imposed",
 )
 NBR_COUNTERS = ("rx.nbr.{}.packets", "rx.nbr.{}.bytes", "tx.nbr.{}.packets", "tx.nbr.{}.bytes")
 
@@ -134,6 +135,19 @@ class Nbr(ctypes.Structure):
         ("daddr", ctypes.c_uint8 * 4),
         ("smac", ctypes.c_uint8 * 6),
         ("dmac", ctypes.c_uint8 * 6),
+    ]
+
+
+class FlowKey(ctypes.Structure):
+    _fields_ = [("src", ctypes.c_uint8 * 4), ("grp", ctypes.c_uint8 * 4)]
+
+
+class Flow(ctypes.Structure):
+    _fields_ = [
+        ("label", ctypes.c_uint32),
+        ("bfr_id", ctypes.c_uint16),
+        ("pad", ctypes.c_uint16),
+        ("bits", ctypes.c_uint64 * WORDS),
     ]
 
 
@@ -187,6 +201,11 @@ class Libbpf:
             self._check(ret, "map delete")
 
 
+# enum bier_edge_counter in bier.h, in order: NetBierEdge's names (flat and per port).
+EDGE_COUNTERS = ("captured", "captured-bytes", "imposed", "csum-completed", "ebpf.edge-punted")
+MAX_PORTS = 64
+IMPOSE_PROGRAM = "bier_impose"
+
 MAP_NAMES = (
     "bier_cfg",
     "bier_table",
@@ -199,6 +218,8 @@ MAP_NAMES = (
     "bier_cnt",
     "bier_nbr_cnt",
 )
+EDGE_MAP_NAMES = ("bier_flow", "bier_port", "bier_edge_cnt")
+"""bier_impose's own maps; an object without that program (an older revision in a bench) lacks them."""
 
 
 def check_tables(tables: Mapping[int, Bift], nbr_index: Mapping[str, int]) -> None:
@@ -236,6 +257,9 @@ class BierMaps:
         self.bpf = libbpf or Libbpf()
         self.pin_dir = pin_dir
         self.fd = {name: self.bpf.obj_get(pin_dir / "maps" / name) for name in MAP_NAMES}
+        for name in EDGE_MAP_NAMES:
+            if (pin_dir / "maps" / name).exists():
+                self.fd[name] = self.bpf.obj_get(pin_dir / "maps" / name)
         # labels written per generation, so the next write of that generation can remove them
         self._labels: dict[int, list[int]] = {0: [], 1: []}
         self._slots: dict[int, int] = {0: 0, 1: 0}
@@ -401,7 +425,7 @@ def unpin(pin_dir: Path) -> None:
         shutil.rmtree(pin_dir)
 
 
-def attach(ifname: str, pin_dir: Path, run: Runner) -> None:
+def attach(ifname: str, pin_dir: Path, run: Runner, program: str = PROGRAM, pref: int = 49) -> None:
     """clsact on ``ifname`` and the pinned program on its ingress, direct-action (replaces ours)."""
     qdiscs = json.loads(run(["tc", "-j", "qdisc", "show", "dev", ifname]) or "[]")
     if not any(q.get("kind") == "clsact" for q in qdiscs):
@@ -415,20 +439,20 @@ def attach(ifname: str, pin_dir: Path, run: Runner) -> None:
             ifname,
             "ingress",
             "pref",
-            "49",
+            str(pref),
             "handle",
             "1",
             "bpf",
             "da",
             "object-pinned",
-            str(pin_dir / PROGRAM),
+            str(pin_dir / program),
         ]
     )
 
 
-def detach(ifname: str, run: Runner) -> None:
+def detach(ifname: str, run: Runner, pref: int = 49) -> None:
     try:
-        run(["tc", "filter", "del", "dev", ifname, "ingress", "pref", "49"])
+        run(["tc", "filter", "del", "dev", ifname, "ingress", "pref", str(pref)])
     except EbpfUnavailable as exc:
         log.debug("%s: %s", ifname, exc)
 
@@ -641,3 +665,132 @@ def start_fast_path(dataplane, obj: Path | None = None) -> tuple[EbpfBier | None
         return None, why
     log.info("eBPF dataplane attached on %s (maps in %s)", ", ".join(fast.interfaces), fast.pin_dir)
     return fast, None
+
+
+# -- network-BIER imposition ---------------------------------------------------------------------
+IMPOSE_PREF = 48
+
+
+def flow_entries(
+    flows: Sequence[object], bfr_id: int, bsl: int, labels_by_si: Mapping[int, int]
+) -> tuple[list[tuple[bytes, bytes, int, int]], list[str]]:
+    """``(src or 0.0.0.0, group, our label for the SI, BitString)`` for each flow the program can
+    impose, and why each other one stays with the Python edge (BFERs in several SIs, this BFR among
+    its BFERs, no label for the SI).  ``flows`` are :class:`aidcnet.config.BierFlow`-shaped; the
+    Python :class:`~aidcnet.bier.edge.FlowTable` validates them first."""
+    from aidcnet.bier.bitstring import bitstrings_from_ids
+    from aidcnet.bier.edge import FlowTable
+
+    FlowTable.from_config(flows)  # the same errors as the Python edge
+    out, kept = [], []
+    for f in flows:
+        name = f"({f.source or '*'},{f.group})"  # type: ignore[attr-defined]
+        by_si = bitstrings_from_ids(f.bfers, bsl)  # type: ignore[attr-defined]
+        if len(by_si) != 1:
+            kept.append(f"{name}: BFERs in SIs {sorted(by_si)}")
+            continue
+        ((si, bits),) = by_si.items()
+        if bfr_id in set(f.bfers):  # type: ignore[attr-defined]
+            kept.append(f"{name}: this BFR is a BFER (local delivery)")
+            continue
+        if si not in labels_by_si:
+            kept.append(f"{name}: no BIFT label for SI {si}")
+            continue
+        src = ipaddress.IPv4Address(f.source or "0.0.0.0").packed  # type: ignore[attr-defined]
+        out.append((src, ipaddress.IPv4Address(f.group).packed, labels_by_si[si], bits))  # type: ignore[attr-defined]
+    return out, kept
+
+
+class EbpfNetBier:
+    """bier_impose on a leaf's host ports, in front of a :class:`~aidcnet.agent.net_bier.NetBierEdge`.
+
+    Shares the maps of a started :class:`EbpfBier` (BIFTs, neighbours, counters).  What the program
+    does not impose goes up the stack untouched, where the edge's AF_PACKET sockets take it as before;
+    :meth:`counters` merges both under the edge's names."""
+
+    def __init__(
+        self,
+        fast: EbpfBier,
+        edge,
+        host_ports: Sequence[str],
+        flows: Sequence[object],
+        run: Runner | None = None,
+    ) -> None:
+        self.fast = fast
+        self.edge = edge
+        self.host_ports = list(host_ports)
+        self.flows = list(flows)
+        self.run = run or fast.run
+        self.port_index = {name: i for i, name in enumerate(self.host_ports)}
+        if len(self.port_index) > MAX_PORTS:
+            raise EbpfUnavailable(f"{len(self.port_index)} host ports; the eBPF maps hold {MAX_PORTS}")
+        self.kept: list[str] = []
+        self.attached: list[str] = []
+
+    def start(self) -> None:
+        maps = self.fast.maps
+        if maps is None:
+            raise EbpfUnavailable("the eBPF BFR is not running: start EbpfBier first")
+        if "bier_flow" not in maps.fd:
+            raise EbpfUnavailable(
+                f"{self.fast.obj} has no {IMPOSE_PROGRAM} program: rebuild it (aidcnet.ebpf.build)"
+            )
+        dp = self.fast.dp
+        entries, self.kept = flow_entries(self.flows, dp.bfr_id, dp.bsl, dp._label_by_si)
+        for line in self.kept:
+            log.info("eBPF net-BIER: %s; the Python edge imposes it", line)
+        try:
+            for src, grp, label, bits in entries:
+                key = FlowKey((ctypes.c_uint8 * 4)(*src), (ctypes.c_uint8 * 4)(*grp))
+                maps.bpf.update(maps.fd["bier_flow"], key, Flow(label, dp.bfr_id, 0, _words(bits)))
+            for name, idx in self.port_index.items():
+                ifindex, _mac = link_info(name, self.run)
+                maps.bpf.update(maps.fd["bier_port"], ctypes.c_uint32(ifindex), ctypes.c_uint32(idx))
+            for name in self.host_ports:
+                attach(name, self.fast.pin_dir, self.run, IMPOSE_PROGRAM, IMPOSE_PREF)
+                self.attached.append(name)
+        except (EbpfUnavailable, OSError) as exc:
+            self.stop()
+            raise EbpfUnavailable(str(exc)) from exc
+
+    def stop(self) -> None:
+        for name in self.attached:
+            detach(name, self.run, IMPOSE_PREF)
+        self.attached = []
+
+    def counters(self) -> dict[str, int]:
+        """The edge's counters plus the program's (each packet is counted by exactly one)."""
+        maps = self.fast.maps
+        py = self.edge.counters()
+        if maps is None or "bier_edge_cnt" not in maps.fd:
+            return py
+        values = maps._percpu("bier_edge_cnt", MAX_PORTS * len(EDGE_COUNTERS))
+        ours: dict[str, int] = {}
+        for name, idx in self.port_index.items():
+            for j, counter in enumerate(EDGE_COUNTERS):
+                v = values[idx * len(EDGE_COUNTERS) + j]
+                ours[counter] = ours.get(counter, 0) + v
+                if not counter.startswith("ebpf."):
+                    ours[f"port.{name}.{counter}"] = v
+        return merge_counters(py, ours)
+
+
+def start_net_fast_path(
+    fast: EbpfBier | None, edge, host_ports: Sequence[str], flows: Sequence[object]
+) -> tuple[EbpfNetBier | None, str | None]:
+    """Put bier_impose in front of a running NetBierEdge; on refusal log why and return (None, why):
+    the edge, already running, then imposes everything.  ``fast``: the started eBPF BFR (None when
+    the Python dataplane forwards, and then the Python edge imposes too)."""
+    if fast is None:
+        return None, "eBPF imposition not started: the Python dataplane forwards, so the Python edge imposes"
+    net = EbpfNetBier(fast, edge, host_ports, flows)
+    try:
+        net.start()
+    except (EbpfUnavailable, OSError) as exc:
+        why = f"eBPF imposition not started, the Python edge imposes: {exc}"
+        log.error("%s", why)
+        return None, why
+    log.info(
+        "eBPF imposition attached on %s (%d flows to the Python edge)", ", ".join(host_ports), len(net.kept)
+    )
+    return net, None

@@ -125,9 +125,17 @@ struct scratch {
 	/* in the map, not in struct dctx: a count on the stack would make the verifier walk the bpf_loop
 	 * callback once per value */
 	__u32 ncopies;
+	__u32 sent;        /* copies out (same reason as ncopies) */
+	__u32 redirect;    /* ifindex for bpf_redirect of the last copy, 0: none */
 	__u32 pad;
 	struct hdr cur;
 	struct hdr orig;
+	struct hdr next; /* the copy being made (not on the stack: the bpf_loop frames share 512 bytes) */
+	__u64 sum;       /* bier_impose: struct isum (checksum state), then the per-packet UDP sum */
+	__u32 sum_off;
+	__u32 sum_end;
+	__u32 sum_err;
+	__u32 pad2;
 };
 
 struct {
@@ -342,37 +350,86 @@ static long step(__u32 i, void *data)
 	return 0;
 }
 
-/* Rewrite the packet from the headers in *cur to those in *want, keeping the UDP checksum right
- * (incrementally: the skb may carry a partial checksum from a local sender). */
-static __always_inline int set_hdr(struct __sk_buff *skb, const struct hdr *cur, const struct hdr *want,
+/* One's complement sum of 32-bit words, as bpf_csum_diff computes it (__wsum). */
+static __always_inline __u64 add32(__u64 s, __u32 old, __u32 new)
+{
+	return s + (__u32)~old + new;
+}
+
+static __always_inline __u32 fold32(__u64 s)
+{
+	s = (s & 0xFFFFFFFF) + (s >> 32);
+	s = (s & 0xFFFFFFFF) + (s >> 32);
+	return s;
+}
+
+/* Make the packet carry the headers in *want instead of those in *cur (which it carries now).
+ *
+ * Two helper calls keep the UDP checksum right whatever the skb's checksum state: the pseudo-header
+ * part (addresses) with BPF_F_PSEUDO_HDR, which is all a CHECKSUM_PARTIAL skb needs (a local sender's;
+ * the rest is summed at transmit) and also fixes skb->csum of a CHECKSUM_COMPLETE one, and the
+ * UDP/BIER part, both as one precomputed difference.  The first of them makes the head private
+ * (after a clone it copies it: the one copy per clone that the kernel's ipmr makes too); then every
+ * other byte is written directly, one contiguous run of stores, no helper per field.  The IPv4 header
+ * gets a fresh checksum, which also keeps a CHECKSUM_COMPLETE sum unchanged. */
+static __always_inline int rewrite(struct __sk_buff *skb, const struct hdr *cur, const struct hdr *want,
 				   __u32 nwords)
 {
-	__s64 diff;
-	__u32 old_ports, new_ports;
+	__u64 ps = 0, ds = 0;
+	__u32 op, np;
 
-	if (bpf_l4_csum_replace(skb, UDP_CSUM_OFF, cur->ip.saddr, want->ip.saddr,
-				BPF_F_PSEUDO_HDR | BPF_F_MARK_MANGLED_0 | 4) ||
-	    bpf_l4_csum_replace(skb, UDP_CSUM_OFF, cur->ip.daddr, want->ip.daddr,
-				BPF_F_PSEUDO_HDR | BPF_F_MARK_MANGLED_0 | 4))
+	ps = add32(ps, cur->ip.saddr, want->ip.saddr);
+	ps = add32(ps, cur->ip.daddr, want->ip.daddr);
+	__builtin_memcpy(&op, &cur->sport, 4);
+	__builtin_memcpy(&np, &want->sport, 4);
+	ds = add32(ds, op, np);
+	ds = add32(ds, cur->w0, want->w0);
+	const __u32 *o = (const __u32 *)cur->raw, *w = (const __u32 *)want->raw;
+#pragma unroll
+	for (int j = 0; j < 2 * BIER_WORDS; j++)
+		ds = add32(ds, o[j], w[j]); /* unused tail words are zero in both */
+	if (bpf_l4_csum_replace(skb, UDP_CSUM_OFF, 0, fold32(ps), BPF_F_PSEUDO_HDR | BPF_F_MARK_MANGLED_0) ||
+	    bpf_l4_csum_replace(skb, UDP_CSUM_OFF, 0, fold32(ds), BPF_F_MARK_MANGLED_0))
 		return -1;
-	__builtin_memcpy(&old_ports, &cur->sport, 4);
-	__builtin_memcpy(&new_ports, &want->sport, 4);
-	if (bpf_l4_csum_replace(skb, UDP_CSUM_OFF, old_ports, new_ports, BPF_F_MARK_MANGLED_0 | 4) ||
-	    bpf_l4_csum_replace(skb, UDP_CSUM_OFF, cur->w0, want->w0, BPF_F_MARK_MANGLED_0 | 4))
+
+	void *data = (void *)(long)skb->data, *end = (void *)(long)skb->data_end;
+
+	if ((long)end - (long)data < BITS_OFF + nwords * 8) {
+		/* headers outside the linear area (the parse pulled them, but a clone may not have them) */
+		if (bpf_skb_pull_data(skb, BITS_OFF + nwords * 8))
+			return -1;
+		data = (void *)(long)skb->data;
+		end = (void *)(long)skb->data_end;
+	}
+	if (data + BITS_OFF + 8 > end)
 		return -1;
-	diff = bpf_csum_diff((__be32 *)cur->raw, sizeof(cur->raw), (__be32 *)want->raw, sizeof(want->raw), 0);
-	if (bpf_l4_csum_replace(skb, UDP_CSUM_OFF, 0, diff, BPF_F_MARK_MANGLED_0))
-		return -1;
-	if (bpf_skb_store_bytes(skb, 0, want->eth, 12, 0) ||
-	    bpf_skb_store_bytes(skb, IP_OFF, &want->ip, sizeof(want->ip), BPF_F_RECOMPUTE_CSUM) ||
-	    bpf_skb_store_bytes(skb, UDP_OFF, &want->sport, 4, BPF_F_RECOMPUTE_CSUM) ||
-	    bpf_skb_store_bytes(skb, BIER_OFF, &want->w0, 4, BPF_F_RECOMPUTE_CSUM))
-		return -1;
+	__builtin_memcpy(data, want->eth, 12);
+	struct iphdr *ip = data + IP_OFF;
+	ip->tos = want->ip.tos;
+	ip->id = want->ip.id;
+	ip->frag_off = want->ip.frag_off;
+	ip->ttl = want->ip.ttl;
+	ip->check = want->ip.check;
+	ip->saddr = want->ip.saddr;
+	ip->daddr = want->ip.daddr;
+	struct udphdr *udp = data + UDP_OFF;
+	udp->source = want->sport;
+	udp->dest = want->dport;
+	*(__be32 *)(data + BIER_OFF) = want->w0;
+	__u64 *bits = data + BITS_OFF;
+	bits[0] = want->raw[0];
 	if (nwords == 1)
-		return bpf_skb_store_bytes(skb, BITS_OFF, want->raw, 8, BPF_F_RECOMPUTE_CSUM);
+		return 0;
+	if (data + BITS_OFF + 16 > end)
+		return -1;
+	bits[1] = want->raw[1];
 	if (nwords == 2)
-		return bpf_skb_store_bytes(skb, BITS_OFF, want->raw, 16, BPF_F_RECOMPUTE_CSUM);
-	return bpf_skb_store_bytes(skb, BITS_OFF, want->raw, 32, BPF_F_RECOMPUTE_CSUM);
+		return 0;
+	if (data + BITS_OFF + 32 > end)
+		return -1;
+	bits[2] = want->raw[2];
+	bits[3] = want->raw[3];
+	return 0;
 }
 
 struct ectx {
@@ -384,19 +441,32 @@ struct ectx {
 	__u32 len;
 	__u32 ip_ttl;
 	__u32 err;
+	__u32 local;       /* the packet goes up the stack after the copies */
+	__u32 deliver_port;
 };
 
-/* Copy i: rewrite the packet for its BFR-NBR and clone it out of the neighbour's interface. */
+/* Copy i: rewrite the packet for its BFR-NBR and clone it out of the neighbour's interface.  The last
+ * copy of a packet that is not also delivered locally is the packet itself (bpf_redirect after the
+ * program returns): no clone, and no head copy for it. */
 static long emit(__u32 i, void *data)
 {
 	struct ectx *e = data;
 	__u32 zero = 0;
-	struct hdr want;
-
-	if (i >= e->n || i >= BIER_MAX_NBR)
-		return 1;
 	struct scratch *s = bpf_map_lookup_elem(&bier_scratch, &zero);
+
 	if (!s)
+		return 1;
+	if (i >= e->n) {
+		/* RFC 8279 §6.5 step 4: up to the agent's delivery socket, as received (here, not in
+		 * bier_rx, so that one frame holds the rewrite's stack) */
+		if (e->local) {
+			s->orig.dport = bpf_htons(e->deliver_port);
+			if (rewrite(e->skb, &s->cur, &s->orig, e->nwords))
+				e->err = 1;
+		}
+		return 1;
+	}
+	if (i >= BIER_MAX_NBR)
 		return 1;
 	__u32 k = i;
 
@@ -410,33 +480,38 @@ static long emit(__u32 i, void *data)
 		cnt(C_TX_ERRORS, 1);
 		return 0;
 	}
-	want = s->cur;
-	__builtin_memcpy(want.eth, nb->dmac, 6);
-	__builtin_memcpy(want.eth + 6, nb->smac, 6);
+	struct hdr *want = &s->next;
+
+	*want = s->cur;
+	__builtin_memcpy(want->eth, nb->dmac, 6);
+	__builtin_memcpy(want->eth + 6, nb->smac, 6);
 	/* as a Linux UDP socket sends (the Python dataplane): no TOS, ID 0 with DF, fixed TTL */
-	want.ip.tos = 0;
-	want.ip.id = 0;
-	want.ip.frag_off = bpf_htons(IP_DF);
-	want.ip.ttl = e->ip_ttl;
-	want.ip.saddr = nb->saddr;
-	want.ip.daddr = nb->daddr;
-	want.ip.check = 0;
-	want.ip.check = ip_csum(&want.ip);
-	want.sport = bpf_htons(BIER_UDP_PORT);
-	want.w0 = bpf_htonl((cp->label << 12) | (e->w0 & 0xF00) | e->ttl_out);
-	to_wire(cp->bits, want.raw, e->nwords);
-	if (set_hdr(e->skb, &s->cur, &want, e->nwords)) {
+	want->ip.tos = 0;
+	want->ip.id = 0;
+	want->ip.frag_off = bpf_htons(IP_DF);
+	want->ip.ttl = e->ip_ttl;
+	want->ip.saddr = nb->saddr;
+	want->ip.daddr = nb->daddr;
+	want->ip.check = 0;
+	want->ip.check = ip_csum(&want->ip);
+	want->sport = bpf_htons(BIER_UDP_PORT);
+	want->w0 = bpf_htonl((cp->label << 12) | (e->w0 & 0xF00) | e->ttl_out);
+	to_wire(cp->bits, want->raw, e->nwords);
+	if (rewrite(e->skb, &s->cur, want, e->nwords)) {
 		cnt(C_TX_ERRORS, 1);
 		e->err = 1;
 		return 1;
 	}
-	s->cur = want;
-	if (bpf_clone_redirect(e->skb, nb->ifindex, 0)) {
-		cnt(C_TX_ERRORS, 1);
-		return 0;
+	if (i + 1 == e->n && !e->local) {
+		s->redirect = nb->ifindex; /* the packet itself, as it is now: nothing follows it */
+	} else {
+		s->cur = *want;
+		if (bpf_clone_redirect(e->skb, nb->ifindex, 0)) {
+			cnt(C_TX_ERRORS, 1);
+			return 0;
+		}
 	}
-	cnt(C_TX_PACKETS, 1);
-	cnt(C_TX_BYTES, e->len);
+	s->sent++;
 	nbr_cnt(nidx, NC_TX_PACKETS, 1);
 	nbr_cnt(nidx, NC_TX_BYTES, e->len);
 	return 0;
@@ -446,40 +521,61 @@ SEC("tc")
 int bier_rx(struct __sk_buff *skb)
 {
 	__u32 zero = 0;
-	struct iphdr ip;
-	struct udphdr udp;
-	__be32 be[3];
+	__be32 be0;
 	__u32 w0, w1;
 
 	if (skb->protocol != bpf_htons(ETH_P_IP))
 		return TC_ACT_OK;
-	if (bpf_skb_load_bytes(skb, IP_OFF, &ip, sizeof(ip)) || bpf_skb_load_bytes(skb, UDP_OFF, &udp, sizeof(udp)))
+	/* headers are read in place: pull them into the linear area first in the rare case they are not */
+	void *data = (void *)(long)skb->data, *end = (void *)(long)skb->data_end;
+	__u32 head = skb->len < BITS_OFF + BIER_MAX_BSL / 8 ? skb->len : BITS_OFF + BIER_MAX_BSL / 8;
+
+	if (data + head > end) {
+		if (bpf_skb_pull_data(skb, head))
+			return TC_ACT_OK;
+		data = (void *)(long)skb->data;
+		end = (void *)(long)skb->data_end;
+	}
+	if (data + BIER_OFF > end)
 		return TC_ACT_OK;
-	if (ip.version != 4 || ip.protocol != IPPROTO_UDP || udp.dest != bpf_htons(BIER_UDP_PORT))
+	struct iphdr *iph = data + IP_OFF;
+	struct udphdr *udph = data + UDP_OFF;
+
+	if (iph->version != 4 || iph->protocol != IPPROTO_UDP || udph->dest != bpf_htons(BIER_UDP_PORT))
 		return TC_ACT_OK;
-	if (!bpf_map_lookup_elem(&bier_local, &ip.daddr))
+	if (!bpf_map_lookup_elem(&bier_local, &iph->daddr))
 		return TC_ACT_OK;
 	struct bier_cfg *cfg = bpf_map_lookup_elem(&bier_cfg, &zero);
 	struct scratch *s = bpf_map_lookup_elem(&bier_scratch, &zero);
 
 	if (!cfg || !s)
 		return TC_ACT_OK;
-	__u32 ulen = bpf_ntohs(udp.len);
-	if (ip.ihl != 5 || ip.frag_off & bpf_htons(0x3FFF) || skb->gso_segs > 1 || ulen < 8 ||
-	    ulen + 20 > bpf_ntohs(ip.tot_len) || BIER_OFF + ulen - 8 > skb->len) {
+	/* the received headers, kept for the local delivery and as the first copy's "before" */
+	struct hdr *orig = &s->orig;
+	struct iphdr *ip = &orig->ip;
+
+	__builtin_memset(orig, 0, sizeof(*orig));
+	__builtin_memcpy(orig->eth, data, 12);
+	*ip = *iph;
+	orig->sport = udph->source;
+	orig->dport = udph->dest;
+	__u32 ulen = bpf_ntohs(udph->len);
+	if (ip->ihl != 5 || ip->frag_off & bpf_htons(0x3FFF) || skb->gso_segs > 1 || ulen < 8 ||
+	    ulen + 20 > bpf_ntohs(ip->tot_len) || BIER_OFF + ulen - 8 > skb->len) {
 		/* not ours to judge: the stack (and the Python dataplane behind it) sees it as is */
 		cnt(C_PUNTED, 1);
 		return TC_ACT_OK;
 	}
 	__u32 len = ulen - 8, gen = cfg->gen & 1;
-	__be32 saddr = ip.saddr;
+	__be32 saddr = ip->saddr;
 
 	/* aidcnet.bier.forwarding.forward_packet: peek the label, find the BIFT, then parse_fields */
 	if (len < 4)
 		return malformed(saddr, len, C_MALFORMED_TRUNCATED);
-	if (bpf_skb_load_bytes(skb, BIER_OFF, be, 4))
+	if (data + BIER_OFF + 4 > end)
 		return TC_ACT_OK;
-	w0 = bpf_ntohl(be[0]);
+	be0 = *(__be32 *)(data + BIER_OFF);
+	w0 = bpf_ntohl(be0);
 	__u32 lkey = (gen << 20) | (w0 >> 12);
 	__u32 *slot = bpf_map_lookup_elem(&bier_label, &lkey);
 	struct bier_table *tbl = 0;
@@ -496,9 +592,9 @@ int bier_rx(struct __sk_buff *skb)
 	}
 	if (len < 12)
 		return malformed(saddr, len, C_MALFORMED_TRUNCATED);
-	if (bpf_skb_load_bytes(skb, BIER_OFF, be, 12))
+	if (data + BIER_OFF + 8 > end)
 		return TC_ACT_OK;
-	w1 = bpf_ntohl(be[1]);
+	w1 = bpf_ntohl(*(__be32 *)(data + BIER_OFF + 4));
 	if (w1 >> 28 != 5)
 		return malformed(saddr, len, C_MALFORMED_BAD_NIBBLE);
 	if ((w1 >> 24) & 0xF)
@@ -518,18 +614,21 @@ int bier_rx(struct __sk_buff *skb)
 		return TC_ACT_OK;
 	}
 
-	struct hdr *orig = &s->orig;
-	__builtin_memset(orig, 0, sizeof(*orig));
-	if (bpf_skb_load_bytes(skb, 0, orig->eth, 12))
+	if (data + BITS_OFF + 8 > end)
 		return TC_ACT_OK;
-	if (nwords == 1 ? bpf_skb_load_bytes(skb, BITS_OFF, orig->raw, 8)
-	    : nwords == 2 ? bpf_skb_load_bytes(skb, BITS_OFF, orig->raw, 16)
-			  : bpf_skb_load_bytes(skb, BITS_OFF, orig->raw, 32))
-		return TC_ACT_OK;
-	orig->ip = ip;
-	orig->sport = udp.source;
-	orig->dport = udp.dest;
-	orig->w0 = be[0];
+	orig->raw[0] = *(__u64 *)(data + BITS_OFF);
+	if (nwords > 1) {
+		if (data + BITS_OFF + 16 > end)
+			return TC_ACT_OK;
+		orig->raw[1] = *(__u64 *)(data + BITS_OFF + 8);
+	}
+	if (nwords > 2) {
+		if (data + BITS_OFF + 32 > end)
+			return TC_ACT_OK;
+		orig->raw[2] = *(__u64 *)(data + BITS_OFF + 16);
+		orig->raw[3] = *(__u64 *)(data + BITS_OFF + 24);
+	}
+	orig->w0 = be0;
 
 	struct dctx c = {};
 	__u32 ttl = w0 & 0xFF, local = 0;
@@ -592,12 +691,13 @@ int bier_rx(struct __sk_buff *skb)
 	cnt(C_ACCEPTED, 1);
 	if (n) {
 		cnt(C_FORWARDED, 1);
-		cnt(C_REPLICATED, n - 1);
+		if (n > 1)
+			cnt(C_REPLICATED, n - 1);
 	}
 	if (local)
 		cnt(C_DELIVERED, 1);
 
-	/* the copies: each rewritten from the previous one, then cloned out */
+	/* the copies: each rewritten from the previous one, then cloned out (the last one redirected) */
 	struct ectx e = {
 		.skb = skb,
 		.n = n,
@@ -606,21 +706,494 @@ int bier_rx(struct __sk_buff *skb)
 		.ttl_out = ttl - 1,
 		.len = len,
 		.ip_ttl = cfg->ip_ttl ? cfg->ip_ttl : 64,
+		.local = local,
+		.deliver_port = cfg->deliver_port ? cfg->deliver_port : DEFAULT_DELIVER_PORT,
 	};
-	struct hdr want;
 	struct hdr *cur = &s->cur;
 
 	*cur = *orig;
-	bpf_loop(BIER_MAX_NBR, emit, &e, 0);
+	s->sent = 0;
+	s->redirect = 0;
+	bpf_loop(BIER_MAX_NBR + 1, emit, &e, 0);
+	if (s->sent) {
+		cnt(C_TX_PACKETS, s->sent);
+		cnt(C_TX_BYTES, (__u64)s->sent * len);
+	}
 	if (e.err)
 		return TC_ACT_SHOT;
-	if (!local)
-		return TC_ACT_STOLEN;
-	/* RFC 8279 §6.5 step 4: up to the agent's delivery socket, as received */
-	want = *orig;
-	want.dport = bpf_htons(cfg->deliver_port ? cfg->deliver_port : DEFAULT_DELIVER_PORT);
-	if (set_hdr(skb, cur, &want, nwords))
+	if (s->redirect)
+		return bpf_redirect(s->redirect, 0);
+	return local ? TC_ACT_OK : TC_ACT_STOLEN;
+}
+
+
+/* -- network-BIER imposition (BFIR) ------------------------------------------------------------------
+ *
+ * bier_impose: tc ingress on a leaf's host ports, the fast path of aidcnet/agent/net_bier.py's ingress.
+ * An IPv4 multicast UDP packet to a routable group, (S,G) then (*,G) in bier_flow, becomes MPLS-in-UDP
+ * BIER with Proto 4 and the flow's BitString, exactly as NetBierEdge + BierDataplane.impose build it:
+ * Entropy = CRC-32(S, G, UDP ports) & 0xFFFFF (aidcnet.bier.edge.flow_entropy), BIER-TTL 64 on the
+ * copies, a UDP checksum the sender left to offload completed first (complete_udp_checksum).  The
+ * §6.5 loop is bier_rx's (step).  Each copy's outer headers are written whole, with checksums computed
+ * from a per-packet sum: the skb may still be CHECKSUM_PARTIAL for the inner UDP header, so the
+ * incremental helpers (which then only touch pseudo-headers) do not apply; such an skb's outer UDP
+ * field gets the pseudo-header sum, as any local socket's packet over veth has (see emit_imp).
+ *
+ * Everything else passes untouched to the stack, where the Python edge's AF_PACKET socket takes it
+ * (counted E_PUNTED): IP options, fragments, Ethernet padding, TTL <= 1, a bad header, no flow, a flow
+ * the agent did not install (BFERs in several SIs, or this BFR among them), too many copies.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct bier_flow_key);
+	__type(value, struct bier_flow);
+} bier_flow SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, BIER_MAX_PORTS);
+	__type(key, __u32);
+	__type(value, __u32);
+} bier_port SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, BIER_MAX_PORTS * E_NUM);
+	__type(key, __u32);
+	__type(value, __u64);
+} bier_edge_cnt SEC(".maps");
+
+#define IPPROTO_IGMP_ 2
+#define BIER_PROTO_IPV4 4
+#define IMPOSE_TTL 64 /* BierDataplane.impose's default */
+#define IMPOSE_MAX_LEN 9216 /* longer inner packets (jumbo frames) go to the Python edge */
+
+static __always_inline void ecnt(__u32 port, __u32 which, __u64 v)
+{
+	__u32 idx = port * E_NUM + which;
+	__u64 *c = bpf_map_lookup_elem(&bier_edge_cnt, &idx);
+
+	if (c)
+		*c += v;
+}
+
+static __always_inline __u32 fold16(__u64 s)
+{
+	__u32 x = fold32(s);
+
+	x = (x & 0xFFFF) + (x >> 16);
+	x = (x & 0xFFFF) + (x >> 16);
+	return x;
+}
+
+/* CRC-32 (IEEE 802.3, reflected, as zlib.crc32) */
+static __always_inline __u32 crc32_step(__u32 c, __u8 b)
+{
+	c ^= b;
+#pragma unroll
+	for (int k = 0; k < 8; k++) {
+		__u32 low = c & 1;
+
+		/* a product, not a mask or a select: clang turns a select into a branch, and this kernel's
+		 * verifier splits {-1, 0} & K into two states; either way 2^96 paths to verify */
+		asm volatile("" : "+r"(low));
+		c = (c >> 1) ^ (0xEDB88320u * low);
+	}
+	return c;
+}
+
+/* aidcnet.bier.edge.flow_entropy(S, G, sport, dport): CRC-32 of the 12 octets from the IPv4 source
+ * address to the UDP destination port, low 20 bits. */
+static __always_inline __u32 flow_entropy(const struct iphdr *iph)
+{
+	__u32 crc = 0xFFFFFFFF;
+	__u32 w[3];
+
+	__builtin_memcpy(w, &iph->saddr, 12);
+	const __u8 *fb = (const __u8 *)w;
+#pragma unroll
+	for (int j = 0; j < 12; j++)
+		crc = crc32_step(crc, fb[j]);
+	return ~crc & 0xFFFFF;
+}
+
+/* State of the checksum loop (in the scratch map: see ncopies). */
+struct isum {
+	__u64 sum;
+	__u32 off;
+	__u32 end;
+	__u32 err;
+};
+
+struct sctx {
+	struct __sk_buff *skb;
+};
+
+/* One's complement sum of packet octets [off, end), memory order, a chunk per call. */
+static long sum_chunk(__u32 i, void *data)
+{
+	struct sctx *c = data;
+	struct __sk_buff *skb = c->skb;
+	__u32 zero = 0;
+	struct scratch *s = bpf_map_lookup_elem(&bier_scratch, &zero);
+
+	if (!s)
+		return 1;
+	struct isum *m = (struct isum *)&s->sum;
+	__u32 off = m->off, left;
+
+	if (off >= m->end)
+		return 1;
+	if (off > IMPOSE_MAX_LEN) { /* the bound lets the verifier check p + 256 against the packet */
+		m->err = 1;
+		return 1;
+	}
+	left = m->end - off;
+	void *p = (void *)(long)skb->data + off, *end = (void *)(long)skb->data_end;
+
+	if (left >= 256) {
+		if (p + 256 > end)
+			goto bad;
+		m->sum += (__u32)bpf_csum_diff(0, 0, p, 256, 0);
+		m->off = off + 256;
+	} else if (left >= 64) {
+		if (p + 64 > end)
+			goto bad;
+		m->sum += (__u32)bpf_csum_diff(0, 0, p, 64, 0);
+		m->off = off + 64;
+	} else if (left >= 16) {
+		if (p + 16 > end)
+			goto bad;
+		m->sum += (__u32)bpf_csum_diff(0, 0, p, 16, 0);
+		m->off = off + 16;
+	} else if (left >= 4) {
+		if (p + 4 > end)
+			goto bad;
+		m->sum += *(__u32 *)p;
+		m->off = off + 4;
+	} else {
+		/* 1..3 octets: zero padded at the end (RFC 1071) */
+		__u8 *b = p;
+		__u32 t = 0;
+
+		if (b + 1 > (__u8 *)end)
+			goto bad;
+		t = b[0];
+		if (left > 1) {
+			if (b + 2 > (__u8 *)end)
+				goto bad;
+			t |= (__u32)b[1] << 8;
+		}
+		if (left > 2) {
+			if (b + 3 > (__u8 *)end)
+				goto bad;
+			t |= (__u32)b[2] << 16;
+		}
+		m->sum += t;
+		m->off = m->end;
+	}
+	return 0;
+bad:
+	m->err = 1;
+	return 1;
+}
+
+struct ictx {
+	struct __sk_buff *skb;
+	__u32 n;
+	__u32 nwords;
+	__u32 ip_ttl;
+	__u32 ip_len;       /* outer IPv4 total length */
+	__u32 udp_len;      /* outer UDP length (= BIER packet length + 8) */
+	__u32 len;          /* BIER packet length (per-neighbour tx bytes, as the Python dataplane counts) */
+	__be32 w1;
+	__be32 w2;
+	__be32 pseudo_len; /* the pseudo-header's protocol and length word */
+	__u32 partial;      /* the skb is CHECKSUM_PARTIAL (the sender offloaded its UDP checksum) */
+	__u32 err;
+};
+
+/* Copy i of an imposed packet: the whole outer header block written for its BFR-NBR, then out. */
+static long emit_imp(__u32 i, void *data)
+{
+	struct ictx *e = data;
+	struct __sk_buff *skb = e->skb;
+	__u32 zero = 0;
+	struct scratch *s = bpf_map_lookup_elem(&bier_scratch, &zero);
+
+	if (!s || i >= e->n || i >= BIER_MAX_NBR)
+		return 1;
+	__u32 k = i;
+
+	asm volatile("" : "+r"(k));
+	struct copy *cp = &s->copy[k & (BIER_MAX_NBR - 1)];
+	__u32 nidx = cp->nbr;
+	struct bier_nbr *nb = bpf_map_lookup_elem(&bier_nbr, &nidx);
+
+	if (!nb || !nb->ifindex) {
+		cnt(C_TX_ERRORS, 1);
+		return 0;
+	}
+	struct hdr *want = &s->next;
+
+	__builtin_memset(want, 0, sizeof(*want));
+	to_wire(cp->bits, want->raw, e->nwords);
+	want->w0 = bpf_htonl((cp->label << 12) | 0x100 | IMPOSE_TTL);
+	want->ip.version = 4;
+	want->ip.ihl = 5;
+	want->ip.tot_len = bpf_htons(e->ip_len);
+	want->ip.frag_off = bpf_htons(IP_DF);
+	want->ip.ttl = e->ip_ttl;
+	want->ip.protocol = IPPROTO_UDP;
+	want->ip.saddr = nb->saddr;
+	want->ip.daddr = nb->daddr;
+	want->ip.check = ip_csum(&want->ip);
+
+	/* UDP checksum: the per-packet part (inner packet, BIER words 1-2, ports, lengths) plus this copy's.
+	 * A CHECKSUM_PARTIAL skb stays one (no helper clears the state): its outer field then holds the
+	 * pseudo-header sum, as a local socket's packet has, so that the next BFR's incremental updates
+	 * (bier_rx: only the pseudo-header part for such an skb) keep it right. */
+	__u16 csum;
+
+	if (e->partial) {
+		csum = fold16((__u64)nb->saddr + nb->daddr + e->pseudo_len);
+	} else {
+		__u64 sum = s->sum + nb->saddr + nb->daddr + want->w0;
+		const __u32 *w = (const __u32 *)want->raw;
+#pragma unroll
+		for (int j = 0; j < 2 * BIER_WORDS; j++)
+			sum += w[j];
+		csum = ~fold16(sum) & 0xFFFF;
+		if (!csum)
+			csum = 0xFFFF;
+	}
+	/* after a clone the head is shared: make it ours before writing (the one copy per clone) */
+	if (i > 0 && bpf_skb_pull_data(skb, BITS_OFF + e->nwords * 8))
+		goto err;
+	void *d = (void *)(long)skb->data, *end = (void *)(long)skb->data_end;
+
+	if (d + BITS_OFF + 8 > end)
+		goto err;
+	__builtin_memcpy(d, nb->dmac, 6);
+	__builtin_memcpy(d + 6, nb->smac, 6);
+	*(struct iphdr *)(d + IP_OFF) = want->ip;
+	struct udphdr *udp = d + UDP_OFF;
+	udp->source = bpf_htons(BIER_UDP_PORT);
+	udp->dest = bpf_htons(BIER_UDP_PORT);
+	udp->len = bpf_htons(e->udp_len);
+	udp->check = csum;
+	__be32 *bw = d + BIER_OFF;
+	bw[0] = want->w0;
+	bw[1] = e->w1;
+	bw[2] = e->w2;
+	__u64 *bits = d + BITS_OFF;
+	bits[0] = want->raw[0];
+	if (e->nwords > 1) {
+		if (d + BITS_OFF + 16 > end)
+			goto err;
+		bits[1] = want->raw[1];
+	}
+	if (e->nwords > 2) {
+		if (d + BITS_OFF + 32 > end)
+			goto err;
+		bits[2] = want->raw[2];
+		bits[3] = want->raw[3];
+	}
+	if (i + 1 == e->n) {
+		s->redirect = nb->ifindex;
+	} else if (bpf_clone_redirect(skb, nb->ifindex, 0)) {
+		cnt(C_TX_ERRORS, 1);
+		return 0;
+	}
+	s->sent++;
+	nbr_cnt(nidx, NC_TX_PACKETS, 1);
+	nbr_cnt(nidx, NC_TX_BYTES, e->len);
+	return 0;
+err:
+	cnt(C_TX_ERRORS, 1);
+	e->err = 1;
+	return 1;
+}
+
+SEC("tc")
+int bier_impose(struct __sk_buff *skb)
+{
+	__u32 zero = 0, ifindex = skb->ingress_ifindex;
+
+	if (skb->protocol != bpf_htons(ETH_P_IP) || (skb->pkt_type != 0 && skb->pkt_type != 2))
+		return TC_ACT_OK; /* PACKET_HOST, PACKET_MULTICAST: what the Python edge's filter keeps */
+	void *data = (void *)(long)skb->data, *end = (void *)(long)skb->data_end;
+
+	if (data + BIER_OFF > end) {
+		if (skb->len < BIER_OFF || bpf_skb_pull_data(skb, BIER_OFF))
+			return TC_ACT_OK;
+		data = (void *)(long)skb->data;
+		end = (void *)(long)skb->data_end;
+		if (data + BIER_OFF > end)
+			return TC_ACT_OK;
+	}
+	struct iphdr *iph = data + IP_OFF;
+	__u8 *g = (__u8 *)&iph->daddr;
+
+	/* aidcnet.bier.edge.is_routable_multicast, IGMP excluded: the packets the edge captures at all */
+	if (iph->version != 4 || (g[0] & 0xF0) != 0xE0 || (g[0] == 224 && g[1] == 0 && g[2] == 0) ||
+	    iph->protocol == IPPROTO_IGMP_)
+		return TC_ACT_OK;
+	__u32 *pidx = bpf_map_lookup_elem(&bier_port, &ifindex);
+
+	if (!pidx)
+		return TC_ACT_OK;
+	__u32 port = *pidx & (BIER_MAX_PORTS - 1);
+	__u32 tot = bpf_ntohs(iph->tot_len);
+	struct udphdr *udph = data + UDP_OFF;
+	__u32 ulen = bpf_ntohs(udph->len);
+
+	/* the common case only; the Python edge judges the rest with its own counters */
+	if (iph->ihl != 5 || iph->protocol != IPPROTO_UDP || iph->frag_off & bpf_htons(0x3FFF) ||
+	    iph->ttl <= 1 || tot != skb->len - ETH_HLEN || ulen < 8 || ulen != tot - 20 || ip_csum(iph) != iph->check ||
+	    skb->gso_segs > 1 || tot > IMPOSE_MAX_LEN)
+		goto punt;
+	struct bier_flow_key fk = {.src = iph->saddr, .grp = iph->daddr};
+	struct bier_flow *fl = bpf_map_lookup_elem(&bier_flow, &fk);
+
+	if (!fl) {
+		fk.src = 0;
+		fl = bpf_map_lookup_elem(&bier_flow, &fk);
+		if (!fl)
+			goto punt;
+	}
+	struct bier_cfg *cfg = bpf_map_lookup_elem(&bier_cfg, &zero);
+	struct scratch *s = bpf_map_lookup_elem(&bier_scratch, &zero);
+
+	if (!cfg || !s)
+		goto punt;
+	__u32 gen = cfg->gen & 1, lkey = (gen << 20) | (fl->label & 0xFFFFF);
+	__u32 *slot = bpf_map_lookup_elem(&bier_label, &lkey);
+	struct bier_table *tbl = 0;
+	__u32 base = 0;
+
+	if (slot && *slot < BIER_MAX_BIFT) {
+		base = gen * BIER_MAX_BIFT + *slot;
+		tbl = bpf_map_lookup_elem(&bier_table, &base);
+	}
+	if (!tbl || !tbl->valid)
+		goto punt;
+	__u32 nwords = tbl->nwords, bsl = tbl->bsl;
+
+	if (nwords != 1 && nwords != 2 && nwords != 4)
+		goto punt;
+
+	__be32 grp = iph->daddr, src = iph->saddr;
+	__u16 ucheck = udph->check;
+	__u32 entropy = flow_entropy(iph);
+
+	/* §6.5 through the SI's BIFT (aidcnet.bier.forwarding.impose: copies carry TTL 64) */
+	struct dctx c = {};
+
+#pragma unroll
+	for (int j = 0; j < BIER_WORDS; j++)
+		c.bits[j] = fl->bits[j];
+	if (!any(c.bits) || (c.bits[0] & tbl->own[0]) | (c.bits[1] & tbl->own[1]) | (c.bits[2] & tbl->own[2]) |
+				    (c.bits[3] & tbl->own[3]))
+		goto punt; /* the agent installs neither: the Python edge handles them */
+	s->ncopies = 0;
+	c.base = base;
+	c.hash = ((((entropy) ^ tbl->ecmp_seed) * ECMP_GOLDEN) & 0xFFFFFFFF) >> 8;
+	bpf_loop(BIER_MAX_BSL + 1, step, &c, 0);
+	if (c.overflow)
+		goto punt;
+
+	/* the inner UDP checksum: finished here if the sender left it to offload (the field holds the
+	 * pseudo-header sum and the octets do not verify), as the Python edge does on TP_STATUS_CSUMNOTREADY */
+	struct isum *m = (struct isum *)&s->sum;
+	struct sctx sc = {.skb = skb};
+
+	m->sum = 0;
+	m->off = UDP_OFF;
+	m->end = UDP_OFF + ulen;
+	m->err = 0;
+	bpf_loop(64, sum_chunk, &sc, 0);
+	if (m->err || m->off != m->end)
+		goto punt;
+	__u64 inner = m->sum;
+	__u64 pseudo = (__u64)src + grp + bpf_htonl((IPPROTO_UDP << 16) | ulen);
+	__u32 completed = 0;
+
+	if (ucheck && fold16(inner + pseudo) != 0xFFFF && ucheck == fold16(pseudo)) {
+		__u16 v = ~fold16(inner + (__u16)~ucheck + pseudo) & 0xFFFF;
+
+		if (!v)
+			v = 0xFFFF;
+		data = (void *)(long)skb->data;
+		end = (void *)(long)skb->data_end;
+		if (data + BIER_OFF > end)
+			goto punt;
+		((struct udphdr *)(data + UDP_OFF))->check = v;
+		inner += (__u16)~ucheck + v;
+		completed = 1;
+	}
+
+	/* counters, as NetBierEdge._ingress and BierDataplane.impose/_dispatch count */
+	__u32 noentry = popcount(c.noentry), null = popcount(c.null), n = s->ncopies;
+
+	ecnt(port, E_CAPTURED, 1);
+	ecnt(port, E_CAPTURED_BYTES, tot);
+	if (completed)
+		ecnt(port, E_CSUM_COMPLETED, 1);
+	ecnt(port, E_IMPOSED, 1);
+	cnt(C_IMPOSED, 1);
+	if (noentry)
+		cnt(C_BITS_NO_ENTRY, noentry);
+	if (null)
+		cnt(C_BITS_NULL_NBR, null);
+	if (!n) {
+		cnt(noentry ? C_DROPPED_NO_ENTRY : C_DROPPED_NULL_NEIGHBOR, 1);
 		return TC_ACT_SHOT;
+	}
+	cnt(C_ACCEPTED, 1);
+	cnt(C_FORWARDED, 1);
+	cnt(C_REPLICATED, n - 1);
+
+	/* room for outer IPv4, UDP and the BIER header between Ethernet and the inner packet */
+	__u32 blen = 12 + bsl / 8, code = nwords == 1 ? 1 : nwords == 2 ? 2 : 3;
+
+	if (bpf_skb_adjust_room(skb, 28 + blen, BPF_ADJ_ROOM_MAC, 0)) {
+		cnt(C_TX_ERRORS, n);
+		return TC_ACT_SHOT;
+	}
+	struct ictx e = {
+		.skb = skb,
+		.n = n,
+		.nwords = nwords,
+		.ip_ttl = cfg->ip_ttl ? cfg->ip_ttl : 64,
+		.ip_len = 28 + blen + tot,
+		.udp_len = 8 + blen + tot,
+		.len = blen + tot,
+		.w1 = bpf_htonl((5u << 28) | (code << 20) | entropy),
+		.w2 = bpf_htonl((BIER_PROTO_IPV4 << 16) | fl->bfr_id),
+		.pseudo_len = bpf_htonl((IPPROTO_UDP << 16) | (8 + blen + tot)),
+		.partial = completed,
+	};
+	__u32 plen = 8 + blen + tot;
+
+	/* the inner packet's IPv4 header sums to 0 (it verified), so its UDP part stands for all of it */
+	s->sum = inner + e.w1 + e.w2 + ((__u32)bpf_htons(BIER_UDP_PORT) << 16 | bpf_htons(BIER_UDP_PORT)) +
+		 bpf_htons(plen) + e.pseudo_len;
+	s->sent = 0;
+	s->redirect = 0;
+	bpf_loop(BIER_MAX_NBR, emit_imp, &e, 0);
+	if (s->sent) {
+		cnt(C_TX_PACKETS, s->sent);
+		cnt(C_TX_BYTES, (__u64)s->sent * e.len);
+	}
+	if (e.err)
+		return TC_ACT_SHOT;
+	if (s->redirect)
+		return bpf_redirect(s->redirect, 0);
+	return TC_ACT_STOLEN;
+punt:
+	ecnt(port, E_PUNTED, 1);
 	return TC_ACT_OK;
 }
 

@@ -97,6 +97,7 @@ enum bier_counter {
 	C_BITS_UNKNOWN_BIFT_ID,
 	C_BITS_ZERO_BITSTRING,
 	C_PUNTED,           /* eBPF only: passed untouched to the Python dataplane (see docs/bier.md) */
+	C_IMPOSED,          /* BIER packets built as BFIR (bier_impose) */
 	C_NUM
 };
 
@@ -108,5 +109,33 @@ enum bier_nbr_counter {
 	NC_TX_BYTES,
 	NC_NUM
 };
+
+/* Network-BIER imposition at a leaf (bier_impose on host ports, aidcnet/agent/net_bier.py's fast path).
+ * bier_flow: (S,G), or (0,G) for (*,G), -> the flow's BitString in one SI and our label for that SI.
+ * The agent installs only flows whose BFERs share one SI and do not include this BFR; the rest, like
+ * every packet the program does not handle, goes up to the Python edge untouched. */
+struct bier_flow_key {
+	__be32 src;
+	__be32 grp;
+};
+
+struct bier_flow {
+	__u32 label;        /* our BIFT-id of the SI: the packet is forwarded through that BIFT */
+	__u16 bfr_id;       /* BFIR-id (our BFR-id) */
+	__u16 pad;
+	__u64 bits[BIER_WORDS];
+};
+
+/* bier_port: host port ifindex -> index; bier_edge_cnt (per CPU): [index * E_NUM + E_*], named as
+ * net_bier.py's per-port counters (port.<ifname>.<name>) and summed for the flat ones */
+enum bier_edge_counter {
+	E_CAPTURED,
+	E_CAPTURED_BYTES,
+	E_IMPOSED,
+	E_CSUM_COMPLETED,
+	E_PUNTED,           /* eBPF only: left to the Python edge */
+	E_NUM
+};
+#define BIER_MAX_PORTS 64
 
 #endif

@@ -1,7 +1,8 @@
 """A BFR under test in network namespaces: ``ebpf-dut`` with veths to neighbour namespaces
 ``ebpf-n0``..; frames are injected and captured with AF_PACKET on the neighbours' ends.
 
-Every netns and veth name starts with ``ebpf-``; :meth:`NetLab.close` removes them.
+Every netns and veth name starts with :data:`PREFIX` (``ebpf-``, or ``$AIDCLAB_NETNS_PREFIX`` so two
+people on one machine do not tear down each other's namespaces); :meth:`NetLab.close` removes them.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from aidcnet.ipv4 import checksum16
+
+PREFIX = os.environ.get("AIDCLAB_NETNS_PREFIX", "ebpf-")
 
 CLONE_NEWNET = 0x40000000
 ETH_P_IP = 0x0800
@@ -72,10 +75,10 @@ class NetLab:
 
     def __init__(self, n: int) -> None:
         self.n = n
-        self.dut = "ebpf-dut"
-        self.nbrs = [f"ebpf-n{i}" for i in range(n)]
-        self.dut_if = [f"ebpf-d{i}" for i in range(n)]
-        self.nbr_if = [f"ebpf-p{i}" for i in range(n)]
+        self.dut = f"{PREFIX}dut"
+        self.nbrs = [f"{PREFIX}n{i}" for i in range(n)]
+        self.dut_if = [f"{PREFIX}d{i}" for i in range(n)]
+        self.nbr_if = [f"{PREFIX}p{i}" for i in range(n)]
         self.dut_addr = [f"10.77.{i}.1" for i in range(n)]
         self.nbr_addr = [f"10.77.{i}.2" for i in range(n)]
         self.caps: list[socket.socket] = []
@@ -182,6 +185,6 @@ class NetLab:
         for s in (*self.caps, *self.sinks, *([self.tx] if self.tx else [])):
             s.close()
         self.caps, self.sinks, self.tx = [], [], None
-        for ns in ("ebpf-dut", *[f"ebpf-n{i}" for i in range(max(self.n, 16))]):
+        for ns in (f"{PREFIX}dut", *[f"{PREFIX}n{i}" for i in range(max(self.n, 16))]):
             if Path(f"/run/netns/{ns}").exists():
                 subprocess.run(["ip", "netns", "del", ns], capture_output=True)

@@ -13,12 +13,10 @@ Needs root, clang, bpftool and tc (make setup); a missing tool fails the test wi
 from __future__ import annotations
 
 import ctypes
-import os
 import random
 import re
-import shutil
 import socket
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -40,37 +38,18 @@ from aidcnet.bier.bift import NULL, SELF, Bift, bifts_by_label, build_bifts
 from aidcnet.bier.forwarding import build_copies, forward_packet
 from aidcnet.bier.header import BierDecodeError, BierHeader, parse_fields
 from aidcnet.bier.routing import compute_birts, undirected
-from aidcnet.ebpf import EbpfBuildError, build
-from tests.dataplane.netlab import NetLab, in_netns
+from tests.dataplane.netlab import PREFIX, NetLab, in_netns
 from tests.unit.aidcnet.bier.test_bier_forwarding import FIG1_EDGES, FIG1_IDS, FIG6_EDGES
 from tests.unit.aidcnet.bier.test_bier_fuzz import N_PACKETS, mutate, node_tables, valid_packet
 
-PIN = Path("/sys/fs/bpf/ebpf-test")
+PIN = Path(f"/sys/fs/bpf/{PREFIX}test")
 CHUNK = 500
 
 
-@pytest.fixture(scope="session")
-def bier_obj(tmp_path_factory) -> Path:
-    if os.geteuid() != 0:
-        pytest.fail("the eBPF dataplane tests need root (netns, tc, bpffs)")
-    for tool, pkg in (("bpftool", "bpftool"), ("tc", "iproute2"), ("nsenter", "util-linux")):
-        if shutil.which(tool) is None:
-            pytest.fail(f"{tool} not found: apt-get install -y {pkg} (or run `make setup`)")
-    if not os.path.ismount("/sys/fs/bpf"):
-        Path("/sys/fs/bpf").mkdir(parents=True, exist_ok=True)
-        os.system("mount -t bpf bpf /sys/fs/bpf")
-    try:
-        return build(tmp_path_factory.mktemp("ebpf"))["bier"]
-    except EbpfBuildError as exc:
-        pytest.fail(str(exc))
-
-
-@pytest.fixture
-def lab(request) -> Iterator[NetLab]:
-    lab = NetLab(getattr(request, "param", 4))
-    yield lab
+@pytest.fixture(autouse=True)
+def _unpin() -> Iterator[None]:
+    yield
     unpin(PIN)
-    lab.close()
 
 
 def expected(
@@ -104,9 +83,15 @@ def drain(sock: socket.socket) -> list[bytes]:
 
 
 def run_ebpf_raw(
-    lab: NetLab, obj: Path, tables: Mapping[int, Bift], nbr_index: Mapping[str, int], packets: list[bytes]
+    lab: NetLab,
+    obj: Path,
+    tables: Mapping[int, Bift],
+    nbr_index: Mapping[str, int],
+    packets: list[bytes],
+    send: Callable[[list[bytes]], None] | None = None,
 ) -> tuple[list[list[bytes]], list[bytes], dict[str, int]]:
-    """The program with maps written straight from ``tables`` (no BierDataplane: any mix of BSLs)."""
+    """The program with maps written straight from ``tables`` (no BierDataplane: any mix of BSLs).
+    ``send`` puts UDP payloads on the wire (default: frames from neighbour 0, full checksums)."""
     run = run_cmd(lab.run_prefix())
     load(obj, PIN, run)
     maps = BierMaps(PIN)
@@ -127,7 +112,10 @@ def run_ebpf_raw(
         got: list[list[bytes]] = [[] for _ in range(lab.n)]
         delivered: list[bytes] = []
         for start in range(0, len(packets), CHUNK):
-            lab.send([lab.frame_in(p) for p in packets[start : start + CHUNK]])
+            if send is None:
+                lab.send([lab.frame_in(p) for p in packets[start : start + CHUNK]])
+            else:
+                send(packets[start : start + CHUNK])
             for i, frames in enumerate(lab.capture(settle=0.01)):
                 got[i] += frames
             delivered += drain(delivery)
@@ -327,6 +315,63 @@ def test_fuzz_100k_against_pure_code(lab: NetLab, bier_obj: Path) -> None:
         assert c[f"dropped-malformed.{reason}"] == count, reason
 
 
+# -- checksum states -------------------------------------------------------------------------------
+def pseudo_sum(frame: bytes) -> int:
+    """The folded IPv4/UDP pseudo-header sum of ``frame``: what the UDP checksum field of a
+    CHECKSUM_PARTIAL skb holds until the transmit path finishes it."""
+    words = frame[26:34] + bytes([0, 17]) + frame[38:40]
+    s = sum(int.from_bytes(words[i : i + 2], "big") for i in range(0, len(words), 2))
+    while s >> 16:
+        s = (s & 0xFFFF) + (s >> 16)
+    return s
+
+
+@pytest.mark.parametrize("lab", [3], indirect=True)
+def test_partial_checksums_of_locally_sent_packets(lab: NetLab, bier_obj: Path) -> None:
+    """BIER packets from a UDP socket arrive CHECKSUM_PARTIAL (veth offloads the UDP checksum): the
+    field holds only the pseudo-header sum.  Each copy must hold its own pseudo-header's sum (new
+    addresses), and everything else byte for byte as the pure code says; finishing the checksum then
+    gives the pure code's frame.  Copies for one, two and three neighbours (redirect and clones)."""
+    birt = compute_birts(undirected(FIG1_EDGES), FIG1_IDS)["B"]
+    bifts = build_bifts(birt, 64, {n: {(0, 64, 0): 900 + i} for i, n in enumerate("ACE")})
+    tables = bifts_by_label(bifts, {(0, 64, 0): 500})
+    nbr_index = {"A": 0, "C": 1, "E": 2}
+    packets = [
+        BierHeader(bift_id=500, bitstring=bits, bsl=64, ttl=9, entropy=bits, bfir_id=4).encode() + b"x" * n
+        for bits in (0b0001, 0b0100, 0b1000, 0b0101, 0b1101, 0b1111)
+        for n in (0, 1, 64, 1000)
+    ]
+    with in_netns(lab.nbrs[0]):
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        sock.bind((lab.nbr_addr[0], 40000))
+
+    def send(payloads: list[bytes]) -> None:
+        for p in payloads:
+            sock.sendto(p, (lab.dut_addr[0], 6635))
+
+    try:
+        want, _local = expected(lab, tables, nbr_index, packets)
+        got, _delivered, c = run_ebpf_raw(lab, bier_obj, tables, nbr_index, packets, send=send)
+    finally:
+        sock.close()
+    partial = 0
+    for i, (g, w) in enumerate(zip(got, want, strict=True)):
+        assert len(g) == len(w), f"neighbour {i}: {len(g)} copies, pure code says {len(w)}"
+        for j, (a, b) in enumerate(zip(g, w, strict=True)):
+            if a == b:
+                continue
+            assert a[:40] + a[42:] == b[:40] + b[42:], (
+                f"neighbour {i} copy {j}:\n got  {a.hex()}\n want {b.hex()}"
+            )
+            field = int.from_bytes(a[40:42], "big")
+            assert field % 0xFFFF == pseudo_sum(b) % 0xFFFF, (
+                f"neighbour {i} copy {j}: UDP checksum {field:#x}"
+            )
+            partial += 1
+    assert partial, "no copy arrived with a partial checksum: the test did not exercise CHECKSUM_PARTIAL"
+    assert c["ebpf.punted"] == 0 and c["tx.packets"] == sum(map(len, want))
+
+
 # -- the agent side ------------------------------------------------------------------------------
 def test_ctypes_mirrors_match_the_objects_btf(bier_obj: Path) -> None:
     """bier_ebpf.py's structures have the sizes clang gave bier.h's (read from the object's BTF)."""
@@ -336,7 +381,7 @@ def test_ctypes_mirrors_match_the_objects_btf(bier_obj: Path) -> None:
     raw = run_cmd()(["bpftool", "btf", "dump", "file", str(bier_obj), "format", "raw"])
     sizes = dict(re.findall(r"STRUCT '(bier_\w+)' size=(\d+)", raw))
     mirrors = {"bier_cfg": m.Cfg, "bier_table": m.TableInfo, "bier_entry": m.Entry, "bier_alt": m.Alt}
-    mirrors |= {"bier_fbm": m.Fbm, "bier_nbr": m.Nbr}
+    mirrors |= {"bier_fbm": m.Fbm, "bier_nbr": m.Nbr, "bier_flow": m.Flow, "bier_flow_key": m.FlowKey}
     for name, mirror in mirrors.items():
         assert int(sizes[name]) == ctypes.sizeof(mirror), name
     header = (SRC / "bier.h").read_text()
@@ -348,6 +393,12 @@ def test_ctypes_mirrors_match_the_objects_btf(bier_obj: Path) -> None:
         flat = pyname.replace("dropped-malformed.", "malformed.").replace("dropped-bits.", "bits.")
         flat = flat.replace("ebpf.", "").replace("rx.src.other", "rx.other")
         assert cname[2:].lower() == re.sub(r"[.-]", "_", flat), (cname, pyname)
+    edge = header.split("enum bier_edge_counter {", 1)[1].split("};", 1)[0]
+    enames = [ln.strip().split(",")[0] for ln in edge.splitlines() if ln.strip().startswith("E_")]
+    assert enames[-1] == "E_NUM" and len(enames) - 1 == len(m.EDGE_COUNTERS)
+    for cname, pyname in zip(enames, m.EDGE_COUNTERS, strict=False):
+        assert cname[2:].lower() == re.sub(r"[.-]", "_", pyname.replace("ebpf.edge-", "")), (cname, pyname)
+    assert f"#define BIER_MAX_PORTS {m.MAX_PORTS}" in header
 
 
 @pytest.mark.parametrize("lab", [2], indirect=True)
