@@ -51,7 +51,7 @@ RECEIVER = """
 import json, socket, sys
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 # FORCE: past rmem_max, so a busy machine's receiver does not drop what the link delivered.
-s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUFFORCE, 8 << 20)
+s.setsockopt(socket.SOL_SOCKET, 33, 8 << 20)  # SO_RCVBUFFORCE (not in Python 3.11's socket)
 s.bind(("0.0.0.0", 9000))
 s.settimeout(float(sys.argv[1]))
 print("ready", flush=True)
