@@ -90,7 +90,7 @@ def _fixed_counter_names() -> list[str]:
     ]
 
 
-_RCVBUF = 32 << 20
+SOCKET_BUFFER = 32 << 20
 
 
 class BierDataplane:
@@ -149,8 +149,8 @@ class BierDataplane:
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         try:
             # A BFR replicates bursts: room for thousands of jumbo datagrams each way.
-            set_socket_buffer(self.sock, socket.SO_RCVBUF, _RCVBUF)
-            set_socket_buffer(self.sock, socket.SO_SNDBUF, _RCVBUF)
+            set_socket_buffer(self.sock, socket.SO_RCVBUF, SOCKET_BUFFER)
+            set_socket_buffer(self.sock, socket.SO_SNDBUF, SOCKET_BUFFER)
             self.sock.bind((bind_addr, port))
             self.sock.setblocking(False)
             self.io = BatchIO(self.sock, max_batch, mmsg=mmsg)

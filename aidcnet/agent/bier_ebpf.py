@@ -39,8 +39,10 @@ import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from aidcnet.agent.bier_dataplane import SOCKET_BUFFER
 from aidcnet.bier.bift import Bift
 from aidcnet.bier.header import BierDecodeError, parse_fields, peek_bift_id
+from aidcnet.udpio import set_socket_buffer
 
 log = logging.getLogger("aidcnet.bier.ebpf")
 
@@ -528,6 +530,8 @@ class EbpfBier:
             self.write_tables()
             if self._bind_socket:
                 self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+                # The program delivers at kernel speed; a default-sized buffer overflows on a burst.
+                set_socket_buffer(self.sock, socket.SO_RCVBUF, SOCKET_BUFFER)
                 self.sock.bind(("0.0.0.0", self.deliver_port))
                 self.sock.setblocking(False)
             for ifname in self.interfaces:
