@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from aidcnet.agent.bier_dataplane import BierDataplane
-from aidcnet.agent.bier_ebpf import start_fast_path
+from aidcnet.agent.bier_ebpf import start_fast_path, start_net_fast_path
 from aidcnet.agent.bier_host import BierHost
 from aidcnet.agent.control import Handler, Op
 from aidcnet.agent.net_bier import NetBierEdge
@@ -107,6 +107,13 @@ class BierService:
             if bier.host_ports
             else None
         )
+        # With the eBPF BFR running, imposition on the host ports goes into the kernel too (bier_impose);
+        # what it leaves alone still reaches the Python edge.
+        self.net_ebpf, self.net_ebpf_error = (None, None)
+        if self.edge is not None and self.ebpf is not None:
+            self.net_ebpf, self.net_ebpf_error = start_net_fast_path(
+                self.ebpf, self.edge, bier.host_ports, bier.flows
+            )
 
     def _keep(self, payload: bytes, bfir_id: int, proto: int) -> None:
         entry: dict[str, Any] = {"bfir_id": bfir_id, "proto": proto}
@@ -143,6 +150,8 @@ class BierService:
             self.edge.attach(loop)
 
     def close(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        if self.net_ebpf is not None:
+            self.net_ebpf.stop()
         if self.ebpf is not None:
             self.ebpf.close(loop)
         if self.app_sock is not None:
@@ -228,6 +237,8 @@ class BierService:
             "dataplane": "ebpf" if self.ebpf is not None else "python",
             "dataplane_configured": self.bier.dataplane,
             "dataplane_error": self.ebpf_error,
+            "imposition": "ebpf" if self.net_ebpf is not None else "python",
+            "imposition_error": self.net_ebpf_error,
             **(self.ebpf.describe() if self.ebpf is not None else {}),
             "bgp_prefixes": (
                 {str(i): p for i, p in sorted(self.bgp_birt.prefixes.items())} if self.bgp_birt else None
@@ -304,7 +315,8 @@ class BierPart(Service):
         out = {f"bier.{k}": v for k, v in self.current.counters().items()}
         out["bier.app-dropped"] = self.current.app_dropped
         if self.current.edge is not None:
-            out.update({f"net-bier.{k}": v for k, v in self.current.edge.counters().items()})
+            edge = self.current.net_ebpf or self.current.edge
+            out.update({f"net-bier.{k}": v for k, v in edge.counters().items()})
         return out
 
     async def show_bift(self, _request: dict[str, Any]) -> dict[str, Any]:

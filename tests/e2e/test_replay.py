@@ -140,7 +140,8 @@ def test_replay_net_bier_sends_one_copy_per_message(runtime: DockerRuntime, tmp_
 
 def test_replay_on_the_ebpf_dataplane_is_exact(runtime: DockerRuntime, tmp_path: Path) -> None:
     """The same trace with `bier.dataplane: ebpf`: every BFR's table is held by the tc program (no fallback
-    to Python), and host-BIER and network-BIER deliver every message exactly once."""
+    to Python), the leaves impose network-BIER with it, and host-BIER and network-BIER deliver every
+    message exactly once."""
     from orchestrator.workloads.trace import TraceReader
 
     with TraceReader(TRACE) as reader:
@@ -152,6 +153,11 @@ def test_replay_on_the_ebpf_dataplane_is_exact(runtime: DockerRuntime, tmp_path:
         held = {n: session.agent(n).bift() for n in session.agents}
         assert {n: (b["dataplane"], b.get("dataplane_error")) for n, b in held.items()} == {
             n: ("ebpf", None) for n in held
+        }
+        # The leaves (the only BFRs with host ports) impose network-BIER in the kernel too.
+        leaves = [f"leaf{i}" for i in range(1, 5)]
+        assert {n: (held[n]["imposition"], held[n]["imposition_error"]) for n in leaves} == {
+            n: ("ebpf", None) for n in leaves
         }
         runs = {mode: _replay(topo.path, mode, results) for mode in ("host-bier", "net-bier")}
         punted = sum(session.agent(n).counters().get("bier.ebpf.punted", 0) for n in session.agents)
