@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aidcnet.agent import control, metrics
-from aidcnet.agent.bgp_service import BgpPart
+from aidcnet.agent.bgp_service import IFF_LOWER_UP, IFF_UP, BgpPart
 from aidcnet.agent.bier_service import BierPart
 from aidcnet.agent.control import Handler, Op
 from aidcnet.agent.ina_service import InaPart
@@ -39,8 +39,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("aidcnet.agent")
 
 APPLIED_SUFFIX = ".applied"
-IFF_UP = 0x1
-IFF_LOWER_UP = 0x10000
 
 
 def build_services(role: Role) -> list[Service]:
