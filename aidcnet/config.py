@@ -64,6 +64,9 @@ class Interface(_Model):
     peer_interface: str | None = None
     mtu: int | None = Field(default=None, ge=68, le=65535)
     bandwidth_bps: float | None = Field(default=None, gt=0, description="link bandwidth, bits/s")
+    # Set when the lab is shaped (time.scale): the byte limit of this end's shaper queue. Senders size
+    # their socket buffers below it so that they wait for room instead of overrunning it.
+    queue_bytes: int | None = Field(default=None, gt=0, description="shaper queue limit, bytes")
 
     @field_validator("name")
     @classmethod
@@ -302,6 +305,13 @@ class NodeConfig(_Model):
                     f"({', '.join(sorted(known)) or 'none'})"
                 )
         return self
+
+    @property
+    def smallest_queue_bytes(self) -> int | None:
+        """The shallowest shaper queue at this node's link ends (None: the lab is not shaped): what one
+        socket of its agent may never fill (:func:`aidcnet.udpio.shaped_sndbuf`)."""
+        queues = [i.queue_bytes for i in self.interfaces if i.queue_bytes]
+        return min(queues) if queues else None
 
 
 def _problems(exc: ValidationError) -> list[str]:

@@ -29,6 +29,7 @@ from aidcnet.bier.header import BierProto
 from aidcnet.config import Bier
 from aidcnet.ipv4 import ROCEV2_PORT, Ipv4DecodeError, UdpDatagram, build_udp, parse_udp
 from aidcnet.roles import Role
+from aidcnet.udpio import shaped_sndbuf
 
 if TYPE_CHECKING:
     from aidcnet.config import NodeConfig
@@ -74,14 +75,17 @@ QP_PORT_BASE = 49152
 
 
 class BierService:
-    def __init__(self, bier: Bier, host: bool, loopback: str = "0.0.0.0"):
+    def __init__(self, bier: Bier, host: bool, loopback: str = "0.0.0.0", sndbuf: int | None = None):
         self.bier = bier
         self.loopback = loopback
+        self.sndbuf = sndbuf
         # bift: bgp starts with only the own row; apply_bgp() fills the BIRT as best paths arrive.
         self.bgp_birt: BgpBirt | None = BgpBirt() if bier.bift == "bgp" else None
         bifts, neighbors, local_labels = build_tables(bier, {} if self.bgp_birt is not None else None)
         self.bifts = bifts
-        self.dataplane = BierDataplane(bier.bfr_id, bier.bsl, bier.sub_domain, bifts, neighbors, local_labels)
+        self.dataplane = BierDataplane(
+            bier.bfr_id, bier.bsl, bier.sub_domain, bifts, neighbors, local_labels, sndbuf=sndbuf
+        )
         # bier.dataplane: ebpf puts the tc fast path in front; None (and ebpf_error) when the kernel refuses.
         self.ebpf, self.ebpf_error = (None, None)
         if bier.dataplane == "ebpf":
@@ -279,7 +283,9 @@ class BierPart(Service):
 
     async def reload(self, config: NodeConfig | None) -> None:
         new = config.bier if config else None
-        if self.current is not None and self.current.bier == new:
+        # A new time scale or queue changes the send buffer (the lossless wait), not the BIER section.
+        sndbuf = shaped_sndbuf(config.smallest_queue_bytes) if config else None
+        if self.current is not None and self.current.bier == new and self.current.sndbuf == sndbuf:
             return
         loop = asyncio.get_running_loop()
         if self.current is not None:
@@ -287,7 +293,12 @@ class BierPart(Service):
             self.current = None
         if new is None or config is None:
             return
-        service = BierService(new, host=self.role == Role.GPU_HOST, loopback=str(config.loopback.ip))
+        service = BierService(
+            new,
+            host=self.role == Role.GPU_HOST,
+            loopback=str(config.loopback.ip),
+            sndbuf=sndbuf,
+        )
         service.on_udp = self._deliver
         service.attach(loop)
         self.current = service

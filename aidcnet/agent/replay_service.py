@@ -14,6 +14,7 @@ The payload format is ``docs/replay-payload.md``; the orchestrator side is
 from __future__ import annotations
 
 import asyncio
+import errno
 import ipaddress
 import logging
 import socket
@@ -27,7 +28,7 @@ from aidcnet.ipv4 import ROCEV2_PORT
 from aidcnet.modes import Mode
 from aidcnet.replay import DEFAULT_MAX_DATAGRAM, Reassembly, build_fragments
 from aidcnet.roles import Role
-from aidcnet.udpio import set_socket_buffer
+from aidcnet.udpio import enable_backpressure, set_socket_buffer, shaped_sndbuf
 
 if TYPE_CHECKING:
     from aidcnet.agent.bier_service import BierPart, BierService
@@ -51,6 +52,8 @@ IP_MULTICAST_ALL = getattr(socket, "IP_MULTICAST_ALL", 49)
 # read-only), so the groups are spread over as many sockets as they need.
 IGMP_MAX_MEMBERSHIPS_FILE = "/proc/sys/net/ipv4/igmp_max_memberships"
 RECV_SIZE = 65536
+# A datagram the shaper queue refused (ENOBUFS) is sent again after this, doubling up to the second.
+ENOBUFS_BACKOFF_S = (0.0002, 0.01)
 
 
 class _Receiver(asyncio.DatagramProtocol):
@@ -62,8 +65,12 @@ class _Receiver(asyncio.DatagramProtocol):
 
 
 class ReplayService:
-    def __init__(self, loopback: str, bier: BierService | None = None) -> None:
+    def __init__(
+        self, loopback: str, bier: BierService | None = None, queue_bytes: int | None = None
+    ) -> None:
         self.loopback = loopback
+        # Shaped lab: the host's uplink queue, which the send sockets together must never fill (lossless).
+        self.queue_bytes = queue_bytes
         self.bier = bier
         self.mode = Mode.UNICAST
         self.ops: list[list[Any]] = []
@@ -257,7 +264,7 @@ class ReplayService:
         self._close_send_sockets()
         for k in range(self.qps):
             sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-            set_socket_buffer(sock, socket.SO_SNDBUF, SNDBUF)
+            self._size_send_buffer(sock, self.qps)
             sock.bind((self.loopback, QP_PORT_BASE + k))
             sock.setblocking(False)
             self._send_socks.append(sock)
@@ -269,7 +276,7 @@ class ReplayService:
         assert self.interface is not None
         sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         try:
-            set_socket_buffer(sock, socket.SO_SNDBUF, SNDBUF)
+            self._size_send_buffer(sock, 1)
             sock.bind((self.loopback, QP_PORT_BASE))
             sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, MCAST_TTL)
             sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_LOOP, 0)
@@ -283,6 +290,14 @@ class ReplayService:
             sock.close()
             raise
         self._send_socks.append(sock)
+
+    def _size_send_buffer(self, sock: socket.socket, sockets: int) -> None:
+        sndbuf = shaped_sndbuf(self.queue_bytes, sockets)
+        if sndbuf is None:
+            set_socket_buffer(sock, socket.SO_SNDBUF, SNDBUF)
+        else:
+            # Wait for room (the socket is full) rather than overrun the uplink's shaper queue.
+            enable_backpressure(sock, sndbuf)
 
     def _close_send_sockets(self) -> None:
         for sock in self._send_socks:
@@ -322,6 +337,9 @@ class ReplayService:
                     bits = [self.receivers[name][1] for name in dst]
                     assert self.bier is not None
                     for frag in frags:
+                        if self.queue_bytes is not None:
+                            # Wait here, not in the BFR's send: a blocked loop would stop receiving.
+                            await _writable(loop, self.bier.dataplane.sock)
                         try:
                             self.bier.send([frag], bits, entropy=msg_id)  # type: ignore[list-item]
                             self.sent_datagrams += 1
@@ -341,11 +359,20 @@ class ReplayService:
     async def _sendto(
         self, loop: asyncio.AbstractEventLoop, sock: socket.socket, data: bytes, addr: tuple[str, int]
     ) -> None:
-        try:
-            await loop.sock_sendto(sock, data, addr)
-            self.sent_datagrams += 1
-        except OSError as exc:
-            self._error(exc.strerror or type(exc).__name__)
+        pause = ENOBUFS_BACKOFF_S[0]
+        while True:
+            try:
+                await loop.sock_sendto(sock, data, addr)
+                self.sent_datagrams += 1
+                break
+            except OSError as exc:
+                if exc.errno != errno.ENOBUFS or self.queue_bytes is None:
+                    self._error(exc.strerror or type(exc).__name__)
+                    break
+                # The queue below was full (IP_RECVERR): lossless, so wait and send it again.
+                self._error("queue full, resent")
+                await asyncio.sleep(pause)
+                pause = min(2 * pause, ENOBUFS_BACKOFF_S[1])
         await self._pace()
 
     async def _pace(self) -> None:
@@ -360,6 +387,17 @@ class ReplayService:
         if self._transport is not None:
             self._transport.close()
             self._transport = None
+
+
+async def _writable(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> None:
+    """Until ``sock`` has room (POLLOUT: at least half its send buffer free)."""
+    fut: asyncio.Future[None] = loop.create_future()
+    fd = sock.fileno()
+    loop.add_writer(fd, lambda: fut.done() or fut.set_result(None))
+    try:
+        await fut
+    finally:
+        loop.remove_writer(fd)
 
 
 def _mreqn(group: str, ifindex: int) -> bytes:
@@ -395,6 +433,8 @@ class ReplayPart(Service):
 
     async def reload(self, config: NodeConfig | None) -> None:
         self.config = config
+        if self.current is not None and config is not None:
+            self.current.queue_bytes = config.smallest_queue_bytes
 
     async def stop(self) -> None:
         if self.current is not None:
@@ -408,7 +448,9 @@ class ReplayPart(Service):
         if self.role != Role.GPU_HOST or self.config is None or self.config.loopback is None:
             raise ValueError("replay runs on configured gpu-host nodes only (aidclab configure LAB first)")
         if self.current is None:
-            self.current = ReplayService(str(self.config.loopback.ip))
+            self.current = ReplayService(
+                str(self.config.loopback.ip), queue_bytes=self.config.smallest_queue_bytes
+            )
             await self.current.listen()
         # The BIER service is rebuilt on reload: send through whichever one runs now.
         self.current.bier = self.bier.current

@@ -8,6 +8,7 @@ delivered) → save ``results/<run-id>/`` (docs/results-format.md).
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -26,6 +27,8 @@ from orchestrator.experiment.results import (
     trace_info,
 )
 from orchestrator.experiment.session import LabSession
+from orchestrator.experiment.watch import FabricWatch
+from orchestrator.lab.fabric import FABRIC_FILE
 from orchestrator.lab.runtime.docker import DockerRuntime
 from orchestrator.lab.topology import Topology
 from orchestrator.workloads.trace import TraceReader
@@ -89,7 +92,8 @@ def run_experiment(
         links_before = session.interface_snapshot()
         agents_before = session.agent_snapshot()
     started = datetime.now(UTC)
-    with phases.phase("run", f"{len(ops)} ops in mode {spec.name}"):
+    watch = FabricWatch(session)
+    with phases.phase("run", f"{len(ops)} ops in mode {spec.name}"), watch:
         spec.run(session, ops, say)
     finished = datetime.now(UTC)
     with phases.phase("collect", "counters after, deliveries judged"):
@@ -111,16 +115,37 @@ def run_experiment(
             links=link_deltas(links_before, links_after, link_pairs(topo)),
             agents=agent_deltas(agents_before, agents_after),
             messages=outcome.messages,
+            timing=watch.record,
         )
         run_dir = save_run(result, results_dir)
         for name, text in outcome.files.items():
             (run_dir / name).write_text(text)
+        if watch.fabric is not None:
+            # the rates, queues and faults the run saw, as the lab dir had them
+            shutil.copyfile(watch.lab_dir / FABRIC_FILE, run_dir / FABRIC_FILE)
     done = RunOutcome(load_run(run_dir), run_dir, outcome)
     m = done.result.metrics
     assert m is not None
     ct = "–" if m.completion_time is None else f"{m.completion_time * 1e3:.1f} ms"
     phases.summary(
         f"{m.delivery.delivered}/{m.delivery.expected} delivered, {m.delivery.duplicates} duplicates, "
-        f"source egress {m.source_egress_bytes} B, completion {ct}, run {run_dir}"
+        f"source egress {m.source_egress_bytes} B, completion {ct}{timing_summary(done.result)}, "
+        f"run {run_dir}"
     )
     return done
+
+
+def timing_summary(result: RunResult) -> str:
+    """The run's clock in words: fabric time next to wall time, the bound, and the verdict."""
+    timing, m = result.timing, result.metrics
+    if timing is None or m is None:
+        return ""
+    if timing.scale is None:
+        return " (wall time: links unshaped, not judged for fidelity)"
+    parts = []
+    if m.completion_fabric_time is not None:
+        parts.append(f"= {m.completion_fabric_time * 1e6:.1f} µs fabric at scale 1:{timing.scale}")
+    if timing.bound is not None and m.bound_ratio is not None:
+        parts.append(f"{m.bound_ratio:.2f}× the bound of {timing.bound.link}")
+    parts.append(timing.verdict_text)
+    return " (" + ", ".join(parts) + ")"

@@ -81,10 +81,14 @@ class DrainMeter:
     """Busy time and bytes of one shaper from periodic samples of its counters.
 
     A sampling interval counts as busy when the queue held bytes at both of its ends: the shaper had
-    something to send throughout (up to the sampling grain), so it should have sent at its rate.
+    something to send throughout (up to the sampling grain), so it should have sent at its rate. Given
+    the shaper's ``rate_bps``, an interval counts only when the queue at its start alone could keep the
+    shaper sending to its end (backlog ≥ rate × interval): then it was busy throughout, whatever arrived,
+    and a bursty queue that ran dry between two samples cannot pass for a slow shaper.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, rate_bps: int | None = None) -> None:
+        self.rate_bps = rate_bps
         self.busy_s = 0.0
         self.busy_bytes = 0
         self._last: tuple[float, int, int] | None = None
@@ -95,7 +99,8 @@ class DrainMeter:
             t0, sent0, backlog0 = last
             if t < t0 or sent_bytes < sent0:
                 raise ValueError(f"samples go backwards: t {t0} -> {t}, bytes {sent0} -> {sent_bytes}")
-            if backlog0 > 0 and backlog_bytes > 0:
+            full = self.rate_bps is None or backlog0 * 8 >= self.rate_bps * (t - t0)
+            if backlog0 > 0 and backlog_bytes > 0 and full:
                 self.busy_s += t - t0
                 self.busy_bytes += sent_bytes - sent0
         self._last = (t, sent_bytes, backlog_bytes)

@@ -40,6 +40,7 @@ def node_config(plan: LabPlan, name: str) -> NodeConfig:
                     peer_interface=remote.interface,
                     mtu=link.mtu,
                     bandwidth_bps=link.bandwidth_bps,
+                    queue_bytes=link.queue_bytes if link.shaped_bps else None,
                 )
             )
     interfaces.sort(key=lambda i: natural_key(i.name))

@@ -74,6 +74,17 @@ def test_drain_meter_counts_only_intervals_backlogged_at_both_ends():
         m.sample(3.5, 7000, 10)
 
 
+def test_with_a_rate_only_intervals_the_start_backlog_could_fill_count():
+    m = DrainMeter(rate_bps=8000)  # 1000 B/s
+    m.sample(0.0, 0, 2000)
+    m.sample(1.0, 1000, 1500)  # 2000 B queued could keep it busy 2 s: counts
+    m.sample(2.0, 1600, 10)  # 1500 B queued: counts (it sent only 600 B: a slow shaper shows)
+    m.sample(3.0, 1700, 900)  # 10 B queued at the start: could have run dry, does not count
+    m.sample(4.0, 2500, 100)  # 900 B < 1000 B: does not count
+    assert (m.busy_s, m.busy_bytes) == (2.0, 1600)
+    assert m.drain_bps == 6400
+
+
 @given(rate=st.integers(10_000, 10**9), steps=st.lists(st.floats(0.001, 0.5), min_size=2, max_size=40))
 def test_a_queue_always_backlogged_drains_at_the_rate_it_was_fed(rate, steps):
     m = DrainMeter()
