@@ -314,7 +314,7 @@ class TimingRecord(_Model):
     @property
     def verdict_text(self) -> str:
         if self.scale is None:
-            return "not judged: links unshaped (time.scale null), times are the emulator's wall times"
+            return "not judged: links unshaped (time.scale off), times are the emulator's wall times"
         if self.faithful:
             return f"faithful at time scale {self.scale}"
         return f"NOT faithful at time scale {self.scale}: " + "; ".join(self.reasons)

@@ -67,7 +67,8 @@ class BandwidthVars(_Vars):
 class TimeVars(_Vars):
     """The lab-wide time scale (docs/lab-plan.md, docs/time-and-fidelity.md)."""
 
-    scale: int | None = Field(default=None, ge=1)
+    # "off": links unshaped (a null would only mean "not set here" and take the default).
+    scale: Annotated[int, Field(ge=1)] | Literal["off"] | None = None
 
 
 class GroupVars(_Vars):
