@@ -26,7 +26,8 @@ from orchestrator.experiment.results import (
     save_run,
     trace_info,
 )
-from orchestrator.experiment.session import LabSession
+from orchestrator.experiment.scale_search import DEFAULT_MAX_RUNS, Trial, find_scale
+from orchestrator.experiment.session import ExperimentError, LabSession
 from orchestrator.experiment.watch import FabricWatch
 from orchestrator.lab.fabric import FABRIC_FILE
 from orchestrator.lab.runtime.docker import DockerRuntime
@@ -149,3 +150,46 @@ def timing_summary(result: RunResult) -> str:
         parts.append(f"{m.bound_ratio:.2f}× the bound of {timing.bound.link}")
     parts.append(timing.verdict_text)
     return " (" + ", ".join(parts) + ")"
+
+
+def search_scale(
+    topo: Topology,
+    trace: str | Path,
+    mode: str,
+    options: RunOptions | None = None,
+    *,
+    runtime: DockerRuntime | None = None,
+    results_dir: str | Path = DEFAULT_RESULTS_DIR,
+    max_runs: int = DEFAULT_MAX_RUNS,
+    progress: Callable[[str], None] | None = None,
+) -> list[Trial]:
+    """The smallest faithful time scale for ``trace`` in ``mode`` on the deployed lab: a few runs, the
+    links reshaped between them, the lab's own scale put back at the end (every run is saved)."""
+    from orchestrator.configure.plan.timescale import MAX_SHAPED_BPS
+    from orchestrator.lab import labdir
+    from orchestrator.lab.shaping import apply_fabric, load_fabric
+
+    say = progress or (lambda text: print(f"  {text}"))
+    lab_dir = labdir.lab_dir(topo)
+    original = load_fabric(lab_dir)
+    if original.scale is None:
+        raise ExperimentError(
+            f"lab {topo.name} is not shaped (time.scale off): set time.scale in its vars and configure it, "
+            "then search from there"
+        )
+    floor = max(1, -(-max(e.bandwidth_bps for e in original.ends.values()) // MAX_SHAPED_BPS))
+
+    def run_at(scale: int) -> Trial:
+        apply_fabric(original.with_scale(scale), lab_dir, topo.container_name)
+        done = run_experiment(topo, trace, mode, options, runtime=runtime, results_dir=results_dir)
+        timing, m = done.result.timing, done.result.metrics
+        reasons = list(timing.reasons) if timing else []
+        if not done.ok:
+            reasons.append("the run was not exact (missing, wrong or duplicate deliveries)")
+        faithful = bool(timing and timing.faithful) and done.ok
+        return Trial(scale, faithful, m.completion_time if m else None, str(done.run_dir), reasons)
+
+    try:
+        return find_scale(original.scale, run_at, floor=floor, max_runs=max_runs, say=say)
+    finally:
+        apply_fabric(original, lab_dir, topo.container_name)
