@@ -72,6 +72,7 @@ bench: images
 	$(PY) bench/replay.py
 	$(PY) bench/allreduce.py
 	$(PY) bench/fare.py
+	$(PY) bench/fidelity.py
 
 # The main job, from a fresh machine: everything is set up on the way. Deploy, check, configure, replay the
 # sample MoE dispatch and model-distribution traces under unicast and host-BIER on shaped links, destroy,
