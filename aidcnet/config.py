@@ -176,6 +176,8 @@ class Bgp(_Model):
     mode: Literal["per-flow", "per-packet"] = "per-flow"
     # Link-bandwidth community type we send (RFC 10005: 0x00 transitive, 0x40 non-transitive); both are read.
     link_bandwidth: Literal["transitive", "non-transitive"] = "transitive"
+    # fare: next-hop weights follow the path bandwidths; ecmp: equal weights (the baseline).
+    weights: Literal["fare", "ecmp"] = "fare"
     hold_time: int = Field(default=9, ge=3, le=65535)
     # GPU hosts are stub speakers (originate only); switches re-advertise.
     transit: bool = True

@@ -94,6 +94,7 @@ def bgp_config(plan: LabPlan, name: str) -> Bgp | None:
         neighbors=neighbors,
         mode=plan.bgp.mode,
         link_bandwidth=plan.bgp.link_bandwidth,
+        weights=plan.bgp.weights,
         hold_time=plan.bgp.hold_time,
         transit=node.role != Role.GPU_HOST,
     )

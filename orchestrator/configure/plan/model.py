@@ -95,6 +95,7 @@ class BgpVars(_Vars):
     enabled: bool | None = None
     mode: Literal["per-flow", "per-packet"] | None = None
     link_bandwidth: Literal["transitive", "non-transitive"] | None = None
+    weights: Literal["fare", "ecmp"] | None = None
     hold_time: int | None = Field(default=None, ge=3, le=65535)
 
 
@@ -250,6 +251,7 @@ class PlanBgp(_Plan):
     enabled: bool = False
     mode: Literal["per-flow", "per-packet"] = "per-flow"
     link_bandwidth: Literal["transitive", "non-transitive"] = "transitive"
+    weights: Literal["fare", "ecmp"] = "fare"
     hold_time: int = 9
 
 
