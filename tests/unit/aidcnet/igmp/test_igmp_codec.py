@@ -13,8 +13,8 @@ from aidcnet.igmp.codec import (
     REASONS,
     GroupRecord,
     IgmpDecodeError,
-    LegacyReport,
     Leave,
+    LegacyReport,
     Query,
     RecordType,
     Report,
@@ -31,10 +31,10 @@ S1, S2 = IPv4Address("10.0.0.1"), IPv4Address("10.0.0.2")
 
 # What Linux sends when a socket joins 224.0.0.251 with IP_ADD_MEMBERSHIP: one CHANGE_TO_EXCLUDE_MODE
 # record with no sources.  Checksum worked out by hand: ~(0x2200 + 0x0001 + 0x0400 + 0xe000 + 0x00fb).
-LINUX_JOIN = bytes.fromhex("2200f902" "00000001" "04000000" "e00000fb")
+LINUX_JOIN = bytes.fromhex("2200f9020000000104000000e00000fb")
 # A General Query with the RFC 3376 §8 defaults: Max Resp 10 s (code 100), QRV 2, QQIC 125.
 # Checksum: ~(0x1164 + 0x027d) = 0xec1e.
-GENERAL_QUERY = bytes.fromhex("1164ec1e" "00000000" "027d0000")
+GENERAL_QUERY = bytes.fromhex("1164ec1e00000000027d0000")
 
 
 def with_checksum(msg: bytes) -> bytes:
@@ -71,7 +71,10 @@ def test_every_code_round_trips_and_encoding_rounds_down() -> None:
     assert values == sorted(values) and len(set(values)) == 256  # one code per value, in order
     assert all(encode_code(v) == c for c, v in enumerate(values))
     for v in range(0, MAX_CODE_VALUE + 1, 7):
-        assert decode_code(encode_code(v)) <= v < decode_code(min(255, encode_code(v) + 1)) or v == MAX_CODE_VALUE
+        assert (
+            decode_code(encode_code(v)) <= v < decode_code(min(255, encode_code(v) + 1))
+            or v == MAX_CODE_VALUE
+        )
     with pytest.raises(ValueError, match="31744"):
         encode_code(MAX_CODE_VALUE + 1)
 
@@ -86,8 +89,8 @@ def test_query_flags_and_sources() -> None:
 
 def test_query_versions_by_length() -> None:
     """RFC 3376 §7.1: 8 octets with code 0 is v1, with code > 0 v2; 9..11 is no query."""
-    v1 = with_checksum(bytes.fromhex("11000000" "00000000"))
-    v2 = with_checksum(bytes.fromhex("11640000" "e8010101"))
+    v1 = with_checksum(bytes.fromhex("1100000000000000"))
+    v2 = with_checksum(bytes.fromhex("11640000e8010101"))
     assert decode(v1) == Query(max_resp_time=0, qrv=0, qqi=0, version=1)
     assert decode(v2) == Query(group=G, max_resp_time=100, qrv=0, qqi=0, version=2)
     assert encode(decode(v2)) == v2
@@ -124,7 +127,7 @@ def test_extension_e_bit_and_tlvs() -> None:
     rep = Report((GroupRecord(RecordType.MODE_IS_INCLUDE, G, (S1,)),), (Tlv(0), Tlv(40000, b"xyz")))
     wire = encode(rep)
     assert wire[4] == 0x80
-    assert wire[-11:] == bytes.fromhex("00000000" "9c400003") + b"xyz"
+    assert wire[-11:] == bytes.fromhex("000000009c400003") + b"xyz"
     assert decode(wire) == rep
     q = Query(group=G, sources=(S1,), extensions=(Tlv(7, b"\1"),))
     qwire = encode(q)
@@ -153,14 +156,14 @@ def test_every_decode_reason() -> None:
     assert reason(with_checksum(bytes.fromhex("13000000") + G.packed)) == "unknown-type"
     assert reason(with_checksum(GENERAL_QUERY[:9])) == "bad-query-length"
     assert reason(with_checksum(LINUX_JOIN[:-1])) == "truncated"
-    assert reason(with_checksum(bytes.fromhex("22000000" "00000001") + record)) == "truncated"  # source missing
-    assert reason(with_checksum(bytes.fromhex("22000000" "00000001" "01010000") + G.packed)) == "truncated"
-    assert reason(with_checksum(bytes.fromhex("22000000" "00000001" "04000000" "0a000001"))) == "bad-address"
-    assert reason(with_checksum(bytes.fromhex("22000000" "00000001") + record + G.packed)) == "bad-address"
+    assert reason(with_checksum(bytes.fromhex("2200000000000001") + record)) == "truncated"  # source missing
+    assert reason(with_checksum(bytes.fromhex("220000000000000101010000") + G.packed)) == "truncated"
+    assert reason(with_checksum(bytes.fromhex("2200000000000001040000000a000001"))) == "bad-address"
+    assert reason(with_checksum(bytes.fromhex("2200000000000001") + record + G.packed)) == "bad-address"
     assert reason(with_checksum(bytes.fromhex("1164000008080808027d0000"))) == "bad-address"
     assert reason(with_checksum(bytes(e_report))) == "bad-extension"  # E bit, no TLV
-    assert reason(with_checksum(bytes(e_report) + bytes.fromhex("00010005" "00"))) == "bad-extension"  # overrun
-    assert reason(with_checksum(bytes(e_report) + bytes.fromhex("00000000" "00"))) == "bad-extension"  # leftover
+    assert reason(with_checksum(bytes(e_report) + bytes.fromhex("0001000500"))) == "bad-extension"  # overrun
+    assert reason(with_checksum(bytes(e_report) + bytes.fromhex("0000000000"))) == "bad-extension"  # leftover
 
 
 addresses = st.integers(0x0A000001, 0x0AFFFFFE).map(IPv4Address)

@@ -34,7 +34,9 @@ def change_records(group: IPv4Address, old: Filter, new: Filter) -> list[GroupRe
     (old_ex, a), (new_ex, b) = old, new
     out = []
     if old_ex != new_ex:
-        out.append(GroupRecord(T.CHANGE_TO_EXCLUDE_MODE if new_ex else T.CHANGE_TO_INCLUDE_MODE, group, tuple(b)))
+        out.append(
+            GroupRecord(T.CHANGE_TO_EXCLUDE_MODE if new_ex else T.CHANGE_TO_INCLUDE_MODE, group, tuple(b))
+        )
     else:
         allow, block = (a - b, b - a) if new_ex else (b - a, a - b)
         if allow:
@@ -48,7 +50,7 @@ def current_records(q: Query, filters: dict[IPv4Address, Filter]) -> list[GroupR
     """RFC 3376 §5.2: what a host answers to a query."""
     out = []
     for group, (exclude, a) in sorted(filters.items()):
-        if not q.is_general and group != q.group or (not exclude and not a):
+        if (not q.is_general and group != q.group) or (not exclude and not a):
             continue
         if q.sources:
             asked = frozenset(q.sources)
@@ -56,7 +58,9 @@ def current_records(q: Query, filters: dict[IPv4Address, Filter]) -> list[GroupR
             if answer:
                 out.append(GroupRecord(T.MODE_IS_INCLUDE, group, tuple(sorted(answer))))
         else:
-            out.append(GroupRecord(T.MODE_IS_EXCLUDE if exclude else T.MODE_IS_INCLUDE, group, tuple(sorted(a))))
+            out.append(
+                GroupRecord(T.MODE_IS_EXCLUDE if exclude else T.MODE_IS_INCLUDE, group, tuple(sorted(a)))
+            )
     return out
 
 
@@ -74,7 +78,9 @@ class Link:
             for i, filters in enumerate(self.hosts):
                 records = current_records(q, filters)
                 if records:
-                    queries += self.router.receive(Report(tuple(records)), IPv4Address(f"10.2.0.{i + 1}"), self.now)
+                    queries += self.router.receive(
+                        Report(tuple(records)), IPv4Address(f"10.2.0.{i + 1}"), self.now
+                    )
 
     def change(self, host: int, group: IPv4Address, new: Filter) -> None:
         old = self.hosts[host].get(group, NONE)
@@ -107,7 +113,9 @@ class Link:
 
 filters = st.tuples(st.booleans(), st.frozensets(st.sampled_from(SOURCES), max_size=3))
 steps = st.lists(
-    st.tuples(st.integers(0, 2), st.sampled_from(GROUPS), filters, st.sampled_from([0.0, 0.0, 0.5, 1.5, 3.0, 130.0])),
+    st.tuples(
+        st.integers(0, 2), st.sampled_from(GROUPS), filters, st.sampled_from([0.0, 0.0, 0.5, 1.5, 3.0, 130.0])
+    ),
     max_size=25,
 )
 
@@ -126,4 +134,6 @@ def test_router_state_follows_the_hosts(script: list[tuple[int, IPv4Address, Fil
         link.advance(link.now + quiet)
         for g in GROUPS:
             for s in (*SOURCES, UNLISTED):
-                assert link.forwarded(g, s) == link.wanted(g, s), f"({s},{g}) {quiet} s after the hosts went quiet"
+                assert link.forwarded(g, s) == link.wanted(g, s), (
+                    f"({s},{g}) {quiet} s after the hosts went quiet"
+                )
