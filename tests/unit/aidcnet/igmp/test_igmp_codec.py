@@ -31,10 +31,10 @@ S1, S2 = IPv4Address("10.0.0.1"), IPv4Address("10.0.0.2")
 
 # What Linux sends when a socket joins 224.0.0.251 with IP_ADD_MEMBERSHIP: one CHANGE_TO_EXCLUDE_MODE
 # record with no sources.  Checksum worked out by hand: ~(0x2200 + 0x0001 + 0x0400 + 0xe000 + 0x00fb).
-LINUX_JOIN = bytes.fromhex("2200f9020000000104000000e00000fb")
+LINUX_JOIN = bytes.fromhex("22 00 f9 02  00 00 00 01  04 00 00 00  e0 00 00 fb")
 # A General Query with the RFC 3376 §8 defaults: Max Resp 10 s (code 100), QRV 2, QQIC 125.
 # Checksum: ~(0x1164 + 0x027d) = 0xec1e.
-GENERAL_QUERY = bytes.fromhex("1164ec1e00000000027d0000")
+GENERAL_QUERY = bytes.fromhex("11 64 ec 1e  00 00 00 00  02 7d 00 00")
 
 
 def with_checksum(msg: bytes) -> bytes:
