@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aidcnet.igmp.codec import GroupRecord, Query, RecordType, Report, decode, encode
-from aidcnet.igmp.membership import IgmpTimers, Interface
+from aidcnet.igmp.membership import FilterMode, IgmpTimers, Interface
 
 T = RecordType
 GROUPS = (IPv4Address("232.0.0.1"), IPv4Address("232.0.0.2"))
@@ -137,3 +137,49 @@ def test_router_state_follows_the_hosts(script: list[tuple[int, IPv4Address, Fil
                 assert link.forwarded(g, s) == link.wanted(g, s), (
                     f"({s},{g}) {quiet} s after the hosts went quiet"
                 )
+
+
+def reference_table(state: tuple[bool, frozenset, frozenset], kind: int, a: frozenset) -> tuple:
+    """RFC 3376 §6.4.1/§6.4.2 as plain sets, no timers: (exclude?, X or the include list, Y)."""
+    exclude, x, y = state
+    if not exclude:
+        if kind in (T.MODE_IS_INCLUDE, T.ALLOW_NEW_SOURCES, T.CHANGE_TO_INCLUDE_MODE):
+            return False, x | a, y
+        if kind == T.BLOCK_OLD_SOURCES:
+            return state
+        return True, x & a, a - x  # IS_EX / TO_EX: EXCLUDE (A*B, B-A)
+    if kind in (T.MODE_IS_INCLUDE, T.ALLOW_NEW_SOURCES, T.CHANGE_TO_INCLUDE_MODE):
+        return True, x | a, y - a
+    if kind == T.BLOCK_OLD_SOURCES:
+        return True, x | (a - y), y
+    return True, a - y, y & a  # IS_EX / TO_EX: EXCLUDE (A-Y, Y*A)
+
+
+records = st.lists(
+    st.tuples(st.sampled_from(list(T)), st.frozensets(st.sampled_from(SOURCES), max_size=4)), max_size=30
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(records, st.booleans())
+def test_records_in_any_order_match_the_set_tables(script: list[tuple[T, frozenset]], querier: bool) -> None:
+    """Any sequence of the six record types at one moment: the timer-based table holds the same
+    (mode, X, Y) as the §6.4 set formulas (timers set to 0 are Y, all others X)."""
+    link = Link(hosts=0)
+    link.router.table.querier = querier
+    group = GROUPS[0]
+    ref: tuple = (False, frozenset(), frozenset())
+    for kind, sources in script:
+        link.router.receive(
+            Report((GroupRecord(kind, group, tuple(sorted(sources))),)), IPv4Address("10.2.0.1"), 0.0
+        )
+        ref = reference_table(ref, kind, sources)
+        snap = link.router.table.snapshot(0.0).get(group)
+        got = (
+            (False, frozenset(), frozenset())
+            if snap is None
+            else (snap.mode is FilterMode.EXCLUDE, snap.requested, snap.excluded)
+        )
+        assert got == ref, (kind, sources)
+        for s in (*SOURCES, UNLISTED):
+            assert link.forwarded(group, s) == (s not in ref[2] if ref[0] else s in ref[1])
