@@ -100,6 +100,7 @@ _E_BIT_QUERY: Final = 0x80  # top bit of the Resv|S|QRV octet
 _E_BIT_REPORT: Final = 0x8000  # top bit of the second word's reserved field
 _S_BIT: Final = 0x08
 _ANY: Final = IPv4Address(0)
+_BROADCAST: Final = IPv4Address("255.255.255.255")
 
 # Largest values the 8-bit codes can carry (RFC 3376 §4.1.1, §4.1.7): (0xF | 0x10) << (7 + 3).
 MAX_CODE_VALUE: Final = 31744
@@ -299,9 +300,13 @@ def _check_group(group: IPv4Address, what: str) -> None:
         raise IgmpDecodeError("bad-address", f"{what} {group} is not an IPv4 multicast address")
 
 
+def is_unicast(address: IPv4Address) -> bool:
+    """An address a host sends from: not 0.0.0.0, multicast or the limited broadcast."""
+    return not (address.is_multicast or address.is_unspecified or address == _BROADCAST)
+
+
 def _check_source(source: IPv4Address, what: str) -> None:
-    # A source sends from a unicast address: 0.0.0.0, multicast and broadcast never do.
-    if source.is_multicast or source.is_unspecified or source == IPv4Address("255.255.255.255"):
+    if not is_unicast(source):
         raise IgmpDecodeError("bad-address", f"{what} source {source} is not a unicast address")
 
 

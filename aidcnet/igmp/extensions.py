@@ -34,12 +34,10 @@ from ipaddress import IPv4Address
 from typing import Final
 
 from aidcnet.bier.bitstring import MAX_BFR_ID
-from aidcnet.igmp.codec import GroupRecord, IgmpDecodeError, RecordType, Report, Tlv
+from aidcnet.igmp.codec import GroupRecord, IgmpDecodeError, RecordType, Report, Tlv, is_unicast
 
 RECEIVER_LIST_TYPE: Final = 65534
 BFR_ID_TYPE: Final = 65535
-
-_BROADCAST: Final = IPv4Address("255.255.255.255")
 
 
 @dataclass(frozen=True)
@@ -53,7 +51,7 @@ class Extensions:
 
 def receiver_list_tlv(receivers: tuple[IPv4Address, ...]) -> Tlv:
     for r in receivers:
-        if not _unicast(r):
+        if not is_unicast(r):
             raise ValueError(f"receiver {r} is not a unicast address")
     if len(set(receivers)) != len(receivers):
         raise ValueError("a receiver list names each receiver once")
@@ -66,12 +64,8 @@ def bfr_id_tlv(bfr_id: int) -> Tlv:
     return Tlv(BFR_ID_TYPE, bfr_id.to_bytes(2, "big"))
 
 
-def _unicast(r: IPv4Address) -> bool:
-    return not (r.is_multicast or r.is_unspecified or r == _BROADCAST)
-
-
 def _check_receiver(r: IPv4Address) -> None:
-    if not _unicast(r):
+    if not is_unicast(r):
         raise IgmpDecodeError("bad-receiver", f"receiver {r} is not a unicast address")
 
 

@@ -36,7 +36,7 @@ def valid(rng: random.Random) -> bytes:
     if kind == 0:
         return encode(Query(group=group, sources=tuple(addr(rng, 10) for _ in range(rng.randrange(4)))))
     if kind == 1:
-        p = ProxyReport(group, addr(rng, 10), tuple({addr(rng, 10) for _ in range(rng.randrange(4))}))
+        p = ProxyReport(group, addr(rng, 10), tuple(sorted({addr(rng, 10) for _ in range(rng.randrange(4))})))
         return encode(p.to_report())
     records = tuple(
         GroupRecord(rng.randint(1, 6), group, tuple(addr(rng, 10) for _ in range(rng.randrange(3))))
