@@ -64,6 +64,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         drain_s=args.drain,
         timeout_s=args.timeout,
         gap_us=args.gap_us,
+        qps=args.qps,
         ps_host=args.ps_host,
     )
     if args.find_scale:
@@ -141,6 +142,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=60.0, metavar="S", help="beyond the trace duration")
     p.add_argument(
         "--gap-us", type=float, default=0.0, metavar="US", help="pause between datagrams a host sends"
+    )
+    p.add_argument(
+        "--qps",
+        type=int,
+        default=8,
+        metavar="N",
+        help="unicast flows per sending host (UDP source ports 49152+): what per-flow ECMP/FARE hashes over",
     )
     p.add_argument(
         "--find-scale",

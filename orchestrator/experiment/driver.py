@@ -111,7 +111,7 @@ def run_experiment(
                 started=started,
                 finished=finished,
                 topology_file=Path(topo.path).resolve(),
-                settings=outcome.settings,
+                settings={**outcome.settings, **fabric_settings(session)},
             ),
             links=link_deltas(links_before, links_after, link_pairs(topo)),
             agents=agent_deltas(agents_before, agents_after),
@@ -134,6 +134,12 @@ def run_experiment(
         f"run {run_dir}"
     )
     return done
+
+
+def fabric_settings(session: LabSession) -> dict[str, str]:
+    """What of the lab's configuration a comparison must tell apart: FARE or ECMP next-hop weights."""
+    bgp = session.plan.bgp
+    return {"bgp_weights": bgp.weights} if bgp.enabled else {}
 
 
 def timing_summary(result: RunResult) -> str:

@@ -459,6 +459,11 @@ def trace_key(run: RunResult) -> str:
     return run.meta.trace.sha256 or run.meta.trace.name
 
 
+def _weights(run: RunResult) -> str | None:
+    value = run.meta.settings.get("bgp_weights")
+    return str(value) if value else None
+
+
 def compare_runs(runs: Iterable[RunResult]) -> list[Comparison]:
     """Group runs by lab and trace; within a group one column per run, unicast first.
 
@@ -473,15 +478,23 @@ def compare_runs(runs: Iterable[RunResult]) -> list[Comparison]:
     for (lab, key), members in sorted(
         groups.items(), key=lambda kv: (kv[0][0], kv[1][0].meta.trace.name, kv[0][1])
     ):
-        members = sorted(members, key=lambda r: (mode_rank(r.mode), r.run_id))
+        # Within a mode, ECMP next hops (the baseline FARE is measured against) come first.
+        members = sorted(members, key=lambda r: (mode_rank(r.mode), _weights(r) != "ecmp", r.run_id))
         counts: dict[str, int] = {}
+        variants: dict[str, set[str | None]] = {}
         for r in members:
             counts[r.mode] = counts.get(r.mode, 0) + 1
+            variants.setdefault(r.mode, set()).add(_weights(r))
         seen: dict[str, int] = {}
         columns = []
         for r in members:
             seen[r.mode] = seen.get(r.mode, 0) + 1
-            label = r.mode if counts[r.mode] == 1 else f"{r.mode} #{seen[r.mode]}"
+            if counts[r.mode] == 1:
+                label = r.mode
+            elif len(variants[r.mode]) == counts[r.mode] and _weights(r):
+                label = f"{r.mode} {_weights(r)}"  # e.g. "unicast ecmp" against "unicast fare"
+            else:
+                label = f"{r.mode} #{seen[r.mode]}"
             columns.append(Column(label=label, run=r, metrics=metrics_of(r)))
         fanout = next((c.metrics.theoretical_fanout for c in columns if c.metrics.theoretical_fanout), None)
         # Unicast is the baseline of the transport modes; the parameter server that of AllReduce.
