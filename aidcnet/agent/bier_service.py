@@ -107,7 +107,7 @@ class BierService:
         # Network-BIER at a leaf: captures (S,G) on host ports and re-emits deliveries to members; it
         # chains in front of the deliver callback above, so it must be built after it.
         self.edge = (
-            NetBierEdge(self.dataplane, bier.host_ports, bier.flows, bier.members)
+            NetBierEdge(self.dataplane, bier.host_ports, bier.flows, bier.members, sndbuf=sndbuf)
             if bier.host_ports
             else None
         )

@@ -310,9 +310,18 @@ class ReplayService:
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
         assert self.start_ns is not None
+        # Unicast: one queue and one sending task per QP, as a NIC serves its QPs side by side; a QP whose
+        # path is backed up must not hold back the others (they may leave on other planes).
+        qp_queues: list[asyncio.Queue[tuple[bytes, tuple[str, int]] | None]] = []
+        qp_tasks: list[asyncio.Task[None]] = []
         try:
             if self.mode == Mode.UNICAST:
                 self._open_send_sockets()
+                qp_queues = [asyncio.Queue() for _ in self._send_socks]
+                qp_tasks = [
+                    loop.create_task(self._qp_sender(loop, sock, queue))
+                    for sock, queue in zip(self._send_socks, qp_queues, strict=True)
+                ]
             elif self.mode == Mode.NET_BIER:
                 self._open_mcast_socket()
             for msg_id, t, size, dst, *group in self.ops:
@@ -325,10 +334,10 @@ class ReplayService:
                 frags = build_fragments(msg_id, size, send_ns, self.max_datagram)
                 if self.mode == Mode.UNICAST:
                     for j, name in enumerate(dst):
-                        sock = self._send_socks[(msg_id + j) % len(self._send_socks)]
+                        queue = qp_queues[(msg_id + j) % len(qp_queues)]
                         addr = (self.receivers[name][0], ROCEV2_PORT)
                         for frag in frags:
-                            await self._sendto(loop, sock, frag, addr)
+                            queue.put_nowait((frag, addr))
                 elif self.mode == Mode.NET_BIER:
                     addr = (group[0], ROCEV2_PORT)
                     for frag in frags:
@@ -349,12 +358,26 @@ class ReplayService:
                 self.sent_ops += 1
                 # Let the receive side run between ops so a burst does not starve it.
                 await asyncio.sleep(0)
+            for queue in qp_queues:
+                queue.put_nowait(None)
+            await asyncio.gather(*qp_tasks)
         except Exception:  # the task's failure must show in replay_status, not vanish
             log.exception("replay failed")
             self._error("exception")
         finally:
+            for task in qp_tasks:
+                task.cancel()
             self._close_send_sockets()
             self.finished_ns = time.time_ns()
+
+    async def _qp_sender(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        sock: socket.socket,
+        queue: asyncio.Queue[tuple[bytes, tuple[str, int]] | None],
+    ) -> None:
+        while (item := await queue.get()) is not None:
+            await self._sendto(loop, sock, *item)
 
     async def _sendto(
         self, loop: asyncio.AbstractEventLoop, sock: socket.socket, data: bytes, addr: tuple[str, int]

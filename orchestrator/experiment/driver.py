@@ -114,9 +114,9 @@ def run_experiment(
                 settings={**outcome.settings, **fabric_settings(session)},
             ),
             links=link_deltas(links_before, links_after, link_pairs(topo)),
-            agents=agent_deltas(agents_before, agents_after),
+            agents=(agents := agent_deltas(agents_before, agents_after)),
             messages=outcome.messages,
-            timing=watch.record,
+            timing=watch.add_agent_counters(agents),
         )
         run_dir = save_run(result, results_dir)
         for name, text in outcome.files.items():

@@ -28,6 +28,28 @@ MIN_BUSY_S = 0.2
 NODE_CPU_SATURATED = 0.9
 # The whole lab using this share of the machine's cores leaves the kernel no room to run the shapers.
 HOST_CPU_SATURATED = 0.9
+# Agent counters (as `show counters` names them) that mean our own software lost a packet: a send the
+# kernel refused (a full buffer past the lossless wait), a receive error, a delivery the application
+# socket could not take. Protocol drops (TTL, malformed, no entry) are not the emulator's and stay out.
+AGENT_LOSS_COUNTERS = (
+    "bier.tx.errors",
+    "bier.rx.errors",
+    "bier.app-dropped",
+    "bier.deliver-errors",
+    "net-bier.emit-errors",
+    "net-bier.impose-errors",
+    "net-bier.rx-errors",
+)
+
+
+def agent_losses(deltas: Mapping[str, Mapping[str, int]]) -> dict[str, dict[str, int]]:
+    """node -> {"agent <counter>": n} of the :data:`AGENT_LOSS_COUNTERS` that moved during a run."""
+    out: dict[str, dict[str, int]] = {}
+    for node, counters in deltas.items():
+        for name in AGENT_LOSS_COUNTERS:
+            if counters.get(name):
+                out.setdefault(node, {})[f"agent {name}"] = counters[name]
+    return out
 
 
 def fabric_time(wall_s: float, scale: int) -> float:

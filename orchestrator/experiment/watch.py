@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from orchestrator.experiment.fidelity import bottleneck_bound, verdict
+from orchestrator.experiment.fidelity import agent_losses, bottleneck_bound, verdict
 from orchestrator.experiment.records import BoundRecord, LinkEndTiming, NodeTiming, TimingRecord
 from orchestrator.lab import labdir
 from orchestrator.lab.fabric import Fabric
@@ -48,6 +48,9 @@ class FabricWatch:
         self.faults_before: dict[str, int] = {}
         self.drops_before: dict[str, dict[str, int]] = {}
         self.record: TimingRecord | None = None
+        self._fabric_after: Fabric | None = None
+        self._injected_delta: dict[str, int] = {}
+        self._other: dict[str, dict[str, int]] = {}
 
     @property
     def shaped(self) -> bool:
@@ -104,20 +107,33 @@ class FabricWatch:
         self.sampler.stop()
         if exc_type is not None:
             return  # the run failed: its error is what the user needs, not a verdict
-        self.record = self._judge()
-
-    def _judge(self) -> TimingRecord:
-        assert self.sampler is not None and self.fabric is not None
         # link set during the run (a fault experiment) updates fabric.json: judge against the latest
-        fabric = load_fabric(self.lab_dir)
-        injected_now = self._injected(fabric)
-        injected = {k: v - self.faults_before.get(k, 0) for k, v in injected_now.items()}
+        self._fabric_after = load_fabric(self.lab_dir)
+        injected_now = self._injected(self._fabric_after)
+        self._injected_delta = {k: v - self.faults_before.get(k, 0) for k, v in injected_now.items()}
         drops_now = self._node_drops()
-        other = {
+        self._other = {
             node: {k: v - self.drops_before.get(node, {}).get(k, 0) for k, v in counters.items()}
             for node, counters in drops_now.items()
         }
-        links = self.sampler.link_counters(injected)
+        self.record = self._judge({})
+
+    def add_agent_counters(self, deltas: dict[str, dict[str, int]]) -> TimingRecord | None:
+        """Judge again with the agents' own loss counters over the run (the driver reads them after the
+        run): a packet our software dropped spoils the timing as much as one the kernel dropped."""
+        if self.sampler is None or self.record is None or self.record.scale is None:
+            return self.record
+        self.record = self._judge(agent_losses(deltas))
+        return self.record
+
+    def _judge(self, agent_drops: dict[str, dict[str, int]]) -> TimingRecord:
+        assert self.sampler is not None
+        fabric = self._fabric_after
+        assert fabric is not None
+        other = {node: dict(c) for node, c in self._other.items()}
+        for node, counters in agent_drops.items():
+            other.setdefault(node, {}).update(counters)
+        links = self.sampler.link_counters(self._injected_delta)
         nodes = self.sampler.node_counters(other)
         cores = os.cpu_count()
         judged = verdict(

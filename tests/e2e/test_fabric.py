@@ -163,8 +163,8 @@ def test_every_mode_crossing_a_lossy_link_loses_its_share_and_the_run_counts_it(
     topo, _plan = lab
     trace = tmp_path / "dist.jsonl"
     aidclab(
-        "workload", "model-dist", "--hosts", ",".join(f"h{i}" for i in range(1, 9)), "--size", "512KiB",
-        "--chunk-bytes", "64KiB", "-o", str(trace),
+        "workload", "model-dist", "--hosts", ",".join(f"h{i}" for i in range(1, 9)), "--size", "3MiB",
+        "--chunk-bytes", "256KiB", "-o", str(trace),
     )  # fmt: skip
     p = 0.05
     netns = node_netns(topo.container_name("h1"))

@@ -11,6 +11,7 @@ from orchestrator.experiment.fidelity import (
     DrainMeter,
     LinkCounters,
     NodeCounters,
+    agent_losses,
     bottleneck_bound,
     fabric_time,
     verdict,
@@ -153,3 +154,14 @@ def test_drain_rate_judged_against_the_tolerance(rate, ratio):
     assume(abs(abs(ratio - 1) - 0.05) > 1e-4)  # away from the edge, past byte rounding
     v = verdict([busy("a:eth1", rate, rate * ratio)], [])
     assert v.faithful == (abs(ratio - 1) <= 0.05)
+
+
+def test_agent_losses_pick_our_softwares_drops_not_protocol_drops():
+    deltas = {
+        "leaf1": {"net-bier.emit-errors": 119, "net-bier.port.eth3.emit-errors": 119, "bier.dropped-ttl": 4},
+        "h1": {"bier.tx.errors": 0, "bier.rx.packets": 10},
+    }
+    got = agent_losses(deltas)
+    assert got == {"leaf1": {"agent net-bier.emit-errors": 119}}  # totals only, never the per-port copies
+    v = verdict([], [NodeCounters("leaf1", 0.1, got["leaf1"])])
+    assert not v.faithful and v.reasons == ["node leaf1: 119 packets dropped at agent net-bier.emit-errors"]
