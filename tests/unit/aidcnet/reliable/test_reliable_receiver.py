@@ -78,4 +78,4 @@ def test_any_arrival_order_delivers_each_once_in_order(arrivals: list[int]) -> N
         got, _ = rx.on_data(data(k, fin=k == 29), t * 1e-3)
         delivered.extend(d.payload[0] for d in got)
     assert delivered == list(range(30))
-    assert rx.counters["duplicates"] == len(arrivals) + 30 - 30
+    assert rx.counters["duplicates"] == len(arrivals)  # every arrival beyond the first of each
