@@ -160,8 +160,10 @@ class AckAggregator:
                     entry.deadline = now + self.config.partial_after * backoff
                     due.append(entry)
             for entry in due:
-                # A later window's partial whose acked set holds this one's says all this one says.
-                if any(serial.lt(entry.end, o.end) and entry.acked & ~o.acked == 0 for o in due):
+                # The latest due window's partial speaks for the earlier ones with no other BFERs: its
+                # acked BFERs hold those windows too, and its missing ones are the earlier ones' (or
+                # ahead of them), which the BFIR resends from the oldest sequence they owe.
+                if any(serial.lt(entry.end, o.end) and entry.expected & ~o.expected == 0 for o in due):
                     self.counters["partial-coalesced"] += 1
                     continue
                 out.extend(self._agg(key, entry, entry.expected & ~entry.acked, "partial-sent"))

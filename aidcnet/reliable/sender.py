@@ -184,7 +184,9 @@ class Sender:
         return out
 
     def next_deadline(self) -> float | None:
-        """Earliest time :meth:`poll` has timer work to do (None: only feedback can change anything)."""
+        """Earliest time :meth:`poll` has work (None: only feedback can change anything)."""
+        if self._pending or (self._queue and serial.distance(self.base, self.next_seq) < self.config.window):
+            return 0.0
         times = [s.deadline for s in self._slots.values() if s.owing]
         times.extend(t + self.config.fail_after for b, t in self._heard.items() if b & self.alive)
         return min(times) if times else None

@@ -8,12 +8,14 @@ packet (DATA and feedback alike) with probability ``loss`` from one seeded RNG. 
 the reverse of the path DATA came on; with ``aggregate`` every leaf and spine runs an
 :class:`~aidcnet.reliable.aggregator.AckAggregator`, without it they pass feedback on unchanged.
 
-Components are polled every ``tick`` seconds; packets arrive ``delay`` after they were sent.
+Components are polled on a grid of ``tick`` seconds (ticks in which none of them has work are skipped);
+packets arrive ``delay`` after they were sent.
 """
 
 from __future__ import annotations
 
 import heapq
+import math
 import random
 import zlib
 from collections import Counter
@@ -193,6 +195,20 @@ def simulate(cfg: SimConfig) -> SimResult:
             else:
                 on_feedback(node, frm, payload)
             continue
+        # Skip ticks in which nothing is due: the components say when they next have work.
+        wake = [
+            d
+            for d in (
+                sender.next_deadline(),
+                *(x.next_deadline() for x in (*receivers.values(), *net.aggs.values())),
+            )
+            if d is not None
+        ]
+        if net.events:
+            wake.append(net.events[0][0])
+        if wake and min(wake) > next_tick:
+            next_tick += math.ceil((min(wake) - next_tick) / cfg.tick) * cfg.tick
+            continue  # events up to the new tick go first
         net.now = next_tick
         next_tick += cfg.tick
         for tx in sender.poll(net.now):

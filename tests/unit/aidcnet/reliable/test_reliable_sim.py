@@ -11,8 +11,11 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from aidcnet.reliable.aggregator import AggregatorConfig
+from aidcnet.reliable.sender import SenderConfig
 from aidcnet.reliable.sim import SimConfig, SimResult, simulate, summary
 
 CFG = SimConfig()
@@ -80,3 +83,37 @@ def test_dead_receiver_is_declared_failed_and_the_others_complete() -> None:
         if bfr_id != dead:
             assert [p for _, p in got] == EXPECTED[:100]
     assert res.completed_at is not None and res.completed_at >= CFG.sender.fail_after
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    loss=st.sampled_from([0.02, 0.05, 0.1]),
+    aggregate=st.booleans(),
+    window=st.sampled_from([1, 4]),
+    isn=st.integers(0, 2**32 - 1),
+)
+def test_any_seed_delivers_exactly_once(
+    seed: int, loss: float, aggregate: bool, window: int, isn: int
+) -> None:
+    # fail_after far above the longest backoff (6 ms × 2**6): at 10 % loss a live receiver can stay
+    # unheard for seconds, and 2 s declared one failed (seed 0, end to end), which this test is not about.
+    cfg = dataclasses.replace(
+        CFG,
+        seed=seed,
+        loss=loss,
+        aggregate=aggregate,
+        isn=isn,
+        messages=60,
+        sender=SenderConfig(window=32, fail_after=60.0),
+        aggregator=AggregatorConfig(window=window, partial_after=0.003),
+    )
+    res = simulate(cfg)
+    assert res.failed == {}
+    for got in res.delivered.values():
+        assert [p for _, p in got] == EXPECTED[:60]
+        assert [s for s, _ in got] == [(isn + k) & 0xFFFFFFFF for k in range(60)]
+    if aggregate and loss <= 0.05:
+        # At 10 % loss partial AGG-ACKs push the source above one per packet (1.63 at seed 0): measured,
+        # reported in docs/reliability.md, not claimed.
+        assert res.acks_per_packet <= res.branches
