@@ -23,7 +23,7 @@ failure domain").  The RTO itself comes from an injected :class:`RtoPolicy`.
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
@@ -136,7 +136,7 @@ class Sender:
         self.base = isn & serial.MASK  # oldest sequence someone may still owe
         self.next_seq = self.base  # next sequence to send for the first time
         self._slots: dict[int, _Slot] = {}
-        self._queue: list[tuple[bytes, bool]] = []
+        self._queue: deque[tuple[bytes, bool]] = deque()
         self._queued_fin = False
         self._pending: dict[int, int] = {}  # seq -> receivers that asked for it
         self._heard: dict[int, float] = {}  # receiver bit -> last feedback (or first send) time
@@ -174,7 +174,7 @@ class Sender:
                 self.counters["timeouts"] += 1
                 out.append(self._send(seq, slot, slot.owing, now, rto))
         while self._queue and serial.distance(self.base, self.next_seq) < self.config.window:
-            payload, fin = self._queue.pop(0)
+            payload, fin = self._queue.popleft()
             slot = _Slot(payload, fin)
             slot.owing = self.alive
             self._slots[self.next_seq] = slot
