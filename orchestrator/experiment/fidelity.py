@@ -42,6 +42,20 @@ AGENT_LOSS_COUNTERS = (
 )
 
 
+# A BFR that waited for room in its socket: lossless back-pressure, or our software holding every port
+# behind one full one. Worth a note next to a run far from its bound, not a reason by itself.
+AGENT_WAIT_COUNTERS = ("bier.tx.waits",)
+
+
+def agent_waits(deltas: Mapping[str, Mapping[str, int]]) -> list[str]:
+    return [
+        f"node {node}: its BFR waited {counters[name]} times for room to send ({name})"
+        for node, counters in sorted(deltas.items())
+        for name in AGENT_WAIT_COUNTERS
+        if counters.get(name)
+    ]
+
+
 def agent_losses(deltas: Mapping[str, Mapping[str, int]]) -> dict[str, dict[str, int]]:
     """node -> {"agent <counter>": n} of the :data:`AGENT_LOSS_COUNTERS` that moved during a run."""
     out: dict[str, dict[str, int]] = {}

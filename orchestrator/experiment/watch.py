@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from orchestrator.experiment.fidelity import agent_losses, bottleneck_bound, verdict
+from orchestrator.experiment.fidelity import agent_losses, agent_waits, bottleneck_bound, verdict
 from orchestrator.experiment.records import BoundRecord, LinkEndTiming, NodeTiming, TimingRecord
 from orchestrator.lab import labdir
 from orchestrator.lab.fabric import Fabric
@@ -123,7 +123,8 @@ class FabricWatch:
         run): a packet our software dropped spoils the timing as much as one the kernel dropped."""
         if self.sampler is None or self.record is None or self.record.scale is None:
             return self.record
-        self.record = self._judge(agent_losses(deltas))
+        judged = self._judge(agent_losses(deltas))
+        self.record = judged.model_copy(update={"notes": [*judged.notes, *agent_waits(deltas)]})
         return self.record
 
     def _judge(self, agent_drops: dict[str, dict[str, int]]) -> TimingRecord:

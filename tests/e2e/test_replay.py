@@ -57,17 +57,14 @@ def test_replay_unicast_and_host_bier(runtime: DockerRuntime, tmp_path: Path) ->
         assert m.delivery.ok and m.delivery.duplicates == 0, name
         assert t.bound is not None and m.bound_ratio is not None
         print(f"{name}: {m.completion_time:.3f} s wall, {m.bound_ratio:.2f}x the bound of {t.bound.link}")
-        # No schedule beats the bound (a little slack: TBF's burst and the sampling grain).
-        assert m.bound_ratio >= 0.97, name
-        if name != "moe host-bier":
-            assert m.bound_ratio <= 1.15, name
-        else:
-            # FIFO spine queues starve a downlink once the BIER sources are done (a tandem the single-link
-            # bound cannot see; measured 1.35-1.63x in docs/time-and-fidelity.md): the bound is not tight
-            # here, so this only catches an emulator grossly off it.
-            assert m.bound_ratio <= 2.0, name
-    bounds = {mode: run.timing.bound.link for mode, run in dist.items()}  # type: ignore[union-attr]
-    assert bounds == {"unicast": "h1:eth1", "host-bier": "h1:eth1"}
+        # No schedule beats the bound (a little slack: TBF's burst and the sampling grain), and a faithful
+        # run follows it (issue 12: within 15%).
+        assert 0.97 <= m.bound_ratio <= 1.15, name
+    # Model distribution follows the source uplink in both modes (with BIER each receiver's downlink
+    # carries the same bytes, so either may be named the busiest).
+    for mode, run in dist.items():
+        (uplink,) = [e for e in run.timing.ends if e.end == "h1:eth1"]  # type: ignore[union-attr]
+        assert run.metrics.completion_time / (uplink.tx_bytes * 8 / uplink.rate_bps) <= 1.15, mode  # type: ignore[union-attr,operator]
     uni_s, bier_s = (dist[m].metrics.completion_time for m in ("unicast", "host-bier"))  # type: ignore[union-attr]
     # Model distribution follows the source uplink: about the fan-out (7) sooner.
     assert 6.0 <= uni_s / bier_s <= 7.5, (uni_s, bier_s)  # type: ignore[operator]

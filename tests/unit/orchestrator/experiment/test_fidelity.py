@@ -12,6 +12,7 @@ from orchestrator.experiment.fidelity import (
     LinkCounters,
     NodeCounters,
     agent_losses,
+    agent_waits,
     bottleneck_bound,
     fabric_time,
     verdict,
@@ -165,3 +166,8 @@ def test_agent_losses_pick_our_softwares_drops_not_protocol_drops():
     assert got == {"leaf1": {"agent net-bier.emit-errors": 119}}  # totals only, never the per-port copies
     v = verdict([], [NodeCounters("leaf1", 0.1, got["leaf1"])])
     assert not v.faithful and v.reasons == ["node leaf1: 119 packets dropped at agent net-bier.emit-errors"]
+
+
+def test_a_bfr_that_waited_is_a_note_naming_it():
+    notes = agent_waits({"spine1": {"bier.tx.waits": 13}, "leaf1": {"bier.tx.waits": 0}})
+    assert notes == ["node spine1: its BFR waited 13 times for room to send (bier.tx.waits)"]
