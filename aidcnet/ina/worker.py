@@ -7,6 +7,16 @@ Window rule (why a slot is never reused under a slow worker): a worker sends chu
 result is finished and needed by nobody, and the chunks anyone can have sent span fewer than
 ``2 * window`` numbers, so with ``window <= slot_budget // 2`` a switch that reuses its oldest finished
 slot never reuses one a worker may still retransmit into (docs/allreduce.md).
+
+Retransmission timer (why it adapts): on a shaped link the round trip includes the queue, which may be
+far longer than any fixed timer; a fixed timer then resends the whole window every period and the
+duplicates lengthen the queue further (issue 12). Both senders here, :class:`SendWindow` (INA and the
+parameter server) and :class:`ReliableSender` (the ring), time out after the RTO of an
+:class:`aidcnet.rto.RtoEstimator` (RFC 6298): sampled from an item's first send to its result or ACK,
+never from a retransmitted item (Karn), starting at the caller's ``timeout``. A timeout resends only the
+oldest overdue item and doubles the RTO (as TCP does, RFC 6298 §5.4-5.5): the other overdue items wait
+for their own timers under the doubled RTO, so a round trip that outgrew the RTO costs a few duplicates,
+not a window of them per period.
 """
 
 from __future__ import annotations
@@ -14,19 +24,25 @@ from __future__ import annotations
 import hashlib
 import math
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Final
 
 import numpy as np
 
 from aidcnet.ina import fixedpoint
 from aidcnet.ina.header import DType, InaFlags, InaHeader, Op, payload_from_array
+from aidcnet.rto import RtoEstimator
 
 # 2048 four-octet elements: an 8 KiB payload that still fits a 9500-octet link MTU after the BIER
 # encapsulation of the result (outer IPv4/UDP, MPLS, RFC 8296 header with up to a 1024-bit BitString,
 # inner IPv4/UDP, INA header with the P-BM).
 DEFAULT_CHUNK_ELEMENTS: Final = 2048
-DEFAULT_TIMEOUT_S: Final = 0.2
+DEFAULT_TIMEOUT_S: Final = 0.2  # the initial RTO, before the first round trip is measured
+# RTO bounds in wall time. The floor stays above the agent's scheduling jitter on a shared 2-core host
+# (an unshaped round trip is ~1 ms, a Python agent may be off the CPU for tens of ms); the ceiling is
+# RFC 6298 §2.5's lowest allowed maximum.
+DEFAULT_MIN_RTO_S: Final = 0.05
+DEFAULT_MAX_RTO_S: Final = 60.0
 
 NP_DTYPES: Final = {DType.INT32: np.int32, DType.FLOAT32: np.float32, DType.FIXED32: np.float32}
 _REDUCE: Final = {Op.SUM: np.add, Op.MIN: np.minimum, Op.MAX: np.maximum, Op.PROD: np.multiply}
@@ -139,48 +155,73 @@ def chunk_count(elements: int, per_chunk: int) -> int:
     return max(1, -(-elements // per_chunk))
 
 
-@dataclass
 class SendWindow:
-    """Which chunks to send now: new ones inside the window, and those whose result is overdue.
+    """Which chunks to send now: new ones inside the window, and the oldest whose result is overdue.
 
-    A chunk is outstanding from its first send until :meth:`done`; after ``timeout`` without a result
-    it is sent again with the R flag (and its timer restarts).
+    A chunk is outstanding from its first send until :meth:`done`. When the oldest outstanding chunk
+    has waited an RTO since it was last sent, it alone is sent again (the R flag) and the RTO doubles;
+    a result of a chunk sent once gives the RTO a round-trip sample (module docstring).
     """
 
-    chunks: int
-    window: int
-    timeout: float
-    lowest: int = 0  # lowest chunk without a result
-    next_new: int = 0
-    retransmits: int = 0
-    sent_at: dict[int, float] = field(default_factory=dict)
-    finished: set[int] = field(default_factory=set)
+    def __init__(
+        self,
+        chunks: int,
+        window: int,
+        timeout: float,
+        *,
+        min_rto: float = DEFAULT_MIN_RTO_S,
+        max_rto: float = DEFAULT_MAX_RTO_S,
+        granularity: float = 0.0,
+    ) -> None:
+        self.chunks, self.window = chunks, window
+        self.rto = RtoEstimator(timeout, min(min_rto, timeout), max(max_rto, timeout), granularity)
+        self.lowest = 0  # lowest chunk without a result
+        self.next_new = 0
+        self.retransmits = 0
+        # Outstanding chunk -> when it was last sent, in sending order (the first is the oldest timer).
+        self.sent_at: dict[int, float] = {}
+        self.first_sent: dict[int, float] = {}
+        self.resent: set[int] = set()
+        self.finished: set[int] = set()
 
     @property
     def complete(self) -> bool:
         return len(self.finished) == self.chunks
 
+    def next_deadline(self) -> float | None:
+        """When the oldest outstanding chunk times out (None with nothing outstanding)."""
+        for at in self.sent_at.values():
+            return at + self.rto.rto
+        return None
+
     def due(self, now: float) -> list[tuple[int, bool]]:
         """``(chunk, retransmit)`` pairs to send at ``now``, marking them sent."""
         out: list[tuple[int, bool]] = []
-        for chunk, at in self.sent_at.items():
-            if now - at >= self.timeout:
-                out.append((chunk, True))
-        for chunk, _ in out:
-            self.sent_at[chunk] = now
-        self.retransmits += len(out)
+        deadline = self.next_deadline()
+        if deadline is not None and now >= deadline:
+            chunk = next(iter(self.sent_at))
+            del self.sent_at[chunk]
+            self.sent_at[chunk] = now  # to the end: the next oldest timer is now first
+            self.resent.add(chunk)
+            self.rto.timeout()
+            self.retransmits += 1
+            out.append((chunk, True))
         while self.next_new < self.chunks and self.next_new < self.lowest + self.window:
-            self.sent_at[self.next_new] = now
+            self.sent_at[self.next_new] = self.first_sent[self.next_new] = now
             out.append((self.next_new, False))
             self.next_new += 1
         return out
 
-    def done(self, chunk: int) -> bool:
-        """Record a result; False for a chunk out of range or already finished (a duplicate)."""
+    def done(self, chunk: int, now: float) -> bool:
+        """Record a result at ``now``; False for a chunk out of range or already finished (a duplicate)."""
         if not 0 <= chunk < self.chunks or chunk in self.finished:
             return False
         self.finished.add(chunk)
         self.sent_at.pop(chunk, None)
+        first = self.first_sent.pop(chunk, None)
+        if first is not None:
+            self.rto.sample(now - first, retransmitted=chunk in self.resent)
+        self.resent.discard(chunk)
         while self.lowest in self.finished:
             self.lowest += 1
         return True
@@ -189,9 +230,10 @@ class SendWindow:
 class AllreduceJob:
     """One worker's AllReduce of ``values`` over INA (or a parameter server speaking the same header).
 
-    ``packet(chunk, retransmit)`` builds what to send; ``on_result(hdr)`` takes a result packet and
-    returns True when it was new. FIXED32 jobs convert with a shared ``scale`` (every worker must use
-    the same one: :func:`aidcnet.ina.fixedpoint.choose_scale` from a bound all workers know).
+    ``packet(chunk, retransmit)`` builds what to send; ``on_result(hdr, now)`` takes a result packet
+    and returns True when it was new. ``timeout`` is the initial RTO (module docstring). FIXED32 jobs
+    convert with a shared ``scale`` (every worker must use the same one:
+    :func:`aidcnet.ina.fixedpoint.choose_scale` from a bound all workers know).
     """
 
     def __init__(
@@ -208,6 +250,9 @@ class AllreduceJob:
         window: int = 32,
         timeout: float = DEFAULT_TIMEOUT_S,
         scale: int = 0,
+        min_rto: float = DEFAULT_MIN_RTO_S,
+        max_rto: float = DEFAULT_MAX_RTO_S,
+        granularity: float = 0.0,
     ) -> None:
         from aidcnet.bier.bitstring import bfr_id_to_si_bit
 
@@ -219,7 +264,10 @@ class AllreduceJob:
         wire = fixedpoint.to_fixed(values, scale) if dtype is DType.FIXED32 else values
         self.wire = np.ascontiguousarray(wire).astype(wire.dtype.newbyteorder(">"))
         self.out = np.zeros(self.elements, dtype=NP_DTYPES[dtype])
-        self.window = SendWindow(chunk_count(self.elements, per_chunk), window, timeout)
+        self.window = SendWindow(
+            chunk_count(self.elements, per_chunk), window, timeout,
+            min_rto=min_rto, max_rto=max_rto, granularity=granularity,
+        )
         self.results = 0
         self.ignored = 0
 
@@ -243,7 +291,7 @@ class AllreduceJob:
     def due(self, now: float) -> list[bytes]:
         return [self.packet(c, r) for c, r in self.window.due(now)]
 
-    def on_result(self, hdr: InaHeader) -> bool:
+    def on_result(self, hdr: InaHeader, now: float) -> bool:
         chunk = hdr.chunk - self.chunk_base
         where = self._slice(chunk) if 0 <= chunk < self.window.chunks else None
         if (
@@ -252,7 +300,7 @@ class AllreduceJob:
             or not hdr.result
             or not hdr.pbm & self.pbm
             or hdr.element_count != where.stop - where.start
-            or not self.window.done(chunk)
+            or not self.window.done(chunk, now)
         ):
             self.ignored += 1
             return False
@@ -387,34 +435,61 @@ class RingAllreduce:
 
 class ReliableSender:
     """Per-peer reliable delivery for the ring: each message waits for an ACK (the same header with no
-    elements), is resent after ``timeout``, and at most ``window`` are unacknowledged at a time."""
+    elements), at most ``window`` are unacknowledged at a time, and the oldest unacknowledged one is
+    resent after an RTO that starts at ``timeout`` and follows the measured round trip (module
+    docstring)."""
 
-    def __init__(self, window: int, timeout: float) -> None:
-        self.window, self.timeout = window, timeout
+    def __init__(
+        self,
+        window: int,
+        timeout: float,
+        *,
+        min_rto: float = DEFAULT_MIN_RTO_S,
+        max_rto: float = DEFAULT_MAX_RTO_S,
+        granularity: float = 0.0,
+    ) -> None:
+        self.window = window
+        self.rto = RtoEstimator(timeout, min(min_rto, timeout), max(max_rto, timeout), granularity)
         self.queue: deque[tuple[tuple[int, bool], bytes]] = deque()
+        # key -> (datagram, when last sent), in sending order (the first is the oldest timer).
         self.unacked: dict[tuple[int, bool], tuple[bytes, float]] = {}
+        self.first_sent: dict[tuple[int, bool], float] = {}
+        self.resent: set[tuple[int, bool]] = set()
         self.retransmits = 0
 
     def push(self, key: tuple[int, bool], data: bytes) -> None:
         self.queue.append((key, data))
 
-    def ack(self, key: tuple[int, bool]) -> None:
-        self.unacked.pop(key, None)
+    def ack(self, key: tuple[int, bool], now: float) -> None:
+        if self.unacked.pop(key, None) is None:
+            return  # a duplicate ACK (of a retransmitted message): nothing to learn
+        self.rto.sample(now - self.first_sent.pop(key), retransmitted=key in self.resent)
+        self.resent.discard(key)
 
     @property
     def idle(self) -> bool:
         return not self.queue and not self.unacked
 
+    def next_deadline(self) -> float | None:
+        for _data, at in self.unacked.values():
+            return at + self.rto.rto
+        return None
+
     def due(self, now: float) -> list[bytes]:
         out = []
-        for key, (data, at) in list(self.unacked.items()):
-            if now - at >= self.timeout:
-                self.unacked[key] = (data, now)
-                self.retransmits += 1
-                out.append(data)
+        deadline = self.next_deadline()
+        if deadline is not None and now >= deadline:
+            key = next(iter(self.unacked))
+            data, _at = self.unacked.pop(key)
+            self.unacked[key] = (data, now)
+            self.resent.add(key)
+            self.rto.timeout()
+            self.retransmits += 1
+            out.append(data)
         while self.queue and len(self.unacked) < self.window:
             key, data = self.queue.popleft()
             self.unacked[key] = (data, now)
+            self.first_sent[key] = now
             out.append(data)
         return out
 
