@@ -11,9 +11,9 @@
 
 All three retransmit on timeout, so a lost packet costs time, never a wrong or missing result. The
 timeout is RFC 6298's (:mod:`aidcnet.rto`): the request's ``timeout_s`` is only the initial RTO, then it
-follows the measured round trip; ``min_rto_s``/``max_rto_s`` bound it. Every socket pushes back
-(``IP_RECVERR``): a datagram a full local queue refuses waits in an :class:`Outbox` and is sent again,
-never lost silently (docs/allreduce.md).
+follows the measured round trip; ``min_rto_s``/``max_rto_s`` bound it and ``rto_margin_s`` is its G.
+Every socket pushes back (``IP_RECVERR``): a datagram a full local queue refuses waits in an
+:class:`Outbox` and is sent again, never lost silently (docs/allreduce.md).
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from aidcnet.ina.worker import (
     DEFAULT_CHUNK_ELEMENTS,
     DEFAULT_MAX_RTO_S,
     DEFAULT_MIN_RTO_S,
+    DEFAULT_RTO_MARGIN_S,
     DEFAULT_TIMEOUT_S,
     AllreduceJob,
     ReliableSender,
@@ -49,11 +50,14 @@ from aidcnet.ina.worker import (
 )
 from aidcnet.ipv4 import UdpDatagram
 from aidcnet.modes import Mode
+from aidcnet.rto import RtoEstimator
 from aidcnet.udpio import BatchIO, Datagram, drain_error_queue, enable_backpressure, set_socket_buffer
 
 log = logging.getLogger("aidcnet.ina.worker")
 
 MODES = (Mode.INA, Mode.PS, Mode.RING)
+# An AllReduce's result, its retransmits, when it started (epoch s) and its timer's final state.
+_Outcome = tuple[np.ndarray, int, float, RtoEstimator]
 _BUF = 32 << 20
 
 
@@ -81,13 +85,18 @@ class _Run:
     timeout: float  # the initial RTO
     min_rto: float
     max_rto: float
+    margin: float  # G of RFC 6298's RTO = SRTT + max(G, 4 RTTVAR), at least the tick
     deadline: float
     fut: asyncio.Future[None]
 
     @property
     def tick(self) -> float:
-        """The timer period: the clock granularity G of RFC 6298's RTO = SRTT + max(G, 4 RTTVAR)."""
+        """The retransmission timer's period."""
         return min(self.timeout, self.min_rto) / 2
+
+    @property
+    def granularity(self) -> float:
+        return max(self.tick, self.margin)
 
 
 class InaWorkerService:
@@ -330,31 +339,29 @@ class InaWorkerService:
         timeout = float(request.get("timeout_s", DEFAULT_TIMEOUT_S))
         min_rto = float(request.get("min_rto_s", DEFAULT_MIN_RTO_S))
         max_rto = float(request.get("max_rto_s", DEFAULT_MAX_RTO_S))
-        if not 0 < min_rto <= max_rto or timeout <= 0:
-            raise ValueError(f"timeout_s {timeout}, min_rto_s {min_rto}, max_rto_s {max_rto}: "
-                             "need timeout_s > 0 and 0 < min_rto_s <= max_rto_s")
+        margin = float(request.get("rto_margin_s", DEFAULT_RTO_MARGIN_S))
+        if not 0 < min_rto <= max_rto or timeout <= 0 or margin < 0:
+            raise ValueError(f"timeout_s {timeout}, min_rto_s {min_rto}, max_rto_s {max_rto}, rto_margin_s "
+                             f"{margin}: need timeout_s > 0, 0 < min_rto_s <= max_rto_s, rto_margin_s >= 0")
         per_chunk = int(request.get("chunk_elements", DEFAULT_CHUNK_ELEMENTS))
         chunk_base = int(request.get("chunk_base", 0))
         start_at = float(request.get("start_at", 0.0))
         deadline = float(request.get("deadline_s", 300.0))
-        if start_at > time.time():
-            await asyncio.sleep(start_at - time.time())
         assert self._loop is not None
         fut: asyncio.Future[None] = self._loop.create_future()
-        t0 = time.time()
         # Every worker of a fixed32 job must use the same Scale: the driver sends it, else all derive
         # it from the shared bound on worker_array's values.
         scale = int(request["scale"]) if "scale" in request else job_scale(len(member.workers))
         run = _Run(
             job_id, member, values, op, dtype, scale, chunk_base, per_chunk,
-            timeout, min_rto, max_rto, deadline, fut,
+            timeout, min_rto, max_rto, margin, deadline, fut,
         )  # fmt: skip
         if mode == Mode.RING:
             addrs = {int(k): str(v) for k, v in request["addresses"].items()}
-            result, retransmits = await self._ring(run, addrs)
+            result, retransmits, t0, rto = await self._ring(run, addrs, start_at)
         else:
             dst = str(member.next_hop) if mode == Mode.INA else str(request["ps"])
-            result, retransmits = await self._tree(run, dst)
+            result, retransmits, t0, rto = await self._tree(run, dst, start_at)
         end = time.time()
         self.c[f"allreduce.{mode}"] += 1
         self.c["retransmits"] += retransmits
@@ -368,6 +375,11 @@ class InaWorkerService:
             "started": t0,
             "finished": end,
             "retransmits": retransmits,
+            # The retransmission timer at the end (RFC 6298), to tell a queue's delay from a timer's doing.
+            "rto": {
+                "srtt": rto.srtt, "rttvar": rto.rttvar, "rto": rto.rto, "samples": rto.samples,
+                "backoffs": rto.backoffs,
+            },
             "digest": digest(result),
             "head": np.asarray(result[:4]).tolist(),
             "dtype": dtype.name.lower(),
@@ -380,7 +392,13 @@ class InaWorkerService:
             reply["values"] = base64.b64encode(big.tobytes()).decode()
         return reply
 
-    async def _ring(self, run: _Run, addrs: dict[int, str]) -> tuple[np.ndarray, int]:
+    @staticmethod
+    async def _start(start_at: float) -> float:
+        if start_at > time.time():
+            await asyncio.sleep(start_at - time.time())
+        return time.time()
+
+    async def _ring(self, run: _Run, addrs: dict[int, str], start_at: float) -> _Outcome:
         """The ring baseline: reduce-scatter then all-gather between the workers' loopbacks."""
         if run.op is not Op.SUM:
             raise ValueError(f"the ring baseline does sums only; job {run.job_id} is {run.member.op}")
@@ -391,12 +409,16 @@ class InaWorkerService:
             scale=run.scale, chunk_base=run.chunk_base, per_chunk=run.per_chunk,
         )
         sender = ReliableSender(
-            run.member.window, run.timeout, min_rto=run.min_rto, max_rto=run.max_rto, granularity=run.tick
+            run.member.window, run.timeout, min_rto=run.min_rto, max_rto=run.max_rto,
+            granularity=run.granularity,
         )
         nxt = addrs[ranks[(rank + 1) % len(ranks)]]
         prev = addrs[ranks[(rank - 1) % len(ranks)]]
         self.ring[run.job_id] = (ring, sender, nxt, prev, run.fut)
         self.ring_prev[run.job_id] = prev
+        # Registered before the start: a faster rank's first messages must find this ring (they are
+        # handled and acknowledged at once), not be dropped and wait for a timeout.
+        t0 = await self._start(start_at)
         for msg in ring.originate():
             sender.push((msg.chunk - run.chunk_base, msg.result), msg.encode())
         self._send([(p, (nxt, self.ina.port + 1)) for p in sender.due(time.monotonic())], self.ring_out)
@@ -405,18 +427,19 @@ class InaWorkerService:
             run.fut.set_result(None)
         self._schedule(run.tick)
         await self._wait(run.fut, run.job_id, run.deadline, lambda: f"{ring.have}/{ring.chunks} chunks")
-        return ring.result, sender.retransmits
+        return ring.result, sender.retransmits, t0, sender.rto
 
-    async def _tree(self, run: _Run, dst: str) -> tuple[np.ndarray, int]:
+    async def _tree(self, run: _Run, dst: str, start_at: float) -> _Outcome:
         """INA (``dst`` is the next hop toward the VAT) or the parameter server (``dst`` is the PS)."""
+        t0 = await self._start(start_at)
         job = AllreduceJob(
             run.values, job_id=run.job_id, bfr_id=self.bfr_id, bsl=self.bsl, op=run.op, dtype=run.dtype,
             chunk_base=run.chunk_base, per_chunk=run.per_chunk, window=run.member.window, timeout=run.timeout,
-            scale=run.scale, min_rto=run.min_rto, max_rto=run.max_rto, granularity=run.tick,
+            scale=run.scale, min_rto=run.min_rto, max_rto=run.max_rto, granularity=run.granularity,
         )
         self.active[run.job_id] = (job, dst, run.fut)
         self._send([(p, (dst, self.ina.port)) for p in job.due(time.monotonic())], self.out)
         self._schedule(run.tick)
         progress = lambda: f"{job.results}/{job.window.chunks} chunks"  # noqa: E731
         await self._wait(run.fut, run.job_id, run.deadline, progress)
-        return job.out, job.window.retransmits
+        return job.out, job.window.retransmits, t0, job.window.rto

@@ -13,10 +13,11 @@ far longer than any fixed timer; a fixed timer then resends the whole window eve
 duplicates lengthen the queue further (issue 12). Both senders here, :class:`SendWindow` (INA and the
 parameter server) and :class:`ReliableSender` (the ring), time out after the RTO of an
 :class:`aidcnet.rto.RtoEstimator` (RFC 6298): sampled from an item's first send to its result or ACK,
-never from a retransmitted item (Karn), starting at the caller's ``timeout``. A timeout resends only the
-oldest overdue item and doubles the RTO (as TCP does, RFC 6298 §5.4-5.5): the other overdue items wait
-for their own timers under the doubled RTO, so a round trip that outgrew the RTO costs a few duplicates,
-not a window of them per period.
+never from a retransmitted item (Karn), starting at the caller's ``timeout``. Like TCP's single timer,
+it runs from the later of the oldest outstanding item's send and the last restart: a new result or ACK
+restarts it (RFC 6298 §5.3), and so does a timeout, which resends only the oldest item and doubles the
+RTO (§5.4-5.6). So while results keep coming nothing is resent, and a round trip that outgrew the RTO
+costs one duplicate per (doubling) RTO, never a window of them per period.
 """
 
 from __future__ import annotations
@@ -37,12 +38,22 @@ from aidcnet.rto import RtoEstimator
 # encapsulation of the result (outer IPv4/UDP, MPLS, RFC 8296 header with up to a 1024-bit BitString,
 # inner IPv4/UDP, INA header with the P-BM).
 DEFAULT_CHUNK_ELEMENTS: Final = 2048
-DEFAULT_TIMEOUT_S: Final = 0.2  # the initial RTO, before the first round trip is measured
+# The initial RTO, before the first round trip is measured: RFC 6298 §2.1's 1 s. Shorter fires before the
+# first result on a shaped link whose queue is already full (a ring rank's ACKs wait behind its
+# neighbour's window: 0.5 s at 4 Mbit/s), and each such timeout is a duplicate.
+DEFAULT_TIMEOUT_S: Final = 1.0
 # RTO bounds in wall time. The floor stays above the agent's scheduling jitter on a shared 2-core host
 # (an unshaped round trip is ~1 ms, a Python agent may be off the CPU for tens of ms); the ceiling is
 # RFC 6298 §2.5's lowest allowed maximum.
 DEFAULT_MIN_RTO_S: Final = 0.05
 DEFAULT_MAX_RTO_S: Final = 60.0
+# G in RTO = SRTT + max(G, 4 RTTVAR), for the agent. RFC 6298's G is the timer's granularity; ours is an
+# asyncio callback on a shared 2-core host, late by tens of ms at times, and a window answers 32 samples
+# per round trip that agree closely (all waited behind the same queue), so RTTVAR collapses and the RTO
+# sits a tick above SRTT; the next swing of the queue by a few chunks then fires it spuriously (measured:
+# one ring rank in two on a 4 Mbit/s veth). Linux keeps 200 ms under the variance term (TCP_RTO_MIN)
+# for the same reasons; 100 ms here, so a real loss still costs about one round trip plus 0.1 s.
+DEFAULT_RTO_MARGIN_S: Final = 0.1
 
 NP_DTYPES: Final = {DType.INT32: np.int32, DType.FLOAT32: np.float32, DType.FIXED32: np.float32}
 _REDUCE: Final = {Op.SUM: np.add, Op.MIN: np.minimum, Op.MAX: np.maximum, Op.PROD: np.multiply}
@@ -158,9 +169,10 @@ def chunk_count(elements: int, per_chunk: int) -> int:
 class SendWindow:
     """Which chunks to send now: new ones inside the window, and the oldest whose result is overdue.
 
-    A chunk is outstanding from its first send until :meth:`done`. When the oldest outstanding chunk
-    has waited an RTO since it was last sent, it alone is sent again (the R flag) and the RTO doubles;
-    a result of a chunk sent once gives the RTO a round-trip sample (module docstring).
+    A chunk is outstanding from its first send until :meth:`done`. When an RTO has passed since both
+    the oldest outstanding chunk's last send and the last new result (or timeout), that chunk alone is
+    sent again (the R flag) and the RTO doubles; a result of a chunk sent once gives the RTO a round-trip
+    sample (module docstring).
     """
 
     def __init__(
@@ -183,15 +195,16 @@ class SendWindow:
         self.first_sent: dict[int, float] = {}
         self.resent: set[int] = set()
         self.finished: set[int] = set()
+        self.restarted = -math.inf  # the last new result or timeout (RFC 6298 §5.3, §5.6)
 
     @property
     def complete(self) -> bool:
         return len(self.finished) == self.chunks
 
     def next_deadline(self) -> float | None:
-        """When the oldest outstanding chunk times out (None with nothing outstanding)."""
+        """When the retransmission timer expires (None with nothing outstanding)."""
         for at in self.sent_at.values():
-            return at + self.rto.rto
+            return max(at, self.restarted) + self.rto.rto
         return None
 
     def due(self, now: float) -> list[tuple[int, bool]]:
@@ -204,6 +217,7 @@ class SendWindow:
             self.sent_at[chunk] = now  # to the end: the next oldest timer is now first
             self.resent.add(chunk)
             self.rto.timeout()
+            self.restarted = now
             self.retransmits += 1
             out.append((chunk, True))
         while self.next_new < self.chunks and self.next_new < self.lowest + self.window:
@@ -218,6 +232,7 @@ class SendWindow:
             return False
         self.finished.add(chunk)
         self.sent_at.pop(chunk, None)
+        self.restarted = now
         first = self.first_sent.pop(chunk, None)
         if first is not None:
             self.rto.sample(now - first, retransmitted=chunk in self.resent)
@@ -455,6 +470,7 @@ class ReliableSender:
         self.unacked: dict[tuple[int, bool], tuple[bytes, float]] = {}
         self.first_sent: dict[tuple[int, bool], float] = {}
         self.resent: set[tuple[int, bool]] = set()
+        self.restarted = -math.inf  # the last new ACK or timeout (RFC 6298 §5.3, §5.6)
         self.retransmits = 0
 
     def push(self, key: tuple[int, bool], data: bytes) -> None:
@@ -463,6 +479,7 @@ class ReliableSender:
     def ack(self, key: tuple[int, bool], now: float) -> None:
         if self.unacked.pop(key, None) is None:
             return  # a duplicate ACK (of a retransmitted message): nothing to learn
+        self.restarted = now
         self.rto.sample(now - self.first_sent.pop(key), retransmitted=key in self.resent)
         self.resent.discard(key)
 
@@ -472,7 +489,7 @@ class ReliableSender:
 
     def next_deadline(self) -> float | None:
         for _data, at in self.unacked.values():
-            return at + self.rto.rto
+            return max(at, self.restarted) + self.rto.rto
         return None
 
     def due(self, now: float) -> list[bytes]:
@@ -484,6 +501,7 @@ class ReliableSender:
             self.unacked[key] = (data, now)
             self.resent.add(key)
             self.rto.timeout()
+            self.restarted = now
             self.retransmits += 1
             out.append(data)
         while self.queue and len(self.unacked) < self.window:

@@ -31,6 +31,7 @@ from aidcnet.ina.worker import (
     reference,
     worker_array,
 )
+from tests.unit.aidcnet.ina.legacy_timer import FixedTimerWindow
 
 # Figure 1 of the draft: s1 [11000000], s7 [00110000], s6 root [11110000]; w_i is BFR-id i.
 FIG1 = {"s1": "11000000", "s7": "00110000", "s6": "11110000"}
@@ -172,25 +173,43 @@ def test_send_window_keeps_at_most_window_chunks_past_the_lowest_missing_result(
     assert w.due(0.6) == []  # chunk 0 still open: the window does not slide past it
     assert w.done(0, 0.7)
     assert w.due(0.7) == [(3, False), (4, False)]
-    # Samples 0.5 and 0.7 s: SRTT 0.525, RTTVAR 0.2375, RTO 1.475 (RFC 6298 §2.3).
+    # Samples 0.5 and 0.7 s: SRTT 0.525, RTTVAR 0.2375, RTO 1.475 (RFC 6298 §2.3); the timer restarted
+    # with the result at 0.7 (§5.3), so chunk 2 (sent at 0.0) is overdue at 0.7 + 1.475.
     assert w.rto.rto == pytest.approx(1.475)
-    assert w.due(1.47) == []
-    assert w.due(1.48) == [(2, True)]  # chunk 2's timer (sent at 0.0) fired
+    assert w.due(2.17) == []
+    assert w.due(2.18) == [(2, True)]
     assert w.retransmits == 1 and not w.complete
 
 
 def test_a_timeout_resends_only_the_oldest_chunk_and_backs_off() -> None:
     w = SendWindow(chunks=4, window=4, timeout=0.2, min_rto=0.05)
     assert len(w.due(0.0)) == 4
-    # Every chunk is overdue at 0.25, but only the oldest goes again, and the RTO doubles.
+    # Every chunk is overdue at 0.25, but only the oldest goes again, the RTO doubles and the timer
+    # restarts (RFC 6298 §5.4-5.6).
     assert w.due(0.25) == [(0, True)] and w.rto.rto == pytest.approx(0.4)
-    assert w.due(0.3) == []  # chunk 1 (sent at 0) now times out at 0 + 0.4
-    assert w.due(0.4) == [(1, True)] and w.rto.rto == pytest.approx(0.8)
-    # Chunk 0's result: ambiguous (it was sent twice), so no sample and the backed-off RTO stays (Karn).
-    assert w.done(0, 0.5) and w.rto.samples == 0 and w.rto.rto == pytest.approx(0.8)
-    # Chunk 2, sent once, gives a sample of 0.6 s: RTO = 0.6 + 4 * 0.3, the backoff collapses.
-    assert w.done(2, 0.6) and w.rto.samples == 1 and w.rto.rto == pytest.approx(1.8)
+    assert w.due(0.6) == []  # chunk 1 (sent at 0) now times out at 0.25 + 0.4
+    assert w.due(0.65) == [(1, True)] and w.rto.rto == pytest.approx(0.8)
+    # Chunk 0's result: ambiguous (it was sent twice), so no sample and the backed-off RTO stays (Karn),
+    # but it is news: the timer restarts.
+    assert w.done(0, 0.7) and w.rto.samples == 0 and w.rto.rto == pytest.approx(0.8)
+    assert w.next_deadline() == pytest.approx(0.7 + 0.8)
+    # Chunk 2, sent once, gives a sample of 0.8 s: RTO = 0.8 + 4 * 0.4, the backoff collapses.
+    assert w.done(2, 0.8) and w.rto.samples == 1 and w.rto.rto == pytest.approx(2.4)
     assert w.retransmits == 2
+
+
+def test_results_that_keep_coming_hold_the_timer_off() -> None:
+    """A round trip that jumps (a queue filled at once): while results arrive, chunks sent long ago are
+    not resent even though each has waited longer than the RTO since its own send."""
+    w = SendWindow(chunks=40, window=8, timeout=1.0, min_rto=0.01)
+    w.due(0.0)
+    assert w.done(0, 0.01)  # one fast sample: RTO = 0.03
+    now = 0.01
+    for chunk in range(1, 8):  # the rest come back one every 20 ms: each waited far past 0.03 s
+        now += 0.02
+        assert w.due(now - 0.001) == [] or all(not r for _c, r in w.due(now - 0.001))
+        assert w.done(chunk, now)
+    assert w.retransmits == 0
 
 
 def simulate_shaped_link(sender: SendWindow, service_s: float, base_rtt: float) -> float:
@@ -223,8 +242,8 @@ def simulate_shaped_link(sender: SendWindow, service_s: float, base_rtt: float) 
 
 def test_an_adaptive_rto_does_not_storm_where_a_fixed_timer_does() -> None:
     """A window of 32 chunks on a link that serves one every 33 ms: ~1 s of queue. The fixed 0.2 s timer
-    of before (min = max RTO) resends nearly every chunk; the RFC 6298 timer resends none."""
-    fixed = SendWindow(100, 32, 0.2, min_rto=0.2, max_rto=0.2)
+    of before resends every chunk, again and again; the RFC 6298 timer resends none."""
+    fixed = FixedTimerWindow(100, 32)
     adaptive = SendWindow(100, 32, 0.2, granularity=0.01)
     t_fixed = simulate_shaped_link(fixed, 0.033, 0.001)
     t_adaptive = simulate_shaped_link(adaptive, 0.033, 0.001)
