@@ -20,12 +20,18 @@ RFC 6298 §2 (R a round-trip sample in seconds, G the caller's clock granularity
 
 The RFC's 1 s floor and 60 s ceiling are for the Internet; the testbed passes its own (docs/allreduce.md),
 in wall time: the sender runs in the emulation, whose round trips are fabric time times the scale.
+
+:class:`InFlight` is what a windowed sender keeps about the items it has out: the estimator, one timer
+run the way TCP runs its own (RFC 6298 §5), and loss detection by send order (RACK, RFC 8985), so that
+several items lost in one window are resent together within about a round trip, not one per timeout.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Hashable
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Final, Generic, TypeVar
 
 ALPHA: Final = 1 / 8
 BETA: Final = 1 / 4
@@ -82,3 +88,96 @@ class RtoEstimator:
         self.rto = min(self.max_rto, self.rto * 2)
         self.backoffs += 1
         return self.rto
+
+
+Item = TypeVar("Item", bound=Hashable)
+
+
+class InFlight(Generic[Item]):
+    """Items sent and not yet answered (chunks, messages), and which of them to send again when.
+
+    * **Timer** (RFC 6298 §5): it runs from the later of the oldest item's last send and the last restart;
+      an answer to an item not yet answered restarts it (§5.3). On expiry only the oldest item is resent
+      and the RTO doubles (§5.4-5.6). While answers keep coming nothing times out, so a round trip that
+      grows past the RTO (a queue filling) costs no duplicates, and one that jumps costs one per RTO.
+    * **Loss by send order** (RACK, RFC 8985 §6): our paths keep order (one queue per link, per-flow ECMP),
+      so an item still unanswered when one sent after it has been answered, and older than a smoothed round
+      trip plus a quarter (the reordering window), is lost: it is resent at once, without backoff. A
+      queue's delay alone never triggers this (answers come in send order), and k losses in one window
+      cost one round trip, not k timeouts.
+    * **Karn** (§3): an answer to an item sent more than once gives no round-trip sample.
+    """
+
+    def __init__(self, rto: RtoEstimator) -> None:
+        self.rto = rto
+        self.sent_at: dict[Item, float] = {}  # item -> its last send, in sending order (oldest first)
+        self.first_sent: dict[Item, float] = {}
+        self.resent: set[Item] = set()
+        self.restarted = -math.inf
+        self.answered_sent = -math.inf  # send time of the latest-sent item answered (RACK.xmit_ts)
+        self.retransmits = 0
+        self.timeouts = 0
+        self.lost = 0  # items found lost by send order
+
+    def __len__(self) -> int:
+        return len(self.sent_at)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.sent_at
+
+    def sent(self, key: Item, now: float) -> None:
+        """``key`` went out for the first time."""
+        self.sent_at[key] = self.first_sent[key] = now
+
+    def answered(self, key: Item, now: float) -> bool:
+        """``key``'s answer came; False when it was not outstanding (a duplicate answer)."""
+        at = self.sent_at.pop(key, None)
+        if at is None:
+            return False
+        first = self.first_sent.pop(key)
+        resent = key in self.resent
+        self.resent.discard(key)
+        self.rto.sample(now - first, retransmitted=resent)
+        self.restarted = now
+        # Which copy was answered is unknown after a resend: take the first send, the safe side.
+        self.answered_sent = max(self.answered_sent, first if resent else at)
+        return True
+
+    def next_deadline(self) -> float | None:
+        """When the retransmission timer expires (None with nothing outstanding)."""
+        for at in self.sent_at.values():
+            return max(at, self.restarted) + self.rto.rto
+        return None
+
+    def _lost(self, now: float) -> list[Item]:
+        srtt = self.rto.srtt
+        if srtt is None:
+            return []
+        wait = srtt * 1.25  # RFC 8985 §6.2: RACK.rtt + reo_wnd, reo_wnd = RTT / 4
+        out = []
+        for key, at in self.sent_at.items():
+            if at >= self.answered_sent:
+                break  # sending order: every item after this one was sent later still
+            if now >= at + wait:
+                out.append(key)
+        return out
+
+    def due(self, now: float) -> list[Item]:
+        """Items to send again at ``now`` (marked sent again): those lost by send order, else the oldest
+        one if the timer expired."""
+        out = self._lost(now)
+        self.lost += len(out)
+        if not out:
+            deadline = self.next_deadline()
+            if deadline is None or now < deadline:
+                return []
+            out = [next(iter(self.sent_at))]
+            self.rto.timeout()
+            self.restarted = now
+            self.timeouts += 1
+        for key in out:
+            del self.sent_at[key]
+            self.sent_at[key] = now  # to the end: sending order
+            self.resent.add(key)
+        self.retransmits += len(out)
+        return out

@@ -8,16 +8,15 @@ result is finished and needed by nobody, and the chunks anyone can have sent spa
 ``2 * window`` numbers, so with ``window <= slot_budget // 2`` a switch that reuses its oldest finished
 slot never reuses one a worker may still retransmit into (docs/allreduce.md).
 
-Retransmission timer (why it adapts): on a shaped link the round trip includes the queue, which may be
-far longer than any fixed timer; a fixed timer then resends the whole window every period and the
+Retransmission (why it adapts): on a shaped link the round trip includes the queue, which may be far
+longer than any fixed timer; a fixed timer then resends the whole window every period and the
 duplicates lengthen the queue further (issue 12). Both senders here, :class:`SendWindow` (INA and the
-parameter server) and :class:`ReliableSender` (the ring), time out after the RTO of an
-:class:`aidcnet.rto.RtoEstimator` (RFC 6298): sampled from an item's first send to its result or ACK,
-never from a retransmitted item (Karn), starting at the caller's ``timeout``. Like TCP's single timer,
-it runs from the later of the oldest outstanding item's send and the last restart: a new result or ACK
-restarts it (RFC 6298 §5.3), and so does a timeout, which resends only the oldest item and doubles the
-RTO (§5.4-5.6). So while results keep coming nothing is resent, and a round trip that outgrew the RTO
-costs one duplicate per (doubling) RTO, never a window of them per period.
+parameter server) and :class:`ReliableSender` (the ring), keep their outstanding items in an
+:class:`aidcnet.rto.InFlight`: an RFC 6298 timer (RTO from the round trip of an item's first send to its
+result or ACK, never from a resent item, starting at the caller's ``timeout``; restarted by every new
+answer; on expiry only the oldest item is resent and the RTO doubles) and loss detection by send order
+(RFC 8985's RACK: an item older than a round trip and a quarter, sent before one already answered, is
+resent at once). A queue's delay thus costs no duplicates, and a loss about one round trip.
 """
 
 from __future__ import annotations
@@ -32,7 +31,7 @@ import numpy as np
 
 from aidcnet.ina import fixedpoint
 from aidcnet.ina.header import DType, InaFlags, InaHeader, Op, payload_from_array
-from aidcnet.rto import RtoEstimator
+from aidcnet.rto import InFlight, RtoEstimator
 
 # 2048 four-octet elements: an 8 KiB payload that still fits a 9500-octet link MTU after the BIER
 # encapsulation of the result (outer IPv4/UDP, MPLS, RFC 8296 header with up to a 1024-bit BitString,
@@ -167,13 +166,8 @@ def chunk_count(elements: int, per_chunk: int) -> int:
 
 
 class SendWindow:
-    """Which chunks to send now: new ones inside the window, and the oldest whose result is overdue.
-
-    A chunk is outstanding from its first send until :meth:`done`. When an RTO has passed since both
-    the oldest outstanding chunk's last send and the last new result (or timeout), that chunk alone is
-    sent again (the R flag) and the RTO doubles; a result of a chunk sent once gives the RTO a round-trip
-    sample (module docstring).
-    """
+    """Which chunks to send now: new ones inside the window, and those :class:`InFlight` finds lost or
+    overdue (module docstring). A chunk is outstanding from its first send until :meth:`done`."""
 
     def __init__(
         self,
@@ -186,42 +180,32 @@ class SendWindow:
         granularity: float = 0.0,
     ) -> None:
         self.chunks, self.window = chunks, window
-        self.rto = RtoEstimator(timeout, min(min_rto, timeout), max(max_rto, timeout), granularity)
+        rto = RtoEstimator(timeout, min(min_rto, timeout), max(max_rto, timeout), granularity)
+        self.flight: InFlight[int] = InFlight(rto)
         self.lowest = 0  # lowest chunk without a result
         self.next_new = 0
-        self.retransmits = 0
-        # Outstanding chunk -> when it was last sent, in sending order (the first is the oldest timer).
-        self.sent_at: dict[int, float] = {}
-        self.first_sent: dict[int, float] = {}
-        self.resent: set[int] = set()
         self.finished: set[int] = set()
-        self.restarted = -math.inf  # the last new result or timeout (RFC 6298 §5.3, §5.6)
+
+    @property
+    def rto(self) -> RtoEstimator:
+        return self.flight.rto
+
+    @property
+    def retransmits(self) -> int:
+        return self.flight.retransmits
 
     @property
     def complete(self) -> bool:
         return len(self.finished) == self.chunks
 
     def next_deadline(self) -> float | None:
-        """When the retransmission timer expires (None with nothing outstanding)."""
-        for at in self.sent_at.values():
-            return max(at, self.restarted) + self.rto.rto
-        return None
+        return self.flight.next_deadline()
 
     def due(self, now: float) -> list[tuple[int, bool]]:
         """``(chunk, retransmit)`` pairs to send at ``now``, marking them sent."""
-        out: list[tuple[int, bool]] = []
-        deadline = self.next_deadline()
-        if deadline is not None and now >= deadline:
-            chunk = next(iter(self.sent_at))
-            del self.sent_at[chunk]
-            self.sent_at[chunk] = now  # to the end: the next oldest timer is now first
-            self.resent.add(chunk)
-            self.rto.timeout()
-            self.restarted = now
-            self.retransmits += 1
-            out.append((chunk, True))
+        out = [(chunk, True) for chunk in self.flight.due(now)]
         while self.next_new < self.chunks and self.next_new < self.lowest + self.window:
-            self.sent_at[self.next_new] = self.first_sent[self.next_new] = now
+            self.flight.sent(self.next_new, now)
             out.append((self.next_new, False))
             self.next_new += 1
         return out
@@ -231,12 +215,7 @@ class SendWindow:
         if not 0 <= chunk < self.chunks or chunk in self.finished:
             return False
         self.finished.add(chunk)
-        self.sent_at.pop(chunk, None)
-        self.restarted = now
-        first = self.first_sent.pop(chunk, None)
-        if first is not None:
-            self.rto.sample(now - first, retransmitted=chunk in self.resent)
-        self.resent.discard(chunk)
+        self.flight.answered(chunk, now)
         while self.lowest in self.finished:
             self.lowest += 1
         return True
@@ -450,9 +429,8 @@ class RingAllreduce:
 
 class ReliableSender:
     """Per-peer reliable delivery for the ring: each message waits for an ACK (the same header with no
-    elements), at most ``window`` are unacknowledged at a time, and the oldest unacknowledged one is
-    resent after an RTO that starts at ``timeout`` and follows the measured round trip (module
-    docstring)."""
+    elements), at most ``window`` are unacknowledged at a time, and :class:`InFlight` says which to send
+    again when (module docstring)."""
 
     def __init__(
         self,
@@ -464,50 +442,39 @@ class ReliableSender:
         granularity: float = 0.0,
     ) -> None:
         self.window = window
-        self.rto = RtoEstimator(timeout, min(min_rto, timeout), max(max_rto, timeout), granularity)
+        rto = RtoEstimator(timeout, min(min_rto, timeout), max(max_rto, timeout), granularity)
+        self.flight: InFlight[tuple[int, bool]] = InFlight(rto)
         self.queue: deque[tuple[tuple[int, bool], bytes]] = deque()
-        # key -> (datagram, when last sent), in sending order (the first is the oldest timer).
-        self.unacked: dict[tuple[int, bool], tuple[bytes, float]] = {}
-        self.first_sent: dict[tuple[int, bool], float] = {}
-        self.resent: set[tuple[int, bool]] = set()
-        self.restarted = -math.inf  # the last new ACK or timeout (RFC 6298 §5.3, §5.6)
-        self.retransmits = 0
+        self.unacked: dict[tuple[int, bool], bytes] = {}
+
+    @property
+    def rto(self) -> RtoEstimator:
+        return self.flight.rto
+
+    @property
+    def retransmits(self) -> int:
+        return self.flight.retransmits
 
     def push(self, key: tuple[int, bool], data: bytes) -> None:
         self.queue.append((key, data))
 
     def ack(self, key: tuple[int, bool], now: float) -> None:
-        if self.unacked.pop(key, None) is None:
-            return  # a duplicate ACK (of a retransmitted message): nothing to learn
-        self.restarted = now
-        self.rto.sample(now - self.first_sent.pop(key), retransmitted=key in self.resent)
-        self.resent.discard(key)
+        if self.flight.answered(key, now):  # else a duplicate ACK (of a resent message): nothing new
+            del self.unacked[key]
 
     @property
     def idle(self) -> bool:
         return not self.queue and not self.unacked
 
     def next_deadline(self) -> float | None:
-        for _data, at in self.unacked.values():
-            return max(at, self.restarted) + self.rto.rto
-        return None
+        return self.flight.next_deadline()
 
     def due(self, now: float) -> list[bytes]:
-        out = []
-        deadline = self.next_deadline()
-        if deadline is not None and now >= deadline:
-            key = next(iter(self.unacked))
-            data, _at = self.unacked.pop(key)
-            self.unacked[key] = (data, now)
-            self.resent.add(key)
-            self.rto.timeout()
-            self.restarted = now
-            self.retransmits += 1
-            out.append(data)
+        out = [self.unacked[key] for key in self.flight.due(now)]
         while self.queue and len(self.unacked) < self.window:
             key, data = self.queue.popleft()
-            self.unacked[key] = (data, now)
-            self.first_sent[key] = now
+            self.unacked[key] = data
+            self.flight.sent(key, now)
             out.append(data)
         return out
 

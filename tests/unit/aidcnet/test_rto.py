@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from aidcnet.rto import RtoEstimator
+from aidcnet.rto import InFlight, RtoEstimator
 
 
 def test_before_any_sample_the_rto_is_the_initial_one() -> None:
@@ -94,3 +94,90 @@ def test_the_rto_stays_within_its_bounds_backs_off_and_obeys_karn(b, initial, g,
             assert e.sample(rtt)
             assert e.backoffs == 0 and e.rto >= min(hi, e.srtt)  # never below the smoothed round trip
         assert lo <= e.rto <= hi
+
+
+# ------------------------------------------------------------------------------------------- InFlight
+
+
+def flight(initial: float = 1.0) -> InFlight[int]:
+    return InFlight(RtoEstimator(initial=initial, min_rto=0.01, max_rto=60.0))
+
+
+def test_items_lost_in_one_window_are_resent_a_round_trip_after_their_send_without_backoff() -> None:
+    f = flight()
+    for i in range(8):
+        f.sent(i, 0.0 + i * 0.01)
+    # 2 and 5 are lost; the others are answered 0.1 s after their send, in order.
+    for i in (0, 1, 3, 4, 6, 7):
+        assert f.answered(i, 0.1 + i * 0.01)
+    srtt = f.rto.srtt
+    assert srtt == pytest.approx(0.1)
+    rto_before = f.rto.rto
+    # RACK (RFC 8985): sent before an answered item and older than 1.25 SRTT; no timeout needed.
+    assert f.due(0.02 + 1.25 * srtt - 0.001) == []
+    assert f.due(0.02 + 1.25 * srtt + 0.001) == [2]
+    assert f.due(0.05 + 1.25 * srtt + 0.001) == [5]
+    assert f.rto.rto == rto_before and f.timeouts == 0 and f.lost == 2 and f.retransmits == 2
+    # Resent, they are the newest: nothing answered after them yet, so not lost again; only the timer
+    # (restarted by the last answer, at 0.17) resends one, the oldest.
+    assert f.due(0.17 + f.rto.rto - 0.001) == [] and f.lost == 2
+    assert f.due(0.17 + f.rto.rto + 0.001) == [2] and f.timeouts == 1
+
+
+def test_a_queue_that_delays_answers_in_order_marks_nothing_lost() -> None:
+    f = flight()
+    for i in range(32):
+        f.sent(i, 0.0)
+    for i in range(32):  # each answer 33 ms after the previous: the last waited ~1 s
+        now = 0.033 * (i + 1)
+        assert f.due(now) == []
+        assert f.answered(i, now)
+    assert f.retransmits == 0
+
+
+def test_a_tail_loss_waits_for_the_timer_which_resends_only_the_oldest() -> None:
+    f = flight(initial=0.5)
+    for i in range(3):
+        f.sent(i, 0.0)
+    # Nothing answered: no RACK information, only the timer (RTO 0.5 from the first send).
+    assert f.due(0.49) == []
+    assert f.due(0.5) == [0] and f.rto.rto == pytest.approx(1.0) and f.timeouts == 1
+    assert f.due(1.49) == []  # restarted at 0.5, doubled
+    assert f.due(1.5) == [1]
+
+
+def test_an_answer_to_a_resent_item_counts_its_first_send_for_the_send_order() -> None:
+    f = flight(initial=0.2)
+    f.sent(0, 0.0)
+    f.sent(1, 0.05)
+    assert f.due(0.2) == [0]  # timeout: 0 resent at 0.2
+    # 0's answer at 0.25 may be for its first copy (sent at 0.0): 1 (sent at 0.05) is not later than
+    # that, so 1 is not declared lost, and there is no sample (Karn).
+    assert f.answered(0, 0.25) and f.rto.samples == 0
+    assert f.answered_sent == 0.0 and f.due(0.3) == []
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 20), st.floats(0.0, 0.5)), min_size=1, max_size=40),
+    st.sets(st.integers(0, 20)),
+)
+def test_in_order_answers_never_cause_a_resend_before_the_timer(sends, lost) -> None:
+    """Answers in send order, however late, never trigger a resend of an unanswered item by send order:
+    only missing answers (``lost``) can, and only the timer resends anything when nothing is missing."""
+    f = flight(initial=60.0)
+    now = 0.0
+    order = []
+    for key, gap in sends:
+        if key in f or key in order:
+            continue
+        now += gap
+        f.sent(key, now)
+        order.append(key)
+    for key in order:
+        now += 0.01
+        resent = f.due(now)
+        assert all(k in lost for k in resent), (resent, lost)
+        if key not in lost:
+            f.answered(key, now)
+    if not lost & set(order):
+        assert f.retransmits == 0
