@@ -104,7 +104,8 @@ class InFlight(Generic[Item]):
       so an item still unanswered when one sent after it has been answered, and older than a smoothed round
       trip plus a quarter (the reordering window), is lost: it is resent at once, without backoff. A
       queue's delay alone never triggers this (answers come in send order), and k losses in one window
-      cost one round trip, not k timeouts.
+      cost one round trip, not k timeouts. An answer to a resent item orders by the resend only if it came
+      at least half a round trip after it (else it answered the first copy).
     * **Karn** (§3): an answer to an item sent more than once gives no round-trip sample.
     """
 
@@ -139,8 +140,13 @@ class InFlight(Generic[Item]):
         self.resent.discard(key)
         self.rto.sample(now - first, retransmitted=resent)
         self.restarted = now
-        # Which copy was answered is unknown after a resend: take the first send, the safe side.
-        self.answered_sent = max(self.answered_sent, first if resent else at)
+        # Which copy was answered is unknown after a resend. An answer within half a round trip of the
+        # resend cannot be the resend's: the first copy was only late (a spurious timeout), so only its
+        # send time orders anything. Later, it counts as the resend's: every item sent before that resend
+        # and still unanswered is then lost, and goes again at once, not one per (doubled) timeout.
+        srtt = self.rto.srtt
+        late_enough = srtt is not None and now - at >= srtt / 2
+        self.answered_sent = max(self.answered_sent, at if not resent or late_enough else first)
         return True
 
     def next_deadline(self) -> float | None:

@@ -212,19 +212,27 @@ def test_results_that_keep_coming_hold_the_timer_off() -> None:
     assert w.retransmits == 0
 
 
-def simulate_shaped_link(sender: SendWindow, service_s: float, base_rtt: float) -> float:
+def simulate_shaped_link(
+    sender: SendWindow, service_s: float, base_rtt: float, loss: float = 0.0, seed: int = 1
+) -> tuple[float, int]:
     """One sender through a FIFO link that serves a chunk every ``service_s`` (a shaper), the result
-    ``base_rtt`` after it leaves; duplicates take the link too. Returns the completion time."""
+    ``base_rtt`` after it leaves; duplicates take the link too; a fraction ``loss`` of the sends is lost.
+    Returns the completion time and how many sends were lost."""
     import heapq
 
+    rng = random.Random(seed)
     link_free = 0.0
+    lost = 0
     events: list[tuple[float, int]] = []  # (when the result arrives, chunk)
 
     def send(now: float) -> None:
-        nonlocal link_free
+        nonlocal link_free, lost
         for chunk, _retransmit in sender.due(now):
             link_free = max(link_free, now) + service_s
-            heapq.heappush(events, (link_free + base_rtt, chunk))
+            if rng.random() < loss:
+                lost += 1
+            else:
+                heapq.heappush(events, (link_free + base_rtt, chunk))
 
     send(0.0)
     now = 0.0
@@ -237,7 +245,7 @@ def simulate_shaped_link(sender: SendWindow, service_s: float, base_rtt: float) 
             assert deadline is not None
             now = deadline
         send(now)
-    return now
+    return now, lost
 
 
 def test_an_adaptive_rto_does_not_storm_where_a_fixed_timer_does() -> None:
@@ -245,8 +253,8 @@ def test_an_adaptive_rto_does_not_storm_where_a_fixed_timer_does() -> None:
     of before resends every chunk, again and again; the RFC 6298 timer resends none."""
     fixed = FixedTimerWindow(100, 32)
     adaptive = SendWindow(100, 32, 0.2, granularity=0.01)
-    t_fixed = simulate_shaped_link(fixed, 0.033, 0.001)
-    t_adaptive = simulate_shaped_link(adaptive, 0.033, 0.001)
+    t_fixed, _ = simulate_shaped_link(fixed, 0.033, 0.001)
+    t_adaptive, _ = simulate_shaped_link(adaptive, 0.033, 0.001)
     print(f"fixed 0.2 s: {fixed.retransmits} retransmits, {t_fixed:.2f} s; "
           f"RFC 6298: {adaptive.retransmits} retransmits, {t_adaptive:.2f} s, SRTT {adaptive.rto.srtt:.3f} s")
     assert fixed.retransmits > 100
@@ -269,6 +277,21 @@ def test_ring_sender_resends_only_the_oldest_and_learns_the_round_trip() -> None
     assert s.rto.ignored == 1 and s.rto.samples == 1 and s.retransmits == 1
     s.ack((2, False), 0.4)
     assert s.idle
+
+
+@pytest.mark.parametrize("loss", [0.01, 0.05, 0.2])
+def test_losses_in_a_window_are_found_by_send_order_and_resent_together(loss: float) -> None:
+    """Random loss on the shaped link: every lost send is resent about once, mostly found by send order
+    (RACK), seldom by the timer, so the transfer takes about as long as the link needs for the extra
+    sends plus a few timeouts, not one backed-off timeout per loss."""
+    clean, _ = simulate_shaped_link(SendWindow(300, 32, 1.0, granularity=0.1), 0.033, 0.001)
+    w = SendWindow(300, 32, 1.0, granularity=0.1)
+    took, lost = simulate_shaped_link(w, 0.033, 0.001, loss=loss)
+    print(f"loss {loss}: {took:.2f} s (lossless {clean:.2f} s), {lost} sends lost, {w.retransmits} resent "
+          f"({w.flight.lost} by send order, {w.flight.timeouts} timeouts)")
+    assert lost > 0 and w.retransmits >= lost
+    assert w.retransmits <= lost + 2 and w.flight.timeouts <= 3
+    assert took < clean * 2.5
 
 
 def run_ring(
