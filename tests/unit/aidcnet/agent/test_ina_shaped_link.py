@@ -45,8 +45,8 @@ if extra.pop("legacy", False):
 """
 RATE = 4_000_000
 MTU = 9000
-CHUNKS = 128
-ELEMENTS = CHUNKS * 2048  # 1 MiB of int32, 8 KiB chunks
+CHUNKS = 96
+ELEMENTS = CHUNKS * 2048  # 768 KiB of int32, 8 KiB chunks
 SEED = 5
 # What crosses the shaped link: every chunk as one frame (payload, INA header with a 256-bit P-BM, UDP,
 # IPv4, Ethernet), less the token bucket's depth, which leaves at once.
