@@ -189,6 +189,7 @@ class InaSwitchService:
         box = self.out
         c["tx.packets"], c["tx.bytes"] = box.sent, box.sent_bytes
         c["tx.nobufs"], c["tx.deferred"], c["tx.backlog"] = box.nobufs, box.deferred, len(box.backlog)
+        c["tx.icmp-errors"] = box.icmp_errors
         if box.refused:
             c["dropped.tx-error"] = box.refused
         if box.overflow:

@@ -155,6 +155,7 @@ class InaWorkerService:
         c["tx.nobufs"] = sum(b.nobufs for b in boxes)
         c["tx.deferred"] = sum(b.deferred for b in boxes)
         c["tx.backlog"] = sum(len(b.backlog) for b in boxes)
+        c["tx.icmp-errors"] = sum(b.icmp_errors for b in boxes)
         if any(b.overflow for b in boxes):
             c["dropped.backlog-full"] = sum(b.overflow for b in boxes)
         return {f"ina.{k}": v for k, v in sorted(c.items())}

@@ -16,6 +16,10 @@ While a backlog waits, new datagrams queue behind it, so the order on the wire i
 counted (``overflow``), which no windowed sender of ours reaches (its window bounds what it has out).
 One FIFO for all destinations: a datagram for a full link delays those behind it for other links, which
 costs time but never a datagram.
+
+``IP_RECVERR`` has a second effect: an ICMP error (port unreachable, ...) is queued on the socket and
+makes its next send fail once (ECONNREFUSED), for whatever datagram comes next. A refused datagram is
+therefore sent once more when the socket had such errors queued (read off and counted, ``icmp_errors``).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Final
 
-from aidcnet.udpio import BatchIO, Datagram
+from aidcnet.udpio import BatchIO, Datagram, drain_error_queue
 
 DEFAULT_LIMIT: Final = 4096
 # A 1 MiB queue at 20 Mbit/s drains in 0.4 s and one 9000-octet frame in 3.6 ms: retry within a few
@@ -54,6 +58,8 @@ class Outbox:
         """Datagrams that met a full buffer or queue and went to the backlog (each time they did)."""
         self.overflow = 0
         """Datagrams dropped because the backlog was full."""
+        self.icmp_errors = 0
+        """ICMP errors read off the socket's error queue after a refused send."""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._writer = False
@@ -108,6 +114,13 @@ class Outbox:
         stop = self.io.stopped_at
         end = len(msgs) if stop is None else stop
         bad = {i for i in failed if i < end}
+        if bad and (icmp := drain_error_queue(self.io.sock)):
+            # A pending ICMP error, not these datagrams, failed the send: try them once more.
+            self.icmp_errors += icmp
+            again = sorted(bad)
+            retry: list[int] = []
+            self.io.send([msgs[i] for i in again], retry)
+            bad = {again[j] for j in retry}
         self.refused += len(bad)
         for i in range(end):
             if i not in bad:

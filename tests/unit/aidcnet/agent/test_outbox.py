@@ -104,3 +104,29 @@ def test_a_full_backlog_drops_the_newest_and_counts_them() -> None:
     box = Outbox(io, limit=4)  # type: ignore[arg-type]  # no loop attached: nothing retries
     box.send(grams(*range(10)))
     assert list(box.backlog) == grams(0, 1, 2, 3) and box.overflow == 6
+
+
+def test_a_pending_icmp_error_does_not_cost_the_next_datagram() -> None:
+    """With IP_RECVERR a port-unreachable from an earlier send fails the next send once (ECONNREFUSED);
+    the Outbox reads the error off and sends the datagram again (real sockets on loopback)."""
+    from aidcnet.udpio import BatchIO, enable_backpressure
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as rx, socket.socket(
+        socket.AF_INET, socket.SOCK_DGRAM
+    ) as tx, socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as gone:
+        rx.bind(("127.0.0.1", 0))
+        rx.settimeout(2.0)
+        gone.bind(("127.0.0.1", 0))
+        closed_port = gone.getsockname()[1]
+        gone.close()  # nothing listens there now: sending to it draws an ICMP port unreachable
+        tx.bind(("127.0.0.1", 0))
+        tx.setblocking(False)
+        enable_backpressure(tx)
+        box = Outbox(BatchIO(tx))
+        box.send([(b"to-nobody", ("127.0.0.1", closed_port))])
+        import time
+
+        time.sleep(0.05)  # the ICMP error arrives and is queued on tx
+        box.send([(b"hello", rx.getsockname())])
+        assert rx.recv(64) == b"hello"
+        assert box.icmp_errors >= 1 and box.refused == 0 and box.sent == 2
