@@ -72,15 +72,22 @@ bench: images
 	$(PY) bench/replay.py
 	$(PY) bench/allreduce.py
 	$(PY) bench/fare.py
+	$(PY) bench/fidelity.py
 
 # The main job, from a fresh machine: everything is set up on the way. Deploy, check, configure, replay the
-# sample MoE dispatch trace under unicast and host-BIER, destroy, then report (its path is the last line).
+# sample MoE dispatch and model-distribution traces under unicast and host-BIER on shaped links, destroy,
+# then report both (its path is the last line): bytes saved, and time in fabric time when runs are faithful.
+DEMO_RESULTS  ?= results/demo
+DEMO_WORKLOAD2 ?= workloads/model-dist-sample.jsonl
 demo: images
 	$(AIDCLAB) deploy $(LAB) --reconfigure
 	$(AIDCLAB) linkcheck $(LAB)
 	$(AIDCLAB) configure $(LAB)
 	$(AIDCLAB) inspect $(LAB)
-	$(AIDCLAB) replay $(LAB) $(WORKLOAD) --mode unicast
-	$(AIDCLAB) replay $(LAB) $(WORKLOAD) --mode host-bier
+	rm -rf $(DEMO_RESULTS)
+	$(AIDCLAB) replay $(LAB) $(WORKLOAD) --mode unicast --results-dir $(DEMO_RESULTS)
+	$(AIDCLAB) replay $(LAB) $(WORKLOAD) --mode host-bier --results-dir $(DEMO_RESULTS)
+	$(AIDCLAB) replay $(LAB) $(DEMO_WORKLOAD2) --mode unicast --results-dir $(DEMO_RESULTS)
+	$(AIDCLAB) replay $(LAB) $(DEMO_WORKLOAD2) --mode host-bier --results-dir $(DEMO_RESULTS)
 	$(AIDCLAB) destroy $(LAB) --cleanup
-	$(AIDCLAB) report latest
+	$(AIDCLAB) report $(DEMO_RESULTS)/*/run.json --out $(DEMO_RESULTS)/report

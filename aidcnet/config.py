@@ -64,6 +64,9 @@ class Interface(_Model):
     peer_interface: str | None = None
     mtu: int | None = Field(default=None, ge=68, le=65535)
     bandwidth_bps: float | None = Field(default=None, gt=0, description="link bandwidth, bits/s")
+    # Set when the lab is shaped (time.scale): the byte limit of this end's shaper queue. Senders size
+    # their socket buffers below it so that they wait for room instead of overrunning it.
+    queue_bytes: int | None = Field(default=None, gt=0, description="shaper queue limit, bytes")
 
     @field_validator("name")
     @classmethod
@@ -173,6 +176,8 @@ class Bgp(_Model):
     mode: Literal["per-flow", "per-packet"] = "per-flow"
     # Link-bandwidth community type we send (RFC 10005: 0x00 transitive, 0x40 non-transitive); both are read.
     link_bandwidth: Literal["transitive", "non-transitive"] = "transitive"
+    # fare: next-hop weights follow the path bandwidths; ecmp: equal weights (the baseline).
+    weights: Literal["fare", "ecmp"] = "fare"
     hold_time: int = Field(default=9, ge=3, le=65535)
     # GPU hosts are stub speakers (originate only); switches re-advertise.
     transit: bool = True
@@ -302,6 +307,13 @@ class NodeConfig(_Model):
                     f"({', '.join(sorted(known)) or 'none'})"
                 )
         return self
+
+    @property
+    def smallest_queue_bytes(self) -> int | None:
+        """The shallowest shaper queue at this node's link ends (None: the lab is not shaped): what one
+        socket of its agent may never fill (:func:`aidcnet.udpio.shaped_sndbuf`)."""
+        queues = [i.queue_bytes for i in self.interfaces if i.queue_bytes]
+        return min(queues) if queues else None
 
 
 def _problems(exc: ValidationError) -> list[str]:

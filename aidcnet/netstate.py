@@ -87,3 +87,19 @@ def diff_state(desired: KernelState, current: KernelState, managed: set[str]) ->
     out.remove_routes = sorted(set(current.routes) - set(desired.routes))
     out.set_mtus = {n: m for n, m in sorted(desired.mtus.items()) if current.mtus.get(n) != m}
     return out
+
+
+def link_peers(config: NodeConfig) -> list[tuple[str, str, str]]:
+    """``(ifname, own address, peer address)`` of each point-to-point data link (a /31, RFC 3021: the
+    other address of the pair is the peer): the neighbours whose ARP entries a run needs resolved."""
+    import ipaddress
+
+    out = []
+    for iface in config.interfaces:
+        if iface.ipv4 is None or iface.ipv4.network.prefixlen != 31:
+            continue
+        own = iface.ipv4.ip
+        peer = next(a for a in (iface.ipv4.network.network_address, iface.ipv4.network.broadcast_address)
+                    if a != own)
+        out.append((iface.name, str(own), str(ipaddress.IPv4Address(peer))))
+    return out

@@ -393,6 +393,10 @@ SO_SNDBUFFORCE = 32
 SO_RCVBUFFORCE = 33
 
 
+# Below this a socket cannot hold two jumbo datagrams (the kernel charges each its truesize).
+MIN_SNDBUF = 16 << 10
+
+
 def set_socket_buffer(sock: socket.socket, opt: int, size: int) -> None:
     """Ask for a ``size``-byte SO_RCVBUF or SO_SNDBUF. The plain options are capped at the host's
     rmem_max/wmem_max (about 200 KiB: a few dozen jumbo datagrams, which a burst overruns); the FORCE
@@ -432,6 +436,16 @@ def drain_error_queue(sock: socket.socket, limit: int = 256) -> int:
             break
         n += 1
     return n
+
+
+def shaped_sndbuf(queue_bytes: int | None, sockets: int = 1) -> int | None:
+    """The SO_SNDBUF to ask for so that ``sockets`` sockets of one sender together can never fill a shaper
+    queue of ``queue_bytes``: a datagram stays charged to its socket until it leaves the queue, and the
+    kernel doubles what is asked, so asking a quarter of the queue per socket keeps half of it free for
+    everyone else (control traffic, other senders). None (unshaped): leave the buffer as it is."""
+    if queue_bytes is None:
+        return None
+    return max(MIN_SNDBUF, queue_bytes // (4 * max(1, sockets)))
 
 
 class SendTimeout(TimeoutError):

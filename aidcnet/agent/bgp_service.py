@@ -295,7 +295,7 @@ class BgpService:
     # -- the decision ------------------------------------------------------------------------------
     def recompute(self) -> None:
         self._dirty = False
-        selected = select(self.rib, self.links, self.asn)
+        selected = select(self.rib, self.links, self.asn, weighting=self.bgp.weights)
         routes_changed = kernel_routes(selected) != kernel_routes(self.selected)
         self.selected = selected
         if self._pending_event is not None:

@@ -35,9 +35,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import select
 import selectors
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 
 from aidcnet.bier.bift import Bift, LabelKey, bifts_by_label
@@ -46,7 +48,7 @@ from aidcnet.bier.forwarding import DROP_REASONS, ForwardResult, build_copies, f
 from aidcnet.bier.forwarding import impose as impose_decision
 from aidcnet.bier.header import DECODE_REASONS, BierDecodeError, BierHeader, BierProto, peek_bift_id
 from aidcnet.bier.mpls import MPLS_IN_UDP_PORT, encode_bier_udp_payload, parse_bier_udp_payload
-from aidcnet.udpio import DEFAULT_BATCH, BatchIO, Datagram, set_socket_buffer
+from aidcnet.udpio import DEFAULT_BATCH, BatchIO, Datagram, enable_backpressure, set_socket_buffer
 
 log = logging.getLogger("aidcnet.bier.dataplane")
 
@@ -83,7 +85,7 @@ DEFAULT_TTL = 64
 def _fixed_counter_names() -> list[str]:
     return [
         *("rx.packets", "rx.bytes", "rx.errors", "rx.src.other.packets", "rx.src.other.bytes"),
-        *("tx.packets", "tx.bytes", "tx.errors"),
+        *("tx.packets", "tx.bytes", "tx.errors", "tx.waits"),
         *OUTCOME_COUNTERS,
         *(f"dropped-malformed.{r}" for r in sorted(DECODE_REASONS)),
         *(f"dropped-bits.{r}" for r in sorted(DROP_REASONS)),
@@ -91,6 +93,8 @@ def _fixed_counter_names() -> list[str]:
 
 
 SOCKET_BUFFER = 32 << 20
+# A lossless BFR waits this long for room on a full link before it gives the copies up (tx.errors).
+LOSSLESS_WAIT_S = 5.0
 
 
 class BierDataplane:
@@ -117,7 +121,11 @@ class BierDataplane:
         nbr_port: int | None = None,
         max_batch: int = DEFAULT_BATCH,
         mmsg: bool | None = None,
+        sndbuf: int | None = None,
     ) -> None:
+        """``sndbuf``: on a shaped lab, the send buffer that keeps this BFR from overrunning its links'
+        queues (:func:`aidcnet.udpio.shaped_sndbuf`); a full buffer then makes it wait, as a lossless
+        port pauses its sender, instead of dropping."""
         self.bfr_id = bfr_id
         self.bsl = bsl
         self.sd = sd
@@ -150,7 +158,11 @@ class BierDataplane:
         try:
             # A BFR replicates bursts: room for thousands of jumbo datagrams each way.
             set_socket_buffer(self.sock, socket.SO_RCVBUF, SOCKET_BUFFER)
-            set_socket_buffer(self.sock, socket.SO_SNDBUF, SOCKET_BUFFER)
+            if sndbuf is None:
+                set_socket_buffer(self.sock, socket.SO_SNDBUF, SOCKET_BUFFER)
+            else:
+                enable_backpressure(self.sock, sndbuf)
+            self.lossless = sndbuf is not None
             self.sock.bind((bind_addr, port))
             self.sock.setblocking(False)
             self.io = BatchIO(self.sock, max_batch, mmsg=mmsg)
@@ -303,6 +315,8 @@ class BierDataplane:
         c = self._c
         failed: list[int] = []
         self.io.send(out, failed)
+        if self.lossless and self.io.stopped_at is not None:
+            failed = self._send_rest(out, failed)
         bad = set(failed)
         if bad:
             c["tx.errors"] += len(bad)
@@ -320,6 +334,36 @@ class BierDataplane:
             sent_bytes += size
         c["tx.packets"] += sent
         c["tx.bytes"] += sent_bytes
+
+    def _send_rest(self, out: list[Datagram], failed: list[int]) -> list[int]:
+        """A full send buffer (or queue) on a lossless fabric: wait for room and send the rest, as a
+        paused port would; give up only after :data:`LOSSLESS_WAIT_S` without progress. Returns the
+        indexes still not sent (refused for good, or timed out)."""
+        refused = [i for i in failed if self.io.stopped_at is None or i < self.io.stopped_at]
+        start = self.io.stopped_at
+        waited = 0.0
+        pause = 0.0002
+        while start is not None and start < len(out):
+            self._c["tx.waits"] += 1
+            _r, writable, _x = select.select([], [self.sock], [], pause)
+            waited = 0.0 if writable else waited + pause
+            if waited > LOSSLESS_WAIT_S:
+                return refused + list(range(start, len(out)))
+            if not writable:
+                pause = min(pause * 2, 0.01)
+                continue
+            rest: list[int] = []
+            before = self.io.nobufs
+            self.io.send(out[start:], rest)
+            if self.io.nobufs > before:
+                time.sleep(pause)  # the queue below was full: writable does not say when it drains
+                pause = min(pause * 2, 0.01)
+            else:
+                pause = 0.0002
+            stop = self.io.stopped_at
+            refused += [start + i for i in rest if stop is None or i < stop]
+            start = None if stop is None else start + stop
+        return refused
 
     def deliver_local(self, deliveries: list[tuple[bytes, int, int, bytes]]) -> None:
         """Deliveries the eBPF fast path decided (aidcnet.agent.bier_ebpf): the callback only, no counting."""

@@ -29,6 +29,7 @@ from aidcnet.bier.header import BierProto
 from aidcnet.config import Bier
 from aidcnet.ipv4 import ROCEV2_PORT, Ipv4DecodeError, UdpDatagram, build_udp, parse_udp
 from aidcnet.roles import Role
+from aidcnet.udpio import shaped_sndbuf
 
 if TYPE_CHECKING:
     from aidcnet.config import NodeConfig
@@ -74,14 +75,26 @@ QP_PORT_BASE = 49152
 
 
 class BierService:
-    def __init__(self, bier: Bier, host: bool, loopback: str = "0.0.0.0"):
+    def __init__(
+        self, bier: Bier, host: bool, loopback: str = "0.0.0.0", sndbuf: tuple[int, int] | None = None
+    ):
+        """``sndbuf``: on a shaped lab, (bytes per port, ports) from :func:`bfr_sndbuf`."""
         self.bier = bier
         self.loopback = loopback
+        self.sndbuf = sndbuf
         # bift: bgp starts with only the own row; apply_bgp() fills the BIRT as best paths arrive.
         self.bgp_birt: BgpBirt | None = BgpBirt() if bier.bift == "bgp" else None
         bifts, neighbors, local_labels = build_tables(bier, {} if self.bgp_birt is not None else None)
         self.bifts = bifts
-        self.dataplane = BierDataplane(bier.bfr_id, bier.bsl, bier.sub_domain, bifts, neighbors, local_labels)
+        self.dataplane = BierDataplane(
+            bier.bfr_id,
+            bier.bsl,
+            bier.sub_domain,
+            bifts,
+            neighbors,
+            local_labels,
+            sndbuf=None if sndbuf is None else sndbuf[0] * sndbuf[1],
+        )
         # bier.dataplane: ebpf puts the tc fast path in front; None (and ebpf_error) when the kernel refuses.
         self.ebpf, self.ebpf_error = (None, None)
         if bier.dataplane == "ebpf":
@@ -103,7 +116,13 @@ class BierService:
         # Network-BIER at a leaf: captures (S,G) on host ports and re-emits deliveries to members; it
         # chains in front of the deliver callback above, so it must be built after it.
         self.edge = (
-            NetBierEdge(self.dataplane, bier.host_ports, bier.flows, bier.members)
+            NetBierEdge(
+                self.dataplane,
+                bier.host_ports,
+                bier.flows,
+                bier.members,
+                sndbuf=None if sndbuf is None else sndbuf[0],
+            )
             if bier.host_ports
             else None
         )
@@ -260,6 +279,15 @@ class BierService:
         }
 
 
+def bfr_sndbuf(config: NodeConfig) -> tuple[int, int] | None:
+    """(send buffer per port, ports) on a shaped lab. The BFR's one socket sends to every port, so it gets
+    a quarter of a queue per port: a port whose queue is backed up then does not stop the others
+    (head-of-line blocking in our socket, which a switch with a buffer per port would not have). A port
+    sent more than its own queue holds shows as a queue drop, never as a silent loss."""
+    per_port = shaped_sndbuf(config.smallest_queue_bytes)
+    return None if per_port is None else (per_port, max(1, len(config.interfaces)))
+
+
 class BierPart(Service):
     """The agent's BIER service: a :class:`BierService` rebuilt whenever the node file's ``bier``
     section changes, with the control ops that read and drive it. Other services reach the running one
@@ -279,7 +307,9 @@ class BierPart(Service):
 
     async def reload(self, config: NodeConfig | None) -> None:
         new = config.bier if config else None
-        if self.current is not None and self.current.bier == new:
+        # A new time scale or queue changes the send buffer (the lossless wait), not the BIER section.
+        sndbuf = bfr_sndbuf(config) if config else None
+        if self.current is not None and self.current.bier == new and self.current.sndbuf == sndbuf:
             return
         loop = asyncio.get_running_loop()
         if self.current is not None:
@@ -287,7 +317,12 @@ class BierPart(Service):
             self.current = None
         if new is None or config is None:
             return
-        service = BierService(new, host=self.role == Role.GPU_HOST, loopback=str(config.loopback.ip))
+        service = BierService(
+            new,
+            host=self.role == Role.GPU_HOST,
+            loopback=str(config.loopback.ip),
+            sndbuf=sndbuf,
+        )
         service.on_udp = self._deliver
         service.attach(loop)
         self.current = service

@@ -66,13 +66,15 @@ class Agent:
 
     # -- configuration ------------------------------------------------------------------------------
     def _converge(self, target: NodeConfig | None) -> dict[str, int]:
-        from aidcnet.agent.kernel import apply_diff, read_state
-        from aidcnet.netstate import KernelState, desired_state, diff_state, managed_interfaces
+        from aidcnet.agent.kernel import apply_diff, read_state, resolve_neighbors
+        from aidcnet.netstate import KernelState, desired_state, diff_state, link_peers, managed_interfaces
 
         managed = managed_interfaces(target) | managed_interfaces(self.config)
         desired = desired_state(target) if target else KernelState()
         diff = diff_state(desired, read_state(managed), managed)
         apply_diff(diff)
+        if target is not None:
+            resolve_neighbors(link_peers(target))
         return diff.summary()
 
     async def _apply(self, target: NodeConfig | None) -> dict[str, int]:

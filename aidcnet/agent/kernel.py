@@ -100,3 +100,26 @@ def apply_diff(diff: KernelDiff, proto: int = RTPROT_AIDCNET) -> None:
                 )
         except NetlinkError as exc:
             raise KernelError(f"kernel refused to {step}: {exc.args[-1]} (errno {exc.code})") from exc
+
+
+# The discard service (RFC 863): the datagram only has to make the kernel resolve the neighbour.
+DISCARD_PORT = 9
+
+
+def resolve_neighbors(peers: list[tuple[str, str, str]]) -> int:
+    """Send one datagram to each link peer so its ARP entry exists before traffic needs it: a burst to an
+    unresolved neighbour waits in a short queue and overflows it (the lost first run of a fresh lab).
+    Returns how many were sent."""
+    import socket
+
+    sent = 0
+    for ifname, own, peer in peers:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, ifname.encode())
+                sock.bind((own, 0))
+                sock.sendto(b"arp", (peer, DISCARD_PORT))
+                sent += 1
+            except OSError:
+                continue  # a link that is down resolves when it comes back (the link watcher re-converges)
+    return sent

@@ -55,7 +55,7 @@ import sys
 import threading
 from collections.abc import Iterable
 
-from aidcnet.agent.bier_dataplane import BierDataplane, DeliverFn
+from aidcnet.agent.bier_dataplane import LOSSLESS_WAIT_S, BierDataplane, DeliverFn
 from aidcnet.bier.edge import (
     ETH_P_IP,
     IPPROTO_IGMP,
@@ -159,10 +159,11 @@ _PORT_COUNTERS = (
 
 
 class _Port:
-    __slots__ = ("capture", "emit", "keys", "mac", "name")
+    __slots__ = ("capture", "emit", "keys", "mac", "name", "sndbuf")
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, sndbuf: int | None = None) -> None:
         self.name = name
+        self.sndbuf = sndbuf
         self.keys = {k: f"port.{name}.{k}" for k in _PORT_COUNTERS}
         self.capture: socket.socket | None = None
         self.emit: socket.socket | None = None
@@ -183,7 +184,13 @@ class _Port:
         cap.setblocking(False)
         emit = self.emit = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
         emit.bind((self.name, 0))  # protocol 0: send only, never receives
-        emit.setblocking(False)
+        if self.sndbuf is None:
+            emit.setblocking(False)
+        else:
+            # A shaped, lossless host port: a full buffer (the port's queue is backed up) makes the
+            # sender wait for room, as a paused port would, up to LOSSLESS_WAIT_S (then emit-errors).
+            set_socket_buffer(emit, socket.SO_SNDBUF, self.sndbuf)
+            emit.settimeout(LOSSLESS_WAIT_S)
         self.mac = emit.getsockname()[4]
         if len(self.mac) != 6:
             raise OSError(f"{self.name}: not an Ethernet interface (hardware address {self.mac.hex(':')})")
@@ -212,6 +219,7 @@ class NetBierEdge:
         flows: Iterable[object],
         members: Iterable[object],
         max_batch: int = 64,
+        sndbuf: int | None = None,
     ) -> None:
         if dataplane.bfr_id is None:
             raise ValueError("network-BIER needs a BFR-id: the leaf is BFIR and BFER")
@@ -222,7 +230,7 @@ class NetBierEdge:
         self.dataplane = dataplane
         self.table = FlowTable.from_config(flows)
         self.max_batch = max_batch
-        self._ports = {n: _Port(n) for n in names}
+        self._ports = {n: _Port(n, sndbuf) for n in names}
         member_ports: dict[bytes, list[str]] = {}
         for i, m in enumerate(members):
             group = _group(m.group, f"members[{i}]")  # type: ignore[attr-defined]

@@ -14,6 +14,7 @@ The payload format is ``docs/replay-payload.md``; the orchestrator side is
 from __future__ import annotations
 
 import asyncio
+import errno
 import ipaddress
 import logging
 import socket
@@ -27,7 +28,7 @@ from aidcnet.ipv4 import ROCEV2_PORT
 from aidcnet.modes import Mode
 from aidcnet.replay import DEFAULT_MAX_DATAGRAM, Reassembly, build_fragments
 from aidcnet.roles import Role
-from aidcnet.udpio import set_socket_buffer
+from aidcnet.udpio import enable_backpressure, set_socket_buffer, shaped_sndbuf
 
 if TYPE_CHECKING:
     from aidcnet.agent.bier_service import BierPart, BierService
@@ -51,6 +52,8 @@ IP_MULTICAST_ALL = getattr(socket, "IP_MULTICAST_ALL", 49)
 # read-only), so the groups are spread over as many sockets as they need.
 IGMP_MAX_MEMBERSHIPS_FILE = "/proc/sys/net/ipv4/igmp_max_memberships"
 RECV_SIZE = 65536
+# A datagram the shaper queue refused (ENOBUFS) is sent again after this, doubling up to the second.
+ENOBUFS_BACKOFF_S = (0.0002, 0.01)
 
 
 class _Receiver(asyncio.DatagramProtocol):
@@ -62,8 +65,12 @@ class _Receiver(asyncio.DatagramProtocol):
 
 
 class ReplayService:
-    def __init__(self, loopback: str, bier: BierService | None = None) -> None:
+    def __init__(
+        self, loopback: str, bier: BierService | None = None, queue_bytes: int | None = None
+    ) -> None:
         self.loopback = loopback
+        # Shaped lab: the host's uplink queue, which the send sockets together must never fill (lossless).
+        self.queue_bytes = queue_bytes
         self.bier = bier
         self.mode = Mode.UNICAST
         self.ops: list[list[Any]] = []
@@ -257,7 +264,7 @@ class ReplayService:
         self._close_send_sockets()
         for k in range(self.qps):
             sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-            set_socket_buffer(sock, socket.SO_SNDBUF, SNDBUF)
+            self._size_send_buffer(sock, self.qps)
             sock.bind((self.loopback, QP_PORT_BASE + k))
             sock.setblocking(False)
             self._send_socks.append(sock)
@@ -269,7 +276,7 @@ class ReplayService:
         assert self.interface is not None
         sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         try:
-            set_socket_buffer(sock, socket.SO_SNDBUF, SNDBUF)
+            self._size_send_buffer(sock, 1)
             sock.bind((self.loopback, QP_PORT_BASE))
             sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, MCAST_TTL)
             sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_LOOP, 0)
@@ -284,6 +291,14 @@ class ReplayService:
             raise
         self._send_socks.append(sock)
 
+    def _size_send_buffer(self, sock: socket.socket, sockets: int) -> None:
+        sndbuf = shaped_sndbuf(self.queue_bytes, sockets)
+        if sndbuf is None:
+            set_socket_buffer(sock, socket.SO_SNDBUF, SNDBUF)
+        else:
+            # Wait for room (the socket is full) rather than overrun the uplink's shaper queue.
+            enable_backpressure(sock, sndbuf)
+
     def _close_send_sockets(self) -> None:
         for sock in self._send_socks:
             sock.close()
@@ -295,9 +310,18 @@ class ReplayService:
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
         assert self.start_ns is not None
+        # Unicast: one queue and one sending task per QP, as a NIC serves its QPs side by side; a QP whose
+        # path is backed up must not hold back the others (they may leave on other planes).
+        qp_queues: list[asyncio.Queue[tuple[bytes, tuple[str, int]] | None]] = []
+        qp_tasks: list[asyncio.Task[None]] = []
         try:
             if self.mode == Mode.UNICAST:
                 self._open_send_sockets()
+                qp_queues = [asyncio.Queue() for _ in self._send_socks]
+                qp_tasks = [
+                    loop.create_task(self._qp_sender(loop, sock, queue))
+                    for sock, queue in zip(self._send_socks, qp_queues, strict=True)
+                ]
             elif self.mode == Mode.NET_BIER:
                 self._open_mcast_socket()
             for msg_id, t, size, dst, *group in self.ops:
@@ -310,10 +334,10 @@ class ReplayService:
                 frags = build_fragments(msg_id, size, send_ns, self.max_datagram)
                 if self.mode == Mode.UNICAST:
                     for j, name in enumerate(dst):
-                        sock = self._send_socks[(msg_id + j) % len(self._send_socks)]
+                        queue = qp_queues[(msg_id + j) % len(qp_queues)]
                         addr = (self.receivers[name][0], ROCEV2_PORT)
                         for frag in frags:
-                            await self._sendto(loop, sock, frag, addr)
+                            queue.put_nowait((frag, addr))
                 elif self.mode == Mode.NET_BIER:
                     addr = (group[0], ROCEV2_PORT)
                     for frag in frags:
@@ -322,6 +346,9 @@ class ReplayService:
                     bits = [self.receivers[name][1] for name in dst]
                     assert self.bier is not None
                     for frag in frags:
+                        if self.queue_bytes is not None:
+                            # Wait here, not in the BFR's send: a blocked loop would stop receiving.
+                            await _writable(loop, self.bier.dataplane.sock)
                         try:
                             self.bier.send([frag], bits, entropy=msg_id)  # type: ignore[list-item]
                             self.sent_datagrams += 1
@@ -331,21 +358,44 @@ class ReplayService:
                 self.sent_ops += 1
                 # Let the receive side run between ops so a burst does not starve it.
                 await asyncio.sleep(0)
+            for queue in qp_queues:
+                queue.put_nowait(None)
+            await asyncio.gather(*qp_tasks)
         except Exception:  # the task's failure must show in replay_status, not vanish
             log.exception("replay failed")
             self._error("exception")
         finally:
+            for task in qp_tasks:
+                task.cancel()
             self._close_send_sockets()
             self.finished_ns = time.time_ns()
+
+    async def _qp_sender(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        sock: socket.socket,
+        queue: asyncio.Queue[tuple[bytes, tuple[str, int]] | None],
+    ) -> None:
+        while (item := await queue.get()) is not None:
+            await self._sendto(loop, sock, *item)
 
     async def _sendto(
         self, loop: asyncio.AbstractEventLoop, sock: socket.socket, data: bytes, addr: tuple[str, int]
     ) -> None:
-        try:
-            await loop.sock_sendto(sock, data, addr)
-            self.sent_datagrams += 1
-        except OSError as exc:
-            self._error(exc.strerror or type(exc).__name__)
+        pause = ENOBUFS_BACKOFF_S[0]
+        while True:
+            try:
+                await loop.sock_sendto(sock, data, addr)
+                self.sent_datagrams += 1
+                break
+            except OSError as exc:
+                if exc.errno != errno.ENOBUFS or self.queue_bytes is None:
+                    self._error(exc.strerror or type(exc).__name__)
+                    break
+                # The queue below was full (IP_RECVERR): lossless, so wait and send it again.
+                self._error("queue full, resent")
+                await asyncio.sleep(pause)
+                pause = min(2 * pause, ENOBUFS_BACKOFF_S[1])
         await self._pace()
 
     async def _pace(self) -> None:
@@ -360,6 +410,17 @@ class ReplayService:
         if self._transport is not None:
             self._transport.close()
             self._transport = None
+
+
+async def _writable(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> None:
+    """Until ``sock`` has room (POLLOUT: at least half its send buffer free)."""
+    fut: asyncio.Future[None] = loop.create_future()
+    fd = sock.fileno()
+    loop.add_writer(fd, lambda: fut.done() or fut.set_result(None))
+    try:
+        await fut
+    finally:
+        loop.remove_writer(fd)
 
 
 def _mreqn(group: str, ifindex: int) -> bytes:
@@ -395,6 +456,8 @@ class ReplayPart(Service):
 
     async def reload(self, config: NodeConfig | None) -> None:
         self.config = config
+        if self.current is not None and config is not None:
+            self.current.queue_bytes = config.smallest_queue_bytes
 
     async def stop(self) -> None:
         if self.current is not None:
@@ -408,7 +471,9 @@ class ReplayPart(Service):
         if self.role != Role.GPU_HOST or self.config is None or self.config.loopback is None:
             raise ValueError("replay runs on configured gpu-host nodes only (aidclab configure LAB first)")
         if self.current is None:
-            self.current = ReplayService(str(self.config.loopback.ip))
+            self.current = ReplayService(
+                str(self.config.loopback.ip), queue_bytes=self.config.smallest_queue_bytes
+            )
             await self.current.listen()
         # The BIER service is rebuilt on reload: send through whichever one runs now.
         self.current.bier = self.bier.current

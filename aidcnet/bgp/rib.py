@@ -164,8 +164,11 @@ def select(
     links: Mapping[str, Link],
     local_asn: int,
     max_weight: int = KERNEL_MAX_WEIGHT,
+    weighting: str = "fare",
 ) -> dict[str, Selected]:
-    """Best paths, multipath sets and FARE weights for every prefix with a usable path."""
+    """Best paths, multipath sets and FARE weights for every prefix with a usable path. ``weighting``
+    "ecmp": every next hop with bandwidth left gets weight 1 (equal-cost, the baseline FARE is measured
+    against); what is advertised does not change."""
     out: dict[str, Selected] = {}
     for prefix in sorted(rib.prefixes()):
         candidates = [
@@ -195,6 +198,8 @@ def select(
             for p in paths:
                 link_share[p.peer] = node_bw[node] * links[p.peer].bandwidth / total
         weights = kernel_weights(link_share, max_weight)
+        if weighting == "ecmp":
+            weights = dict.fromkeys(weights, 1)
         if not weights:
             continue
         kept = tuple(p for p in multipath if p.peer in weights)

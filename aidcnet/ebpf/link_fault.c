@@ -93,7 +93,9 @@ int link_fault(struct __sk_buff *skb)
 		__sync_fetch_and_add(&st->lost_good_packets, 1);
 		__sync_fetch_and_add(&st->lost_good_bytes, skb->len);
 	}
-	return TC_ACT_SHOT;
+	/* STOLEN, not SHOT: SHOT reports NET_XMIT_DROP up the stack, so a sender with IP_RECVERR sees
+	 * ENOBUFS and resends (our lossless senders do). A loss on a wire is silent to the sender. */
+	return TC_ACT_STOLEN;
 }
 
 char _license[] SEC("license") = "GPL";

@@ -23,6 +23,7 @@ examples:
   aidclab replay leaf-spine workloads/moe-sample.jsonl --mode host-bier
   aidclab replay leaf-spine workloads/moe-sample.jsonl --mode net-bier
   aidclab replay ina-fig1 workloads/allreduce-sample.jsonl --mode ina
+  aidclab replay leaf-spine workloads/moe-sample.jsonl --mode host-bier --find-scale
   aidclab report latest
 """
 
@@ -63,8 +64,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
         drain_s=args.drain,
         timeout_s=args.timeout,
         gap_us=args.gap_us,
+        qps=args.qps,
         ps_host=args.ps_host,
     )
+    if args.find_scale:
+        return cmd_find_scale(args, options)
     outcome = run_experiment(load_lab(args.lab), args.trace, args.mode, options, results_dir=args.results_dir)
     if outcome.mode.lines:
         # A mode with its own account of the run (a collective: one line per AllReduce) prints that.
@@ -95,6 +99,25 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_find_scale(args: argparse.Namespace, options: Any) -> int:
+    from orchestrator.cli.args import load_lab
+    from orchestrator.experiment.driver import search_scale
+    from orchestrator.experiment.scale_search import describe, smallest_faithful
+
+    trials = search_scale(
+        load_lab(args.lab),
+        args.trace,
+        args.mode,
+        options,
+        results_dir=args.results_dir,
+        max_runs=args.max_runs,
+    )
+    print(f"scale search for {args.mode} of {args.trace} on {args.lab}:")
+    for line in describe(trials):
+        print(f"  {line}")
+    return 0 if smallest_faithful(trials) is not None else 1
+
+
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "replay",
@@ -119,6 +142,23 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=60.0, metavar="S", help="beyond the trace duration")
     p.add_argument(
         "--gap-us", type=float, default=0.0, metavar="US", help="pause between datagrams a host sends"
+    )
+    p.add_argument(
+        "--qps",
+        type=int,
+        default=8,
+        metavar="N",
+        help="unicast flows per sending host (UDP source ports 49152+): what per-flow ECMP/FARE hashes over",
+    )
+    p.add_argument(
+        "--find-scale",
+        action="store_true",
+        help="instead of one run, search for the smallest time scale at which this trace and mode stay "
+        "faithful: runs at the lab's scale, halves it while faithful (doubles it while not), narrows the "
+        "gap; reshapes the links between runs and restores the lab's scale after (docs/time-and-fidelity.md)",
+    )
+    p.add_argument(
+        "--max-runs", type=int, default=6, metavar="N", help="runs --find-scale may use (default 6)"
     )
     p.set_defaults(func=cmd_replay)
     return p

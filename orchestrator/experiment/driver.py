@@ -8,6 +8,7 @@ delivered) → save ``results/<run-id>/`` (docs/results-format.md).
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -25,7 +26,10 @@ from orchestrator.experiment.results import (
     save_run,
     trace_info,
 )
-from orchestrator.experiment.session import LabSession
+from orchestrator.experiment.scale_search import DEFAULT_MAX_RUNS, Trial, find_scale
+from orchestrator.experiment.session import ExperimentError, LabSession
+from orchestrator.experiment.watch import FabricWatch
+from orchestrator.lab.fabric import FABRIC_FILE
 from orchestrator.lab.runtime.docker import DockerRuntime
 from orchestrator.lab.topology import Topology
 from orchestrator.workloads.trace import TraceReader
@@ -89,7 +93,8 @@ def run_experiment(
         links_before = session.interface_snapshot()
         agents_before = session.agent_snapshot()
     started = datetime.now(UTC)
-    with phases.phase("run", f"{len(ops)} ops in mode {spec.name}"):
+    watch = FabricWatch(session)
+    with phases.phase("run", f"{len(ops)} ops in mode {spec.name}"), watch:
         spec.run(session, ops, say)
     finished = datetime.now(UTC)
     with phases.phase("collect", "counters after, deliveries judged"):
@@ -106,21 +111,91 @@ def run_experiment(
                 started=started,
                 finished=finished,
                 topology_file=Path(topo.path).resolve(),
-                settings=outcome.settings,
+                settings={**outcome.settings, **fabric_settings(session)},
             ),
             links=link_deltas(links_before, links_after, link_pairs(topo)),
-            agents=agent_deltas(agents_before, agents_after),
+            agents=(agents := agent_deltas(agents_before, agents_after)),
             messages=outcome.messages,
+            timing=watch.add_agent_counters(agents),
         )
         run_dir = save_run(result, results_dir)
         for name, text in outcome.files.items():
             (run_dir / name).write_text(text)
+        if watch.fabric is not None:
+            # the rates, queues and faults the run saw, as the lab dir had them
+            shutil.copyfile(watch.lab_dir / FABRIC_FILE, run_dir / FABRIC_FILE)
     done = RunOutcome(load_run(run_dir), run_dir, outcome)
     m = done.result.metrics
     assert m is not None
     ct = "–" if m.completion_time is None else f"{m.completion_time * 1e3:.1f} ms"
     phases.summary(
         f"{m.delivery.delivered}/{m.delivery.expected} delivered, {m.delivery.duplicates} duplicates, "
-        f"source egress {m.source_egress_bytes} B, completion {ct}, run {run_dir}"
+        f"source egress {m.source_egress_bytes} B, completion {ct}{timing_summary(done.result)}, "
+        f"run {run_dir}"
     )
     return done
+
+
+def fabric_settings(session: LabSession) -> dict[str, str]:
+    """What of the lab's configuration a comparison must tell apart: FARE or ECMP next-hop weights."""
+    bgp = session.plan.bgp
+    return {"bgp_weights": bgp.weights} if bgp.enabled else {}
+
+
+def timing_summary(result: RunResult) -> str:
+    """The run's clock in words: fabric time next to wall time, the bound, and the verdict."""
+    timing, m = result.timing, result.metrics
+    if timing is None or m is None:
+        return ""
+    if timing.scale is None:
+        return " (wall time: links unshaped, not judged for fidelity)"
+    parts = []
+    if m.completion_fabric_time is not None:
+        parts.append(f"= {m.completion_fabric_time * 1e6:.1f} µs fabric at scale 1:{timing.scale}")
+    if timing.bound is not None and m.bound_ratio is not None:
+        parts.append(f"{m.bound_ratio:.2f}× the bound of {timing.bound.link}")
+    parts.append(timing.verdict_text)
+    return " (" + ", ".join(parts) + ")"
+
+
+def search_scale(
+    topo: Topology,
+    trace: str | Path,
+    mode: str,
+    options: RunOptions | None = None,
+    *,
+    runtime: DockerRuntime | None = None,
+    results_dir: str | Path = DEFAULT_RESULTS_DIR,
+    max_runs: int = DEFAULT_MAX_RUNS,
+    progress: Callable[[str], None] | None = None,
+) -> list[Trial]:
+    """The smallest faithful time scale for ``trace`` in ``mode`` on the deployed lab: a few runs, the
+    links reshaped between them, the lab's own scale put back at the end (every run is saved)."""
+    from orchestrator.configure.plan.timescale import MAX_SHAPED_BPS
+    from orchestrator.lab import labdir
+    from orchestrator.lab.shaping import apply_fabric, load_fabric
+
+    say = progress or (lambda text: print(f"  {text}"))
+    lab_dir = labdir.lab_dir(topo)
+    original = load_fabric(lab_dir)
+    if original.scale is None:
+        raise ExperimentError(
+            f"lab {topo.name} is not shaped (time.scale off): set time.scale in its vars and configure it, "
+            "then search from there"
+        )
+    floor = max(1, -(-max(e.bandwidth_bps for e in original.ends.values()) // MAX_SHAPED_BPS))
+
+    def run_at(scale: int) -> Trial:
+        apply_fabric(original.with_scale(scale), lab_dir, topo.container_name)
+        done = run_experiment(topo, trace, mode, options, runtime=runtime, results_dir=results_dir)
+        timing, m = done.result.timing, done.result.metrics
+        reasons = list(timing.reasons) if timing else []
+        if not done.ok:
+            reasons.append("the run was not exact (missing, wrong or duplicate deliveries)")
+        faithful = bool(timing and timing.faithful) and done.ok
+        return Trial(scale, faithful, m.completion_time if m else None, str(done.run_dir), reasons)
+
+    try:
+        return find_scale(original.scale, run_at, floor=floor, max_runs=max_runs, say=say)
+    finally:
+        apply_fabric(original, lab_dir, topo.container_name)

@@ -28,6 +28,28 @@ MIN_BUSY_S = 0.2
 NODE_CPU_SATURATED = 0.9
 # The whole lab using this share of the machine's cores leaves the kernel no room to run the shapers.
 HOST_CPU_SATURATED = 0.9
+# Agent counters (as `show counters` names them) that mean our own software lost a packet: a send the
+# kernel refused (a full buffer past the lossless wait), a receive error, a delivery the application
+# socket could not take. Protocol drops (TTL, malformed, no entry) are not the emulator's and stay out.
+AGENT_LOSS_COUNTERS = (
+    "bier.tx.errors",
+    "bier.rx.errors",
+    "bier.app-dropped",
+    "bier.deliver-errors",
+    "net-bier.emit-errors",
+    "net-bier.impose-errors",
+    "net-bier.rx-errors",
+)
+
+
+def agent_losses(deltas: Mapping[str, Mapping[str, int]]) -> dict[str, dict[str, int]]:
+    """node -> {"agent <counter>": n} of the :data:`AGENT_LOSS_COUNTERS` that moved during a run."""
+    out: dict[str, dict[str, int]] = {}
+    for node, counters in deltas.items():
+        for name in AGENT_LOSS_COUNTERS:
+            if counters.get(name):
+                out.setdefault(node, {})[f"agent {name}"] = counters[name]
+    return out
 
 
 def fabric_time(wall_s: float, scale: int) -> float:
@@ -81,10 +103,14 @@ class DrainMeter:
     """Busy time and bytes of one shaper from periodic samples of its counters.
 
     A sampling interval counts as busy when the queue held bytes at both of its ends: the shaper had
-    something to send throughout (up to the sampling grain), so it should have sent at its rate.
+    something to send throughout (up to the sampling grain), so it should have sent at its rate. Given
+    the shaper's ``rate_bps``, an interval counts only when the queue at its start alone could keep the
+    shaper sending to its end (backlog ≥ rate × interval): then it was busy throughout, whatever arrived,
+    and a bursty queue that ran dry between two samples cannot pass for a slow shaper.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, rate_bps: int | None = None) -> None:
+        self.rate_bps = rate_bps
         self.busy_s = 0.0
         self.busy_bytes = 0
         self._last: tuple[float, int, int] | None = None
@@ -95,7 +121,8 @@ class DrainMeter:
             t0, sent0, backlog0 = last
             if t < t0 or sent_bytes < sent0:
                 raise ValueError(f"samples go backwards: t {t0} -> {t}, bytes {sent0} -> {sent_bytes}")
-            if backlog0 > 0 and backlog_bytes > 0:
+            full = self.rate_bps is None or backlog0 * 8 >= self.rate_bps * (t - t0)
+            if backlog0 > 0 and backlog_bytes > 0 and full:
                 self.busy_s += t - t0
                 self.busy_bytes += sent_bytes - sent0
         self._last = (t, sent_bytes, backlog_bytes)

@@ -335,7 +335,20 @@ def compute_metrics(result: RunResult) -> RunMetrics:
             m.bytes * len(set(m.delivered) & set(m.expected)) for m in result.messages
         ),
         theoretical_fanout=fanout,
+        **timing_metrics(result, ct),
     )
+
+
+def timing_metrics(result: RunResult, completion_s: float | None) -> dict[str, float | None]:
+    """Completion in fabric time and against the bottleneck bound, when the run's links were shaped."""
+    timing = result.timing
+    if timing is None or completion_s is None:
+        return {"completion_fabric_time": None, "bound_ratio": None}
+    bound = timing.bound
+    return {
+        "completion_fabric_time": timing.fabric_s(completion_s),
+        "bound_ratio": completion_s / bound.wall_s if bound is not None and bound.wall_s > 0 else None,
+    }
 
 
 def metrics_of(result: RunResult) -> RunMetrics:
@@ -369,6 +382,8 @@ class Ratios:
     fanout: float | None
     # source_egress / fanout: 1.0 means the mode reached the trace's theoretical saving.
     egress_vs_fanout: float | None
+    # Why completion_speedup is None although both runs have a completion time (an unfaithful run).
+    time_note: str | None = None
 
 
 @dataclass(frozen=True)
@@ -399,7 +414,31 @@ def _div(a: float | None, b: float | None) -> float | None:
     return a / b
 
 
-def ratios(label: str, m: RunMetrics, baseline_label: str, base: RunMetrics, fanout: float | None) -> Ratios:
+def time_comparable(run: RunResult, other: RunResult) -> str | None:
+    """None when the two runs' times may be compared; else why not, in words for the report. Times are
+    the fabric's only on shaped links and only when a run was faithful (docs/time-and-fidelity.md)."""
+    for r in (run, other):
+        t = r.timing
+        if t is None or t.scale is None:
+            return (
+                f"{r.meta.mode} ran on unshaped links: its times are the emulator's, not the fabric's "
+                "(set time.scale)"
+            )
+        if not t.faithful:
+            return f"{r.meta.mode} was not faithful ({'; '.join(t.reasons)})"
+    if run.timing.scale != other.timing.scale:  # type: ignore[union-attr]
+        return "the runs used different time scales"
+    return None
+
+
+def ratios(
+    label: str,
+    m: RunMetrics,
+    baseline_label: str,
+    base: RunMetrics,
+    fanout: float | None,
+    time_note: str | None = None,
+) -> Ratios:
     egress = _div(base.source_egress_bytes, m.source_egress_bytes)
     saved = _div(m.total_fabric_bytes, base.total_fabric_bytes)
     return Ratios(
@@ -409,14 +448,20 @@ def ratios(label: str, m: RunMetrics, baseline_label: str, base: RunMetrics, fan
         fabric_bytes=_div(base.total_fabric_bytes, m.total_fabric_bytes),
         bandwidth_saved=None if saved is None else 1 - saved,
         max_link=_div(base.max_link_bytes, m.max_link_bytes),
-        completion_speedup=_div(base.completion_time, m.completion_time),
+        completion_speedup=None if time_note else _div(base.completion_time, m.completion_time),
         fanout=fanout,
         egress_vs_fanout=_div(egress, fanout),
+        time_note=time_note,
     )
 
 
 def trace_key(run: RunResult) -> str:
     return run.meta.trace.sha256 or run.meta.trace.name
+
+
+def _weights(run: RunResult) -> str | None:
+    value = run.meta.settings.get("bgp_weights")
+    return str(value) if value else None
 
 
 def compare_runs(runs: Iterable[RunResult]) -> list[Comparison]:
@@ -433,21 +478,33 @@ def compare_runs(runs: Iterable[RunResult]) -> list[Comparison]:
     for (lab, key), members in sorted(
         groups.items(), key=lambda kv: (kv[0][0], kv[1][0].meta.trace.name, kv[0][1])
     ):
-        members = sorted(members, key=lambda r: (mode_rank(r.mode), r.run_id))
+        # Within a mode, ECMP next hops (the baseline FARE is measured against) come first.
+        members = sorted(members, key=lambda r: (mode_rank(r.mode), _weights(r) != "ecmp", r.run_id))
         counts: dict[str, int] = {}
+        variants: dict[str, set[str | None]] = {}
         for r in members:
             counts[r.mode] = counts.get(r.mode, 0) + 1
+            variants.setdefault(r.mode, set()).add(_weights(r))
         seen: dict[str, int] = {}
         columns = []
         for r in members:
             seen[r.mode] = seen.get(r.mode, 0) + 1
-            label = r.mode if counts[r.mode] == 1 else f"{r.mode} #{seen[r.mode]}"
+            if counts[r.mode] == 1:
+                label = r.mode
+            elif len(variants[r.mode]) == counts[r.mode] and _weights(r):
+                label = f"{r.mode} {_weights(r)}"  # e.g. "unicast ecmp" against "unicast fare"
+            else:
+                label = f"{r.mode} #{seen[r.mode]}"
             columns.append(Column(label=label, run=r, metrics=metrics_of(r)))
         fanout = next((c.metrics.theoretical_fanout for c in columns if c.metrics.theoretical_fanout), None)
         # Unicast is the baseline of the transport modes; the parameter server that of AllReduce.
         base = next((c for c in columns if c.run.mode in BASELINES), None)
         rs = (
-            [ratios(c.label, c.metrics, base.label, base.metrics, fanout) for c in columns if c is not base]
+            [
+                ratios(c.label, c.metrics, base.label, base.metrics, fanout, time_comparable(c.run, base.run))
+                for c in columns
+                if c is not base
+            ]
             if base is not None
             else []
         )

@@ -15,8 +15,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-FORMAT_VERSION = 1
-SUPPORTED_FORMAT_VERSIONS: tuple[int, ...] = (1,)
+# 2: runs carry `timing` (time scale, fidelity verdict, bottleneck bound); version 1 runs have none.
+FORMAT_VERSION = 2
+SUPPORTED_FORMAT_VERSIONS: tuple[int, ...] = (1, 2)
 
 _ENDPOINT = r"[A-Za-z0-9][A-Za-z0-9_.-]*:[^\s:<>]+"
 _LINK_RE = re.compile(rf"^({_ENDPOINT})<->({_ENDPOINT})$")
@@ -251,6 +252,74 @@ class DeliveryStats(_Model):
         return self.missing == 0 and self.wrong_receivers == 0
 
 
+class LinkEndTiming(_Model):
+    """One shaped link end over a run: what it sent and how fast it drained while it had a queue."""
+
+    end: str  # "node:interface", the sending end
+    peer: str | None = None  # "node:interface" at the other end of the link
+    bandwidth_bps: int = Field(ge=0)  # the fabric's rate (the plan's, or the last link set bandwidth)
+    rate_bps: int = Field(ge=0)  # the veth's: bandwidth / scale
+    tx_bytes: int = Field(ge=0)  # what its shaper sent (frames, Ethernet header included)
+    busy_s: float = Field(ge=0)  # wall seconds its queue held bytes
+    drain_bps: float | None = None  # bits/s sent while busy
+    queue_drops: int = Field(ge=0, default=0)  # the shaper's queue overflowed
+    injected_drops: int = Field(ge=0, default=0)  # the link-fault program dropped on purpose
+
+
+class NodeTiming(_Model):
+    cpu_peak: float = Field(ge=0)  # share of one core over the busiest 0.5 s window
+    cpu_mean: float = Field(ge=0)
+    # Drops anywhere but a shaper or an injected fault, by where (docs/time-and-fidelity.md).
+    other_drops: dict[str, int] = Field(default_factory=dict)
+
+
+class BoundRecord(_Model):
+    """Completion can be no sooner than the busiest link end takes to send what it sent."""
+
+    link: str
+    bytes: int = Field(ge=0)
+    rate_bps: int = Field(gt=0)
+    wall_s: float = Field(ge=0)
+    fabric_s: float = Field(ge=0)
+
+
+class TimingRecord(_Model):
+    """How a run's times relate to the fabric's: the time scale, the fidelity verdict and the bound.
+
+    ``scale`` None: the links were not shaped, times are wall times of our emulator and ``faithful`` is
+    None (not judged). Otherwise fabric time = wall time / scale (docs/time-and-fidelity.md).
+    """
+
+    scale: int | None = None
+    faithful: bool | None = None
+    reasons: list[str] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
+    lossless: bool = True
+    bound: BoundRecord | None = None
+    host_cpu_peak: float | None = None
+    cores: int | None = None
+    ends: list[LinkEndTiming] = Field(default_factory=list)
+    nodes: dict[str, NodeTiming] = Field(default_factory=dict)
+
+    @property
+    def shaped(self) -> bool:
+        return self.scale is not None
+
+    def fabric_s(self, wall_s: float | None) -> float | None:
+        """Fabric seconds of ``wall_s`` measured on the lab (None when unshaped or unknown)."""
+        if wall_s is None or self.scale is None:
+            return None
+        return wall_s / self.scale
+
+    @property
+    def verdict_text(self) -> str:
+        if self.scale is None:
+            return "not judged: links unshaped (time.scale off), times are the emulator's wall times"
+        if self.faithful:
+            return f"faithful at time scale {self.scale}"
+        return f"NOT faithful at time scale {self.scale}: " + "; ".join(self.reasons)
+
+
 class RunMetrics(_Model):
     """Derived from a RunResult by ``orchestrator.metrics.compute_metrics``; never measured directly."""
 
@@ -273,6 +342,10 @@ class RunMetrics(_Model):
     payload_bytes: int = 0
     payload_delivered_bytes: int = 0
     theoretical_fanout: float | None = None
+    # Fabric time of completion_time (wall / time scale) and completion against the bottleneck bound
+    # (1.0 = exactly as fast as the busiest link allows); None when the links were not shaped.
+    completion_fabric_time: float | None = None
+    bound_ratio: float | None = None
 
 
 class RunResult(_Model):
@@ -283,6 +356,7 @@ class RunResult(_Model):
     agents: dict[str, dict[str, int]] = Field(default_factory=dict)
     messages: list[MessageResult] = Field(default_factory=list)
     metrics: RunMetrics | None = None
+    timing: TimingRecord | None = None
 
     @field_validator("format_version")
     @classmethod

@@ -158,12 +158,99 @@ def summary_table(c: Comparison) -> TableBlock:
             for m in ms
         ],
     )
-    row("completion time", [fmt_seconds(m.completion_time) for m in ms])
+    row("completion time (wall)", [fmt_seconds(m.completion_time) for m in ms])
+    runs = [col.run for col in c.columns]
+    row("time scale", [f"1:{r.timing.scale}" if r.timing and r.timing.scale else "unshaped" for r in runs])
+    row("fidelity", [_fidelity_cell(r) for r in runs])
+    row("completion (fabric)", [fmt_seconds(m.completion_fabric_time) for m in ms])
+    row(
+        "bottleneck bound (fabric)",
+        [
+            f"{fmt_seconds(r.timing.bound.fabric_s)} on {r.timing.bound.link}"
+            if r.timing and r.timing.bound
+            else "–"
+            for r in runs
+        ],
+    )
+    row("completion ÷ bound", ["–" if m.bound_ratio is None else f"{m.bound_ratio:.2f}×" for m in ms])
     row("latency p50", [fmt_seconds(m.latency.p50) for m in ms])
     row("latency p99", [fmt_seconds(m.latency.p99) for m in ms])
     row("latency max", [fmt_seconds(m.latency.max) for m in ms])
     row("slowest receiver p99", [fmt_seconds(m.message_latency.p99) for m in ms])
     return TableBlock(header=["metric", *c.labels], rows=rows)
+
+
+def _fidelity_cell(run: RunResult) -> str:
+    t = run.timing
+    if t is None or t.scale is None:
+        return "not judged (unshaped)"
+    if t.faithful:
+        return "faithful"
+    return f"NOT faithful ({len(t.reasons)} reason{'s' if len(t.reasons) != 1 else ''})"
+
+
+def link_role(run: RunResult, end: str) -> str:
+    """A link end in words: a host's uplink, a host's downlink, or a fabric link between switches."""
+    hosts = set(run.meta.trace.hosts)
+    node = end.split(":", 1)[0]
+    peer = next((e.peer for e in run.timing.ends if e.end == end), None) if run.timing else None
+    peer_node = peer.split(":", 1)[0] if peer else None
+    if node in hosts:
+        return f"{node}'s uplink ({end})"
+    if peer_node in hosts:
+        return f"{peer_node}'s downlink ({end})"
+    return f"the fabric link {end} → {peer or '?'}"
+
+
+def time_sentences(c: Comparison) -> list[str]:
+    """The time answer in plain words: per run against its bound, and between runs only when both were
+    faithful (docs/time-and-fidelity.md)."""
+    out = []
+    for col in c.columns:
+        t, m = col.run.timing, col.metrics
+        if t is None or t.scale is None:
+            out.append(f"{col.label}: links unshaped, so its times are the emulator's and are not compared.")
+            continue
+        if not t.faithful:
+            reasons = "; ".join(t.reasons)
+            out.append(f"{col.label}: not faithful at 1:{t.scale}, its times are not compared: {reasons}.")
+            continue
+        if t.bound is not None and m.completion_fabric_time is not None and m.bound_ratio is not None:
+            out.append(
+                f"{col.label}: faithful at 1:{t.scale}; completed in "
+                f"{fmt_seconds(m.completion_fabric_time)} of fabric time, {m.bound_ratio:.2f}× the bound "
+                f"set by {link_role(col.run, t.bound.link)}, which carried {fmt_bytes(t.bound.bytes)}."
+            )
+    by_label = {col.label: col for col in c.columns}
+    for r in c.ratios:
+        if r.time_note:
+            out.append(f"{r.label} against {r.baseline}: completion times not compared: {r.time_note}.")
+            continue
+        if r.completion_speedup is None:
+            continue
+        mine, base = by_label[r.label].run, by_label[r.baseline].run
+        assert mine.timing is not None and base.timing is not None
+        if mine.timing.bound is None or base.timing.bound is None:
+            continue
+        same = link_role(mine, mine.timing.bound.link).split(" (")[0].split("'s ")[-1]
+        other = link_role(base, base.timing.bound.link).split(" (")[0].split("'s ")[-1]
+        if same == other == "downlink":
+            why = (
+                f"both are bounded by a receiver's downlink, so {r.label} saves source and fabric bytes "
+                "but not completion time"
+            )
+        elif same == other == "uplink":
+            why = (
+                f"both are bounded by the source's uplink, which {r.label} loads "
+                f"{fmt_ratio(r.source_egress)} less"
+            )
+        else:
+            why = f"{r.label} is bounded by {link_role(mine, mine.timing.bound.link)}, {r.baseline} by " + (
+                link_role(base, base.timing.bound.link)
+            )
+        speed = r.completion_speedup
+        out.append(f"{r.label} finished {speed:.2f}× as fast as {r.baseline} in fabric time: {why}.")
+    return out
 
 
 def _peer(link: str, sender: str | None) -> str:
@@ -508,6 +595,8 @@ def build_blocks(
         else:
             blocks.append(rt)
             blocks.append(Bullets(ratio_sentences(c)))
+        blocks.append(Heading(3, "Time"))
+        blocks.append(Bullets(time_sentences(c)))
         blocks.append(Heading(3, "Plots"))
         blocks.append(
             Image(
@@ -540,6 +629,13 @@ def build_blocks(
                 "Source egress ÷: unicast's source egress divided by the mode's. With multicast it should "
                 "approach the theoretical fan-out; 'egress ÷ / fan-out' is how close it came (header "
                 "overheads differ).",
+                "Time: links run at their bandwidth divided by the lab's time scale (1:N), so the fabric "
+                "runs N times slower than the hardware it stands for; fabric time = wall time ÷ N. A run is "
+                "faithful when the counters show the links, not our software, set the pace (every busy "
+                "shaper drained at its rate, nothing dropped but where a fault was injected, no node's CPU "
+                "saturated). Times are compared only between faithful runs at the same scale. The bound is "
+                "the busiest link's bytes over its rate: no schedule could finish sooner "
+                "(docs/time-and-fidelity.md).",
                 "Completion time: last delivery minus first send. Latencies are per (message, receiver), "
                 "nearest-rank percentiles; 'slowest receiver' is per message, the receiver a collective "
                 "waits for.",
@@ -670,6 +766,8 @@ def print_summary(runs: Sequence[RunResult], console: Console | None = None) -> 
         if rt is not None:
             console.print(_rich_table(f"ratios against {c.baseline}", rt))
             for line in ratio_sentences(c):
+                console.print(f"  {line}")
+            for line in time_sentences(c):
                 console.print(f"  {line}")
         else:
             console.print(

@@ -51,7 +51,7 @@ class FabricSampler:
         self.pids = {
             node: (pid_of(node) if pid_of else container_pid(path)) for node, path in self.netns.items()
         }
-        self.drain = {name: DrainMeter() for name in fabric.ends}
+        self.drain = {name: DrainMeter(end.rate_bps) for name, end in fabric.ends.items()}
         self.cpu = {node: CpuMeter(cpu_window_s) for node in self.by_node}
         self.host_cpu = CpuMeter(cpu_window_s)
         self.first: dict[str, QdiscStats] = {}

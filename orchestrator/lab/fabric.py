@@ -85,6 +85,17 @@ class Fabric:
             changed.append(new)
         return replace(self, ends=ends), changed
 
+    def with_scale(self, scale: int) -> Fabric:
+        """The fabric at another time scale: every end keeps its bandwidth and queue, its veth rate and
+        burst follow the new scale (what a scale search tries between runs)."""
+        if scale < 1:
+            raise FabricError(f"time scale {scale} must be at least 1")
+        ends = {}
+        for name, end in self.ends.items():
+            rate = max(1, round(end.bandwidth_bps / scale))
+            ends[name] = replace(end, rate_bps=rate, burst_bytes=tbf_burst(rate, end.mtu))
+        return replace(self, scale=scale, ends=ends)
+
     def with_fault(self, name: str, fault: dict[str, float] | None) -> Fabric:
         """The fabric after ``link set NAME loss``; None (or no loss) clears the end's entry."""
         self.end(name)

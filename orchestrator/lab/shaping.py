@@ -181,6 +181,39 @@ def cgroup_cpu_usec(pid: int, proc: Path = Path("/proc"), cgroup_root: Path = CG
     )
 
 
+# /proc/PID/net/snmp "Udp:" counters that mean a datagram was lost to a full socket buffer. Not
+# SndbufErrors: it also counts every EAGAIN of a full send buffer, which is a lossless sender waiting.
+UDP_DROP_COUNTERS = ("RcvbufErrors",)
+
+
+def node_drop_counters(pid: int, interfaces: Iterable[str], proc: Path = Path("/proc")) -> dict[str, int]:
+    """Drops inside a node that are neither a shaper's nor an injected fault's, read on the host from the
+    node's own /proc (its namespace's view): UDP socket buffer overflows, and each data interface's rx and
+    tx drops (a full receive backlog, a peer that could not take the frame)."""
+    out: dict[str, int] = {}
+    base = proc / str(pid) / "net"
+    try:
+        snmp = (base / "snmp").read_text().splitlines()
+        dev = (base / "dev").read_text().splitlines()
+    except OSError as exc:
+        raise FabricIOError(f"pid {pid}: cannot read its /proc/net ({exc}); did the node stop?") from None
+    udp = [line.split()[1:] for line in snmp if line.startswith("Udp:")]
+    if len(udp) >= 2:
+        fields = dict(zip(udp[0], udp[1], strict=False))
+        for name in UDP_DROP_COUNTERS:
+            out[f"udp {name}"] = int(fields.get(name, 0))
+    wanted = set(interfaces)
+    for line in dev[2:]:
+        name, _, rest = line.partition(":")
+        name = name.strip()
+        if name in wanted:
+            cols = rest.split()
+            # /proc/net/dev: rx bytes packets errs drop ... (8 columns), then tx bytes packets errs drop
+            out[f"{name} rx drop"] = int(cols[3])
+            out[f"{name} tx drop"] = int(cols[11])
+    return out
+
+
 def container_pid(netns: str) -> int:
     """The PID behind a ``/run/netns`` link deploy made (a symlink to ``/proc/PID/ns/net``)."""
     target = os.readlink(netns)

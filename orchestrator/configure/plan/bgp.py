@@ -16,7 +16,7 @@ from orchestrator.configure.plan.model import LabPlan, PlanBgp
 
 def apply(plan: LabPlan, ctx: Context) -> LabPlan:
     values = {}
-    for key in ("enabled", "mode", "link_bandwidth", "hold_time"):
+    for key in ("enabled", "mode", "link_bandwidth", "weights", "hold_time"):
         values[key], _src = ctx.setting(f"bgp.{key}")
     if plan.bier.bift == "bgp":
         bift_src = ctx.setting("bier.bift")[1]

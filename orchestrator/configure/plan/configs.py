@@ -40,6 +40,7 @@ def node_config(plan: LabPlan, name: str) -> NodeConfig:
                     peer_interface=remote.interface,
                     mtu=link.mtu,
                     bandwidth_bps=link.bandwidth_bps,
+                    queue_bytes=link.queue_bytes if link.shaped_bps else None,
                 )
             )
     interfaces.sort(key=lambda i: natural_key(i.name))
@@ -93,6 +94,7 @@ def bgp_config(plan: LabPlan, name: str) -> Bgp | None:
         neighbors=neighbors,
         mode=plan.bgp.mode,
         link_bandwidth=plan.bgp.link_bandwidth,
+        weights=plan.bgp.weights,
         hold_time=plan.bgp.hold_time,
         transit=node.role != Role.GPU_HOST,
     )

@@ -67,7 +67,8 @@ class BandwidthVars(_Vars):
 class TimeVars(_Vars):
     """The lab-wide time scale (docs/lab-plan.md, docs/time-and-fidelity.md)."""
 
-    scale: int | None = Field(default=None, ge=1)
+    # "off": links unshaped (a null would only mean "not set here" and take the default).
+    scale: Annotated[int, Field(ge=1)] | Literal["off"] | None = None
 
 
 class GroupVars(_Vars):
@@ -94,6 +95,7 @@ class BgpVars(_Vars):
     enabled: bool | None = None
     mode: Literal["per-flow", "per-packet"] | None = None
     link_bandwidth: Literal["transitive", "non-transitive"] | None = None
+    weights: Literal["fare", "ecmp"] | None = None
     hold_time: int | None = Field(default=None, ge=3, le=65535)
 
 
@@ -249,6 +251,7 @@ class PlanBgp(_Plan):
     enabled: bool = False
     mode: Literal["per-flow", "per-packet"] = "per-flow"
     link_bandwidth: Literal["transitive", "non-transitive"] = "transitive"
+    weights: Literal["fare", "ecmp"] = "fare"
     hold_time: int = 9
 
 

@@ -34,6 +34,8 @@ def queue_bytes(value: Any, src: Source) -> int:
 
 def apply(plan: LabPlan, ctx: Context) -> LabPlan:
     scale, scale_src = ctx.setting("time.scale")
+    if scale == "off":
+        scale = None
     default_queue, default_queue_src = ctx.setting("bandwidth.queue")
     default_q = queue_bytes(default_queue, default_queue_src)
     pins = link_pins(ctx, "queue")

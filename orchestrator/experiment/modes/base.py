@@ -39,6 +39,8 @@ class RunOptions:
     drain_s: float = 5.0
     timeout_s: float = 60.0
     gap_us: float = 0.0
+    # Unicast flows (QPs, UDP source ports) per sending host: what per-flow ECMP or FARE hashes over.
+    qps: int = 8
     ps_host: str | None = None
     seed: int = 1
 

@@ -113,7 +113,7 @@ class MessageMode(ExperimentMode):
         self.senders = [n for n, mine in per_src.items() if mine]
         self.expected = sum(len(op.dst) for op in ops)
         o = self.options
-        self.settings: dict[str, Any] = {"max_datagram": o.max_datagram, "gap_us": o.gap_us}
+        self.settings: dict[str, Any] = {"max_datagram": o.max_datagram, "gap_us": o.gap_us, "qps": o.qps}
         for name in self.all_hosts:
             mine = per_src[name]
             for k, chunk in enumerate(_chunks(mine, OPS_PER_LOAD) if mine else [[]]):
@@ -127,6 +127,7 @@ class MessageMode(ExperimentMode):
                     **(self.first_load_fields(session, name) if k == 0 else {}),
                     max_datagram=o.max_datagram,
                     gap_us=o.gap_us,
+                    qps=o.qps,
                 )
 
     def run(self, session: LabSession, ops: list[TraceOp], say: Say) -> None:

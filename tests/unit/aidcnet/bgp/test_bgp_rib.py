@@ -77,6 +77,16 @@ def test_far_end_sub_link_failure_halves_that_plane() -> None:
     assert sel[DST].advertised_bw == pytest.approx(2800 * G)
 
 
+def test_ecmp_weighting_ignores_the_halved_plane_but_advertises_the_same() -> None:
+    fare = select(rib_from_leaves({"L2": 400 * G}), gpu_links(), GPU1)
+    ecmp = select(rib_from_leaves({"L2": 400 * G}), gpu_links(), GPU1, weighting="ecmp")
+    assert weights(ecmp) == {"eth1": 1, "eth2": 1, "eth3": 1, "eth4": 1}
+    assert ecmp[DST].advertised_bw == fare[DST].advertised_bw
+    # a plane with no bandwidth left is still dropped: ecmp equalises the usable paths only
+    gone = select(rib_from_leaves({"L1": None, "L4": 0.0}), gpu_links(), GPU1, weighting="ecmp")
+    assert weights(gone) == {"eth2": 1, "eth3": 1}
+
+
 def test_near_end_bandwidth_caps_what_was_received() -> None:
     sel = select(rib_from_leaves({}), gpu_links(bw={"eth3": 400 * G}), GPU1)
     assert weights(sel) == {"eth1": 2, "eth2": 2, "eth3": 1, "eth4": 2}

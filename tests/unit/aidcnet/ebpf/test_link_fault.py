@@ -248,3 +248,29 @@ def test_without_the_program_set_says_how_to_get_it(veth_pair):
     assert link_fault_prog_id(veth_pair.b_path, veth_pair.b_if) is None
     with pytest.raises(FabricIOError, match="aidclab configure attaches"):
         set_link_fault(veth_pair.b_path, veth_pair.b_if, LinkFault.independent(0.1))
+
+
+RECVERR_SENDER = """
+import errno, socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.IPPROTO_IP, 11, 1)  # IP_RECVERR: a drop the sender can see becomes ENOBUFS
+nobufs = 0
+for i in range(int(sys.argv[2])):
+    try:
+        s.sendto(i.to_bytes(4, "big") + bytes(28), (sys.argv[1], 9000))
+    except OSError as exc:
+        # No one listens on b: its port unreachables come back too (ECONNREFUSED); only ENOBUFS counts.
+        nobufs += exc.errno == errno.ENOBUFS
+print(nobufs)
+"""
+
+
+def test_a_lossy_link_is_silent_to_the_sender_as_a_wire_is(faulty):
+    # Our lossless senders resend what comes back as ENOBUFS; were the injected loss reported that way
+    # they would repair it, and a lossy link would cost nothing.
+    pair, _obj, _prog = faulty
+    set_link_fault(pair.a_path, pair.a_if, LinkFault.independent(0.5))
+    sent = pair.run_in(pair.a, RECVERR_SENDER, pair.b_ip, "2000")
+    assert sent.returncode == 0, sent.stderr
+    _fault, stats = read_link_fault(pair.a_path, pair.a_if)
+    assert stats.lost_packets > 800 and int(sent.stdout) == 0

@@ -11,18 +11,23 @@ from orchestrator.configure.plan.timescale import MAX_SHAPED_BPS
 from tests.unit.orchestrator.configure.test_plan import lab, leaf_spine_doc, plan_of
 
 
-def test_by_default_links_are_unshaped_and_queue_is_one_mebibyte():
+def test_by_default_400g_is_shaped_to_20_mbit_with_four_mebibyte_queues():
     plan = plan_of(leaf_spine_doc(1, 1, 1))
-    assert plan.time.scale is None
+    assert plan.time.scale == 20000
     got = {(x.bandwidth_bps, x.shaped_bps, x.queue_bytes) for x in plan.links}
-    assert got == {(400_000_000_000, 0, 1 << 20)}
+    assert got == {(400_000_000_000, 20_000_000, 4 << 20)}
+
+
+def test_scale_off_leaves_links_unshaped():
+    plan = plan_of(leaf_spine_doc(1, 1, 1), {"time": {"scale": "off"}})
+    assert plan.time.scale is None and {x.shaped_bps for x in plan.links} == {0}
 
 
 def test_a_scale_divides_every_link():
     plan = plan_of(leaf_spine_doc(1, 1, 1), {"time": {"scale": 10000}})
     assert plan.time.scale == 10000
     assert {(x.bandwidth_bps, x.shaped_bps, x.queue_bytes) for x in plan.links} == {
-        (400_000_000_000, 40_000_000, 1 << 20)
+        (400_000_000_000, 40_000_000, 4 << 20)
     }
 
 
@@ -56,7 +61,7 @@ def test_link_pins_for_bandwidth_and_queue():
 def test_scale_and_rates_are_in_the_plan_file():
     text = dump_plan(plan_of(leaf_spine_doc(1, 1, 1), {"time": {"scale": 500}}))
     assert "time:\n  scale: 500\n" in text
-    assert "shaped_bps: 800000000" in text and "queue_bytes: 1048576" in text
+    assert "shaped_bps: 800000000" in text and "queue_bytes: 4194304" in text
 
 
 def test_a_scale_too_small_for_tbf_names_the_key_and_the_fix():
@@ -79,10 +84,13 @@ def test_scale_zero_is_refused_by_the_model():
         plan_of(leaf_spine_doc(1, 1, 1), {"time": {"scale": 0}})
 
 
-def test_lab_files_plan_unshaped_unless_they_set_a_scale():
-    for name in ("leaf-spine", "superpod", "ina-fig1", "superpod-frr"):
+def test_lab_files_are_shaped_at_the_default_scale_but_superpod_frr_whose_8g_links_want_100():
+    for name in ("leaf-spine", "superpod", "ina-fig1"):
         plan = lab(name)
-        assert plan.time.scale is None and {link.shaped_bps for link in plan.links} == {0}
+        assert plan.time.scale == 20000 and 0 not in {link.shaped_bps for link in plan.links}
+    frr = lab("superpod-frr")
+    assert frr.time.scale == 100
+    assert {link.shaped_bps for link in frr.links if link.bandwidth_bps == 8_000_000_000} == {80_000_000}
 
 
 @given(bw_gbit=st.integers(1, 3200), scale=st.integers(1, 10**6))

@@ -11,7 +11,14 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from orchestrator.experiment.metrics import Snapshot, agent_deltas, link_deltas, link_pairs
-from orchestrator.experiment.records import MachineInfo, MessageResult, RunMeta, RunResult, TraceInfo
+from orchestrator.experiment.records import (
+    MachineInfo,
+    MessageResult,
+    RunMeta,
+    RunResult,
+    TimingRecord,
+    TraceInfo,
+)
 from orchestrator.lab.topology import Topology, load_topology
 from orchestrator.paths import ROOT as ROOT_DIR
 
@@ -85,7 +92,12 @@ def machine() -> MachineInfo:
 
 
 def meta(
-    mode: str, run_id: str | None = None, *, lab: str = "leaf-spine", trace: TraceInfo | None = None
+    mode: str,
+    run_id: str | None = None,
+    *,
+    lab: str = "leaf-spine",
+    trace: TraceInfo | None = None,
+    settings: dict | None = None,
 ) -> RunMeta:
     return RunMeta(
         run_id=run_id or f"20250314T101502.{len(mode):06d}Z-{lab}-{mode}",
@@ -98,7 +110,7 @@ def meta(
         aidclab_version="0.1.0",
         git_commit="0123456789abcdef0123456789abcdef01234567",
         machine=machine(),
-        settings={"rate": "1Gbit"},
+        settings=settings if settings is not None else {"rate": "1Gbit"},
     )
 
 
@@ -147,7 +159,14 @@ def messages(base_latency: float, step: float = 0.001) -> list[MessageResult]:
     return out
 
 
-def run(mode: str, topo: Topology | None = None, **meta_kw: object) -> RunResult:
+def faithful(scale: int = 20000) -> TimingRecord:
+    """The timing of a run on shaped links that the counters judged faithful."""
+    return TimingRecord(scale=scale, faithful=True)
+
+
+def run(
+    mode: str, topo: Topology | None = None, timing: TimingRecord | None = None, **meta_kw: object
+) -> RunResult:
     topo = topo or topology()
     copies = UNICAST_COPIES if mode == "unicast" else BIER_COPIES
     before, after = snapshots(topo, copies, PAYLOAD, OPS)
@@ -158,9 +177,10 @@ def run(mode: str, topo: Topology | None = None, **meta_kw: object) -> RunResult
         links=link_deltas(before, after, link_pairs(topo)),
         agents=agent_deltas(agents_before, agents_after) if mode != "unicast" else {},
         messages=messages(0.002 if mode == "unicast" else 0.001),
+        timing=timing,
     )
 
 
-def leaf_spine_runs() -> list[RunResult]:
+def leaf_spine_runs(timing: TimingRecord | None = None) -> list[RunResult]:
     topo = topology()
-    return [run("net-bier", topo), run("unicast", topo)]
+    return [run("net-bier", topo, timing), run("unicast", topo, timing)]

@@ -11,6 +11,7 @@ from orchestrator.experiment.fidelity import (
     DrainMeter,
     LinkCounters,
     NodeCounters,
+    agent_losses,
     bottleneck_bound,
     fabric_time,
     verdict,
@@ -72,6 +73,17 @@ def test_drain_meter_counts_only_intervals_backlogged_at_both_ends():
     assert m.drain_bps == 20_000
     with pytest.raises(ValueError, match="backwards"):
         m.sample(3.5, 7000, 10)
+
+
+def test_with_a_rate_only_intervals_the_start_backlog_could_fill_count():
+    m = DrainMeter(rate_bps=8000)  # 1000 B/s
+    m.sample(0.0, 0, 2000)
+    m.sample(1.0, 1000, 1500)  # 2000 B queued could keep it busy 2 s: counts
+    m.sample(2.0, 1600, 10)  # 1500 B queued: counts (it sent only 600 B: a slow shaper shows)
+    m.sample(3.0, 1700, 900)  # 10 B queued at the start: could have run dry, does not count
+    m.sample(4.0, 2500, 100)  # 900 B < 1000 B: does not count
+    assert (m.busy_s, m.busy_bytes) == (2.0, 1600)
+    assert m.drain_bps == 6400
 
 
 @given(rate=st.integers(10_000, 10**9), steps=st.lists(st.floats(0.001, 0.5), min_size=2, max_size=40))
@@ -142,3 +154,14 @@ def test_drain_rate_judged_against_the_tolerance(rate, ratio):
     assume(abs(abs(ratio - 1) - 0.05) > 1e-4)  # away from the edge, past byte rounding
     v = verdict([busy("a:eth1", rate, rate * ratio)], [])
     assert v.faithful == (abs(ratio - 1) <= 0.05)
+
+
+def test_agent_losses_pick_our_softwares_drops_not_protocol_drops():
+    deltas = {
+        "leaf1": {"net-bier.emit-errors": 119, "net-bier.port.eth3.emit-errors": 119, "bier.dropped-ttl": 4},
+        "h1": {"bier.tx.errors": 0, "bier.rx.packets": 10},
+    }
+    got = agent_losses(deltas)
+    assert got == {"leaf1": {"agent net-bier.emit-errors": 119}}  # totals only, never the per-port copies
+    v = verdict([], [NodeCounters("leaf1", 0.1, got["leaf1"])])
+    assert not v.faithful and v.reasons == ["node leaf1: 119 packets dropped at agent net-bier.emit-errors"]

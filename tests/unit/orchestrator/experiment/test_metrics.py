@@ -78,7 +78,7 @@ def test_leaf_spine_unicast_source_egress_is_fanout_times_bier() -> None:
 
 
 def test_compare_leaf_spine_ratios() -> None:
-    (c,) = compare_runs(fx.leaf_spine_runs())
+    (c,) = compare_runs(fx.leaf_spine_runs(fx.faithful()))
     assert c.labels == ["unicast", "net-bier"]
     assert c.baseline == "unicast"
     assert c.fanout == 3.0
@@ -92,7 +92,43 @@ def test_compare_leaf_spine_ratios() -> None:
     # Unicast latencies are twice BIER's in the fixture, so it finishes later.
     uni, bier = (col.metrics for col in c.columns)
     assert r.completion_speedup == pytest.approx(uni.completion_time / bier.completion_time)
-    assert r.completion_speedup > 1
+    assert r.completion_speedup > 1 and r.time_note is None
+
+
+@pytest.mark.parametrize(
+    ("timing", "why"),
+    [
+        (None, "ran on unshaped links"),
+        (fx.faithful().model_copy(update={"scale": None, "faithful": None}), "ran on unshaped links"),
+        (
+            fx.faithful().model_copy(update={"faithful": False, "reasons": ["node leaf1: CPU saturated"]}),
+            "was not faithful (node leaf1: CPU saturated)",
+        ),
+    ],
+)
+def test_times_are_compared_only_between_faithful_runs(timing, why) -> None:
+    (c,) = compare_runs(fx.leaf_spine_runs(timing))
+    (r,) = c.ratios
+    assert r.completion_speedup is None and why in (r.time_note or "")
+    assert r.source_egress == pytest.approx(3.0)  # bytes are counted whatever the timing
+
+
+def test_runs_at_different_scales_are_not_compared() -> None:
+    topo = fx.topology()
+    (c,) = compare_runs(
+        [fx.run("net-bier", topo, fx.faithful(10000)), fx.run("unicast", topo, fx.faithful())]
+    )
+    assert c.ratios[0].completion_speedup is None and "different time scales" in (c.ratios[0].time_note or "")
+
+
+def test_fare_and_ecmp_runs_of_one_mode_are_labelled_and_ecmp_is_the_baseline() -> None:
+    topo = fx.topology()
+    runs = [
+        fx.run("unicast", topo, fx.faithful(), settings={"bgp_weights": w}, run_id=f"2026-{w}")
+        for w in ("fare", "ecmp")
+    ]
+    (c,) = compare_runs(runs)
+    assert c.labels == ["unicast ecmp", "unicast fare"] and c.baseline == "unicast ecmp"
 
 
 # ---------------------------------------------------------------------------------------------- counters

@@ -249,10 +249,10 @@ def test_damaged_json(tmp_path: Path) -> None:
 def test_newer_format_version(tmp_path: Path) -> None:
     path = save_run(fx.run("unicast"), tmp_path) / "run.json"
     doc = json.loads(path.read_text())
-    doc["format_version"] = 2
+    doc["format_version"] = records.FORMAT_VERSION + 1
     path.write_text(json.dumps(doc))
     with pytest.raises(
-        ResultsError, match=r"version 2 is not supported.*reads version\(s\) 1 \(upgrade aidclab\)"
+        ResultsError, match=r"version 3 is not supported.*reads version\(s\) 1, 2 \(upgrade aidclab\)"
     ):
         load_run(path)
 

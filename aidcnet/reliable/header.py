@@ -1,0 +1,413 @@
+"""The aidclab reliable-multicast header, carried over UDP (ours: see docs/reliability.md).
+
+No standard defines reliable BIER delivery (DESIGN.md §3, "reliability"); these octets are ours.  One
+16-octet common header starts every message, then a body that depends on the type::
+
+     0                   1                   2                   3
+     0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1
+    +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+    |  Ver  |  Type |     Flags     |            BFIR-id            |
+    +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+    |                            Flow ID                            |
+    +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+    |               Sequence (DATA) / Cumulative (feedback)         |
+    +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+    |        Reporter BFR-id        |  Length / Count / BSL,SI      |
+    +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+
+A flow is identified by (BFIR-id, Flow ID).  ``Cumulative`` is the next sequence number the reporter
+expects: it holds every sequence before it (serial arithmetic, RFC 1982, :mod:`.serial`).  The bodies:
+
+* DATA (1): the payload, exactly ``Length`` octets.
+* ACK (2) and NACK (3): ``Highest`` (the sequence after the highest one received), then ``Count``
+  ranges ``[First, Last]`` of *missing* sequences, 8 octets each.  An ACK reports state (cumulative
+  plus selective gaps); a NACK asks for the listed ranges now.
+* AGG-ACK (4): from a BFR, for the BFERs of one SI: the ``acked`` BitString (they hold everything
+  before Cumulative) and the ``missing`` BitString (they were sent that range and have not confirmed
+  it); flag P (partial) is set exactly when ``missing`` is not empty.
+
+All multi-octet fields are in network byte order.  Decoding is strict: every field the encoder would
+refuse is refused, so ``encode(decode(b)) == b`` for every accepted ``b``.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Final
+
+from aidcnet.bier.bitstring import BSL_CODES, code_from_bsl, decode_bitstring, encode_bitstring
+from aidcnet.reliable import serial
+
+# Next to RoCEv2 (4791) and our INA header (4792); our choice, not a registration.
+RELIABLE_UDP_PORT: Final = 4793
+
+# Version 0 is invalid so that an all-zero buffer is rejected as bad-version.
+VERSION: Final = 1
+COMMON_LEN: Final = 16
+RANGE_LEN: Final = 8
+MAX_PAYLOAD: Final = 0xFFFF
+MAX_RANGES: Final = 0xFFFF
+
+_COMMON = struct.Struct("!BBHIIHH")
+_HIGHEST = struct.Struct("!I")
+_RANGE = struct.Struct("!II")
+assert _COMMON.size == COMMON_LEN
+
+FLAG_RETRANSMIT: Final = 0x80  # DATA: R, a retransmission (its BitString is the missing set only)
+FLAG_FIN: Final = 0x40  # DATA: F, the last sequence of the flow
+FLAG_PARTIAL: Final = 0x80  # AGG-ACK: P, sent after the BFR's timeout with some BFERs missing
+
+
+class MsgType(IntEnum):
+    DATA = 1
+    ACK = 2
+    NACK = 3
+    AGG_ACK = 4
+
+
+_ALLOWED_FLAGS: Final = {
+    MsgType.DATA: FLAG_RETRANSMIT | FLAG_FIN,
+    MsgType.ACK: 0,
+    MsgType.NACK: 0,
+    MsgType.AGG_ACK: FLAG_PARTIAL,
+}
+_TYPE_BY_CODE: Final = {int(t): t for t in MsgType}
+_BSL_BY_CODE: Final = {code: bsl for bsl, code in BSL_CODES.items()}
+
+REASONS: Final = frozenset(
+    {
+        "truncated",  # shorter than the common header or than the body its fields announce
+        "bad-version",
+        "bad-type",
+        "bad-flags",  # a flag the type does not define, or P that disagrees with the missing BitString
+        "reserved-set",  # a field that must be zero is not (DATA reporter, AGG-ACK reserved nibble)
+        "bad-bfir",  # BFIR-id 0 (RFC 8279 §2: unassigned)
+        "bad-reporter",  # ACK/NACK from BFR-id 0
+        "length-mismatch",  # octets after the announced body
+        "bad-range",  # Highest before Cumulative, a range outside it, out of order, or a NACK with none
+        "bad-bsl",
+        "bad-bitstring",  # AGG-ACK with no BFER in either BitString, or one in both
+    }
+)
+
+
+class ReliableDecodeError(ValueError):
+    """A malformed reliable-multicast message; ``reason`` (one of :data:`REASONS`) is the drop counter key."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        assert reason in REASONS, reason
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+def _check_u(name: str, value: int, bits: int) -> None:
+    if not 0 <= value < (1 << bits):
+        raise ValueError(f"{name} {value!r} does not fit {bits} bits")
+
+
+def _check_flow(bfir_id: int, flow_id: int, seq: int) -> None:
+    if not 1 <= bfir_id <= 0xFFFF:
+        raise ValueError(f"bfir_id {bfir_id!r} must be a BFR-id 1..65535")
+    _check_u("flow_id", flow_id, 32)
+    _check_u("sequence", seq, 32)
+
+
+def _ranges_problem(cum: int, highest: int, ranges: tuple[tuple[int, int], ...]) -> str | None:
+    """Why (cum, highest, ranges) is not canonical, or None.  Shared by encoder and decoder."""
+    if not 0 <= serial.distance(cum, highest) <= serial.MAX_SPAN:
+        return f"highest {highest} is not within {serial.MAX_SPAN} after cumulative {cum}"
+    floor = cum
+    for i, (first, last) in enumerate(ranges):
+        if not (serial.le(floor, first) and serial.le(first, last) and serial.lt(last, highest)):
+            return f"range {i} [{first}, {last}] is not ordered within [{floor}, {highest})"
+        # Adjacent ranges would be one range: keep one canonical form.
+        floor = serial.add(last, 2)
+    return None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Data:
+    """DATA: one sequence of a flow.  ``payload`` may be a view into the caller's buffer after decode."""
+
+    bfir_id: int
+    flow_id: int
+    seq: int
+    payload: bytes | memoryview = field(default=b"", repr=False)
+    retransmit: bool = False
+    fin: bool = False
+
+    def encode(self) -> bytes:
+        _check_flow(self.bfir_id, self.flow_id, self.seq)
+        n = len(self.payload)
+        if n > MAX_PAYLOAD:
+            raise ValueError(f"payload of {n} octets exceeds {MAX_PAYLOAD}")
+        flags = (FLAG_RETRANSMIT if self.retransmit else 0) | (FLAG_FIN if self.fin else 0)
+        head = _COMMON.pack((VERSION << 4) | MsgType.DATA, flags, self.bfir_id, self.flow_id, self.seq, 0, n)
+        return head + bytes(self.payload)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Ack:
+    """ACK or NACK from one receiver (``reporter``, its BFR-id): cumulative, highest, missing ranges.
+
+    ``ranges`` are inclusive ``(first, last)`` pairs of missing sequences, ascending, disjoint and not
+    adjacent, within ``[cum, highest)``.  ``nack`` selects the NACK type (same body).
+    """
+
+    bfir_id: int
+    flow_id: int
+    cum: int
+    reporter: int
+    highest: int
+    ranges: tuple[tuple[int, int], ...] = ()
+    nack: bool = False
+
+    @property
+    def msg_type(self) -> MsgType:
+        return MsgType.NACK if self.nack else MsgType.ACK
+
+    def missing(self) -> list[int]:
+        """Every missing sequence number the ranges name."""
+        out: list[int] = []
+        for first, last in self.ranges:
+            out.extend(serial.span(first, serial.add(last, 1)))
+        return out
+
+    def encode(self) -> bytes:
+        _check_flow(self.bfir_id, self.flow_id, self.cum)
+        if not 1 <= self.reporter <= 0xFFFF:
+            raise ValueError(f"reporter {self.reporter!r} must be a BFR-id 1..65535")
+        _check_u("highest", self.highest, 32)
+        if len(self.ranges) > MAX_RANGES:
+            raise ValueError(f"{len(self.ranges)} ranges exceed {MAX_RANGES}")
+        if self.nack and not self.ranges:
+            raise ValueError("a NACK names at least one missing range")
+        for first, last in self.ranges:
+            _check_u("range first", first, 32)
+            _check_u("range last", last, 32)
+        problem = _ranges_problem(self.cum, self.highest, self.ranges)
+        if problem:
+            raise ValueError(problem)
+        parts = [
+            _COMMON.pack(
+                (VERSION << 4) | self.msg_type,
+                0,
+                self.bfir_id,
+                self.flow_id,
+                self.cum,
+                self.reporter,
+                len(self.ranges),
+            ),
+            _HIGHEST.pack(self.highest),
+        ]
+        parts.extend(_RANGE.pack(first, last) for first, last in self.ranges)
+        return b"".join(parts)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AggAck:
+    """AGG-ACK from a BFR (``reporter``, its BFR-id or 0 for a BFR without one) for one SI.
+
+    ``acked``/``missing`` are BitStrings of ``bsl`` bits for SI ``si`` (RFC 8279 §3 numbering).
+    """
+
+    bfir_id: int
+    flow_id: int
+    cum: int
+    reporter: int
+    bsl: int
+    si: int
+    acked: int
+    missing: int = 0
+
+    @property
+    def partial(self) -> bool:
+        return self.missing != 0
+
+    def acked_mask(self) -> int:
+        """``acked`` as an id-mask (bit BFR-id − 1), the form :mod:`.sender` and :mod:`.aggregator` use."""
+        return self.acked << (self.si * self.bsl)
+
+    def missing_mask(self) -> int:
+        return self.missing << (self.si * self.bsl)
+
+    def encode(self) -> bytes:
+        _check_flow(self.bfir_id, self.flow_id, self.cum)
+        _check_u("reporter", self.reporter, 16)
+        _check_u("si", self.si, 8)
+        code = code_from_bsl(self.bsl)
+        if self.acked & self.missing or not self.acked | self.missing:
+            raise ValueError(
+                f"acked 0x{self.acked:x} and missing 0x{self.missing:x} must be disjoint and not both empty"
+            )
+        head = _COMMON.pack(
+            (VERSION << 4) | MsgType.AGG_ACK,
+            FLAG_PARTIAL if self.partial else 0,
+            self.bfir_id,
+            self.flow_id,
+            self.cum,
+            self.reporter,
+            (code << 12) | self.si,
+        )
+        return head + encode_bitstring(self.acked, self.bsl) + encode_bitstring(self.missing, self.bsl)
+
+
+Message = Data | Ack | AggAck
+
+
+def agg_acks(
+    bfir_id: int, flow_id: int, cum: int, reporter: int, acked: int, missing: int, bsl: int
+) -> list[AggAck]:
+    """AGG-ACKs for id-masks (bit BFR-id − 1) ``acked``/``missing``: one per SI they touch, ascending."""
+    if acked < 0 or missing < 0 or acked & missing:
+        raise ValueError(f"acked 0x{acked:x} and missing 0x{missing:x} must be disjoint id-masks")
+    out = []
+    word = (1 << bsl) - 1
+    si = 0
+    while acked or missing:
+        a, m = acked & word, missing & word
+        if a or m:
+            out.append(
+                AggAck(
+                    bfir_id=bfir_id,
+                    flow_id=flow_id,
+                    cum=cum,
+                    reporter=reporter,
+                    bsl=bsl,
+                    si=si,
+                    acked=a,
+                    missing=m,
+                )
+            )
+        acked >>= bsl
+        missing >>= bsl
+        si += 1
+    return out
+
+
+def decode(buf: bytes | bytearray | memoryview) -> Message:
+    """Parse one message (the whole UDP payload).  Raises :class:`ReliableDecodeError` when malformed.
+
+    Checks run in wire order, so the reason names the first field that is wrong.
+    """
+    mv = buf if isinstance(buf, memoryview) else memoryview(buf)
+    total = len(mv)
+    if total < COMMON_LEN:
+        raise ReliableDecodeError("truncated", f"{total} octets, the common header needs {COMMON_LEN}")
+    b0, flags, bfir_id, flow_id, seq, reporter, last16 = _COMMON.unpack_from(mv, 0)
+    if b0 >> 4 != VERSION:
+        raise ReliableDecodeError("bad-version", f"version {b0 >> 4}, expected {VERSION}")
+    mtype = _TYPE_BY_CODE.get(b0 & 0xF)
+    if mtype is None:
+        raise ReliableDecodeError("bad-type", f"type {b0 & 0xF} is not DATA, ACK, NACK or AGG-ACK (1..4)")
+    if flags & ~_ALLOWED_FLAGS[mtype]:
+        raise ReliableDecodeError("bad-flags", f"flags 0x{flags:02x} on {mtype.name}")
+    if bfir_id == 0:
+        raise ReliableDecodeError("bad-bfir", "BFIR-id 0 is unassigned")
+    if mtype is MsgType.DATA:
+        return _decode_data(mv, total, flags, bfir_id, flow_id, seq, reporter, last16)
+    if mtype is MsgType.AGG_ACK:
+        return _decode_agg(mv, total, flags, bfir_id, flow_id, seq, reporter, last16)
+    return _decode_ack(mv, total, mtype, bfir_id, flow_id, seq, reporter, last16)
+
+
+def _decode_data(
+    mv: memoryview, total: int, flags: int, bfir_id: int, flow_id: int, seq: int, reporter: int, n: int
+) -> Data:
+    if reporter:
+        raise ReliableDecodeError("reserved-set", f"DATA carries reporter {reporter}, must be 0")
+    end = COMMON_LEN + n
+    if total < end:
+        raise ReliableDecodeError("truncated", f"{total} octets, payload length {n} needs {end}")
+    if total != end:
+        raise ReliableDecodeError("length-mismatch", f"{total} octets, payload length {n} implies {end}")
+    return Data(
+        bfir_id=bfir_id,
+        flow_id=flow_id,
+        seq=seq,
+        payload=mv[COMMON_LEN:end],
+        retransmit=bool(flags & FLAG_RETRANSMIT),
+        fin=bool(flags & FLAG_FIN),
+    )
+
+
+def _decode_ack(
+    mv: memoryview,
+    total: int,
+    mtype: MsgType,
+    bfir_id: int,
+    flow_id: int,
+    cum: int,
+    reporter: int,
+    count: int,
+) -> Ack:
+    if reporter == 0:
+        raise ReliableDecodeError("bad-reporter", f"{mtype.name} from BFR-id 0")
+    end = COMMON_LEN + _HIGHEST.size + count * RANGE_LEN
+    if total < end:
+        raise ReliableDecodeError("truncated", f"{total} octets, {count} ranges need {end}")
+    if total != end:
+        raise ReliableDecodeError("length-mismatch", f"{total} octets, {count} ranges imply {end}")
+    (highest,) = _HIGHEST.unpack_from(mv, COMMON_LEN)
+    ranges = tuple(_RANGE.iter_unpack(mv[COMMON_LEN + _HIGHEST.size : end]))
+    if mtype is MsgType.NACK and not ranges:
+        raise ReliableDecodeError("bad-range", "a NACK names at least one missing range")
+    problem = _ranges_problem(cum, highest, ranges)
+    if problem:
+        raise ReliableDecodeError("bad-range", problem)
+    return Ack(
+        bfir_id=bfir_id,
+        flow_id=flow_id,
+        cum=cum,
+        reporter=reporter,
+        highest=highest,
+        ranges=ranges,
+        nack=mtype is MsgType.NACK,
+    )
+
+
+def _decode_agg(
+    mv: memoryview,
+    total: int,
+    flags: int,
+    bfir_id: int,
+    flow_id: int,
+    cum: int,
+    reporter: int,
+    bsl_si: int,
+) -> AggAck:
+    code, rsv, si = bsl_si >> 12, (bsl_si >> 8) & 0xF, bsl_si & 0xFF
+    if rsv:
+        raise ReliableDecodeError("reserved-set", f"reserved nibble {rsv} after the BSL code")
+    bsl = _BSL_BY_CODE.get(code)
+    if bsl is None:
+        raise ReliableDecodeError("bad-bsl", f"BSL code {code} is not an RFC 8296 code (1..7)")
+    width = bsl >> 3
+    end = COMMON_LEN + 2 * width
+    if total < end:
+        raise ReliableDecodeError("truncated", f"{total} octets, two {bsl}-bit BitStrings need {end}")
+    if total != end:
+        raise ReliableDecodeError("length-mismatch", f"{total} octets, BSL {bsl} implies {end}")
+    acked = decode_bitstring(mv[COMMON_LEN : COMMON_LEN + width])
+    missing = decode_bitstring(mv[COMMON_LEN + width : end])
+    if bool(flags & FLAG_PARTIAL) != bool(missing):
+        raise ReliableDecodeError(
+            "bad-flags", f"P flag {bool(flags & FLAG_PARTIAL)} with missing 0x{missing:x}"
+        )
+    if acked & missing or not acked | missing:
+        raise ReliableDecodeError(
+            "bad-bitstring", f"acked 0x{acked:x} and missing 0x{missing:x} must be disjoint, not both empty"
+        )
+    return AggAck(
+        bfir_id=bfir_id,
+        flow_id=flow_id,
+        cum=cum,
+        reporter=reporter,
+        bsl=bsl,
+        si=si,
+        acked=acked,
+        missing=missing,
+    )

@@ -1,0 +1,343 @@
+"""The BFIR side of one reliable flow: send window, retransmission timer, who still owes an ACK.
+
+Pure logic: the caller gives every event its time ``now`` (fabric seconds) and sends what
+:meth:`Sender.poll` returns, imposing BIER with the :class:`Transmission`'s ``bfers`` as BitString.
+
+Receivers are named by BFR-id; sets of them are *id-masks*, ints with bit ``BFR-id − 1`` set (the
+concatenation of the SIs' BitStrings, RFC 8279 §3), so one int covers any number of SIs.
+
+For every sequence in flight the sender keeps the id-mask of receivers that still owe it (``owing``).
+ACKs, NACKs and AGG-ACKs clear bits; a sequence leaves the window when nobody owes it.  Two things
+retransmit, both to the owing subset only (the retransmission's BitString is the missing set):
+
+* a NACK (or a partial AGG-ACK) asks for sequences for named receivers: retransmitted at the next
+  :meth:`poll`, merged per sequence, unless that receiver was sent a retransmission of it less than
+  ``nack_holdoff`` × RTO ago (it may still be on the way);
+* the retransmission timer: ``RTO × 2**attempt`` after the last transmission (exponential backoff,
+  capped at ``2**max_backoff``).
+
+A receiver that owes something and has not been heard from for ``fail_after`` seconds is declared
+failed: its bits are cleared everywhere and the flow completes for the others (the seed's "minimized
+failure domain").  The RTO itself comes from an injected :class:`RtoPolicy`.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Protocol
+
+from aidcnet.reliable import serial
+from aidcnet.reliable.header import Ack, AggAck, Data
+
+
+class RtoPolicy(Protocol):
+    """Where the retransmission timeout comes from (e.g. an RFC 6298 estimator, injected)."""
+
+    def current(self) -> float:
+        """The timeout in seconds for a first transmission (the sender applies the backoff)."""
+        ...
+
+    def observe(self, rtt: float) -> None:
+        """One round-trip sample in seconds, only from sequences sent once (Karn's rule)."""
+        ...
+
+
+@dataclass
+class FixedRto:
+    """A constant RTO that ignores samples: enough for tests and for a fabric with a known RTT."""
+
+    rto: float
+
+    def current(self) -> float:
+        return self.rto
+
+    def observe(self, rtt: float) -> None:
+        del rtt
+
+
+@dataclass(frozen=True)
+class SenderConfig:
+    window: int = 64  # sequences in flight (sent, owed by someone)
+    max_backoff: int = 6  # cap of the exponent of the RTO backoff
+    fail_after: float = 5.0  # seconds without feedback from a receiver that owes something
+    nack_holdoff: float = 0.5  # fraction of the RTO during which a repeated request is not answered again
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.window <= serial.MAX_SPAN:
+            raise ValueError(f"window {self.window} must be 1..{serial.MAX_SPAN}")
+        if self.fail_after <= 0 or self.nack_holdoff < 0 or self.max_backoff < 0:
+            raise ValueError("fail_after must be > 0, nack_holdoff and max_backoff >= 0")
+
+
+@dataclass(frozen=True)
+class Transmission:
+    """One DATA to send: impose BIER with BitString(s) ``bfers`` (an id-mask)."""
+
+    data: Data
+    bfers: int
+
+
+class _Slot:
+    __slots__ = ("attempts", "deadline", "fin", "first_sent", "last_bits", "last_sent", "owing", "payload")
+
+    def __init__(self, payload: bytes, fin: bool) -> None:
+        self.payload = payload
+        self.fin = fin
+        self.owing = 0
+        self.attempts = 0
+        self.first_sent = 0.0
+        self.last_sent = 0.0
+        self.last_bits = 0
+        self.deadline = 0.0
+
+
+def id_mask(bfr_ids: Iterable[int]) -> int:
+    """Id-mask of BFR-ids (bit BFR-id − 1)."""
+    mask = 0
+    for bfr_id in bfr_ids:
+        if not 1 <= bfr_id <= 0xFFFF:
+            raise ValueError(f"invalid BFR-id {bfr_id!r}: must be 1..65535")
+        mask |= 1 << (bfr_id - 1)
+    return mask
+
+
+def mask_ids(mask: int) -> list[int]:
+    """BFR-ids of an id-mask, ascending."""
+    out = []
+    while mask:
+        low = mask & -mask
+        out.append(low.bit_length())
+        mask ^= low
+    return out
+
+
+class Sender:
+    """One flow (BFIR-id, Flow ID) at its BFIR.  Feed it feedback, poll it for DATA to send."""
+
+    def __init__(
+        self,
+        bfir_id: int,
+        flow_id: int,
+        receivers: Iterable[int],
+        rto: RtoPolicy,
+        config: SenderConfig | None = None,
+        isn: int = 0,
+    ) -> None:
+        self.bfir_id = bfir_id
+        self.flow_id = flow_id
+        self.config = config or SenderConfig()
+        self.rto = rto
+        self.alive = id_mask(receivers)
+        if not self.alive:
+            raise ValueError(f"flow {flow_id}: no receivers")
+        self.failed: dict[int, float] = {}
+        self.base = isn & serial.MASK  # oldest sequence someone may still owe
+        self.next_seq = self.base  # next sequence to send for the first time
+        self._slots: dict[int, _Slot] = {}
+        self._queue: deque[tuple[bytes, bool]] = deque()
+        self._queued_fin = False
+        self._pending: dict[int, int] = {}  # seq -> receivers that asked for it
+        self._heard: dict[int, float] = {}  # receiver bit -> last feedback (or first send) time
+        self.completed_at: float | None = None
+        self.counters: Counter[str] = Counter()
+
+    # -- application side -------------------------------------------------------------------------
+
+    def offer(self, payload: bytes, fin: bool = False) -> None:
+        """Queue one message (one sequence).  ``fin`` marks the last one of the flow."""
+        if self._queued_fin:
+            raise ValueError(f"flow {self.flow_id}: data offered after the FIN")
+        self._queue.append((bytes(payload), fin))
+        self._queued_fin = fin
+
+    @property
+    def done(self) -> bool:
+        """FIN queued and sent, and every alive receiver has acknowledged everything."""
+        return self._queued_fin and not self._queue and not self._slots
+
+    # -- network side ------------------------------------------------------------------------------
+
+    def poll(self, now: float) -> list[Transmission]:
+        """Everything due at ``now``: failures declared, requested and timed-out retransmissions, new data."""
+        self._declare_failures(now)
+        out: list[Transmission] = []
+        rto = self.rto.current()
+        for seq, asked in sorted(self._pending.items(), key=lambda item: serial.distance(self.base, item[0])):
+            slot = self._slots.get(seq)
+            if slot is not None and asked & slot.owing:
+                out.append(self._send(seq, slot, asked & slot.owing, now, rto))
+        self._pending.clear()
+        for seq, slot in self._slots.items():
+            if slot.owing and now >= slot.deadline and slot.last_sent != now:
+                self.counters["timeouts"] += 1
+                out.append(self._send(seq, slot, slot.owing, now, rto))
+        while self._queue and serial.distance(self.base, self.next_seq) < self.config.window:
+            payload, fin = self._queue.popleft()
+            slot = _Slot(payload, fin)
+            slot.owing = self.alive
+            self._slots[self.next_seq] = slot
+            out.append(self._send(self.next_seq, slot, self.alive, now, rto))
+            self.next_seq = serial.add(self.next_seq, 1)
+        self._advance(now)
+        return out
+
+    def next_deadline(self) -> float | None:
+        """Earliest time :meth:`poll` has work (None: only feedback can change anything)."""
+        if self._pending or (self._queue and serial.distance(self.base, self.next_seq) < self.config.window):
+            return 0.0
+        times = [s.deadline for s in self._slots.values() if s.owing]
+        times.extend(t + self.config.fail_after for b, t in self._heard.items() if b & self.alive)
+        return min(times) if times else None
+
+    def on_feedback(self, msg: Ack | AggAck, now: float) -> None:
+        """Apply an ACK, NACK or AGG-ACK for this flow (the caller matched BFIR-id and Flow ID)."""
+        if isinstance(msg, AggAck):
+            self.counters["agg-ack-partial" if msg.partial else "agg-ack"] += 1
+            acked = msg.acked_mask() & self.alive
+            self._hear(acked, now)
+            self._clear_before(msg.cum, acked, now)
+            if msg.partial:
+                self._request_oldest(msg.cum, msg.missing_mask() & self.alive, now)
+        else:
+            self.counters["nack" if msg.nack else "ack"] += 1
+            bit = 1 << (msg.reporter - 1)
+            if not bit & self.alive:
+                self.counters["feedback-unknown-receiver"] += 1
+                return
+            self._hear(bit, now)
+            self._clear_before(msg.cum, bit, now)
+            if not msg.nack:
+                # A NACK's ranges are the gaps it asks for now, not all of them: no selective ACK in it.
+                self._clear_selective(msg, bit, now)
+            else:
+                for seq in self._in_flight():
+                    if _in_ranges(seq, msg.ranges):
+                        self._request(seq, bit, now)
+        self._advance(now)
+
+    # -- internals ---------------------------------------------------------------------------------
+
+    def _send(self, seq: int, slot: _Slot, bits: int, now: float, rto: float) -> Transmission:
+        retransmit = slot.attempts > 0
+        if retransmit:
+            self.counters["retransmitted"] += 1
+            self.counters["retransmitted-bytes"] += len(slot.payload)
+        else:
+            slot.first_sent = now
+            self.counters["sent"] += 1
+            self.counters["sent-bytes"] += len(slot.payload)
+        slot.attempts += 1
+        slot.last_sent = now
+        slot.last_bits = bits
+        slot.deadline = now + rto * (1 << min(slot.attempts - 1, self.config.max_backoff))
+        for bit in _bits(bits & ~self._heard_mask()):
+            self._heard[bit] = now
+        data = Data(
+            bfir_id=self.bfir_id,
+            flow_id=self.flow_id,
+            seq=seq,
+            payload=slot.payload,
+            retransmit=retransmit,
+            fin=slot.fin,
+        )
+        return Transmission(data, bits)
+
+    def _heard_mask(self) -> int:
+        mask = 0
+        for bit in self._heard:
+            mask |= bit
+        return mask
+
+    def _hear(self, bits: int, now: float) -> None:
+        for bit in _bits(bits):
+            self._heard[bit] = now
+
+    def _in_flight(self) -> list[int]:
+        return serial.span(self.base, self.next_seq)
+
+    def _clear(self, seq: int, bits: int, now: float) -> None:
+        slot = self._slots.get(seq)
+        if slot is None or not slot.owing & bits:
+            return
+        slot.owing &= ~bits
+        if slot.attempts == 1:
+            self.rto.observe(now - slot.first_sent)
+
+    def _clear_before(self, cum: int, bits: int, now: float) -> None:
+        if not bits:
+            return
+        for seq in self._in_flight():
+            if not serial.lt(seq, cum):
+                break
+            self._clear(seq, bits, now)
+
+    def _clear_selective(self, ack: Ack, bit: int, now: float) -> None:
+        # Sequences in [cum, highest) outside every gap were received (selective acknowledgment).
+        for seq in self._in_flight():
+            if serial.le(ack.cum, seq) and serial.lt(seq, ack.highest) and not _in_ranges(seq, ack.ranges):
+                self._clear(seq, bit, now)
+
+    def _request(self, seq: int, bits: int, now: float) -> None:
+        slot = self._slots.get(seq)
+        if slot is None:
+            return
+        bits &= slot.owing
+        holdoff = self.config.nack_holdoff * self.rto.current()
+        # Only a retransmission can still be on its way: a request for a first transmission means a
+        # later sequence overtook it, so it is lost.
+        if slot.attempts > 1 and bits & slot.last_bits and now - slot.last_sent < holdoff:
+            self.counters["request-held-off"] += 1
+            bits &= ~slot.last_bits
+        if bits:
+            self._pending[seq] = self._pending.get(seq, 0) | bits
+
+    def _request_oldest(self, cum: int, bits: int, now: float) -> None:
+        # A partial AGG-ACK only says these receivers have not confirmed everything before ``cum``; their
+        # exact gaps were absorbed below.  Resending the oldest sequence each owes is enough to move a
+        # receiver whose NACK was lost; its own NACKs name any further gap.
+        for seq in self._in_flight():
+            if not bits or not serial.lt(seq, cum):
+                break
+            slot = self._slots[seq]
+            if slot.owing & bits:
+                self._request(seq, slot.owing & bits, now)
+                bits &= ~slot.owing
+
+    def _advance(self, now: float) -> None:
+        while self.base != self.next_seq:
+            slot = self._slots.get(self.base)
+            if slot is not None and slot.owing:
+                break
+            self._slots.pop(self.base, None)
+            self.base = serial.add(self.base, 1)
+        if self.completed_at is None and self.done:
+            self.completed_at = now
+
+    def _declare_failures(self, now: float) -> None:
+        owing = 0
+        for slot in self._slots.values():
+            owing |= slot.owing
+        for bit in _bits(owing & self.alive):
+            heard = self._heard.get(bit)
+            if heard is not None and now - heard > self.config.fail_after:
+                self.alive &= ~bit
+                self.failed[bit.bit_length()] = now
+                self.counters["receivers-failed"] += 1
+                for slot in self._slots.values():
+                    slot.owing &= ~bit
+        self._advance(now)
+
+
+def _bits(mask: int) -> list[int]:
+    out = []
+    while mask:
+        low = mask & -mask
+        out.append(low)
+        mask ^= low
+    return out
+
+
+def _in_ranges(seq: int, ranges: tuple[tuple[int, int], ...]) -> bool:
+    return any(serial.le(first, seq) and serial.le(seq, last) for first, last in ranges)

@@ -1,0 +1,181 @@
+"""A run watching its own fabric: the shapers, the injected faults, every node's CPU and stray drops,
+sampled while the run goes and judged after it (docs/time-and-fidelity.md).
+
+What the counters mean is :mod:`orchestrator.experiment.fidelity`'s; the reads are the lab's
+(:mod:`orchestrator.lab.shaping`, :class:`orchestrator.experiment.sampler.FabricSampler`). The result is
+the run's :class:`~orchestrator.experiment.records.TimingRecord`.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from orchestrator.experiment.fidelity import agent_losses, bottleneck_bound, verdict
+from orchestrator.experiment.records import BoundRecord, LinkEndTiming, NodeTiming, TimingRecord
+from orchestrator.lab import labdir
+from orchestrator.lab.fabric import Fabric
+from orchestrator.lab.shaping import (
+    FabricIOError,
+    load_fabric,
+    node_drop_counters,
+    node_netns,
+    read_link_fault,
+)
+
+if TYPE_CHECKING:
+    from orchestrator.experiment.sampler import FabricSampler
+    from orchestrator.experiment.session import LabSession
+
+
+class FabricWatch:
+    """``with FabricWatch(session) as watch: run()`` then ``watch.record`` is the run's timing record.
+
+    A lab whose links are not shaped (``time.scale`` null, or no ``fabric.json``) gets a record with no
+    scale and no verdict: its times are the emulator's, and the record says so.
+    """
+
+    def __init__(self, session: LabSession, *, lossless: bool = True, period_s: float = 0.1) -> None:
+        self.session = session
+        self.lossless = lossless
+        self.period_s = period_s
+        self.lab_dir = labdir.lab_dir(session.topo)
+        try:
+            self.fabric: Fabric | None = load_fabric(self.lab_dir)
+        except FabricIOError:
+            self.fabric = None
+        self.sampler: FabricSampler | None = None
+        self.faults_before: dict[str, int] = {}
+        self.drops_before: dict[str, dict[str, int]] = {}
+        self.record: TimingRecord | None = None
+        self._fabric_after: Fabric | None = None
+        self._injected_delta: dict[str, int] = {}
+        self._other: dict[str, dict[str, int]] = {}
+
+    @property
+    def shaped(self) -> bool:
+        return self.fabric is not None and self.fabric.scale is not None
+
+    # -- reads ----------------------------------------------------------------------------------------
+    def _interfaces(self) -> dict[str, list[str]]:
+        assert self.fabric is not None
+        out: dict[str, list[str]] = {}
+        for end in self.fabric.ends.values():
+            out.setdefault(end.node, []).append(end.interface)
+        return out
+
+    def _node_drops(self) -> dict[str, dict[str, int]]:
+        out = {}
+        for node, interfaces in sorted(self._interfaces().items()):
+            pid = self.session.pids.get(node)
+            if pid is not None:
+                out[node] = node_drop_counters(pid, interfaces)
+        return out
+
+    def _injected(self, fabric: Fabric) -> dict[str, int]:
+        """Packets the fault program dropped so far, per end that has (or had) a fault: reading every
+        end costs two bpftool calls each, and an end never given a fault drops nothing."""
+        out = {}
+        for name in sorted(fabric.faults):
+            end = fabric.end(name)
+            netns = node_netns(self.session.topo.container_name(end.node))
+            _fault, stats = read_link_fault(netns, end.interface)
+            out[name] = stats.lost_packets
+        return out
+
+    # -- the run --------------------------------------------------------------------------------------
+    def __enter__(self) -> FabricWatch:
+        if not self.shaped:
+            return self
+        from orchestrator.experiment.sampler import FabricSampler
+
+        assert self.fabric is not None
+        self.faults_before = self._injected(self.fabric)
+        self.drops_before = self._node_drops()
+        self.sampler = FabricSampler(
+            self.fabric,
+            self.session.topo.container_name,
+            period_s=self.period_s,
+            pid_of=lambda node: self.session.pids[node],
+        ).start()
+        return self
+
+    def __exit__(self, exc_type: object, *_rest: object) -> None:
+        if self.sampler is None:
+            self.record = TimingRecord(lossless=self.lossless)
+            return
+        self.sampler.stop()
+        if exc_type is not None:
+            return  # the run failed: its error is what the user needs, not a verdict
+        # link set during the run (a fault experiment) updates fabric.json: judge against the latest
+        self._fabric_after = load_fabric(self.lab_dir)
+        injected_now = self._injected(self._fabric_after)
+        self._injected_delta = {k: v - self.faults_before.get(k, 0) for k, v in injected_now.items()}
+        drops_now = self._node_drops()
+        self._other = {
+            node: {k: v - self.drops_before.get(node, {}).get(k, 0) for k, v in counters.items()}
+            for node, counters in drops_now.items()
+        }
+        self.record = self._judge({})
+
+    def add_agent_counters(self, deltas: dict[str, dict[str, int]]) -> TimingRecord | None:
+        """Judge again with the agents' own loss counters over the run (the driver reads them after the
+        run): a packet our software dropped spoils the timing as much as one the kernel dropped."""
+        if self.sampler is None or self.record is None or self.record.scale is None:
+            return self.record
+        self.record = self._judge(agent_losses(deltas))
+        return self.record
+
+    def _judge(self, agent_drops: dict[str, dict[str, int]]) -> TimingRecord:
+        assert self.sampler is not None
+        fabric = self._fabric_after
+        assert fabric is not None
+        other = {node: dict(c) for node, c in self._other.items()}
+        for node, counters in agent_drops.items():
+            other.setdefault(node, {}).update(counters)
+        links = self.sampler.link_counters(self._injected_delta)
+        nodes = self.sampler.node_counters(other)
+        cores = os.cpu_count()
+        judged = verdict(
+            links, nodes, host_cpu_peak=self.sampler.host_cpu.peak, cores=cores, lossless=self.lossless
+        )
+        assert fabric.scale is not None
+        carried = {c.name: c.tx_bytes for c in links if c.tx_bytes > 0}
+        bound = None
+        if carried:
+            b = bottleneck_bound(carried, {c.name: c.rate_bps for c in links}, fabric.scale)
+            bound = BoundRecord(
+                link=b.link, bytes=b.bytes, rate_bps=b.rate_bps, wall_s=b.wall_s, fabric_s=b.fabric_s
+            )
+        return TimingRecord(
+            scale=fabric.scale,
+            faithful=judged.faithful,
+            reasons=judged.reasons,
+            notes=judged.notes,
+            lossless=self.lossless,
+            bound=bound,
+            host_cpu_peak=self.sampler.host_cpu.peak,
+            cores=cores,
+            ends=[
+                LinkEndTiming(
+                    end=c.name,
+                    peer=fabric.ends[c.name].peer,
+                    bandwidth_bps=fabric.ends[c.name].bandwidth_bps,
+                    rate_bps=c.rate_bps,
+                    tx_bytes=c.tx_bytes,
+                    busy_s=c.busy_s,
+                    drain_bps=c.busy_bytes * 8 / c.busy_s if c.busy_s > 0 else None,
+                    queue_drops=c.queue_drops,
+                    injected_drops=c.injected_drops,
+                )
+                for c in links
+            ],
+            nodes={
+                n.name: NodeTiming(
+                    cpu_peak=n.cpu_peak,
+                    cpu_mean=self.sampler.cpu[n.name].mean,
+                    other_drops={k: v for k, v in n.other_drops.items() if v},
+                )
+                for n in nodes
+            },
+        )

@@ -1,0 +1,141 @@
+"""ACK aggregation at a BFR: one AGG-ACK when all below acked, partials, coalescing, budget, expiry."""
+
+from __future__ import annotations
+
+import pytest
+
+from aidcnet.reliable import serial
+from aidcnet.reliable.aggregator import AckAggregator, AggregatorConfig
+from aidcnet.reliable.header import Ack, AggAck, Data
+from aidcnet.reliable.sender import id_mask, mask_ids
+
+ISN = serial.MASK  # windows straddle the wrap
+DOWN = id_mask([2, 3, 5])
+
+
+def data(k: int, fin: bool = False) -> Data:
+    return Data(bfir_id=1, flow_id=7, seq=serial.add(ISN, k), payload=b"x", fin=fin)
+
+
+def ack(reporter: int, cum_k: int, nack: bool = False) -> Ack:
+    cum = serial.add(ISN, cum_k)
+    ranges = ((cum, cum),) if nack else ()
+    return Ack(
+        bfir_id=1,
+        flow_id=7,
+        cum=cum,
+        reporter=reporter,
+        highest=serial.add(cum, 1 if nack else 0),
+        ranges=ranges,
+        nack=nack,
+    )
+
+
+def agg(**cfg: float) -> AckAggregator:
+    return AckAggregator(17, AggregatorConfig(**{"partial_after": 0.01, "lifetime": 1.0, **cfg}))
+
+
+def test_one_agg_ack_when_every_bfer_below_acked() -> None:
+    a = agg()
+    a.on_data(data(0), DOWN, "up", 0.0)
+    assert a.on_feedback(ack(2, 1), 0.001) == []
+    assert a.on_feedback(ack(3, 1), 0.001) == []
+    ((up, msg),) = a.on_feedback(ack(5, 1), 0.002)
+    assert up == "up" and isinstance(msg, AggAck) and not msg.partial
+    assert msg.cum == serial.add(ISN, 1) and mask_ids(msg.acked_mask()) == [2, 3, 5] and msg.reporter == 17
+    assert a.entries == 0 and a.counters["absorbed"] == 3
+
+
+def test_windows_of_several_sequences_across_the_wrap() -> None:
+    a = agg(window=4)
+    # ISN = 2**32 - 1 is the last sequence of the window starting at 2**32 - 4
+    for k in range(5):
+        a.on_data(data(k), DOWN, "up", 0.0)
+    assert a.entries == 2
+    out = []
+    for r in (2, 3, 5):
+        out += a.on_feedback(ack(r, 5), 0.001)
+    # the first window's AGG-ACK (cum 0) is said by the second one's (cum 4, same BFERs): one message
+    assert [(m.cum, mask_ids(m.acked_mask())) for _, m in out] == [(4, [2, 3, 5])]
+    assert a.counters["agg-coalesced"] == 1
+
+
+def test_fin_ends_the_last_window_early() -> None:
+    a = agg(window=8)
+    a.on_data(data(1), DOWN, "up", 0.0)
+    a.on_data(data(2, fin=True), DOWN, "up", 0.0)
+    out = []
+    for r in (2, 3, 5):
+        out += a.on_feedback(ack(r, 3), 0.001)
+    assert [m.cum for _, m in out] == [serial.add(ISN, 3)]
+
+
+def test_partial_after_timeout_names_the_missing_then_backs_off() -> None:
+    a = agg()
+    a.on_data(data(0), DOWN, "up", 0.0)
+    a.on_feedback(ack(2, 1), 0.001)
+    assert a.poll(0.005) == []
+    ((_, msg),) = a.poll(0.01)
+    assert msg.partial and mask_ids(msg.acked_mask()) == [2] and mask_ids(msg.missing_mask()) == [3, 5]
+    assert a.poll(0.02) == []  # next one after 2 × partial_after
+    assert len(a.poll(0.03)) == 1
+    a.on_feedback(ack(3, 1), 0.04)
+    ((_, done),) = a.on_feedback(ack(5, 1), 0.05)
+    assert not done.partial and a.entries == 0
+
+
+def test_partial_from_below_is_passed_on_without_waiting() -> None:
+    a = agg()
+    a.on_data(data(0), DOWN, "up", 0.0)
+    a.on_feedback(ack(2, 1), 0.001)
+    below = AggAck(
+        bfir_id=1,
+        flow_id=7,
+        cum=serial.add(ISN, 1),
+        reporter=9,
+        bsl=64,
+        si=0,
+        acked=id_mask([3]),
+        missing=id_mask([5]),
+    )
+    ((_, msg),) = a.on_feedback(below, 0.002)
+    assert msg.partial and mask_ids(msg.acked_mask()) == [2, 3] and mask_ids(msg.missing_mask()) == [5]
+
+
+def test_nacks_pass_through_and_unknown_acks_fall_back_to_end_to_end() -> None:
+    a = agg()
+    a.on_data(data(0), DOWN, "up", 0.0)
+    nack = ack(2, 0, nack=True)
+    assert a.on_feedback(nack, 0.001) == [("up", nack)]
+    stray = Ack(bfir_id=1, flow_id=8, cum=5, reporter=2, highest=5)
+    assert a.on_feedback(stray, 0.001) == [(None, stray)]
+    outsider = ack(9, 1)  # not a BFER this BFR sent to
+    assert a.on_feedback(outsider, 0.001) == [("up", outsider)]
+    assert a.counters["nack-passed"] == 1 and a.counters["passed-no-entry"] == 2
+
+
+def test_over_budget_forwards_without_state_and_acks_pass_end_to_end() -> None:
+    a = agg(budget=1)
+    a.on_data(data(0), DOWN, "up", 0.0)
+    a.on_data(data(1), DOWN, "up", 0.0)
+    assert a.counters["over-budget"] == 1 and a.entries == 1
+    for r in (2, 3):
+        assert a.on_feedback(ack(r, 2), 0.001) == []  # window 0 done for them, absorbed
+    out = a.on_feedback(ack(5, 1), 0.001)  # completes window 0
+    assert [m.cum for _, m in out] == [serial.add(ISN, 1)]
+    late = ack(5, 2)  # window 1 never had an entry here: end to end
+    assert a.on_feedback(late, 0.002) == [(None, late)]
+
+
+def test_entries_expire() -> None:
+    a = agg(lifetime=0.05)
+    a.on_data(data(0), DOWN, "up", 0.0)
+    a.poll(0.01)
+    a.poll(0.05)
+    assert a.entries == 0 and a.counters["expired"] == 1 and a.next_deadline() is None
+
+
+@pytest.mark.parametrize("cfg", [{"window": 3}, {"partial_after": 2.0}, {"budget": -1}, {"bsl": 100}])
+def test_bad_config_is_refused(cfg: dict) -> None:
+    with pytest.raises(ValueError):
+        agg(**cfg)

@@ -1,0 +1,133 @@
+"""Sender: window, who owes what, subset retransmission, backoff, failed receivers, injected RTO."""
+
+from __future__ import annotations
+
+from aidcnet.reliable import serial
+from aidcnet.reliable.header import Ack, AggAck
+from aidcnet.reliable.sender import FixedRto, Sender, SenderConfig, id_mask, mask_ids
+
+ISN = serial.MASK - 1
+RX = (2, 3, 4)
+
+
+class CountingRto(FixedRto):
+    """Records samples, to check Karn's rule (only sequences sent once give a sample)."""
+
+    def __init__(self, rto: float) -> None:
+        super().__init__(rto)
+        self.samples: list[float] = []
+
+    def observe(self, rtt: float) -> None:
+        self.samples.append(rtt)
+
+
+def sender(n: int = 4, window: int = 8, **cfg: float) -> Sender:
+    s = Sender(1, 7, RX, FixedRto(1.0), SenderConfig(window=window, **cfg), isn=ISN)
+    for i in range(n):
+        s.offer(bytes([i]) * 10, fin=i == n - 1)
+    return s
+
+
+def ack(reporter: int, cum_k: int, highest_k: int | None = None, ranges=(), nack=False) -> Ack:
+    h = serial.add(ISN, cum_k if highest_k is None else highest_k)
+    rs = tuple((serial.add(ISN, a), serial.add(ISN, b)) for a, b in ranges)
+    return Ack(
+        bfir_id=1, flow_id=7, cum=serial.add(ISN, cum_k), reporter=reporter, highest=h, ranges=rs, nack=nack
+    )
+
+
+def test_window_limits_what_is_in_flight() -> None:
+    s = sender(n=5, window=2)
+    out = s.poll(0.0)
+    assert [t.data.seq for t in out] == [ISN, serial.add(ISN, 1)]
+    assert all(t.bfers == id_mask(RX) for t in out)
+    assert s.poll(0.1) == []
+    for r in RX:
+        s.on_feedback(ack(r, 1), 0.2)
+    assert [t.data.seq for t in s.poll(0.2)] == [serial.add(ISN, 2)]  # across the wrap
+
+
+def test_nack_retransmits_to_the_missing_subset_only_once() -> None:
+    s = sender()
+    s.poll(0.0)
+    s.on_feedback(ack(2, 1, 3, ranges=[(1, 1)], nack=True), 0.01)
+    s.on_feedback(ack(4, 1, 3, ranges=[(1, 1)], nack=True), 0.01)
+    (tx,) = s.poll(0.02)
+    assert tx.data.retransmit and tx.data.seq == serial.add(ISN, 1) and mask_ids(tx.bfers) == [2, 4]
+    s.on_feedback(ack(2, 1, 3, ranges=[(1, 1)], nack=True), 0.03)  # its retransmission may be on the way
+    assert s.poll(0.04) == [] and s.counters["request-held-off"] == 1
+    s.on_feedback(ack(2, 1, 3, ranges=[(1, 1)], nack=True), 0.6)  # past the holdoff: answered
+    (tx,) = s.poll(0.6)
+    assert mask_ids(tx.bfers) == [2]
+
+
+def test_selective_ack_clears_received_sequences_only() -> None:
+    s = sender()
+    s.poll(0.0)
+    s.on_feedback(ack(3, 1, 4, ranges=[(1, 2)]), 0.01)  # has 0 and 3
+    out = s.poll(1.0)  # timer: 1 and 2 to everyone, 0 and 3 to the two others
+    bits = {serial.distance(ISN, t.data.seq): mask_ids(t.bfers) for t in out}
+    assert bits == {0: [2, 4], 1: [2, 3, 4], 2: [2, 3, 4], 3: [2, 4]}
+
+
+def test_timeout_backoff_doubles() -> None:
+    s = sender(n=1, fail_after=100.0)
+    s.poll(0.0)
+    times = []
+    for step in range(1, 80):
+        t = step * 0.25
+        if s.poll(t):
+            times.append(t)
+    assert times == [1.0, 3.0, 7.0, 15.0]  # RTO 1, 2, 4, 8 after each transmission
+
+
+def test_agg_ack_clears_a_branch_and_a_partial_resends_the_oldest_to_the_missing() -> None:
+    rto = CountingRto(1.0)
+    s = Sender(1, 7, RX, rto, SenderConfig(window=8), isn=ISN)
+    for i in range(3):
+        s.offer(bytes([i]), fin=i == 2)
+    s.poll(0.0)
+    s.on_feedback(
+        AggAck(
+            bfir_id=1,
+            flow_id=7,
+            cum=serial.add(ISN, 3),
+            reporter=0,
+            bsl=64,
+            si=0,
+            acked=id_mask([2, 3]),
+            missing=id_mask([4]),
+        ),
+        0.1,
+    )
+    assert rto.samples == [0.1, 0.1, 0.1]
+    (tx,) = s.poll(0.1)
+    assert tx.data.seq == ISN and mask_ids(tx.bfers) == [4]
+    s.on_feedback(
+        AggAck(bfir_id=1, flow_id=7, cum=serial.add(ISN, 3), reporter=0, bsl=64, si=0, acked=id_mask([4])),
+        0.2,
+    )
+    assert rto.samples[3:] == [0.2, 0.2]  # the retransmitted sequence gives no sample (Karn)
+    assert s.done and s.completed_at == 0.2
+
+
+def test_silent_receiver_is_declared_failed_and_the_flow_completes_for_the_others() -> None:
+    s = sender(n=2, fail_after=5.0)
+    s.poll(0.0)
+    for t in (1.0, 2.0, 4.0):
+        s.poll(t)
+        for r in (2, 3):
+            s.on_feedback(ack(r, 2), t)
+    assert not s.done
+    s.poll(4.9)  # 4 was sent the data at 0.0 and never answered
+    assert s.failed == {} and not s.done
+    s.poll(5.5)
+    assert s.failed == {4: 5.5} and s.done
+    assert s.counters["receivers-failed"] == 1
+
+
+def test_feedback_for_unknown_receiver_is_counted() -> None:
+    s = sender()
+    s.poll(0.0)
+    s.on_feedback(ack(9, 2), 0.1)
+    assert s.counters["feedback-unknown-receiver"] == 1

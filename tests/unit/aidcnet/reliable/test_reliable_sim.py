@@ -1,0 +1,119 @@
+"""Discrete-event simulation of one reliable flow over host-BIER on leaf-spine (aidcnet.reliable.sim).
+
+Properties at 0, 1 and 5 % loss on every link, with and without in-network aggregation: every receiver
+delivers every message exactly once and in order; ACKs at the BFIR per data packet stay within its
+first-hop branch count with aggregation and reach N without; retransmissions happen only when
+something was dropped.  The numbers are printed (run with -s) for docs/reliability.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from aidcnet.reliable.aggregator import AggregatorConfig
+from aidcnet.reliable.sender import SenderConfig
+from aidcnet.reliable.sim import SimConfig, SimResult, simulate, summary
+
+CFG = SimConfig()
+EXPECTED = [i.to_bytes(4, "big") * (CFG.size // 4) for i in range(CFG.messages)]
+
+
+def check_exactly_once_in_order(res: SimResult, cfg: SimConfig = CFG) -> None:
+    assert res.failed == {}
+    for bfr_id, got in res.delivered.items():
+        assert [p for _, p in got] == EXPECTED, f"receiver {bfr_id}"
+        seqs = [s for s, _ in got]
+        assert (
+            seqs[0] == cfg.isn and seqs[-1] == (cfg.isn + cfg.messages - 1) & 0xFFFFFFFF
+        )  # crossed the wrap
+    assert res.completed_at is not None
+
+
+@pytest.mark.parametrize("loss", [0.0, 0.01, 0.05])
+def test_exactly_once_and_ack_implosion_absorbed(loss: float) -> None:
+    agg = simulate(dataclasses.replace(CFG, loss=loss, aggregate=True))
+    e2e = simulate(dataclasses.replace(CFG, loss=loss, aggregate=False))
+    print(f"\n{summary(f'aggregated loss {loss:.0%}', agg)}\n{summary(f'end-to-end loss {loss:.0%}', e2e)}")
+    print(
+        f"ACKs at source per packet, end-to-end / aggregated: {e2e.acks_per_packet / agg.acks_per_packet:.1f}"
+    )
+    for res in (agg, e2e):
+        check_exactly_once_in_order(res)
+        assert (res.retransmitted > 0) == (res.dropped_bytes > 0)
+    assert agg.branches == 1
+    assert agg.acks_per_packet <= agg.branches
+    assert e2e.at_source["agg-ack"] == e2e.at_source["agg-ack-partial"] == 0
+    assert agg.acks_per_packet < e2e.acks_per_packet <= e2e.receivers
+    if loss == 0:
+        assert e2e.acks_per_packet == e2e.receivers  # every receiver acknowledges every packet
+        assert agg.at_source["agg-ack"] == agg.sent and agg.duplicates == e2e.duplicates == 0
+
+
+def test_wider_aggregation_window_sends_fewer_acks() -> None:
+    res = simulate(
+        dataclasses.replace(CFG, loss=0.01, aggregator=AggregatorConfig(window=8, partial_after=0.003))
+    )
+    print(f"\n{summary('aggregated window 8, loss 1%', res)}")
+    check_exactly_once_in_order(res)
+    assert res.acks_per_packet <= res.branches / 4
+
+
+def test_over_budget_falls_back_to_end_to_end_without_losing_data() -> None:
+    cfg = dataclasses.replace(CFG, loss=0.01, aggregator=AggregatorConfig(budget=8, partial_after=0.003))
+    res = simulate(cfg)
+    label = "aggregated budget 8 entries, loss 1%"
+    print(f"\n{summary(label, res)}; over-budget {res.aggregators['over-budget']}")
+    check_exactly_once_in_order(res)
+    assert res.aggregators["over-budget"] > 0 and res.aggregators["passed-no-entry"] > 0
+    assert res.at_source["ack"] > 0  # raw ACKs reached the source
+
+
+def test_dead_receiver_is_declared_failed_and_the_others_complete() -> None:
+    cfg = dataclasses.replace(CFG, loss=0.01, dead_hosts=("h3-2",), messages=100)
+    res = simulate(cfg)
+    print(f"\n{summary('aggregated, h3-2 dead, loss 1%', res)}")
+    dead = 6  # h3-2: hosts are numbered leaf by leaf
+    assert list(res.failed) == [dead]
+    assert res.delivered[dead] == []
+    for bfr_id, got in res.delivered.items():
+        if bfr_id != dead:
+            assert [p for _, p in got] == EXPECTED[:100]
+    assert res.completed_at is not None and res.completed_at >= CFG.sender.fail_after
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    loss=st.sampled_from([0.02, 0.05, 0.1]),
+    aggregate=st.booleans(),
+    window=st.sampled_from([1, 4]),
+    isn=st.integers(0, 2**32 - 1),
+)
+def test_any_seed_delivers_exactly_once(
+    seed: int, loss: float, aggregate: bool, window: int, isn: int
+) -> None:
+    # fail_after far above the longest backoff (6 ms × 2**6): at 10 % loss a live receiver can stay
+    # unheard for seconds, and 2 s declared one failed (seed 0, end to end), which this test is not about.
+    cfg = dataclasses.replace(
+        CFG,
+        seed=seed,
+        loss=loss,
+        aggregate=aggregate,
+        isn=isn,
+        messages=60,
+        sender=SenderConfig(window=32, fail_after=60.0),
+        aggregator=AggregatorConfig(window=window, partial_after=0.003),
+    )
+    res = simulate(cfg)
+    assert res.failed == {}
+    for got in res.delivered.values():
+        assert [p for _, p in got] == EXPECTED[:60]
+        assert [s for s, _ in got] == [(isn + k) & 0xFFFFFFFF for k in range(60)]
+    if aggregate and loss <= 0.05:
+        # At 10 % loss partial AGG-ACKs push the source above one per packet (1.63 at seed 0): measured,
+        # reported in docs/reliability.md, not claimed.
+        assert res.acks_per_packet <= res.branches
