@@ -39,7 +39,14 @@ from aidcnet.ina.aggregator import Aggregator, JobConfig
 from aidcnet.ina.header import InaDecodeError, InaHeader
 from aidcnet.ina.vat import Action
 from aidcnet.ipv4 import build_udp
-from aidcnet.udpio import BatchIO, Datagram, drain_error_queue, enable_backpressure, set_socket_buffer
+from aidcnet.udpio import (
+    BatchIO,
+    Datagram,
+    drain_error_queue,
+    enable_backpressure,
+    set_socket_buffer,
+    shaped_sndbuf,
+)
 
 log = logging.getLogger("aidcnet.ina.switch")
 
@@ -71,6 +78,7 @@ class InaSwitchService:
         bsl: int,
         loopback: str,
         bier: Any = None,
+        queue_bytes: int | None = None,
     ) -> None:
         self.ina = ina
         self.bsl = bsl
@@ -83,7 +91,9 @@ class InaSwitchService:
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         try:
             set_socket_buffer(self.sock, socket.SO_RCVBUF, _BUF)
-            enable_backpressure(self.sock, sndbuf=_BUF)
+            # Shaped: the socket's memory below the smallest queue (it fills first: EAGAIN), IP_RECVERR for
+            # the rest (ENOBUFS); the Outbox resends both.
+            enable_backpressure(self.sock, sndbuf=shaped_sndbuf(queue_bytes) or _BUF)
             self.sock.bind(("0.0.0.0", ina.port))
             self.sock.setblocking(False)
             self.io = BatchIO(self.sock)

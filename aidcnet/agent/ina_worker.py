@@ -51,7 +51,14 @@ from aidcnet.ina.worker import (
 from aidcnet.ipv4 import UdpDatagram
 from aidcnet.modes import Mode
 from aidcnet.rto import RtoEstimator
-from aidcnet.udpio import BatchIO, Datagram, drain_error_queue, enable_backpressure, set_socket_buffer
+from aidcnet.udpio import (
+    BatchIO,
+    Datagram,
+    drain_error_queue,
+    enable_backpressure,
+    set_socket_buffer,
+    shaped_sndbuf,
+)
 
 log = logging.getLogger("aidcnet.ina.worker")
 
@@ -61,10 +68,13 @@ _Outcome = tuple[np.ndarray, int, float, RtoEstimator]
 _BUF = 32 << 20
 
 
-def _udp_socket(port: int) -> tuple[socket.socket, BatchIO]:
+def _udp_socket(port: int, queue_bytes: int | None) -> tuple[socket.socket, BatchIO]:
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     set_socket_buffer(sock, socket.SO_RCVBUF, _BUF)
-    enable_backpressure(sock, sndbuf=_BUF)  # a full shaper queue answers ENOBUFS: the Outbox resends
+    # Shaped: the two sockets' memory below the smallest queue, so a full socket (EAGAIN) stops them before
+    # the queue drops anything; IP_RECVERR for what others' traffic still fills (ENOBUFS). Both the Outbox
+    # resends.
+    enable_backpressure(sock, sndbuf=shaped_sndbuf(queue_bytes, sockets=2) or _BUF)
     sock.bind(("0.0.0.0", port))
     sock.setblocking(False)
     return sock, BatchIO(sock)
@@ -100,15 +110,17 @@ class _Run:
 
 
 class InaWorkerService:
-    def __init__(self, ina: Ina, bfr_id: int, bsl: int, loopback: str) -> None:
+    def __init__(
+        self, ina: Ina, bfr_id: int, bsl: int, loopback: str, queue_bytes: int | None = None
+    ) -> None:
         self.ina = ina
         self.bfr_id = bfr_id
         self.bsl = bsl
         self.loopback = loopback
         self.members: dict[int, InaMember] = {m.job_id: m for m in ina.members}
         self.c: Counter[str] = Counter()
-        self.sock, self.io = _udp_socket(ina.port)
-        self.ring_sock, self.ring_io = _udp_socket(ina.port + 1)
+        self.sock, self.io = _udp_socket(ina.port, queue_bytes)
+        self.ring_sock, self.ring_io = _udp_socket(ina.port + 1, queue_bytes)
         self.out, self.ring_out = Outbox(self.io), Outbox(self.ring_io)
         # job -> (AllreduceJob, where its packets go, future set when complete)
         self.active: dict[int, tuple[AllreduceJob, str, asyncio.Future[None]]] = {}

@@ -6,7 +6,9 @@ where the worker's window of 32 chunks is about half a second of queue.
   the old fixed 0.2 s timer (tests/unit/aidcnet/ina/legacy_timer.py put in its place, measured in the
   same run) retransmits.
 * With a queue smaller than the window, the queue refuses datagrams (ENOBUFS, IP_RECVERR); the
-  worker's Outbox sends them again, so the result is exact and still nothing is retransmitted.
+  worker's Outbox sends them again, so the result is exact and still nothing is retransmitted. Told the
+  queue's size (as the node file does), the worker sizes its sockets below it: the socket fills first
+  (EAGAIN), and the queue drops nothing at all.
 * The ring baseline between two ranks, one per namespace, likewise: no retransmission with the RFC 6298
   timer, many with the old one.
 """
@@ -79,7 +81,8 @@ from aidcnet.config import Ina, InaMember
 async def main():
     loop = asyncio.get_running_loop()
     member = InaMember(job_id=1, workers=[3], next_hop=ps, root="ps", window=32)
-    svc = InaWorkerService(Ina(members=[member]), bfr_id=3, bsl=256, loopback=me)
+    queue = extra.pop("queue_bytes", None)  # what the node file tells the agent of its queues
+    svc = InaWorkerService(Ina(members=[member]), bfr_id=3, bsl=256, loopback=me, queue_bytes=queue)
     svc.attach(loop)
     reply = await svc.allreduce({"job": 1, "mode": "ps", "ps": ps, "deadline_s": 30, **extra})
     reply["counters"] = svc.counters()
@@ -249,3 +252,14 @@ def test_the_ring_over_a_shaped_link_never_retransmits_with_an_adaptive_timer(sh
     # in the same queue, which holds rank 2's window back; the pinned timer's duplicates cost more.
     slowest = max(r["seconds"] for r in adaptive)
     assert slowest < RING_BOUND_S * 1.3 and slowest < min(r["seconds"] for r in fixed)
+
+
+@pytest.mark.parametrize("shaped", [64 << 10], indirect=True)
+def test_a_worker_told_its_queue_size_never_fills_the_queue(shaped: VethPair) -> None:
+    reply = allreduce(shaped, timeout_s=0.2, queue_bytes=64 << 10)
+    print(f"\nbound {BOUND_S:.2f} s, 64 KiB queue, sockets sized below it: {summary(reply)}")
+    assert reply["digest"] == EXPECTED
+    assert reply["queue_drops"] == 0 and reply["counters"]["ina.tx.nobufs"] == 0
+    assert reply["counters"]["ina.tx.deferred"] > 0  # the socket was full: the Outbox waited for room
+    assert reply["retransmits"] == 0
+    assert reply["seconds"] < BOUND_S * 1.2
