@@ -83,6 +83,14 @@ class RtoEstimator:
         self.backoffs = 0
         return True
 
+    # aidcnet.reliable.sender.RtoPolicy: that sender applies its own backoff and Karn's rule, so it asks
+    # only for the computed RTO and hands over samples of sequences sent once.
+    def current(self) -> float:
+        return self.rto
+
+    def observe(self, rtt: float) -> None:
+        self.sample(rtt)
+
     def timeout(self) -> float:
         """The timer expired: back off (double the RTO, capped) and return the new RTO."""
         self.rto = min(self.max_rto, self.rto * 2)

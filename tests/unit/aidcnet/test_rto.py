@@ -181,3 +181,13 @@ def test_in_order_answers_never_cause_a_resend_before_the_timer(sends, lost) -> 
             f.answered(key, now)
     if not lost & set(order):
         assert f.retransmits == 0
+
+
+def test_the_estimator_is_the_reliable_senders_rto_policy() -> None:
+    """aidcnet.reliable.sender takes an injected RtoPolicy (current, observe): this estimator is one."""
+    from aidcnet.reliable.sender import RtoPolicy
+
+    policy: RtoPolicy = RtoEstimator(initial=1.0, min_rto=0.001, max_rto=60.0, granularity=0.01)
+    assert policy.current() == 1.0
+    policy.observe(0.1)
+    assert policy.current() == pytest.approx(0.3)
