@@ -422,6 +422,22 @@ def enable_backpressure(sock: socket.socket, sndbuf: int | None = None) -> None:
         set_socket_buffer(sock, socket.SO_SNDBUF, sndbuf)
 
 
+def drain_error_queue(sock: socket.socket, limit: int = 256) -> int:
+    """Read and discard what ``IP_RECVERR`` queued on ``sock`` (ICMP errors such as port unreachable);
+    returns how many. Unread, they stay charged to the socket's receive memory, and the pending error
+    makes the next receive fail once (ECONNREFUSED and the like): a receiver that meets such an
+    OSError calls this and goes on."""
+    msg_errqueue = int(getattr(socket, "MSG_ERRQUEUE", 0x2000))
+    n = 0
+    for _ in range(limit):
+        try:
+            sock.recvmsg(1, 1024, msg_errqueue | _MSG_DONTWAIT)
+        except OSError:  # EAGAIN: empty
+            break
+        n += 1
+    return n
+
+
 def shaped_sndbuf(queue_bytes: int | None, sockets: int = 1) -> int | None:
     """The SO_SNDBUF to ask for so that ``sockets`` sockets of one sender together can never fill a shaper
     queue of ``queue_bytes``: a datagram stays charged to its socket until it leaves the queue, and the

@@ -48,12 +48,17 @@ class InaPart(Service):
                 raise ValueError("ina: a worker needs a bier section (its BFR-id is its bit in the A-BM)")
             from aidcnet.agent.ina_worker import InaWorkerService
 
-            self.worker = InaWorkerService(ina, config.bier.bfr_id, bsl, str(config.loopback.ip))
+            self.worker = InaWorkerService(
+                ina, config.bier.bfr_id, bsl, str(config.loopback.ip), queue_bytes=config.smallest_queue_bytes
+            )
             self.worker.attach(loop)
         else:
             from aidcnet.agent.ina_switch import InaSwitchService
 
-            self.switch = InaSwitchService(ina, bsl, str(config.loopback.ip), bier=self.bier.current)
+            self.switch = InaSwitchService(
+                ina, bsl, str(config.loopback.ip), bier=self.bier.current,
+                queue_bytes=config.smallest_queue_bytes,
+            )
             self.switch.attach(loop)
         self._built_for = key
 

@@ -16,6 +16,11 @@ resend-result and disseminated, and ``ina.dropped.<reason>`` for every drop: the
 (slot-budget-exceeded, duplicate, stale-chunk, pbm-outside-abm, ...), ``malformed-<decode reason>``,
 ``no-next-hop`` (a transit packet of a job this switch has no route for), ``no-bier`` (a root without
 a BIER dataplane), ``tx-error`` and ``internal-error`` (a bug; logged with the job and chunk).
+
+Sends push back (``IP_RECVERR``, :class:`aidcnet.agent.outbox.Outbox`): a datagram a full shaper queue
+refuses waits and is sent again (``ina.tx.nobufs``, ``ina.tx.deferred``, ``ina.tx.backlog``); only a
+full backlog drops (``ina.dropped.backlog-full``). Results leave by the BIER dataplane, not by this
+socket.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import socket
 from collections import Counter
 from typing import Any
 
+from aidcnet.agent.outbox import Outbox
 from aidcnet.bier.bitstring import ids_from_bitstring
 from aidcnet.bier.header import BierProto
 from aidcnet.config import Ina, InaJob
@@ -33,7 +39,14 @@ from aidcnet.ina.aggregator import Aggregator, JobConfig
 from aidcnet.ina.header import InaDecodeError, InaHeader
 from aidcnet.ina.vat import Action
 from aidcnet.ipv4 import build_udp
-from aidcnet.udpio import BatchIO, Datagram, set_socket_buffer
+from aidcnet.udpio import (
+    BatchIO,
+    Datagram,
+    drain_error_queue,
+    enable_backpressure,
+    set_socket_buffer,
+    shaped_sndbuf,
+)
 
 log = logging.getLogger("aidcnet.ina.switch")
 
@@ -65,6 +78,7 @@ class InaSwitchService:
         bsl: int,
         loopback: str,
         bier: Any = None,
+        queue_bytes: int | None = None,
     ) -> None:
         self.ina = ina
         self.bsl = bsl
@@ -77,10 +91,13 @@ class InaSwitchService:
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         try:
             set_socket_buffer(self.sock, socket.SO_RCVBUF, _BUF)
-            set_socket_buffer(self.sock, socket.SO_SNDBUF, _BUF)
+            # Shaped: the socket's memory below the smallest queue (it fills first: EAGAIN), IP_RECVERR for
+            # the rest (ENOBUFS); the Outbox resends both.
+            enable_backpressure(self.sock, sndbuf=shaped_sndbuf(queue_bytes) or _BUF)
             self.sock.bind(("0.0.0.0", ina.port))
             self.sock.setblocking(False)
             self.io = BatchIO(self.sock)
+            self.out = Outbox(self.io)
         except BaseException:
             self.sock.close()
             raise
@@ -91,7 +108,10 @@ class InaSwitchService:
             pkts = self.io.recv()
         except OSError as exc:
             self.c["rx.errors"] += 1
-            log.warning("receive failed: %s", exc)
+            # With IP_RECVERR an ICMP error (port unreachable, ...) fails one receive: read it off.
+            drained = drain_error_queue(self.sock)
+            if not drained:
+                log.warning("receive failed: %s", exc)
             return 0
         out: list[Datagram] = []
         c = self.c
@@ -148,15 +168,7 @@ class InaSwitchService:
         self.c["disseminated"] += 1
 
     def _send(self, out: list[Datagram]) -> None:
-        failed: list[int] = []
-        self.io.send(out, failed)
-        bad = set(failed)
-        for i, (data, _dst) in enumerate(out):
-            if i in bad:
-                self.c["dropped.tx-error"] += 1
-                continue
-            self.c["tx.packets"] += 1
-            self.c["tx.bytes"] += len(data)
+        self.out.send(out)
 
     def drain(self, max_batches: int = 16) -> None:
         for _ in range(max_batches):
@@ -165,11 +177,13 @@ class InaSwitchService:
 
     # -- lifecycle and control --------------------------------------------------------------------
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.out.attach(loop)
         loop.add_reader(self.sock.fileno(), self.drain)
 
     def close(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
         if loop is not None:
             loop.remove_reader(self.sock.fileno())
+        self.out.close()
         self.sock.close()
 
     def reset(self, job_id: int) -> bool:
@@ -181,7 +195,16 @@ class InaSwitchService:
         return True
 
     def counters(self) -> dict[str, int]:
-        out = {f"ina.{k}": v for k, v in self.c.items()}
+        c = self.c.copy()
+        box = self.out
+        c["tx.packets"], c["tx.bytes"] = box.sent, box.sent_bytes
+        c["tx.nobufs"], c["tx.deferred"], c["tx.backlog"] = box.nobufs, box.deferred, len(box.backlog)
+        c["tx.icmp-errors"] = box.icmp_errors
+        if box.refused:
+            c["dropped.tx-error"] = box.refused
+        if box.overflow:
+            c["dropped.backlog-full"] = box.overflow
+        out = {f"ina.{k}": v for k, v in c.items()}
         for k in ("rx.packets", "rx.bytes", "tx.packets", "tx.bytes", "aggregated", "completed", "forwarded"):
             out.setdefault(f"ina.{k}", 0)
         return out

@@ -9,7 +9,11 @@
 * ``ring``: reduce-scatter + all-gather between the workers on UDP 4793, every message acknowledged
   (docs/allreduce.md).
 
-All three retransmit on timeout, so a lost packet costs time, never a wrong or missing result.
+All three retransmit on timeout, so a lost packet costs time, never a wrong or missing result. The
+timeout is RFC 6298's (:mod:`aidcnet.rto`): the request's ``timeout_s`` is only the initial RTO, then it
+follows the measured round trip; ``min_rto_s``/``max_rto_s`` bound it and ``rto_margin_s`` is its G.
+Every socket pushes back (``IP_RECVERR``): a datagram a full local queue refuses waits in an
+:class:`Outbox` and is sent again, never lost silently (docs/allreduce.md).
 """
 
 from __future__ import annotations
@@ -25,12 +29,16 @@ from typing import Any
 
 import numpy as np
 
+from aidcnet.agent.outbox import Outbox
 from aidcnet.config import Ina, InaMember
 from aidcnet.ina.aggregator import Aggregator, JobConfig
 from aidcnet.ina.header import DType, InaDecodeError, InaHeader, Op
 from aidcnet.ina.vat import Action
 from aidcnet.ina.worker import (
     DEFAULT_CHUNK_ELEMENTS,
+    DEFAULT_MAX_RTO_S,
+    DEFAULT_MIN_RTO_S,
+    DEFAULT_RTO_MARGIN_S,
     DEFAULT_TIMEOUT_S,
     AllreduceJob,
     ReliableSender,
@@ -42,22 +50,34 @@ from aidcnet.ina.worker import (
 )
 from aidcnet.ipv4 import UdpDatagram
 from aidcnet.modes import Mode
-from aidcnet.udpio import BatchIO, Datagram, set_socket_buffer
+from aidcnet.rto import RtoEstimator
+from aidcnet.udpio import (
+    BatchIO,
+    Datagram,
+    drain_error_queue,
+    enable_backpressure,
+    set_socket_buffer,
+    shaped_sndbuf,
+)
 
 log = logging.getLogger("aidcnet.ina.worker")
 
 MODES = (Mode.INA, Mode.PS, Mode.RING)
+# An AllReduce's result, its retransmits, when it started (epoch s) and its timer's final state.
+_Outcome = tuple[np.ndarray, int, float, RtoEstimator]
 _BUF = 32 << 20
 
 
-def _udp_socket(port: int) -> tuple[socket.socket, BatchIO]:
+def _udp_socket(port: int, queue_bytes: int | None) -> tuple[socket.socket, BatchIO]:
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     set_socket_buffer(sock, socket.SO_RCVBUF, _BUF)
-    set_socket_buffer(sock, socket.SO_SNDBUF, _BUF)
+    # Shaped: the two sockets' memory below the smallest queue, so a full socket (EAGAIN) stops them before
+    # the queue drops anything; IP_RECVERR for what others' traffic still fills (ENOBUFS). Both the Outbox
+    # resends.
+    enable_backpressure(sock, sndbuf=shaped_sndbuf(queue_bytes, sockets=2) or _BUF)
     sock.bind(("0.0.0.0", port))
     sock.setblocking(False)
     return sock, BatchIO(sock)
-
 
 
 @dataclass
@@ -72,20 +92,36 @@ class _Run:
     scale: int
     chunk_base: int
     per_chunk: int
-    timeout: float
+    timeout: float  # the initial RTO
+    min_rto: float
+    max_rto: float
+    margin: float  # G of RFC 6298's RTO = SRTT + max(G, 4 RTTVAR), at least the tick
     deadline: float
     fut: asyncio.Future[None]
 
+    @property
+    def tick(self) -> float:
+        """The retransmission timer's period."""
+        return min(self.timeout, self.min_rto) / 2
+
+    @property
+    def granularity(self) -> float:
+        return max(self.tick, self.margin)
+
+
 class InaWorkerService:
-    def __init__(self, ina: Ina, bfr_id: int, bsl: int, loopback: str) -> None:
+    def __init__(
+        self, ina: Ina, bfr_id: int, bsl: int, loopback: str, queue_bytes: int | None = None
+    ) -> None:
         self.ina = ina
         self.bfr_id = bfr_id
         self.bsl = bsl
         self.loopback = loopback
         self.members: dict[int, InaMember] = {m.job_id: m for m in ina.members}
         self.c: Counter[str] = Counter()
-        self.sock, self.io = _udp_socket(ina.port)
-        self.ring_sock, self.ring_io = _udp_socket(ina.port + 1)
+        self.sock, self.io = _udp_socket(ina.port, queue_bytes)
+        self.ring_sock, self.ring_io = _udp_socket(ina.port + 1, queue_bytes)
+        self.out, self.ring_out = Outbox(self.io), Outbox(self.ring_io)
         # job -> (AllreduceJob, where its packets go, future set when complete)
         self.active: dict[int, tuple[AllreduceJob, str, asyncio.Future[None]]] = {}
         # job -> (ring state, its sender, next rank's address, previous rank's address, future)
@@ -100,6 +136,8 @@ class InaWorkerService:
     # -- lifecycle --------------------------------------------------------------------------------
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
+        self.out.attach(loop)
+        self.ring_out.attach(loop)
         loop.add_reader(self.sock.fileno(), self._drain)
         loop.add_reader(self.ring_sock.fileno(), self._drain_ring)
 
@@ -109,6 +147,8 @@ class InaWorkerService:
             loop.remove_reader(self.ring_sock.fileno())
         if self._tick is not None:
             self._tick.cancel()
+        self.out.close()
+        self.ring_out.close()
         pending = [e[-1] for e in self.active.values()] + [e[-1] for e in self.ring.values()]
         for fut in pending:
             if not fut.done():
@@ -117,7 +157,20 @@ class InaWorkerService:
         self.ring_sock.close()
 
     def counters(self) -> dict[str, int]:
-        return {f"ina.{k}": v for k, v in sorted(self.c.items())}
+        c = self.c.copy()
+        boxes = (self.out, self.ring_out)
+        c["tx.packets"] = sum(b.sent for b in boxes)
+        c["tx.bytes"] = sum(b.sent_bytes for b in boxes)
+        c["tx.errors"] = sum(b.refused for b in boxes)
+        # Back-pressure at work: sends that met a full local queue (ENOBUFS), datagrams that waited for
+        # room, and the backlog now; a drop here (backlog-full) is the agent's own, named as such.
+        c["tx.nobufs"] = sum(b.nobufs for b in boxes)
+        c["tx.deferred"] = sum(b.deferred for b in boxes)
+        c["tx.backlog"] = sum(len(b.backlog) for b in boxes)
+        c["tx.icmp-errors"] = sum(b.icmp_errors for b in boxes)
+        if any(b.overflow for b in boxes):
+            c["dropped.backlog-full"] = sum(b.overflow for b in boxes)
+        return {f"ina.{k}": v for k, v in sorted(c.items())}
 
     # -- receive paths ----------------------------------------------------------------------------
     def on_bier_udp(self, datagram: UdpDatagram) -> bool:
@@ -128,9 +181,17 @@ class InaWorkerService:
         self._on_ina(datagram.payload, None)
         return True
 
+    def _recv(self, io: BatchIO) -> list[Datagram]:
+        try:
+            return io.recv()
+        except OSError:
+            # IP_RECVERR's other side: an ICMP error (say, port unreachable) fails one receive.
+            self.c["rx.icmp-errors"] += drain_error_queue(io.sock) or 1
+            return []
+
     def _drain(self) -> None:
         for _ in range(16):
-            pkts = self.io.recv()
+            pkts = self._recv(self.io)
             for buf, src in pkts:
                 self.c["rx.udp.packets"] += 1
                 self._on_ina(bytes(buf), src[0])
@@ -151,14 +212,15 @@ class InaWorkerService:
             self.c["dropped.result-not-running"] += 1
             return
         job, dst, fut = entry
-        if job.on_result(hdr):
+        now = time.monotonic()
+        if job.on_result(hdr, now):
             self.c["results"] += 1
             if job.complete:
                 del self.active[hdr.job_id]
                 if not fut.done():
                     fut.set_result(None)
             else:
-                self._send([(p, (dst, self.ina.port)) for p in job.due(time.monotonic())], self.io)
+                self._send([(p, (dst, self.ina.port)) for p in job.due(now)], self.out)
         else:
             self.c["dropped.duplicate-result"] += 1
 
@@ -171,7 +233,7 @@ class InaWorkerService:
             addrs = self.ps_workers[hdr.job_id]
             ids = ids_from_bitstring(decision.si, decision.bitstring, self.bsl)
             # The baseline's dissemination: one unicast copy per worker.
-            self._send([(data, (addrs[i], self.ina.port)) for i in ids if i in addrs], self.io)
+            self._send([(data, (addrs[i], self.ina.port)) for i in ids if i in addrs], self.out)
             self.c["ps." + decision.reason] += 1
         elif decision.action is Action.DROP:
             self.c["ps.dropped." + decision.reason] += 1
@@ -180,7 +242,7 @@ class InaWorkerService:
 
     def _drain_ring(self) -> None:
         for _ in range(16):
-            pkts = self.ring_io.recv()
+            pkts = self._recv(self.ring_io)
             for buf, _src in pkts:
                 self._on_ring(bytes(buf))
             if len(pkts) < self.ring_io.max_msgs:
@@ -197,34 +259,30 @@ class InaWorkerService:
             prev_of_done = self.ring_prev.get(hdr.job_id)
             if prev_of_done is not None and hdr.element_count:
                 # Done here, but our ACK was lost: acknowledge again or the previous rank never finishes.
-                self._send([(ack_for(hdr), (prev_of_done, self.ina.port + 1))], self.ring_io)
+                self._send([(ack_for(hdr), (prev_of_done, self.ina.port + 1))], self.ring_out)
             self.c["ring.dropped.not-running"] += 1
             return
         ring, sender, nxt, prev, fut = entry
+        now = time.monotonic()
         if hdr.element_count == 0:
-            sender.ack((hdr.chunk - ring.chunk_base, hdr.result))
+            sender.ack((hdr.chunk - ring.chunk_base, hdr.result), now)
         else:
             # To the previous rank's loopback, not the datagram's source: that is the sender's link
             # address, which only its own leaf has a route to.
-            self._send([(ack_for(hdr), (prev, self.ina.port + 1))], self.ring_io)
+            self._send([(ack_for(hdr), (prev, self.ina.port + 1))], self.ring_out)
             step = ring.on_message(hdr)
             if step is None:
                 self.c["ring.duplicates"] += 1
             elif step.send is not None:
                 sender.push((step.send.chunk - ring.chunk_base, step.send.result), step.send.encode())
-        self._send([(p, (nxt, self.ina.port + 1)) for p in sender.due(time.monotonic())], self.ring_io)
+        self._send([(p, (nxt, self.ina.port + 1)) for p in sender.due(now)], self.ring_out)
         if ring.complete and sender.idle:
             del self.ring[hdr.job_id]
             if not fut.done():
                 fut.set_result(None)
 
-    def _send(self, out: list[Datagram], io: BatchIO) -> None:
-        if not out:
-            return
-        failed: list[int] = []
-        io.send(out, failed)
-        self.c["tx.packets"] += len(out) - len(failed)
-        self.c["tx.errors"] += len(failed)
+    def _send(self, out: list[Datagram], outbox: Outbox) -> None:
+        outbox.send(out)
 
     # -- timers -----------------------------------------------------------------------------------
     def _schedule(self, period: float) -> None:
@@ -235,9 +293,9 @@ class InaWorkerService:
         self._tick = None
         now = time.monotonic()
         for job, dst, _fut in self.active.values():
-            self._send([(p, (dst, self.ina.port)) for p in job.due(now)], self.io)
+            self._send([(p, (dst, self.ina.port)) for p in job.due(now)], self.out)
         for ring, sender, nxt, _prev, fut in list(self.ring.values()):
-            self._send([(p, (nxt, self.ina.port + 1)) for p in sender.due(now)], self.ring_io)
+            self._send([(p, (nxt, self.ina.port + 1)) for p in sender.due(now)], self.ring_out)
             if ring.complete and sender.idle:
                 self.ring.pop(ring.job_id, None)
                 if not fut.done():
@@ -292,25 +350,31 @@ class InaWorkerService:
             raise ValueError("elements must be >= 1")
         values = worker_array(int(request.get("seed", 0)), self.bfr_id, elements, dtype)
         timeout = float(request.get("timeout_s", DEFAULT_TIMEOUT_S))
+        min_rto = float(request.get("min_rto_s", DEFAULT_MIN_RTO_S))
+        max_rto = float(request.get("max_rto_s", DEFAULT_MAX_RTO_S))
+        margin = float(request.get("rto_margin_s", DEFAULT_RTO_MARGIN_S))
+        if not 0 < min_rto <= max_rto or timeout <= 0 or margin < 0:
+            raise ValueError(f"timeout_s {timeout}, min_rto_s {min_rto}, max_rto_s {max_rto}, rto_margin_s "
+                             f"{margin}: need timeout_s > 0, 0 < min_rto_s <= max_rto_s, rto_margin_s >= 0")
         per_chunk = int(request.get("chunk_elements", DEFAULT_CHUNK_ELEMENTS))
         chunk_base = int(request.get("chunk_base", 0))
         start_at = float(request.get("start_at", 0.0))
         deadline = float(request.get("deadline_s", 300.0))
-        if start_at > time.time():
-            await asyncio.sleep(start_at - time.time())
         assert self._loop is not None
         fut: asyncio.Future[None] = self._loop.create_future()
-        t0 = time.time()
         # Every worker of a fixed32 job must use the same Scale: the driver sends it, else all derive
         # it from the shared bound on worker_array's values.
         scale = int(request["scale"]) if "scale" in request else job_scale(len(member.workers))
-        run = _Run(job_id, member, values, op, dtype, scale, chunk_base, per_chunk, timeout, deadline, fut)
+        run = _Run(
+            job_id, member, values, op, dtype, scale, chunk_base, per_chunk,
+            timeout, min_rto, max_rto, margin, deadline, fut,
+        )  # fmt: skip
         if mode == Mode.RING:
             addrs = {int(k): str(v) for k, v in request["addresses"].items()}
-            result, retransmits = await self._ring(run, addrs)
+            result, retransmits, t0, rto = await self._ring(run, addrs, start_at)
         else:
             dst = str(member.next_hop) if mode == Mode.INA else str(request["ps"])
-            result, retransmits = await self._tree(run, dst)
+            result, retransmits, t0, rto = await self._tree(run, dst, start_at)
         end = time.time()
         self.c[f"allreduce.{mode}"] += 1
         self.c["retransmits"] += retransmits
@@ -324,6 +388,11 @@ class InaWorkerService:
             "started": t0,
             "finished": end,
             "retransmits": retransmits,
+            # The retransmission timer at the end (RFC 6298), to tell a queue's delay from a timer's doing.
+            "rto": {
+                "srtt": rto.srtt, "rttvar": rto.rttvar, "rto": rto.rto, "samples": rto.samples,
+                "backoffs": rto.backoffs,
+            },
             "digest": digest(result),
             "head": np.asarray(result[:4]).tolist(),
             "dtype": dtype.name.lower(),
@@ -336,7 +405,13 @@ class InaWorkerService:
             reply["values"] = base64.b64encode(big.tobytes()).decode()
         return reply
 
-    async def _ring(self, run: _Run, addrs: dict[int, str]) -> tuple[np.ndarray, int]:
+    @staticmethod
+    async def _start(start_at: float) -> float:
+        if start_at > time.time():
+            await asyncio.sleep(start_at - time.time())
+        return time.time()
+
+    async def _ring(self, run: _Run, addrs: dict[int, str], start_at: float) -> _Outcome:
         """The ring baseline: reduce-scatter then all-gather between the workers' loopbacks."""
         if run.op is not Op.SUM:
             raise ValueError(f"the ring baseline does sums only; job {run.job_id} is {run.member.op}")
@@ -346,31 +421,38 @@ class InaWorkerService:
             run.values, rank=rank, ranks=ranks, job_id=run.job_id, bsl=self.bsl, op=run.op, dtype=run.dtype,
             scale=run.scale, chunk_base=run.chunk_base, per_chunk=run.per_chunk,
         )
-        sender = ReliableSender(run.member.window, run.timeout)
+        sender = ReliableSender(
+            run.member.window, run.timeout, min_rto=run.min_rto, max_rto=run.max_rto,
+            granularity=run.granularity,
+        )
         nxt = addrs[ranks[(rank + 1) % len(ranks)]]
         prev = addrs[ranks[(rank - 1) % len(ranks)]]
         self.ring[run.job_id] = (ring, sender, nxt, prev, run.fut)
         self.ring_prev[run.job_id] = prev
+        # Registered before the start: a faster rank's first messages must find this ring (they are
+        # handled and acknowledged at once), not be dropped and wait for a timeout.
+        t0 = await self._start(start_at)
         for msg in ring.originate():
             sender.push((msg.chunk - run.chunk_base, msg.result), msg.encode())
-        self._send([(p, (nxt, self.ina.port + 1)) for p in sender.due(time.monotonic())], self.ring_io)
+        self._send([(p, (nxt, self.ina.port + 1)) for p in sender.due(time.monotonic())], self.ring_out)
         if ring.complete and sender.idle:
             self.ring.pop(run.job_id, None)
             run.fut.set_result(None)
-        self._schedule(run.timeout / 4)
+        self._schedule(run.tick)
         await self._wait(run.fut, run.job_id, run.deadline, lambda: f"{ring.have}/{ring.chunks} chunks")
-        return ring.result, sender.retransmits
+        return ring.result, sender.retransmits, t0, sender.rto
 
-    async def _tree(self, run: _Run, dst: str) -> tuple[np.ndarray, int]:
+    async def _tree(self, run: _Run, dst: str, start_at: float) -> _Outcome:
         """INA (``dst`` is the next hop toward the VAT) or the parameter server (``dst`` is the PS)."""
+        t0 = await self._start(start_at)
         job = AllreduceJob(
             run.values, job_id=run.job_id, bfr_id=self.bfr_id, bsl=self.bsl, op=run.op, dtype=run.dtype,
             chunk_base=run.chunk_base, per_chunk=run.per_chunk, window=run.member.window, timeout=run.timeout,
-            scale=run.scale,
+            scale=run.scale, min_rto=run.min_rto, max_rto=run.max_rto, granularity=run.granularity,
         )
         self.active[run.job_id] = (job, dst, run.fut)
-        self._send([(p, (dst, self.ina.port)) for p in job.due(time.monotonic())], self.io)
-        self._schedule(run.timeout / 4)
+        self._send([(p, (dst, self.ina.port)) for p in job.due(time.monotonic())], self.out)
+        self._schedule(run.tick)
         progress = lambda: f"{job.results}/{job.window.chunks} chunks"  # noqa: E731
         await self._wait(run.fut, run.job_id, run.deadline, progress)
-        return job.out, job.window.retransmits
+        return job.out, job.window.retransmits, t0, job.window.rto

@@ -7,6 +7,16 @@ Window rule (why a slot is never reused under a slow worker): a worker sends chu
 result is finished and needed by nobody, and the chunks anyone can have sent span fewer than
 ``2 * window`` numbers, so with ``window <= slot_budget // 2`` a switch that reuses its oldest finished
 slot never reuses one a worker may still retransmit into (docs/allreduce.md).
+
+Retransmission (why it adapts): on a shaped link the round trip includes the queue, which may be far
+longer than any fixed timer; a fixed timer then resends the whole window every period and the
+duplicates lengthen the queue further (issue 12). Both senders here, :class:`SendWindow` (INA and the
+parameter server) and :class:`ReliableSender` (the ring), keep their outstanding items in an
+:class:`aidcnet.rto.InFlight`: an RFC 6298 timer (RTO from the round trip of an item's first send to its
+result or ACK, never from a resent item, starting at the caller's ``timeout``; restarted by every new
+answer; on expiry only the oldest item is resent and the RTO doubles) and loss detection by send order
+(RFC 8985's RACK: an item older than a round trip and a quarter, sent before one already answered, is
+resent at once). A queue's delay thus costs no duplicates, and a loss about one round trip.
 """
 
 from __future__ import annotations
@@ -14,19 +24,35 @@ from __future__ import annotations
 import hashlib
 import math
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Final
 
 import numpy as np
 
 from aidcnet.ina import fixedpoint
 from aidcnet.ina.header import DType, InaFlags, InaHeader, Op, payload_from_array
+from aidcnet.rto import InFlight, RtoEstimator
 
 # 2048 four-octet elements: an 8 KiB payload that still fits a 9500-octet link MTU after the BIER
 # encapsulation of the result (outer IPv4/UDP, MPLS, RFC 8296 header with up to a 1024-bit BitString,
 # inner IPv4/UDP, INA header with the P-BM).
 DEFAULT_CHUNK_ELEMENTS: Final = 2048
-DEFAULT_TIMEOUT_S: Final = 0.2
+# The initial RTO, before the first round trip is measured: RFC 6298 §2.1's 1 s. Shorter fires before the
+# first result on a shaped link whose queue is already full (a ring rank's ACKs wait behind its
+# neighbour's window: 0.5 s at 4 Mbit/s), and each such timeout is a duplicate.
+DEFAULT_TIMEOUT_S: Final = 1.0
+# RTO bounds in wall time. The floor stays above the agent's scheduling jitter on a shared 2-core host
+# (an unshaped round trip is ~1 ms, a Python agent may be off the CPU for tens of ms); the ceiling is
+# RFC 6298 §2.5's lowest allowed maximum.
+DEFAULT_MIN_RTO_S: Final = 0.05
+DEFAULT_MAX_RTO_S: Final = 60.0
+# G in RTO = SRTT + max(G, 4 RTTVAR), for the agent. RFC 6298's G is the timer's granularity; ours is an
+# asyncio callback on a shared 2-core host, late by tens of ms at times, and a window answers 32 samples
+# per round trip that agree closely (all waited behind the same queue), so RTTVAR collapses and the RTO
+# sits a tick above SRTT; the next swing of the queue by a few chunks then fires it spuriously (measured:
+# one ring rank in two on a 4 Mbit/s veth). Linux keeps 200 ms under the variance term (TCP_RTO_MIN)
+# for the same reasons; 100 ms here, so a real loss still costs about one round trip plus 0.1 s.
+DEFAULT_RTO_MARGIN_S: Final = 0.1
 
 NP_DTYPES: Final = {DType.INT32: np.int32, DType.FLOAT32: np.float32, DType.FIXED32: np.float32}
 _REDUCE: Final = {Op.SUM: np.add, Op.MIN: np.minimum, Op.MAX: np.maximum, Op.PROD: np.multiply}
@@ -139,48 +165,57 @@ def chunk_count(elements: int, per_chunk: int) -> int:
     return max(1, -(-elements // per_chunk))
 
 
-@dataclass
 class SendWindow:
-    """Which chunks to send now: new ones inside the window, and those whose result is overdue.
+    """Which chunks to send now: new ones inside the window, and those :class:`InFlight` finds lost or
+    overdue (module docstring). A chunk is outstanding from its first send until :meth:`done`."""
 
-    A chunk is outstanding from its first send until :meth:`done`; after ``timeout`` without a result
-    it is sent again with the R flag (and its timer restarts).
-    """
+    def __init__(
+        self,
+        chunks: int,
+        window: int,
+        timeout: float,
+        *,
+        min_rto: float = DEFAULT_MIN_RTO_S,
+        max_rto: float = DEFAULT_MAX_RTO_S,
+        granularity: float = 0.0,
+    ) -> None:
+        self.chunks, self.window = chunks, window
+        rto = RtoEstimator(timeout, min(min_rto, timeout), max(max_rto, timeout), granularity)
+        self.flight: InFlight[int] = InFlight(rto)
+        self.lowest = 0  # lowest chunk without a result
+        self.next_new = 0
+        self.finished: set[int] = set()
 
-    chunks: int
-    window: int
-    timeout: float
-    lowest: int = 0  # lowest chunk without a result
-    next_new: int = 0
-    retransmits: int = 0
-    sent_at: dict[int, float] = field(default_factory=dict)
-    finished: set[int] = field(default_factory=set)
+    @property
+    def rto(self) -> RtoEstimator:
+        return self.flight.rto
+
+    @property
+    def retransmits(self) -> int:
+        return self.flight.retransmits
 
     @property
     def complete(self) -> bool:
         return len(self.finished) == self.chunks
 
+    def next_deadline(self) -> float | None:
+        return self.flight.next_deadline()
+
     def due(self, now: float) -> list[tuple[int, bool]]:
         """``(chunk, retransmit)`` pairs to send at ``now``, marking them sent."""
-        out: list[tuple[int, bool]] = []
-        for chunk, at in self.sent_at.items():
-            if now - at >= self.timeout:
-                out.append((chunk, True))
-        for chunk, _ in out:
-            self.sent_at[chunk] = now
-        self.retransmits += len(out)
+        out = [(chunk, True) for chunk in self.flight.due(now)]
         while self.next_new < self.chunks and self.next_new < self.lowest + self.window:
-            self.sent_at[self.next_new] = now
+            self.flight.sent(self.next_new, now)
             out.append((self.next_new, False))
             self.next_new += 1
         return out
 
-    def done(self, chunk: int) -> bool:
-        """Record a result; False for a chunk out of range or already finished (a duplicate)."""
+    def done(self, chunk: int, now: float) -> bool:
+        """Record a result at ``now``; False for a chunk out of range or already finished (a duplicate)."""
         if not 0 <= chunk < self.chunks or chunk in self.finished:
             return False
         self.finished.add(chunk)
-        self.sent_at.pop(chunk, None)
+        self.flight.answered(chunk, now)
         while self.lowest in self.finished:
             self.lowest += 1
         return True
@@ -189,9 +224,10 @@ class SendWindow:
 class AllreduceJob:
     """One worker's AllReduce of ``values`` over INA (or a parameter server speaking the same header).
 
-    ``packet(chunk, retransmit)`` builds what to send; ``on_result(hdr)`` takes a result packet and
-    returns True when it was new. FIXED32 jobs convert with a shared ``scale`` (every worker must use
-    the same one: :func:`aidcnet.ina.fixedpoint.choose_scale` from a bound all workers know).
+    ``packet(chunk, retransmit)`` builds what to send; ``on_result(hdr, now)`` takes a result packet
+    and returns True when it was new. ``timeout`` is the initial RTO (module docstring). FIXED32 jobs
+    convert with a shared ``scale`` (every worker must use the same one:
+    :func:`aidcnet.ina.fixedpoint.choose_scale` from a bound all workers know).
     """
 
     def __init__(
@@ -208,6 +244,9 @@ class AllreduceJob:
         window: int = 32,
         timeout: float = DEFAULT_TIMEOUT_S,
         scale: int = 0,
+        min_rto: float = DEFAULT_MIN_RTO_S,
+        max_rto: float = DEFAULT_MAX_RTO_S,
+        granularity: float = 0.0,
     ) -> None:
         from aidcnet.bier.bitstring import bfr_id_to_si_bit
 
@@ -219,7 +258,10 @@ class AllreduceJob:
         wire = fixedpoint.to_fixed(values, scale) if dtype is DType.FIXED32 else values
         self.wire = np.ascontiguousarray(wire).astype(wire.dtype.newbyteorder(">"))
         self.out = np.zeros(self.elements, dtype=NP_DTYPES[dtype])
-        self.window = SendWindow(chunk_count(self.elements, per_chunk), window, timeout)
+        self.window = SendWindow(
+            chunk_count(self.elements, per_chunk), window, timeout,
+            min_rto=min_rto, max_rto=max_rto, granularity=granularity,
+        )
         self.results = 0
         self.ignored = 0
 
@@ -243,7 +285,7 @@ class AllreduceJob:
     def due(self, now: float) -> list[bytes]:
         return [self.packet(c, r) for c, r in self.window.due(now)]
 
-    def on_result(self, hdr: InaHeader) -> bool:
+    def on_result(self, hdr: InaHeader, now: float) -> bool:
         chunk = hdr.chunk - self.chunk_base
         where = self._slice(chunk) if 0 <= chunk < self.window.chunks else None
         if (
@@ -252,7 +294,7 @@ class AllreduceJob:
             or not hdr.result
             or not hdr.pbm & self.pbm
             or hdr.element_count != where.stop - where.start
-            or not self.window.done(chunk)
+            or not self.window.done(chunk, now)
         ):
             self.ignored += 1
             return False
@@ -387,34 +429,52 @@ class RingAllreduce:
 
 class ReliableSender:
     """Per-peer reliable delivery for the ring: each message waits for an ACK (the same header with no
-    elements), is resent after ``timeout``, and at most ``window`` are unacknowledged at a time."""
+    elements), at most ``window`` are unacknowledged at a time, and :class:`InFlight` says which to send
+    again when (module docstring)."""
 
-    def __init__(self, window: int, timeout: float) -> None:
-        self.window, self.timeout = window, timeout
+    def __init__(
+        self,
+        window: int,
+        timeout: float,
+        *,
+        min_rto: float = DEFAULT_MIN_RTO_S,
+        max_rto: float = DEFAULT_MAX_RTO_S,
+        granularity: float = 0.0,
+    ) -> None:
+        self.window = window
+        rto = RtoEstimator(timeout, min(min_rto, timeout), max(max_rto, timeout), granularity)
+        self.flight: InFlight[tuple[int, bool]] = InFlight(rto)
         self.queue: deque[tuple[tuple[int, bool], bytes]] = deque()
-        self.unacked: dict[tuple[int, bool], tuple[bytes, float]] = {}
-        self.retransmits = 0
+        self.unacked: dict[tuple[int, bool], bytes] = {}
+
+    @property
+    def rto(self) -> RtoEstimator:
+        return self.flight.rto
+
+    @property
+    def retransmits(self) -> int:
+        return self.flight.retransmits
 
     def push(self, key: tuple[int, bool], data: bytes) -> None:
         self.queue.append((key, data))
 
-    def ack(self, key: tuple[int, bool]) -> None:
-        self.unacked.pop(key, None)
+    def ack(self, key: tuple[int, bool], now: float) -> None:
+        if self.flight.answered(key, now):  # else a duplicate ACK (of a resent message): nothing new
+            del self.unacked[key]
 
     @property
     def idle(self) -> bool:
         return not self.queue and not self.unacked
 
+    def next_deadline(self) -> float | None:
+        return self.flight.next_deadline()
+
     def due(self, now: float) -> list[bytes]:
-        out = []
-        for key, (data, at) in list(self.unacked.items()):
-            if now - at >= self.timeout:
-                self.unacked[key] = (data, now)
-                self.retransmits += 1
-                out.append(data)
+        out = [self.unacked[key] for key in self.flight.due(now)]
         while self.queue and len(self.unacked) < self.window:
             key, data = self.queue.popleft()
-            self.unacked[key] = (data, now)
+            self.unacked[key] = data
+            self.flight.sent(key, now)
             out.append(data)
         return out
 

@@ -1,7 +1,8 @@
 """Test hosts for the fabric tests: two network namespaces joined by a veth, made and removed here.
 
-Named ``fab-<pid>-<n>`` so parallel runs and other helpers never collide. These tests need root and the
-host's iproute2; a missing tool fails the test with the command that installs it (never a skip).
+Named ``fab-<pid>-<n>`` (or another prefix, :func:`make_veth_pair`) so parallel runs and other helpers
+never collide. These tests need root and the host's iproute2; a missing tool fails the test with the
+command that installs it (never a skip).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import count
 
@@ -73,13 +75,14 @@ class VethPair:
         )
 
 
-@pytest.fixture
-def veth_pair() -> Iterator[VethPair]:
+@contextmanager
+def make_veth_pair(prefix: str = "fab", mtu: int | None = None) -> Iterator[VethPair]:
+    """Two namespaces ``<prefix>-<pid>-<n>a``/``b`` joined by a veth (``mtu`` if given), removed after."""
     require_root()
     require_tool("ip", "iproute2")
     require_tool("tc", "iproute2")
     n = next(_serial)
-    pair = VethPair(a=f"fab-{os.getpid()}-{n}a", b=f"fab-{os.getpid()}-{n}b")
+    pair = VethPair(a=f"{prefix}-{os.getpid()}-{n}a", b=f"{prefix}-{os.getpid()}-{n}b")
     try:
         sh("ip", "netns", "add", pair.a)
         sh("ip", "netns", "add", pair.b)
@@ -87,6 +90,8 @@ def veth_pair() -> Iterator[VethPair]:
            "netns", pair.b)
         for ns, iface, ip in ((pair.a, pair.a_if, pair.a_ip), (pair.b, pair.b_if, pair.b_ip)):
             sh("ip", "-n", ns, "addr", "add", f"{ip}/31", "dev", iface)
+            if mtu is not None:
+                sh("ip", "-n", ns, "link", "set", iface, "mtu", str(mtu))
             sh("ip", "-n", ns, "link", "set", iface, "up")
             sh("ip", "-n", ns, "link", "set", "lo", "up")
             # No IPv6 and no ARP on the wire: counters then hold the test's own packets and nothing else.
@@ -103,3 +108,9 @@ def veth_pair() -> Iterator[VethPair]:
     finally:
         for ns in (pair.a, pair.b):
             sh("ip", "netns", "del", ns, check=False)
+
+
+@pytest.fixture
+def veth_pair() -> Iterator[VethPair]:
+    with make_veth_pair() as pair:
+        yield pair

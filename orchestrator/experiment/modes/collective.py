@@ -30,7 +30,14 @@ from typing import Any
 import numpy as np
 
 from aidcnet.ina.header import DType, Op
-from aidcnet.ina.worker import digest, exact_result, job_scale, out_of_tolerance, worker_array
+from aidcnet.ina.worker import (
+    DEFAULT_TIMEOUT_S,
+    digest,
+    exact_result,
+    job_scale,
+    out_of_tolerance,
+    worker_array,
+)
 from aidcnet.roles import Role
 from orchestrator.configure.plan.model import LabPlan, PlanInaJob
 from orchestrator.experiment.modes.base import ExperimentMode, Family, ModeOutcome, RunOptions, Say
@@ -168,7 +175,7 @@ class CollectiveMode(ExperimentMode):
         job_id: int,
         elements: int,
         seed: int = 1,
-        timeout_s: float = 0.2,
+        timeout_s: float = DEFAULT_TIMEOUT_S,  # the workers' initial RTO (RFC 6298: then it adapts)
         deadline_s: float = 300.0,
         start_at: float | None = None,
         chunk_elements: int | None = None,

@@ -31,6 +31,7 @@ from aidcnet.ina.worker import (
     reference,
     worker_array,
 )
+from tests.unit.aidcnet.ina.legacy_timer import FixedTimerWindow
 
 # Figure 1 of the draft: s1 [11000000], s7 [00110000], s6 root [11110000]; w_i is BFR-id i.
 FIG1 = {"s1": "11000000", "s7": "00110000", "s6": "11110000"}
@@ -77,8 +78,8 @@ def run_fig1(
     faults = {"lost": 0, "duplicated": 0, "timeouts": 0}
     while not all(j.complete for j in workers.values()):
         if not net:
-            # Quiet network: time passes until the workers' retransmit timers fire.
-            now += 1.0
+            # Quiet network: time passes until the first worker's retransmit timer fires.
+            now = min(d for j in workers.values() if (d := j.window.next_deadline()) is not None)
             faults["timeouts"] += 1
             assert faults["timeouts"] < 500, "never converged"
             net += [(FIRST_HOP[w], p) for w, j in workers.items() for p in j.due(now)]
@@ -93,7 +94,7 @@ def run_fig1(
         hdr = InaHeader.decode(wire)
         if isinstance(dest, int):
             job = workers[dest]
-            if job.on_result(hdr):
+            if job.on_result(hdr, now):
                 net += [(FIRST_HOP[dest], p) for p in job.due(now)]
             continue
         d = switches[dest].handle(hdr)
@@ -168,12 +169,129 @@ def test_send_window_keeps_at_most_window_chunks_past_the_lowest_missing_result(
     w = SendWindow(chunks=10, window=3, timeout=1.0)
     assert w.due(0.0) == [(0, False), (1, False), (2, False)]
     assert w.due(0.5) == []
-    assert w.done(1) and not w.done(1)  # a duplicate result
+    assert w.done(1, 0.5) and not w.done(1, 0.5)  # a duplicate result
     assert w.due(0.6) == []  # chunk 0 still open: the window does not slide past it
-    assert w.done(0)
+    assert w.done(0, 0.7)
     assert w.due(0.7) == [(3, False), (4, False)]
-    assert w.due(1.0) == [(2, True)]  # chunk 2's timer (sent at 0.0) fired
+    # Samples 0.5 and 0.7 s: SRTT 0.525, RTTVAR 0.2375, RTO 1.475 (RFC 6298 §2.3); the timer restarted
+    # with the result at 0.7 (§5.3), so chunk 2 (sent at 0.0) is overdue at 0.7 + 1.475.
+    assert w.rto.rto == pytest.approx(1.475)
+    assert w.due(2.17) == []
+    assert w.due(2.18) == [(2, True)]
     assert w.retransmits == 1 and not w.complete
+
+
+def test_a_timeout_resends_only_the_oldest_chunk_and_backs_off() -> None:
+    w = SendWindow(chunks=4, window=4, timeout=0.2, min_rto=0.05)
+    assert len(w.due(0.0)) == 4
+    # Every chunk is overdue at 0.25, but only the oldest goes again, the RTO doubles and the timer
+    # restarts (RFC 6298 §5.4-5.6).
+    assert w.due(0.25) == [(0, True)] and w.rto.rto == pytest.approx(0.4)
+    assert w.due(0.6) == []  # chunk 1 (sent at 0) now times out at 0.25 + 0.4
+    assert w.due(0.65) == [(1, True)] and w.rto.rto == pytest.approx(0.8)
+    # Chunk 0's result: ambiguous (it was sent twice), so no sample and the backed-off RTO stays (Karn),
+    # but it is news: the timer restarts.
+    assert w.done(0, 0.7) and w.rto.samples == 0 and w.rto.rto == pytest.approx(0.8)
+    assert w.next_deadline() == pytest.approx(0.7 + 0.8)
+    # Chunk 2, sent once, gives a sample of 0.8 s: RTO = 0.8 + 4 * 0.4, the backoff collapses.
+    assert w.done(2, 0.8) and w.rto.samples == 1 and w.rto.rto == pytest.approx(2.4)
+    assert w.retransmits == 2
+
+
+def test_results_that_keep_coming_hold_the_timer_off() -> None:
+    """A round trip that jumps (a queue filled at once): while results arrive, chunks sent long ago are
+    not resent even though each has waited longer than the RTO since its own send."""
+    w = SendWindow(chunks=40, window=8, timeout=1.0, min_rto=0.01)
+    w.due(0.0)
+    assert w.done(0, 0.01)  # one fast sample: RTO = 0.03
+    now = 0.01
+    for chunk in range(1, 8):  # the rest come back one every 20 ms: each waited far past 0.03 s
+        now += 0.02
+        assert w.due(now - 0.001) == [] or all(not r for _c, r in w.due(now - 0.001))
+        assert w.done(chunk, now)
+    assert w.retransmits == 0
+
+
+def simulate_shaped_link(
+    sender: SendWindow, service_s: float, base_rtt: float, loss: float = 0.0, seed: int = 1
+) -> tuple[float, int]:
+    """One sender through a FIFO link that serves a chunk every ``service_s`` (a shaper), the result
+    ``base_rtt`` after it leaves; duplicates take the link too; a fraction ``loss`` of the sends is lost.
+    Returns the completion time and how many sends were lost."""
+    import heapq
+
+    rng = random.Random(seed)
+    link_free = 0.0
+    lost = 0
+    events: list[tuple[float, int]] = []  # (when the result arrives, chunk)
+
+    def send(now: float) -> None:
+        nonlocal link_free, lost
+        for chunk, _retransmit in sender.due(now):
+            link_free = max(link_free, now) + service_s
+            if rng.random() < loss:
+                lost += 1
+            else:
+                heapq.heappush(events, (link_free + base_rtt, chunk))
+
+    send(0.0)
+    now = 0.0
+    while not sender.complete:
+        deadline = sender.next_deadline()
+        if events and (deadline is None or events[0][0] <= deadline):
+            now, chunk = heapq.heappop(events)
+            sender.done(chunk, now)
+        else:
+            assert deadline is not None
+            now = deadline
+        send(now)
+    return now, lost
+
+
+def test_an_adaptive_rto_does_not_storm_where_a_fixed_timer_does() -> None:
+    """A window of 32 chunks on a link that serves one every 33 ms: ~1 s of queue. The fixed 0.2 s timer
+    of before resends every chunk, again and again; the RFC 6298 timer resends none."""
+    fixed = FixedTimerWindow(100, 32)
+    adaptive = SendWindow(100, 32, 0.2, granularity=0.01)
+    t_fixed, _ = simulate_shaped_link(fixed, 0.033, 0.001)
+    t_adaptive, _ = simulate_shaped_link(adaptive, 0.033, 0.001)
+    print(f"fixed 0.2 s: {fixed.retransmits} retransmits, {t_fixed:.2f} s; "
+          f"RFC 6298: {adaptive.retransmits} retransmits, {t_adaptive:.2f} s, SRTT {adaptive.rto.srtt:.3f} s")
+    assert fixed.retransmits > 100
+    assert adaptive.retransmits == 0
+    assert t_adaptive == pytest.approx(100 * 0.033 + 0.001, rel=0.01)  # the link's bound: never idle
+    assert t_fixed > t_adaptive * 2
+
+
+def test_ring_sender_resends_only_the_oldest_and_learns_the_round_trip() -> None:
+    s = ReliableSender(window=2, timeout=0.2, min_rto=0.05)
+    for k, data in enumerate((b"a", b"b", b"c")):
+        s.push((k, False), data)
+    assert s.due(0.0) == [b"a", b"b"]
+    assert s.due(0.25) == [b"a"] and s.rto.rto == pytest.approx(0.4)  # b is overdue too, but waits
+    s.ack((1, False), 0.3)  # sent once: a sample of 0.3 s, RTO = 0.3 + 4 * 0.15
+    assert s.rto.samples == 1 and s.rto.rto == pytest.approx(0.9)
+    assert s.due(0.3) == [b"c"]
+    s.ack((0, False), 0.35)  # a was sent twice: no sample (Karn)
+    s.ack((0, False), 0.36)  # a duplicate ACK of the second copy: nothing
+    assert s.rto.ignored == 1 and s.rto.samples == 1 and s.retransmits == 1
+    s.ack((2, False), 0.4)
+    assert s.idle
+
+
+@pytest.mark.parametrize("loss", [0.01, 0.05, 0.2])
+def test_losses_in_a_window_are_found_by_send_order_and_resent_together(loss: float) -> None:
+    """Random loss on the shaped link: every lost send is resent about once, mostly found by send order
+    (RACK), seldom by the timer, so the transfer takes about as long as the link needs for the extra
+    sends plus a few timeouts, not one backed-off timeout per loss."""
+    clean, _ = simulate_shaped_link(SendWindow(300, 32, 1.0, granularity=0.1), 0.033, 0.001)
+    w = SendWindow(300, 32, 1.0, granularity=0.1)
+    took, lost = simulate_shaped_link(w, 0.033, 0.001, loss=loss)
+    print(f"loss {loss}: {took:.2f} s (lossless {clean:.2f} s), {lost} sends lost, {w.retransmits} resent "
+          f"({w.flight.lost} by send order, {w.flight.timeouts} timeouts)")
+    assert lost > 0 and w.retransmits >= lost
+    assert w.retransmits <= lost + 2 and w.flight.timeouts <= 3
+    assert took < clean * 2.5
 
 
 def run_ring(
@@ -200,7 +318,7 @@ def run_ring(
     quiet = 0
     while not all(r.complete for r in rings) or not all(s.idle for s in senders):
         if not net:
-            now += 1.0
+            now = min(d for s in senders if (d := s.next_deadline()) is not None)
             quiet += 1
             assert quiet < 2000
             for i in range(n_workers):
@@ -211,7 +329,7 @@ def run_ring(
             continue
         hdr = InaHeader.decode(wire)
         if hdr.element_count == 0:  # an ACK, addressed to the rank that sent the message
-            senders[dest].ack((hdr.chunk, hdr.result))
+            senders[dest].ack((hdr.chunk, hdr.result), now)
             flush(dest)
             continue
         net.append(((dest - 1) % n_workers, ack_for(hdr)))
