@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Idempotent machine setup for aidclab (Debian 12, root): says what it did, does nothing twice.
-#   - Debian packages: docker.io (engine), mmdebstrap (node rootfs), iproute2 (ip netns, tc),
+#   - Debian packages: docker.io (engine), mmdebstrap (node rootfs), iproute2 (ip netns, tc), tshark,
 #     clang + llvm + libbpf-dev (tc programs, aidcnet/ebpf/), bpftool (their maps, from the host)
 #   - a virtualenv .venv with aidclab and its dev extras
 #   - dockerd started in the background (no systemd here) and waited for
@@ -14,6 +14,8 @@ command -v dockerd >/dev/null 2>&1 || need_pkgs+=(docker.io)
 command -v mmdebstrap >/dev/null 2>&1 || command -v debootstrap >/dev/null 2>&1 || need_pkgs+=(mmdebstrap)
 command -v ip >/dev/null 2>&1 || need_pkgs+=(iproute2)
 command -v tcpdump >/dev/null 2>&1 || need_pkgs+=(tcpdump)
+# tshark: the independent decoder our message formats are checked against (IGMPv3 reports, docs/igmp.md).
+command -v tshark >/dev/null 2>&1 || need_pkgs+=(tshark)
 # The tc programs (aidcnet/ebpf/): BIER's compiled here at image build time, link-fault's here for the host
 # to attach (clang -target bpf needs the libbpf and kernel UAPI headers); bpftool reads and writes their
 # maps from the host; nsenter for the netns dataplane tests.

@@ -82,11 +82,11 @@ def test_tshark_decodes_our_reports(tmp_path: Path) -> None:
         "igmp.maddr",
         "igmp.saddr",
     ]
-    cmd = [tshark, "-r", str(pcap), "-T", "fields", "-E", "separator=/", "-E", "aggregator=,"]
+    cmd = [tshark, "-r", str(pcap), "-T", "fields", "-E", "separator=;", "-E", "aggregator=,"]
     for f in fields:
         cmd += ["-e", f]
     lines = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=60).stdout.splitlines()
     assert lines == [
-        "3/0x22/2/1,4/232.1.1.1,239.1.2.3/10.0.0.1,10.0.0.9",
-        "3/0x22/1/1/232.1.1.1/10.0.0.1",  # the Receiver List after the record is not an IGMP field
+        "3;0x22;2;1,4;232.1.1.1,239.1.2.3;10.0.0.1,10.0.0.9",
+        "3;0x22;1;1;232.1.1.1;10.0.0.1",  # the Receiver List after the record is not an IGMP field
     ]

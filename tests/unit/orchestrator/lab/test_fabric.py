@@ -10,10 +10,10 @@ from hypothesis import strategies as st
 
 from orchestrator.configure.plan.model import TimeVars
 from orchestrator.lab.fabric import ETH_HEADER, EndShaper, Fabric, FabricError, fabric_from_plan, tbf_burst
-from tests.unit.orchestrator.configure.test_plan import lab, leaf_spine_doc, plan_of
+from tests.unit.orchestrator.configure.test_plan import leaf_spine_doc, plan_of
 
 
-def superpod_at(scale: int):
+def superpod_at(scale: int | str):
     from orchestrator.configure.plan import build_plan, load_vars
     from orchestrator.lab.topology import load_topology
     from orchestrator.paths import LABS
@@ -27,12 +27,12 @@ def test_every_link_is_shaped_at_both_ends_to_the_plan_rate():
     fabric = fabric_from_plan(plan)
     assert len(fabric.ends) == 2 * len(plan.links) and fabric.scale == plan.time.scale
     g1 = fabric.end("G1:eth1")
-    assert (g1.peer, g1.bandwidth_bps, g1.rate_bps, g1.queue_bytes) == ("L1:eth1", 800e9, 80e6, 1 << 20)
+    assert (g1.peer, g1.bandwidth_bps, g1.rate_bps, g1.queue_bytes) == ("L1:eth1", 800e9, 80e6, 4 << 20)
     assert fabric.end("L1:eth1").peer == "G1:eth1" and fabric.end("L1:eth1").rate_bps == 80e6
 
 
 def test_an_unshaped_lab_has_every_end_at_rate_zero():
-    fabric = fabric_from_plan(lab("superpod"))
+    fabric = fabric_from_plan(superpod_at("off"))
     assert fabric.scale is None and {e.rate_bps for e in fabric.ends.values()} == {0}
     after, changed = fabric.with_bandwidth("L1:eth1", 400_000_000_000)
     assert {c.rate_bps for c in changed} == {0} and after.end("G1:eth1").bandwidth_bps == 400_000_000_000
