@@ -3,7 +3,9 @@
 Smaller scales finish sooner in wall time; too small ones let a node's CPU or a socket, rather than the
 links, decide the timing (docs/time-and-fidelity.md). The search starts at the lab's scale, halves it
 while runs stay faithful (doubles it while they do not), then narrows the gap between the smallest
-faithful and the largest unfaithful scale geometrically until they are within :data:`PRECISION`.
+faithful and the largest unfaithful scale geometrically until they are within :data:`PRECISION`. A run
+counts as faithful when its verdict says so and its fabric completion stays within :data:`INVARIANCE`
+of the first run's (time dilation's own test).
 
 :func:`next_scale` is the decision, pure; :func:`find_scale` runs it against a lab: it reshapes the
 links between runs (the agents are not touched: their send buffers follow the queues, which do not
@@ -20,6 +22,11 @@ from pathlib import Path
 # Stop when the smallest faithful scale is within this factor of the largest unfaithful one below it.
 PRECISION = 1.3
 DEFAULT_MAX_RUNS = 6
+# Time dilation's own test: a faithful run takes the same fabric time at any scale. A run whose fabric
+# completion strays further than this from the first run's (at the lab's scale) was paced by something
+# that does not scale with the links: our software. It catches what the counters miss in a short run
+# (a 76 ms run is shorter than the CPU check's 0.5 s window and never builds a standing queue).
+INVARIANCE = 0.15
 
 
 @dataclass(frozen=True)
@@ -61,6 +68,21 @@ def next_scale(trials: list[Trial], *, floor: int = 1, ceiling: int = 10**7) -> 
     return nxt if nxt not in tried and worst < nxt < best.scale else None
 
 
+def against_reference(trial: Trial, reference: Trial) -> Trial:
+    """``trial`` judged also by :data:`INVARIANCE` against the faithful ``reference`` run."""
+    ref, got = reference.completion_fabric_s, trial.completion_fabric_s
+    if not trial.faithful or not reference.faithful or ref is None or got is None or ref <= 0:
+        return trial
+    off = got / ref - 1
+    if abs(off) <= INVARIANCE:
+        return trial
+    why = (
+        f"fabric completion {got * 1e6:.2f} µs is {abs(off):.0%} {'above' if off > 0 else 'below'} the "
+        f"{ref * 1e6:.2f} µs at 1:{reference.scale}: the links no longer set the pace"
+    )
+    return Trial(trial.scale, False, trial.completion_s, trial.run_dir, [*trial.reasons, why])
+
+
 def find_scale(
     start: int,
     run_at: Callable[[int], Trial],
@@ -75,6 +97,8 @@ def find_scale(
     while scale is not None and len(trials) < max_runs:
         say(f"scale search: run {len(trials) + 1}/{max_runs} at 1:{scale}")
         trial = run_at(scale)
+        if trials:
+            trial = against_reference(trial, trials[0])
         trials.append(trial)
         verdict = "faithful" if trial.faithful else "not faithful: " + "; ".join(trial.reasons)
         say(f"scale search: 1:{scale} {verdict}")

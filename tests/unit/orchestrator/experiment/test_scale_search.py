@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from orchestrator.experiment.scale_search import (
     PRECISION,
     Trial,
+    against_reference,
     describe,
     find_scale,
     next_scale,
@@ -73,3 +74,25 @@ def test_a_fabric_at_another_scale_keeps_bandwidth_and_queue():
     got = fabric.ends["h1:eth1"]
     assert fabric.scale == 10000 and got.rate_bps == 40_000_000 and got.queue_bytes == 4 << 20
     assert got.burst_bytes == tbf_burst(40_000_000, 9500) and got.bandwidth_bps == 400_000_000_000
+
+
+def test_a_run_whose_fabric_time_strays_from_the_reference_is_not_faithful():
+    reference = Trial(20000, True, 0.40)  # 20 µs of fabric time
+    same = against_reference(Trial(10000, True, 0.21), reference)  # 21 µs: within 15%
+    slow = against_reference(Trial(1250, True, 0.076), reference)  # 60.8 µs: our software's pace
+    assert same.faithful and not slow.faithful
+    assert "204% above the 20.00 µs at 1:20000" in slow.reasons[0]
+    # An unfaithful reference proves nothing: the trial keeps its own verdict.
+    assert against_reference(Trial(1250, True, 0.076), Trial(20000, False, 0.4)).faithful
+
+
+def test_the_search_uses_the_reference():
+    # Every verdict says faithful, but below 1:5000 the fabric time grows: the answer is 5000.
+    fabric_us = {20000: 20.0, 10000: 20.5, 5000: 22.0, 2500: 30.0, 1250: 60.0}
+    trials = find_scale(
+        20000,
+        lambda s: Trial(s, True, fabric_us.get(s, 20.0 if s > 5000 else 40.0) * 1e-6 * s),
+        max_runs=8,
+        say=lambda _: None,
+    )
+    assert smallest_faithful(trials).scale in range(3600, 5001)
