@@ -64,7 +64,9 @@ def report(lab: str, mode: str, trials: list[Trial]) -> bool:
     first = trials[0]
     best = smallest_faithful(trials)
     curve = ", ".join(
-        f"1:{t.scale} {t.completion_s:.3f} s{'' if t.faithful else ' (not faithful)'}"
+        f"1:{t.scale} {t.completion_s:.3f} s"
+        + ("" if t.bound_ratio is None else f" {t.bound_ratio:.2f}x bound")
+        + ("" if t.faithful else " (not faithful)")
         for t in sorted(trials, key=lambda t: -t.scale)
         if t.completion_s is not None
     )

@@ -193,7 +193,14 @@ def search_scale(
         if not done.ok:
             reasons.append("the run was not exact (missing, wrong or duplicate deliveries)")
         faithful = bool(timing and timing.faithful) and done.ok
-        return Trial(scale, faithful, m.completion_time if m else None, str(done.run_dir), reasons)
+        return Trial(
+            scale,
+            faithful,
+            m.completion_time if m else None,
+            str(done.run_dir),
+            reasons,
+            m.bound_ratio if m else None,
+        )
 
     try:
         return find_scale(original.scale, run_at, floor=floor, max_runs=max_runs, say=say)

@@ -36,6 +36,7 @@ class Trial:
     completion_s: float | None = None  # wall seconds
     run_dir: str | None = None
     reasons: list[str] = field(default_factory=list)
+    bound_ratio: float | None = None  # completion over the run's bottleneck bound
 
     @property
     def completion_fabric_s(self) -> float | None:
@@ -80,7 +81,8 @@ def against_reference(trial: Trial, reference: Trial) -> Trial:
         f"fabric completion {got * 1e6:.2f} µs is {abs(off):.0%} {'above' if off > 0 else 'below'} the "
         f"{ref * 1e6:.2f} µs at 1:{reference.scale}: the links no longer set the pace"
     )
-    return Trial(trial.scale, False, trial.completion_s, trial.run_dir, [*trial.reasons, why])
+    reasons = [*trial.reasons, why]
+    return Trial(trial.scale, False, trial.completion_s, trial.run_dir, reasons, trial.bound_ratio)
 
 
 def find_scale(
@@ -114,7 +116,8 @@ def describe(trials: list[Trial]) -> list[str]:
         fabric = "" if t.completion_fabric_s is None else f" = {t.completion_fabric_s * 1e6:.2f} µs fabric"
         verdict = "faithful" if t.faithful else "NOT faithful (" + "; ".join(t.reasons) + ")"
         run = f", run {Path(t.run_dir).name}" if t.run_dir else ""
-        lines.append(f"1:{t.scale}: {wall}{fabric}, {verdict}{run}")
+        bound = "" if t.bound_ratio is None else f" ({t.bound_ratio:.2f}x its bound)"
+        lines.append(f"1:{t.scale}: {wall}{fabric}{bound}, {verdict}{run}")
     best = smallest_faithful(trials)
     if best is None:
         lines.append("no faithful scale found: raise time.scale further, or run fewer nodes per core")
