@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from orchestrator.experiment.metrics import agent_deltas, link_deltas, link_pairs
+from orchestrator.experiment.metrics import agent_deltas, compute_metrics, link_deltas, link_pairs
 from orchestrator.experiment.modes import mode_class
 from orchestrator.experiment.modes.base import ModeOutcome, RunOptions
 from orchestrator.experiment.records import RunResult
@@ -118,6 +118,8 @@ def run_experiment(
             messages=outcome.messages,
             timing=watch.add_agent_counters(agents),
         )
+        completion = compute_metrics(result).completion_time
+        result = result.model_copy(update={"timing": watch.note_completion(completion)})
         run_dir = save_run(result, results_dir)
         for name, text in outcome.files.items():
             (run_dir / name).write_text(text)

@@ -42,6 +42,8 @@ AGENT_LOSS_COUNTERS = (
 )
 
 
+# A faithful run this far behind its bottleneck bound gets a note (issue 12's bar for a faithful run).
+BOUND_NOTE_RATIO = 1.15
 # A BFR that waited for room in its socket: lossless back-pressure, or our software holding every port
 # behind one full one. Worth a note next to a run far from its bound, not a reason by itself.
 AGENT_WAIT_COUNTERS = ("bier.tx.waits",)

@@ -11,7 +11,13 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from orchestrator.experiment.fidelity import agent_losses, agent_waits, bottleneck_bound, verdict
+from orchestrator.experiment.fidelity import (
+    BOUND_NOTE_RATIO,
+    agent_losses,
+    agent_waits,
+    bottleneck_bound,
+    verdict,
+)
 from orchestrator.experiment.records import BoundRecord, LinkEndTiming, NodeTiming, TimingRecord
 from orchestrator.lab import labdir
 from orchestrator.lab.fabric import Fabric
@@ -125,6 +131,22 @@ class FabricWatch:
             return self.record
         judged = self._judge(agent_losses(deltas))
         self.record = judged.model_copy(update={"notes": [*judged.notes, *agent_waits(deltas)]})
+        return self.record
+
+    def note_completion(self, completion_s: float | None) -> TimingRecord | None:
+        """Add a note when the run finished well behind its bound: a dependency the single-link bound
+        cannot see, or a pace the counters do not show. A reader must not take its time at face value."""
+        record = self.record
+        if record is None or record.bound is None or completion_s is None or record.bound.wall_s <= 0:
+            return record
+        ratio = completion_s / record.bound.wall_s
+        if ratio > BOUND_NOTE_RATIO:
+            note = (
+                f"completion is {ratio:.2f}x the bottleneck bound of {record.bound.link}: either the links "
+                "chained in a way one link's bound cannot see, or something the counters do not show set "
+                "the pace; compare it with a run at another scale (aidclab replay --find-scale)"
+            )
+            self.record = record.model_copy(update={"notes": [*record.notes, note]})
         return self.record
 
     def _judge(self, agent_drops: dict[str, dict[str, int]]) -> TimingRecord:
