@@ -191,6 +191,7 @@ class LinkCounters:
     busy_bytes: int = 0
     queue_drops: int = 0  # the shaper's queue overflowed
     injected_drops: int = 0  # the link-fault program dropped on purpose
+    burst_bytes: int = 0  # the shaper's token bucket: what it may send above its rate at once
 
 
 @dataclass(frozen=True)
@@ -229,7 +230,10 @@ def verdict(
         if link.busy_s >= min_busy_s:
             drain = link.busy_bytes * 8 / link.busy_s
             off = drain / link.rate_bps - 1
-            if abs(off) > tolerance:
+            # A full bucket leaves at once on top of the rate: over a short busy spell that reads as a
+            # faster shaper, never as a slower one, so it widens the bar above the rate only.
+            above = tolerance + link.burst_bytes * 8 / (link.rate_bps * link.busy_s)
+            if off < -tolerance or off > above:
                 word = "below" if off < 0 else "above"
                 reasons.append(
                     f"link {link.name}: drained at {drain / 1e6:.3g} Mbit/s while backlogged for "

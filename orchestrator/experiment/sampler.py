@@ -139,6 +139,7 @@ class FabricSampler:
                     busy_bytes=meter.busy_bytes,
                     queue_drops=last.drops - first.drops,
                     injected_drops=(injected or {}).get(name, 0),
+                    burst_bytes=end.burst_bytes,
                 )
             )
         return out

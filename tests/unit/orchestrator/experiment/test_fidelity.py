@@ -171,3 +171,15 @@ def test_agent_losses_pick_our_softwares_drops_not_protocol_drops():
 def test_a_bfr_that_waited_is_a_note_naming_it():
     notes = agent_waits({"spine1": {"bier.tx.waits": 13}, "leaf1": {"bier.tx.waits": 0}})
     assert notes == ["node spine1: its BFR waited 13 times for room to send (bier.tx.waits)"]
+
+
+def test_a_short_busy_spell_above_the_rate_by_its_bucket_is_no_reason():
+    # The demo's MoE unicast run: 0.22 s busy at 21.1 Mbit/s on a 20 Mbit/s shaper with a 19 KB bucket.
+    rate, busy = 20_000_000, 0.22
+    sent = int(21.1e6 / 8 * busy)
+    link = LinkCounters("h3:eth1", rate, sent, busy, sent, burst_bytes=19_028)
+    assert verdict([link], []).faithful
+    # Without the bucket it would have been 6% above; far below the rate stays a reason whatever the bucket.
+    assert not verdict([LinkCounters("h3:eth1", rate, sent, busy, sent)], []).faithful
+    slow = int(18e6 / 8 * busy)
+    assert not verdict([LinkCounters("h3:eth1", rate, slow, busy, slow, burst_bytes=19_028)], []).faithful
