@@ -448,6 +448,15 @@ def shaped_sndbuf(queue_bytes: int | None, sockets: int = 1) -> int | None:
     return max(MIN_SNDBUF, queue_bytes // (4 * max(1, sockets)))
 
 
+def size_send_buffer(sock: socket.socket, sndbuf: int | None, unshaped: int) -> None:
+    """Shaped lab (``sndbuf`` from :func:`shaped_sndbuf`): back-pressure with that buffer, so the sender
+    waits instead of overrunning its queue. Unshaped (None): an ``unshaped``-byte buffer for bursts."""
+    if sndbuf is None:
+        set_socket_buffer(sock, socket.SO_SNDBUF, unshaped)
+    else:
+        enable_backpressure(sock, sndbuf)
+
+
 class SendTimeout(TimeoutError):
     pass
 

@@ -48,7 +48,7 @@ from aidcnet.bier.forwarding import DROP_REASONS, ForwardResult, build_copies, f
 from aidcnet.bier.forwarding import impose as impose_decision
 from aidcnet.bier.header import DECODE_REASONS, BierDecodeError, BierHeader, BierProto, peek_bift_id
 from aidcnet.bier.mpls import MPLS_IN_UDP_PORT, encode_bier_udp_payload, parse_bier_udp_payload
-from aidcnet.udpio import DEFAULT_BATCH, BatchIO, Datagram, enable_backpressure, set_socket_buffer
+from aidcnet.udpio import DEFAULT_BATCH, BatchIO, Datagram, set_socket_buffer, size_send_buffer
 
 log = logging.getLogger("aidcnet.bier.dataplane")
 
@@ -158,10 +158,7 @@ class BierDataplane:
         try:
             # A BFR replicates bursts: room for thousands of jumbo datagrams each way.
             set_socket_buffer(self.sock, socket.SO_RCVBUF, SOCKET_BUFFER)
-            if sndbuf is None:
-                set_socket_buffer(self.sock, socket.SO_SNDBUF, SOCKET_BUFFER)
-            else:
-                enable_backpressure(self.sock, sndbuf)
+            size_send_buffer(self.sock, sndbuf, SOCKET_BUFFER)
             self.lossless = sndbuf is not None
             self.sock.bind((bind_addr, port))
             self.sock.setblocking(False)

@@ -28,7 +28,7 @@ from aidcnet.ipv4 import ROCEV2_PORT
 from aidcnet.modes import Mode
 from aidcnet.replay import DEFAULT_MAX_DATAGRAM, Reassembly, build_fragments
 from aidcnet.roles import Role
-from aidcnet.udpio import enable_backpressure, set_socket_buffer, shaped_sndbuf
+from aidcnet.udpio import set_socket_buffer, shaped_sndbuf, size_send_buffer
 
 if TYPE_CHECKING:
     from aidcnet.agent.bier_service import BierPart, BierService
@@ -264,7 +264,7 @@ class ReplayService:
         self._close_send_sockets()
         for k in range(self.qps):
             sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-            self._size_send_buffer(sock, self.qps)
+            size_send_buffer(sock, shaped_sndbuf(self.queue_bytes, self.qps), SNDBUF)
             sock.bind((self.loopback, QP_PORT_BASE + k))
             sock.setblocking(False)
             self._send_socks.append(sock)
@@ -276,7 +276,7 @@ class ReplayService:
         assert self.interface is not None
         sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         try:
-            self._size_send_buffer(sock, 1)
+            size_send_buffer(sock, shaped_sndbuf(self.queue_bytes), SNDBUF)
             sock.bind((self.loopback, QP_PORT_BASE))
             sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, MCAST_TTL)
             sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_LOOP, 0)
@@ -290,14 +290,6 @@ class ReplayService:
             sock.close()
             raise
         self._send_socks.append(sock)
-
-    def _size_send_buffer(self, sock: socket.socket, sockets: int) -> None:
-        sndbuf = shaped_sndbuf(self.queue_bytes, sockets)
-        if sndbuf is None:
-            set_socket_buffer(sock, socket.SO_SNDBUF, SNDBUF)
-        else:
-            # Wait for room (the socket is full) rather than overrun the uplink's shaper queue.
-            enable_backpressure(sock, sndbuf)
 
     def _close_send_sockets(self) -> None:
         for sock in self._send_socks:

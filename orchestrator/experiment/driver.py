@@ -116,10 +116,12 @@ def run_experiment(
             links=link_deltas(links_before, links_after, link_pairs(topo)),
             agents=(agents := agent_deltas(agents_before, agents_after)),
             messages=outcome.messages,
-            timing=watch.add_agent_counters(agents),
+            timing=(timing := watch.finish(agents)),
         )
-        completion = compute_metrics(result).completion_time
-        result = result.model_copy(update={"timing": watch.note_completion(completion)})
+        metrics = compute_metrics(result)  # once: save_run keeps metrics it is given
+        if timing is not None:
+            timing = timing.noting_completion(metrics.completion_time)
+        result = result.model_copy(update={"metrics": metrics, "timing": timing})
         run_dir = save_run(result, results_dir)
         for name, text in outcome.files.items():
             (run_dir / name).write_text(text)

@@ -311,6 +311,24 @@ class TimingRecord(_Model):
             return None
         return wall_s / self.scale
 
+    def noting_completion(self, completion_s: float | None) -> TimingRecord:
+        """This record with a note when the run finished well behind its bound: a dependency the
+        single-link bound cannot see, or a pace the counters do not show. Not a time to take at face
+        value."""
+        from orchestrator.experiment.fidelity import BOUND_NOTE_RATIO
+
+        if self.bound is None or completion_s is None or self.bound.wall_s <= 0:
+            return self
+        ratio = completion_s / self.bound.wall_s
+        if ratio <= BOUND_NOTE_RATIO:
+            return self
+        note = (
+            f"completion is {ratio:.2f}x the bottleneck bound of {self.bound.link}: either the links "
+            "chained in a way one link's bound cannot see, or something the counters do not show set "
+            "the pace; compare it with a run at another scale (aidclab replay --find-scale)"
+        )
+        return self.model_copy(update={"notes": [*self.notes, note]})
+
     @property
     def verdict_text(self) -> str:
         if self.scale is None:

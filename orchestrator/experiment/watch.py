@@ -12,7 +12,6 @@ import os
 from typing import TYPE_CHECKING
 
 from orchestrator.experiment.fidelity import (
-    BOUND_NOTE_RATIO,
     agent_losses,
     agent_waits,
     bottleneck_bound,
@@ -108,7 +107,6 @@ class FabricWatch:
 
     def __exit__(self, exc_type: object, *_rest: object) -> None:
         if self.sampler is None:
-            self.record = TimingRecord(lossless=self.lossless)
             return
         self.sampler.stop()
         if exc_type is not None:
@@ -122,31 +120,15 @@ class FabricWatch:
             node: {k: v - self.drops_before.get(node, {}).get(k, 0) for k, v in counters.items()}
             for node, counters in drops_now.items()
         }
-        self.record = self._judge({})
 
-    def add_agent_counters(self, deltas: dict[str, dict[str, int]]) -> TimingRecord | None:
-        """Judge again with the agents' own loss counters over the run (the driver reads them after the
-        run): a packet our software dropped spoils the timing as much as one the kernel dropped."""
-        if self.sampler is None or self.record is None or self.record.scale is None:
-            return self.record
-        judged = self._judge(agent_losses(deltas))
-        self.record = judged.model_copy(update={"notes": [*judged.notes, *agent_waits(deltas)]})
-        return self.record
-
-    def note_completion(self, completion_s: float | None) -> TimingRecord | None:
-        """Add a note when the run finished well behind its bound: a dependency the single-link bound
-        cannot see, or a pace the counters do not show. A reader must not take its time at face value."""
-        record = self.record
-        if record is None or record.bound is None or completion_s is None or record.bound.wall_s <= 0:
-            return record
-        ratio = completion_s / record.bound.wall_s
-        if ratio > BOUND_NOTE_RATIO:
-            note = (
-                f"completion is {ratio:.2f}x the bottleneck bound of {record.bound.link}: either the links "
-                "chained in a way one link's bound cannot see, or something the counters do not show set "
-                "the pace; compare it with a run at another scale (aidclab replay --find-scale)"
-            )
-            self.record = record.model_copy(update={"notes": [*record.notes, note]})
+    def finish(self, agent_deltas: dict[str, dict[str, int]]) -> TimingRecord | None:
+        """The run's timing record, judged once the driver has the agents' counters over the run: a packet
+        our software dropped spoils the timing as much as one the kernel dropped. None after a failed run."""
+        if self.sampler is None:
+            self.record = TimingRecord(lossless=self.lossless)
+        elif self._fabric_after is not None:
+            judged = self._judge(agent_losses(agent_deltas))
+            self.record = judged.model_copy(update={"notes": [*judged.notes, *agent_waits(agent_deltas)]})
         return self.record
 
     def _judge(self, agent_drops: dict[str, dict[str, int]]) -> TimingRecord:
