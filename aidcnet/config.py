@@ -128,7 +128,7 @@ class Bier(_Model):
     bift: Literal["static", "bgp"] = "static"
     # Who forwards: the tc/eBPF fast path (falls back to python when the kernel refuses it) or the Python
     # dataplane alone (docs/bier.md).
-    dataplane: Literal["ebpf", "python"] = "python"
+    dataplane: Literal["ebpf", "python"] = "ebpf"
     # Our own BIFT-ids: label_base + SI.
     label_base: int = Field(default=16, ge=16, le=0xFFFFF)
     # SIs in the sub-domain (the plan's): the label range size advertised in the BGP BIER attribute.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
 import subprocess
 from collections.abc import Callable, Iterator
@@ -84,6 +85,31 @@ def deployed(
     finally:
         destroy(name, runtime, cleanup=True, quiet=True)
         os.chdir(old)
+
+
+# Both BIER dataplanes run every BIER, network-BIER, BIER-over-BGP and INA-dissemination suite (issue 13):
+# ebpf, the default, and python, the reference it is checked against.
+DATAPLANES = ("ebpf", "python")
+
+
+def on_dataplane(runtime: DockerRuntime, topo: Topology, lab_vars: dict | None, dataplane: str) -> None:
+    """(Re)configure a deployed lab with ``bier.dataplane`` set, and check that every BFR's table is held
+    by that dataplane: a kernel that refused the program must fail the ebpf run, not pass it on Python."""
+    from orchestrator.configure.ansible import configure
+    from orchestrator.experiment.session import LabSession
+
+    doc = copy.deepcopy(lab_vars or {})
+    doc.setdefault("bier", {})["dataplane"] = dataplane
+    (topo.path.parent / f"{topo.name}.vars.yml").write_text(yaml.safe_dump(doc))
+    assert configure(topo).ok
+    session = LabSession.open(topo, runtime)
+    held = {}
+    for node, planned in session.plan.nodes.items():
+        if planned.bfr_id is not None and node in session.agents:
+            rows = session.agent(node).bift()
+            held[node] = (rows.get("dataplane"), rows.get("dataplane_error"))
+    assert held, "no BFR answered show bift"
+    assert held == {n: (dataplane, None) for n in held}, f"tables not held by {dataplane}: {held}"
 
 
 def host_veths() -> set[str]:

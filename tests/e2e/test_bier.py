@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .conftest import agent, deployed
+from .conftest import DATAPLANES, agent, deployed, on_dataplane
 
 LAB = "t-bier"
 GROUP = {"group": "239.1.1.1", "receivers": ["h2", "h3", "h5", "h8"]}
@@ -31,19 +31,26 @@ SG_GROUPS = [
 MCAST_APP = Path(__file__).with_name("mcast_app.py")
 
 
+# BSL 64 with h7 and h8 pinned into SI 1 (BFR-ids 100 and 90): one packet per SI. Network-BIER: one (*,G)
+# group with static receivers on three of the four leaves (h2 shares leaf1 with the sender h1), and one
+# (S,G) group per host.
+LAB_VARS = {
+    "bier": {"bsl": 64, "groups": [GROUP, *SG_GROUPS]},
+    "nodes": {"h7": {"bfr_id": 100}, "h8": {"bfr_id": 90}},
+}
+
+
 @pytest.fixture(scope="module")
-def lab(runtime, tmp_path_factory):
-    # BSL 64 with h7 and h8 pinned into SI 1 (BFR-ids 100 and 90): one packet per SI. Network-BIER: one
-    # (*,G) group with static receivers on three of the four leaves (h2 shares leaf1 with the sender h1),
-    # and one (S,G) group per host.
-    lab_vars = {
-        "bier": {"bsl": 64, "groups": [GROUP, *SG_GROUPS]},
-        "nodes": {"h7": {"bfr_id": 100}, "h8": {"bfr_id": 90}},
-    }
-    with deployed(
-        runtime, tmp_path_factory.mktemp("bier"), "leaf-spine", LAB, lab_vars, configured=True
-    ) as topo:
+def deployed_lab(runtime, tmp_path_factory):
+    with deployed(runtime, tmp_path_factory.mktemp("bier"), "leaf-spine", LAB) as topo:
         yield topo
+
+
+@pytest.fixture(scope="module", params=DATAPLANES)
+def lab(runtime, deployed_lab, request):
+    """The one deployed lab, configured for each dataplane in turn: every test runs on both."""
+    on_dataplane(runtime, deployed_lab, LAB_VARS, request.param)
+    return deployed_lab
 
 
 def plan_nodes(topo) -> dict[str, dict]:

@@ -12,7 +12,7 @@ import yaml
 
 from orchestrator.lab.linkset import link_set
 
-from .conftest import agent, deployed
+from .conftest import DATAPLANES, agent, deployed, on_dataplane
 
 LAB = "t-fare-bierbgp"
 LAB_VARS = {"bgp": {"enabled": True}, "bier": {"bift": "bgp"}}
@@ -22,10 +22,17 @@ SPINE1_LINKS = [f"spine1:eth{i}" for i in range(1, 5)]
 
 
 @pytest.fixture(scope="module")
-def lab(runtime, tmp_path_factory):
+def deployed_lab(runtime, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("bierbgp")
-    with deployed(runtime, tmp, "leaf-spine", LAB, LAB_VARS, configured=True) as topo:
+    with deployed(runtime, tmp, "leaf-spine", LAB) as topo:
         yield topo, tmp / f"clab-{LAB}"
+
+
+@pytest.fixture(scope="module", params=DATAPLANES)
+def lab(runtime, deployed_lab, request):
+    """The one deployed lab, configured for each dataplane in turn: every test runs on both."""
+    on_dataplane(runtime, deployed_lab[0], LAB_VARS, request.param)
+    return deployed_lab
 
 
 def bfr_ids(topo) -> dict[str, int]:
@@ -108,32 +115,36 @@ def test_bift_from_bgp_survives_a_spine_failure(runtime, lab):
     assert got == {h: ["before"] * 10 for h in HOSTS if h != "h1"}, got
 
     # spine1 fails: all its ports go down. BGP withdraws the paths through it (netlink, not hold timer)
-    # and every BIFT follows unicast: remote BFERs only through spine2.
-    for end in SPINE1_LINKS:
-        link_set(runtime, lab_dir, end, "down")
-    for k, leaf in enumerate(LEAVES, 1):
-        remote = {ids[h] for h in HOSTS if h not in (f"h{2 * k - 1}", f"h{2 * k}")}
+    # and every BIFT follows unicast: remote BFERs only through spine2. It comes back afterwards, so the
+    # same lab serves the next dataplane.
+    try:
+        for end in SPINE1_LINKS:
+            link_set(runtime, lab_dir, end, "down")
+        for k, leaf in enumerate(LEAVES, 1):
+            remote = {ids[h] for h in HOSTS if h not in (f"h{2 * k - 1}", f"h{2 * k}")}
 
-        def rerouted(h: dict[int, set[str]], remote: set[int] = remote) -> bool:
-            return all("spine1" not in nbrs for nbrs in h.values()) and all(
-                h.get(i) == {"spine2"} for i in remote
-            )
+            def rerouted(h: dict[int, set[str]], remote: set[int] = remote) -> bool:
+                return all("spine1" not in nbrs for nbrs in h.values()) and all(
+                    h.get(i) == {"spine2"} for i in remote
+                )
 
-        hops = bift_when(runtime, topo, leaf, rerouted)
-        assert rerouted(hops), (leaf, hops)
-        leaf_prefixes = agent(runtime, topo, leaf).bift()["bgp_prefixes"]
-        for bfr_id, nbrs in hops.items():
-            if by_id[bfr_id] in HOSTS and nbrs == {"spine2"}:
-                # The BIFT's BFR-NBR set is exactly the unicast (BGP) next-hop set of that BFER's loopback.
-                assert bgp_neighbors_of(runtime, topo, leaf, leaf_prefixes[str(bfr_id)]) == {"spine2"}
-    got = send_and_collect(runtime, topo, ids, "h1", "after")
-    assert got == {h: ["after"] * 10 for h in HOSTS if h != "h1"}, got
-    got = send_and_collect(runtime, topo, ids, "h6", "after6")
-    assert got == {h: ["after6"] * 10 for h in HOSTS if h != "h6"}, got
-
-    # spine1 returns: ECMP over both spines again.
-    for end in SPINE1_LINKS:
-        link_set(runtime, lab_dir, end, "up")
+            hops = bift_when(runtime, topo, leaf, rerouted)
+            assert rerouted(hops), (leaf, hops)
+            leaf_prefixes = agent(runtime, topo, leaf).bift()["bgp_prefixes"]
+            for bfr_id, nbrs in hops.items():
+                if by_id[bfr_id] in HOSTS and nbrs == {"spine2"}:
+                    # The BIFT's BFR-NBR set is exactly the unicast (BGP) next-hop set of that BFER's
+                    # loopback.
+                    assert bgp_neighbors_of(runtime, topo, leaf, leaf_prefixes[str(bfr_id)]) == {"spine2"}
+        got = send_and_collect(runtime, topo, ids, "h1", "after")
+        assert got == {h: ["after"] * 10 for h in HOSTS if h != "h1"}, got
+        got = send_and_collect(runtime, topo, ids, "h6", "after6")
+        assert got == {h: ["after6"] * 10 for h in HOSTS if h != "h6"}, got
+    finally:
+        # spine1 returns (also after a failure, so the next dataplane's run starts from the whole fabric).
+        for end in SPINE1_LINKS:
+            link_set(runtime, lab_dir, end, "up")
+    # ECMP over both spines again.
     hops = bift_when(
         runtime, topo, "leaf1", lambda h: all(h.get(i) == {"spine1", "spine2"} for i in remote_hosts)
     )

@@ -16,7 +16,7 @@ from aidcnet.ina.worker import job_scale
 from orchestrator.experiment.modes.collective import run_allreduce, run_concurrent
 from orchestrator.experiment.session import LabSession
 
-from .conftest import ROOT, agent, aidclab, deployed
+from .conftest import DATAPLANES, ROOT, agent, aidclab, deployed, on_dataplane
 
 LAB = "t-ina-fig1"
 # 3 chunks of 2048 elements and a short last one per worker; ragged on purpose.
@@ -31,21 +31,31 @@ def float_jobs(lab_vars: dict) -> dict:
     return lab_vars
 
 
+LAB_VARS = float_jobs(yaml.safe_load((ROOT / "labs" / "ina-fig1.vars.yml").read_text()))
+
+
 @pytest.fixture(scope="module")
 def lab(runtime, tmp_path_factory):
-    lab_vars = float_jobs(yaml.safe_load((ROOT / "labs" / "ina-fig1.vars.yml").read_text()))
     tmp = tmp_path_factory.mktemp("ina")
-    with deployed(runtime, tmp, "ina-fig1", LAB, lab_vars, configured=True) as topo:
+    with deployed(runtime, tmp, "ina-fig1", LAB, LAB_VARS, configured=True) as topo:
         session = LabSession.open(topo, runtime)
         yield topo, session.plan, session
+
+
+@pytest.fixture(scope="module", params=DATAPLANES)
+def bier_lab(runtime, lab, request):
+    """The lab on each BIER dataplane in turn, for the tests whose results travel by BIER (the INA
+    roots' dissemination); the ring and PS baselines are unicast and run once."""
+    on_dataplane(runtime, lab[0], LAB_VARS, request.param)
+    return lab
 
 
 def counters(runtime, topo, node: str) -> dict[str, int]:
     return agent(runtime, topo, node).counters()
 
 
-def test_figure1_both_jobs_concurrently_exact_by_bier(runtime, lab):
-    topo, plan, session = lab
+def test_figure1_both_jobs_concurrently_exact_by_bier(runtime, bier_lab):
+    topo, plan, session = bier_lab
     before = {n: counters(runtime, topo, n) for n in ("s1", "s5", "s6", "s7", "w1", "w5")}
     runs = run_concurrent(session, [1, 2], "ina", ELEMENTS)
     for run in runs:
@@ -83,8 +93,8 @@ def injected_on(topo, ends: tuple[str, ...]) -> int:
     return total
 
 
-def test_figure1_exact_with_two_percent_loss_on_a_link(runtime, lab):
-    topo, _plan, session = lab
+def test_figure1_exact_with_two_percent_loss_on_a_link(runtime, bier_lab):
+    topo, _plan, session = bier_lab
     # s5:eth1 -- s7:eth1 carries every INA packet of job 1 from s1 and s2 (s5 -> s7), and job 1's BIER
     # results toward w1..w4 and job 2's partial sums toward its root s5 (s7 -> s5). The fault sits on
     # the link, both directions, so everything crossing it meets it, whatever sent it.
@@ -112,11 +122,11 @@ def test_baselines_give_the_same_exact_result(runtime, lab, mode):
     assert run.ok, f"{mode}: wrong result on {run.wrong}"
 
 
-def test_float_jobs_next_to_the_int32_job_identical_and_within_tolerance(runtime, lab):
+def test_float_jobs_next_to_the_int32_job_identical_and_within_tolerance(runtime, bier_lab):
     """Job 1 (int32), job 3 (fixed32 on the same switches s1, s7, s6) and job 4 (float32 on s3, s4, s5)
     at once: int32 and fixed32 bit-exact against numpy's reduction (fixed32 in int32 on the scaled
     values), float32 identical on every worker; both float jobs within tolerance of numpy's sum."""
-    topo, _plan, session = lab
+    topo, _plan, session = bier_lab
     before = {n: counters(runtime, topo, n) for n in ("s1", "s6", "s5")}
     runs = {run.job: run for run in run_concurrent(session, [1, 3, 4], "ina", ELEMENTS)}
     for run in runs.values():
@@ -162,10 +172,10 @@ def test_vat_is_configured_as_drawn(runtime, lab):
     assert Path(topo.path).exists()
 
 
-def test_replay_of_an_allreduce_trace_runs_both_jobs_exactly(runtime, lab, tmp_path):
+def test_replay_of_an_allreduce_trace_runs_both_jobs_exactly(runtime, bier_lab, tmp_path):
     from orchestrator.workloads.trace import TraceHeader, TraceOp, TraceWriter
 
-    topo, _plan, _pids = lab
+    topo, _plan, _pids = bier_lab
     trace = tmp_path / "ar.jsonl"
     hosts = [f"w{i}" for i in range(1, 9)]
     header = TraceHeader(format="aidclab-trace", version=1, generator="test", hosts=hosts)

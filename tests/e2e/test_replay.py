@@ -8,7 +8,7 @@ from orchestrator.experiment.metrics import trace_fanout
 from orchestrator.experiment.results import list_runs, load_run
 from orchestrator.experiment.session import LabSession
 from orchestrator.lab.runtime.docker import DockerRuntime
-from tests.e2e.conftest import ROOT, aidclab, deployed
+from tests.e2e.conftest import ROOT, aidclab, deployed, on_dataplane
 
 TRACE = ROOT / "workloads" / "moe-sample.jsonl"
 MODEL_DIST = ROOT / "workloads" / "model-dist-sample.jsonl"
@@ -121,7 +121,9 @@ def test_replay_refuses_an_unconfigured_lab(runtime: DockerRuntime, tmp_path: Pa
     assert "configured" in proc.stdout + proc.stderr
 
 
-def test_replay_net_bier_sends_one_copy_per_message(runtime: DockerRuntime, tmp_path: Path) -> None:
+def test_replay_net_bier_sends_one_copy_per_message_on_both_dataplanes(
+    runtime: DockerRuntime, tmp_path: Path
+) -> None:
     from orchestrator.configure.ansible import configure
     from orchestrator.experiment.groups import derive_groups
     from orchestrator.workloads.trace import TraceReader
@@ -148,7 +150,28 @@ def test_replay_net_bier_sends_one_copy_per_message(runtime: DockerRuntime, tmp_
         assert imposed >= sent > 0, (imposed, sent)
         # Same trace, same groups: configuring them again changes nothing anywhere.
         assert configure(topo, extra_groups=groups).changed == 0
+        # Those runs were on the default dataplane, eBPF: every table held by the tc program (no fallback),
+        # the leaves imposing network-BIER with it, and copies made by the program, not around it (at
+        # most a few packets sent before neighbours resolved).
+        held = {n: session.agent(n).bift() for n in session.agents}
+        assert {n: (b["dataplane"], b.get("dataplane_error")) for n, b in held.items()} == {
+            n: ("ebpf", None) for n in held
+        }
+        leaves = [f"leaf{i}" for i in range(1, 5)]
+        assert {n: (held[n]["imposition"], held[n]["imposition_error"]) for n in leaves} == {
+            n: ("ebpf", None) for n in leaves
+        }
+        punted = sum(session.agent(n).counters().get("bier.ebpf.punted", 0) for n in session.agents)
+        assert punted <= 10, punted
+        # The same lab on the Python dataplane, the reference: host-BIER and network-BIER stay exact.
+        on_dataplane(runtime, topo, None, "python")
+        python_runs = {mode: _replay(topo.path, mode, results) for mode in ("host-bier", "net-bier")}
 
+    expected = sum(len(op.dst) for op in ops)
+    for mode, run in python_runs.items():
+        delivery = run.metrics.delivery if run.metrics else None
+        assert delivery is not None, mode
+        assert (delivery.delivered, delivery.missing, delivery.duplicates) == (expected, 0, 0), mode
     d = runs["net-bier"].metrics
     assert d is not None
     assert (d.delivery.expected, d.delivery.delivered, d.delivery.duplicates, d.delivery.wrong_receivers) == (
@@ -167,34 +190,3 @@ def test_replay_net_bier_sends_one_copy_per_message(runtime: DockerRuntime, tmp_
     assert per_copy <= d.source_egress_bytes <= 1.1 * per_copy, (d.source_egress_bytes, per_copy)
     assert d.source_egress_bytes <= bier.source_egress_bytes
     assert uni.source_egress_bytes / d.source_egress_bytes >= 0.85 * fanout
-
-
-def test_replay_on_the_ebpf_dataplane_is_exact(runtime: DockerRuntime, tmp_path: Path) -> None:
-    """The same trace with `bier.dataplane: ebpf`: every BFR's table is held by the tc program (no fallback
-    to Python), the leaves impose network-BIER with it, and host-BIER and network-BIER deliver every
-    message exactly once."""
-    from orchestrator.workloads.trace import TraceReader
-
-    with TraceReader(TRACE) as reader:
-        ops = list(reader)
-    results = tmp_path / "results"
-    lab_vars = {"bier": {"dataplane": "ebpf"}}
-    with deployed(runtime, tmp_path, "leaf-spine", "rp-ebpf", lab_vars, configured=True) as topo:
-        session = LabSession.open(topo, runtime)
-        held = {n: session.agent(n).bift() for n in session.agents}
-        assert {n: (b["dataplane"], b.get("dataplane_error")) for n, b in held.items()} == {
-            n: ("ebpf", None) for n in held
-        }
-        # The leaves (the only BFRs with host ports) impose network-BIER in the kernel too.
-        leaves = [f"leaf{i}" for i in range(1, 5)]
-        assert {n: (held[n]["imposition"], held[n]["imposition_error"]) for n in leaves} == {
-            n: ("ebpf", None) for n in leaves
-        }
-        runs = {mode: _replay(topo.path, mode, results) for mode in ("host-bier", "net-bier")}
-        punted = sum(session.agent(n).counters().get("bier.ebpf.punted", 0) for n in session.agents)
-    expected = sum(len(op.dst) for op in ops)
-    for mode, run in runs.items():
-        d = run.metrics.delivery if run.metrics else None
-        assert d is not None and (d.delivered, d.missing, d.duplicates) == (expected, 0, 0), mode
-    # Copies went through the program, not around it: at most a few packets sent before neighbours resolved.
-    assert punted <= 10, punted

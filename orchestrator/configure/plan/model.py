@@ -241,7 +241,7 @@ class PlanBier(_Plan):
     sub_domain: int = 0
     bsl: int = 256
     bift: Literal["static", "bgp"] = "static"
-    dataplane: Literal["ebpf", "python"] = "python"
+    dataplane: Literal["ebpf", "python"] = "ebpf"
     # How many SIs the BFR-ids use: (max BFR-id - 1) // BSL + 1; each BFR gets that many labels.
     si_count: int = 1
     groups: list[PlanGroup] = Field(default_factory=list)

@@ -17,10 +17,10 @@ from tests.unit.fabric_netns import VethPair
 
 RATE = 20_000_000
 QUEUE = 256 << 10
-# Half of what may wait in the queue (the kernel doubles it, and charges a datagram's truesize, ~1.3x its
-# length): below the limit, yet 40 ms of the link's work, so a sender off the CPU for a while (two cores,
-# shared) does not leave the link idle.
-SNDBUF = 64 << 10
+# Below what may wait in the queue, yet enough to keep the link busy while the sender is off the CPU: the
+# kernel doubles SO_SNDBUF and charges a 1000-byte datagram some 2.3 KB of truesize, so 160 KiB holds about
+# 140 KB of frames, 55 ms of the link's work (64 KiB held 22 ms, and CI once measured 5% below the rate).
+SNDBUF = 160 << 10
 COUNT = 2500  # 1000-byte payloads, 1042-byte frames: about 1.04 s at 20 Mbit/s
 
 SENDER = """
@@ -72,7 +72,7 @@ def shaped(veth_pair):
 
 def test_sndbuf_below_the_queue_limit_sends_at_the_link_rate_with_no_drop(shaped):
     got = run(shaped, "sndbuf")
-    print(f"sndbuf 64 KiB, queue 256 KiB, 20 Mbit/s: {got}")
+    print(f"sndbuf {SNDBUF >> 10} KiB, queue {QUEUE >> 10} KiB, 20 Mbit/s: {got}")
     assert got["sent"] == COUNT and got["received"] == COUNT
     assert got["queue_drops"] == 0 and got["nobufs"] == 0
     assert got["wire_bps"] == pytest.approx(RATE, rel=0.05)

@@ -210,7 +210,7 @@ def test_ina_fig1_workers_are_bits_1_to_8():
         "sub_domain": 0,
         "bsl": 256,
         "bift": "static",
-        "dataplane": "python",
+        "dataplane": "ebpf",
         "si_count": 1,
         "groups": [],
     }

@@ -25,12 +25,13 @@ from tests.unit.fabric_netns import VethPair
 
 # A blocking sender whose socket memory (SO_SNDBUF, doubled by the kernel) is below the queue limit (256
 # KiB): the socket blocks while its datagrams wait in the shaper, so the queue stays busy and never
-# overflows; 64 KiB is some 40 ms of work at 20 Mbit/s, so a sender off a busy CPU for a while does
-# not leave the link idle.
+# overflows. A 1000-byte datagram is charged some 2.3 KB of truesize, so 192 KiB holds about 160 KB of
+# frames, 64 ms of work at 20 Mbit/s (64 KiB held 22 ms, less than a busy machine may keep the sender off
+# its CPU), and stays below the queue limit.
 BLOCKING_SENDER = """
 import socket, sys, time
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 65536)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 192 << 10)
 dst, seconds = (sys.argv[1], 9000), float(sys.argv[2])
 payload = bytes(1000)
 end = time.monotonic() + seconds
@@ -46,9 +47,11 @@ def shaper(node: str, iface: str, peer: str, rate_bps: int, queue: int = 256 << 
     return EndShaper(node, iface, peer, rate_bps * 10000, rate_bps, queue, tbf_burst(rate_bps, 1500), 1500)
 
 
-def drain(pair: VethPair, seconds: float) -> tuple[float, int]:
-    """Saturate a's shaper for ``seconds``; its drain rate (bit/s) while backlogged, and its queue drops."""
-    meter = DrainMeter()
+def drain(pair: VethPair, seconds: float, rate_bps: int) -> tuple[float, int]:
+    """Saturate a's shaper for ``seconds``; its drain rate (bit/s) while backlogged, and its queue drops.
+    Only intervals whose starting queue could keep a ``rate_bps`` shaper busy to their end count: a sender
+    starved of CPU may let the queue run dry between two samples, and that is not the shaper's pace."""
+    meter = DrainMeter(rate_bps)
     with NetNS(pair.a_path) as ns:
         before = read_qdisc_stats(ns, pair.a_path, [pair.a_if])[pair.a_if]
         proc = pair.popen_in(pair.a, BLOCKING_SENDER, pair.b_ip, str(seconds))
@@ -73,7 +76,7 @@ def test_tbf_drains_at_its_rate_and_a_bandwidth_change_halves_it(veth_pair):
     st = qdisc_stats(pair.a_path, [pair.a_if])[pair.a_if]
     assert (st.kind, st.rate_bps) == ("tbf", 20_000_000)
 
-    rate, drops = drain(pair, 2.0)
+    rate, drops = drain(pair, 2.0, 20_000_000)
     print(f"shaper 20 Mbit/s: drained at {rate / 1e6:.2f} Mbit/s, {drops} queue drops")
     assert rate == pytest.approx(20e6, rel=0.05)
     assert drops == 0
@@ -85,7 +88,7 @@ def test_tbf_drains_at_its_rate_and_a_bandwidth_change_halves_it(veth_pair):
     apply_shapers(pair.b_path, [fabric.end(b.name)])
     assert qdisc_stats(pair.b_path)[pair.b_if].rate_bps == 10_000_000
 
-    rate, drops = drain(pair, 2.0)
+    rate, drops = drain(pair, 2.0, 10_000_000)
     print(f"after halving: drained at {rate / 1e6:.2f} Mbit/s, {drops} queue drops")
     assert rate == pytest.approx(10e6, rel=0.05)
     assert drops == 0
