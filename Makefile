@@ -69,6 +69,7 @@ bench: images
 	$(PY) bench/deploy.py
 	$(PY) bench/configure.py
 	$(PY) bench/bier_forwarding.py
+	$(PY) bench/bier_forwarding_netns.py
 	$(PY) bench/replay.py
 	$(PY) bench/allreduce.py
 	$(PY) bench/fare.py
