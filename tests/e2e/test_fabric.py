@@ -1,8 +1,8 @@
 """Time-faithful fabric on leaf-spine (issue 12): a saturated link drains at its shaped rate, `link set
 bandwidth` halves it, a 5% loss link drops about 5% (binomial bounds) and counts it, down/up stops and
 restores. Traffic is plain UDP from the host's interpreter run inside the nodes' namespaces, so these
-checks need no agent; then replays in unicast, host-BIER and network-BIER cross the same lossy link and
-lose the same share, counted per link end in each run's record.
+checks need no agent; then replays in unicast, host-BIER, network-BIER and INA cross the same lossy link
+and lose the same share, counted per link end in each run's record (INA resends and stays exact).
 """
 
 from __future__ import annotations
@@ -71,10 +71,28 @@ def in_node(topo, node: str, code: str, *args: str, **kw) -> subprocess.Popen[st
     )
 
 
+# One INA job over the whole fabric, so INA crosses the lossy link too: each leaf sums its two hosts,
+# spine1 sums the leaves and disseminates the result by BIER.
+HOSTS = [f"h{i}" for i in range(1, 9)]
+INA_JOB = {
+    "job": 1,
+    "workers": HOSTS,
+    "root": "spine1",
+    "abm": {**{f"leaf{k}": HOSTS[2 * k - 2 : 2 * k] for k in range(1, 5)}, "spine1": HOSTS},
+}
+
+
+def ina_switches(doc: dict) -> None:
+    """leaf-spine with INA switches for leaves and spines (they are BFRs too), for the INA job."""
+    for group in ("leaf", "spine"):
+        doc["topology"]["groups"][group]["image"] = "aidclab/ina-switch:latest"
+
+
 @pytest.fixture(scope="module")
 def lab(runtime, tmp_path_factory):
-    with deployed(runtime, tmp_path_factory.mktemp("fabric"), "leaf-spine", LAB, {"time": {"scale": SCALE}},
-                  configured=True) as topo:
+    lab_vars = {"time": {"scale": SCALE}, "ina": {"jobs": [INA_JOB]}}
+    with deployed(runtime, tmp_path_factory.mktemp("fabric"), "leaf-spine", LAB, lab_vars,
+                  configured=True, edit=ina_switches) as topo:
         yield topo, load_plan(topo)
 
 
@@ -154,18 +172,12 @@ def test_down_stops_and_up_restores(lab):
     assert delivered() == 200
 
 
-@pytest.mark.parametrize("mode", ["unicast", "host-bier", "net-bier"])
-def test_every_mode_crossing_a_lossy_link_loses_its_share_and_the_run_counts_it(lab, tmp_path, mode):
-    """The fault is on the link, not in an agent: whatever h1 sends on eth1 (kernel UDP, BIER imposed
-    by its BFR, IP multicast a leaf will encapsulate) meets the same 5% loss."""
+def cross_lossy_link(lab, tmp_path, mode: str, trace):
+    """Run ``trace`` in ``mode`` with 5% one-way loss on h1:eth1; the run, and the link program's count of
+    packets lost and offered there, checked against binomial bounds (5 sigma)."""
     from orchestrator.experiment.driver import run_experiment
 
     topo, _plan = lab
-    trace = tmp_path / "dist.jsonl"
-    aidclab(
-        "workload", "model-dist", "--hosts", ",".join(f"h{i}" for i in range(1, 9)), "--size", "3MiB",
-        "--chunk-bytes", "256KiB", "-o", str(trace),
-    )  # fmt: skip
     p = 0.05
     netns = node_netns(topo.container_name("h1"))
     before = read_link_fault(netns, "eth1")[1]
@@ -180,10 +192,41 @@ def test_every_mode_crossing_a_lossy_link_loses_its_share_and_the_run_counts_it(
     sd = math.sqrt(n * p * (1 - p))
     print(f"{mode}: h1:eth1 dropped {lost} of {n} packets ({lost / n:.2%})")
     assert n > 300 and n * p - 5 * sd <= lost <= n * p + 5 * sd
-    m, t = run.metrics, run.timing
-    assert m is not None and m.delivery.missing > 0, "a lossy link must cost deliveries in every mode"
+    t = run.timing
     assert t is not None and t.scale == SCALE
     (end,) = [e for e in t.ends if e.end == "h1:eth1"]
     # The run's record counts what the program dropped while it ran (the test's window is a little wider).
     assert lost - 5 <= end.injected_drops <= lost
     assert any(note.startswith("link h1:eth1:") and "injected fault" in note for note in t.notes), t.notes
+    return run
+
+
+@pytest.mark.parametrize("mode", ["unicast", "host-bier", "net-bier"])
+def test_every_mode_crossing_a_lossy_link_loses_its_share_and_the_run_counts_it(lab, tmp_path, mode):
+    """The fault is on the link, not in an agent: whatever h1 sends on eth1 (kernel UDP, BIER imposed
+    by its BFR, IP multicast a leaf will encapsulate) meets the same 5% loss."""
+    trace = tmp_path / "dist.jsonl"
+    aidclab(
+        "workload", "model-dist", "--hosts", ",".join(HOSTS), "--size", "3MiB",
+        "--chunk-bytes", "256KiB", "-o", str(trace),
+    )  # fmt: skip
+    run = cross_lossy_link(lab, tmp_path, mode, trace)
+    m = run.metrics
+    assert m is not None and m.delivery.missing > 0, "a lossy link must cost deliveries in every mode"
+
+
+def test_ina_crossing_a_lossy_link_loses_its_share_and_still_sums_exactly(lab, tmp_path):
+    """INA's chunks from h1 meet the same 5% loss; its transport resends them, so the sum stays exact on
+    every worker, and the resends are counted."""
+    from orchestrator.workloads.trace import TraceHeader, TraceOp, TraceWriter
+
+    trace = tmp_path / "ar.jsonl"
+    header = TraceHeader(format="aidclab-trace", version=1, generator="test", hosts=HOSTS)
+    with TraceWriter(trace, header) as w:
+        w.write(TraceOp(t=0.0, op="allreduce", src="h1", dst=HOSTS[1:], bytes=1 << 20, id=0))
+    run = cross_lossy_link(lab, tmp_path, "ina", trace)
+    m = run.metrics
+    assert m is not None and m.delivery.missing == 0, "INA resends what the link lost"
+    (run_dir,) = [p.parent for p in (tmp_path / "results").glob("*/allreduce.json")]
+    (op,) = json.loads((run_dir / "allreduce.json").read_text())["ops"]
+    assert op["exact"] and op["retransmits"] > 0, op
