@@ -44,13 +44,14 @@ def make_trace(path: Path, steps: int, tokens_per_host: int, seed: int) -> None:
     )  # fmt: skip
 
 
-def lab_file(tmp: Path) -> Path:
+def lab_file(tmp: Path, dataplane: str) -> Path:
     doc = yaml.safe_load((ROOT / "labs" / "leaf-spine.clab.yml").read_text())
     doc["name"] = LAB
     path = tmp / f"{LAB}.clab.yml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     # This bench measures how fast our forwarders move messages, so the links must not set the pace.
-    (tmp / f"{LAB}.vars.yml").write_text(yaml.safe_dump({"time": {"scale": "off"}}))
+    lab_vars = {"time": {"scale": "off"}, "bier": {"dataplane": dataplane}}
+    (tmp / f"{LAB}.vars.yml").write_text(yaml.safe_dump(lab_vars))
     return path
 
 
@@ -83,6 +84,10 @@ def main() -> int:
         "--tokens-per-host", type=int, default=128, help="default: 10 x 128 x 8 hosts = 10240 tokens"
     )
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--dataplane", choices=("ebpf", "python"), default="ebpf",
+        help="the BFRs' BIER dataplane (bier.dataplane): ebpf, the default, or python, the reference",
+    )  # fmt: skip
     parser.add_argument("--timeout", type=float, default=300.0, help="replay timeout beyond the trace")
     args = parser.parse_args()
     runtime = DockerRuntime()
@@ -95,7 +100,7 @@ def main() -> int:
         old = Path.cwd()
         os.chdir(tmp)
         try:
-            topo = load_topology(lab_file(tmp))
+            topo = load_topology(lab_file(tmp, args.dataplane))
             deploy(topo, runtime)
             if not configure(topo).ok:
                 print(f"bench replay: configure {LAB} failed", file=sys.stderr)
@@ -112,7 +117,8 @@ def main() -> int:
     tokens = args.steps * args.tokens_per_host * len(HOSTS)
     uni, bier = out[Mode.UNICAST], out[Mode.HOST_BIER]
     print(
-        f"bench replay leaf-spine: MoE {args.steps} steps x {args.tokens_per_host} tokens x "
+        f"bench replay leaf-spine ({args.dataplane} BIER dataplane): MoE {args.steps} steps x "
+        f"{args.tokens_per_host} tokens x "
         f"{len(HOSTS)} hosts = {tokens} tokens, {int(uni['messages'])} ops, "
         f"theoretical fan-out {uni['fanout']:.2f}"
     )

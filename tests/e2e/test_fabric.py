@@ -223,7 +223,7 @@ def test_ina_crossing_a_lossy_link_loses_its_share_and_still_sums_exactly(lab, t
     trace = tmp_path / "ar.jsonl"
     header = TraceHeader(format="aidclab-trace", version=1, generator="test", hosts=HOSTS)
     with TraceWriter(trace, header) as w:
-        w.write(TraceOp(t=0.0, op="allreduce", src="h1", dst=HOSTS[1:], bytes=1 << 20, id=0))
+        w.write(TraceOp(t=0.0, op="allreduce", src="h1", dst=HOSTS[1:], bytes=4 << 20, id=0))
     run = cross_lossy_link(lab, tmp_path, "ina", trace)
     m = run.metrics
     assert m is not None and m.delivery.missing == 0, "INA resends what the link lost"
