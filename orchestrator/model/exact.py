@@ -407,7 +407,9 @@ def _static_birt(plan: LabPlan, node: str, bier: Any) -> dict[int, list[str]]:
     birt: dict[int, list[str]] = {}
     for route in plan.nodes[node].routes:
         bfr_id = by_node.get(route.to)
-        hops = sorted({h.neighbor for h in route.nexthops if h.neighbor in names}, key=natural_key)
+        # Plain string order, as aidcnet.bgp.bier_routes.birt_from_bgp lists a best path's next hops: §6.5's
+        # ECMP indexes that order (natural order differs from L10 on: "L10" < "L2").
+        hops = sorted({h.neighbor for h in route.nexthops if h.neighbor in names})
         if bfr_id is not None and hops:
             birt[bfr_id] = hops
     return birt
