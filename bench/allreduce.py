@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 
 from aidcnet.modes import Mode  # noqa: E402
 from orchestrator.configure.ansible import configure  # noqa: E402
-from orchestrator.experiment.metrics import link_deltas, link_pairs  # noqa: E402
+from orchestrator.experiment.metrics import link_deltas, link_pairs, node_ingress  # noqa: E402
 from orchestrator.experiment.modes import registered  # noqa: E402
 from orchestrator.experiment.modes.base import Family  # noqa: E402
 from orchestrator.experiment.modes.collective import find_job, run_allreduce  # noqa: E402
@@ -50,13 +50,7 @@ def lab_files(tmp: Path) -> Path:
 
 def ingress(links: list, node: str) -> int:
     """Bytes that arrived at ``node`` over its data links."""
-    total = 0
-    for lc in links:
-        if lc.b.split(":")[0] == node:
-            total += lc.a_to_b_bytes
-        if lc.a.split(":")[0] == node:
-            total += lc.b_to_a_bytes
-    return total
+    return node_ingress(links, node)[0]
 
 
 def main() -> int:

@@ -24,6 +24,7 @@ import logging
 import socket
 import time
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,6 +79,23 @@ def _udp_socket(port: int, queue_bytes: int | None) -> tuple[socket.socket, Batc
     sock.bind(("0.0.0.0", port))
     sock.setblocking(False)
     return sock, BatchIO(sock)
+
+
+def ps_job_config(request: Mapping[str, Any], bsl: int) -> tuple[JobConfig, dict[int, str]]:
+    """A ``ps_serve`` request as the parameter server's job: a VAT root whose A-BM is every worker, and
+    the workers' addresses ({BFR-id: address}) it answers by unicast. The scale model builds its PS from
+    the same request (``orchestrator.model.collective``)."""
+    workers = {int(k): str(v) for k, v in request["workers"].items()}
+    cfg = JobConfig(
+        job_id=int(request["job"]),
+        bsl=bsl,
+        abm=tuple(workers),
+        op=request.get("reduce", "sum"),  # "op" names the control op itself
+        dtype=request.get("dtype", "int32"),
+        root=True,
+        slot_budget=int(request.get("slot_budget", 64)),
+    )
+    return cfg, workers
 
 
 @dataclass
@@ -315,21 +333,10 @@ class InaWorkerService:
     # -- control ops ------------------------------------------------------------------------------
     def ps_serve(self, request: dict[str, Any]) -> dict[str, Any]:
         """Be the parameter server of ``job`` for ``workers`` ({BFR-id: address}); replaces its slots."""
-        job_id = int(request["job"])
-        workers = {int(k): str(v) for k, v in request["workers"].items()}
-        self.ps.add_job(
-            JobConfig(
-                job_id=job_id,
-                bsl=self.bsl,
-                abm=tuple(workers),
-                op=request.get("reduce", "sum"),  # "op" names the control op itself
-                dtype=request.get("dtype", "int32"),
-                root=True,
-                slot_budget=int(request.get("slot_budget", 64)),
-            )
-        )
-        self.ps_workers[job_id] = workers
-        return {"ok": True, "job": job_id, "workers": len(workers)}
+        cfg, workers = ps_job_config(request, self.bsl)
+        self.ps.add_job(cfg)
+        self.ps_workers[cfg.job_id] = workers
+        return {"ok": True, "job": cfg.job_id, "workers": len(workers)}
 
     async def allreduce(self, request: dict[str, Any]) -> dict[str, Any]:
         """Run one AllReduce of this worker's generated array (``worker_array(seed, bfr_id, elements)``)

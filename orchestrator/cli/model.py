@@ -20,13 +20,16 @@ EPILOG = """\
 examples:
   aidclab model run leaf-spine workloads/moe-sample.jsonl            every mode, a table
   aidclab model run leaf-spine TRACE --mode host-bier --against results/RUN   exit 1 on any difference
-  aidclab model run ina-fig1 ALLREDUCE_TRACE                           mode ina: INA bytes per switch
+  aidclab model run ina-fig1 ALLREDUCE_TRACE                           ina, ring and ps against ps
+  aidclab model run ina-fig1 ALLREDUCE_TRACE --mode ps --ps-host w8      a parameter server of your choice
   aidclab model run superpod TRACE --bandwidth G2:eth2=400G            FARE weights after a link event
   aidclab model run --fabric clos:pods=2,leaves_per_pod=2,supers_per_plane=1 TRACE
   aidclab model generate clos:gpus=1024 -o labs/clos-1024.clab.yml
   aidclab model experiment all --out results/model                  plots and tables of docs/scale.md
 
 Unicast counters inside an ECMP group are the kernel hash's expectation (marked ~); the tier sums are exact.
+The x columns are the baseline's bytes over the mode's: unicast for message traces, ps for AllReduce traces.
+Ring and ps datagrams follow the unicast routes, so they are hashed wherever unicast is.
 """
 
 
@@ -51,7 +54,13 @@ def add_parser(subparsers: Any) -> None:
         "--mode",
         action="append",
         choices=MODES + REDUCE_MODES,
-        help="mode(s) to model; default every mode the trace allows (ina for allreduce traces)",
+        help="mode(s) to model; default every mode the trace allows (ina, ring and ps for allreduce traces)",
+    )
+    r.add_argument(
+        "--ps-host",
+        metavar="NODE",
+        help="mode ps: the parameter server host, as the replay's --ps-host (default: the first gpu-host "
+        "outside each op's job, as the replay picks it)",
     )
     r.add_argument(
         "--bandwidth",
@@ -134,8 +143,8 @@ def _run(args: argparse.Namespace) -> int:
         ops = list(reader)
     reduce = any(op.op == "allreduce" for op in ops)
     modes = args.mode or list(REDUCE_MODES if reduce else MODES)
-    runs = {m: model.run(ops, m) for m in modes}
-    base = runs.get(Mode.UNICAST)
+    runs = {m: model.run(ops, m, ps_host=args.ps_host) for m in modes}
+    base = runs.get(Mode.UNICAST) or runs.get(Mode.PS)
     print(
         f"{'mode':<10} {'source egress B':>16} {'fabric B':>14} {'egress x':>9} {'fabric x':>9} "
         f"{'BIER pkts/op':>12} {'exact links':>12}"
@@ -153,12 +162,15 @@ def _run(args: argparse.Namespace) -> int:
             f"{m:<10} {r.source_egress_bytes:>16,} {round(r.total_fabric_bytes):>14,} {eg:>9} {fb:>9} "
             f"{'-' if ppo is None else f'{ppo:.2f}':>12} {ex:>6}/{2 * len(r.links)}"
         )
+    for m, r in runs.items():
+        for line in _aggregation_lines(m, r.stats):
+            print(line)
     bad = 0
     for run_dir in args.against:
         measured = load_run(run_dir)
         mode = measured.meta.mode
         if mode not in runs:
-            runs[mode] = model.run(ops, mode)
+            runs[mode] = model.run(ops, mode, ps_host=measured.meta.settings.get("ps_host") or args.ps_host)
         diff = differences(runs[mode], measured, model.tiers)
         print(f"against {run_dir} ({mode}): {'equal' if not diff else f'{len(diff)} difference(s)'}")
         for d in diff:
@@ -170,6 +182,24 @@ def _run(args: argparse.Namespace) -> int:
         )
         print(f"wrote {args.output}")
     return 1 if bad else 0
+
+
+def _aggregation_lines(mode: str, stats: dict[str, Any]) -> list[str]:
+    """Where an AllReduce mode's bytes converge: each job's INA root or parameter server, and for the ring
+    the busiest worker (bench/allreduce.py reads the same figures off a replay's link counters)."""
+    if mode == Mode.INA:
+        roots = stats.get("ina_root_bytes_in", {})
+        return [f"{mode}: job {j} root takes in {b:,} B" for j, b in roots.items()]
+    bytes_in = stats.get("bytes_in", {})
+    if mode == Mode.PS:
+        return [
+            f"{mode}: job {j} parameter server {h} takes in {bytes_in[h][0]:,} B / {bytes_in[h][1]:,} packets"
+            for j, h in stats.get("ps_hosts", {}).items()
+        ]
+    if mode == Mode.RING and bytes_in:
+        w = max(bytes_in, key=lambda n: bytes_in[n][0])
+        return [f"{mode}: busiest worker {w} takes in {bytes_in[w][0]:,} B / {bytes_in[w][1]:,} packets"]
+    return []
 
 
 def _generate(args: argparse.Namespace) -> int:

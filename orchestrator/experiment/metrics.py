@@ -169,6 +169,20 @@ def source_egress(links: Iterable[LinkCounters], sources: Iterable[str]) -> tupl
     return nbytes, npackets
 
 
+def node_ingress(links: Iterable[LinkCounters], node: str) -> tuple[int, int]:
+    """(bytes, packets) that arrived at ``node`` over its data links: what a parameter server or a VAT
+    root takes in (bench/allreduce.py; the scale model's ``bytes_in``, which takes its own link loads)."""
+    nbytes = npackets = 0
+    for lc in fabric_links(links):
+        if lc.b_node == node:
+            nbytes += lc.a_to_b_bytes
+            npackets += lc.a_to_b_packets
+        if lc.a_node == node:
+            nbytes += lc.b_to_a_bytes
+            npackets += lc.b_to_a_packets
+    return nbytes, npackets
+
+
 @dataclass(frozen=True)
 class LoadedLink:
     link: str | None

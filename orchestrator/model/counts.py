@@ -19,9 +19,9 @@ import numpy as np
 from aidcnet.modes import Mode
 from orchestrator.experiment.records import LinkCounters, link_id
 
-# The message modes both engines model, and the collective modes the plan engine models (ring and ps not yet).
+# The message modes both engines model, and the collective (AllReduce) modes the plan engine models.
 MODES: tuple[Mode, ...] = (Mode.UNICAST, Mode.HOST_BIER, Mode.NET_BIER)
-REDUCE_MODES: tuple[Mode, ...] = (Mode.INA,)
+REDUCE_MODES: tuple[Mode, ...] = (Mode.INA, Mode.RING, Mode.PS)
 
 
 @dataclass

@@ -13,6 +13,9 @@ made by the code the nodes run:
   share and is marked hashed; sums across a tier boundary (``tier_sums``) stay exact.
 
 * INA (mode ``ina``): ``orchestrator.model.ina`` with the switches' own aggregator and VAT rules.
+* Ring and parameter-server AllReduce (modes ``ring``, ``ps``): ``orchestrator.model.collective`` with
+  the workers' own ring and window logic and the server's aggregator; their datagrams follow the unicast
+  routes (hashed where the kernel hashes).
 * FARE: on a lab with ``bgp.enabled`` unicast follows the weighted next hops of a BGP underlay converged
   in memory with the agents' RIB code (``orchestrator.model.fare``); the shares are the hash's expectation.
 
@@ -167,7 +170,9 @@ class PlanModel:
         return out
 
     # -- the run ------------------------------------------------------------------------------------
-    def run(self, ops: Iterable[TraceOp], mode: str) -> ModelRun:
+    def run(self, ops: Iterable[TraceOp], mode: str, ps_host: str | None = None) -> ModelRun:
+        """``ps_host``: mode ps's parameter server (the replay's ``--ps-host``); by default the replay's
+        own default, the first gpu-host outside the job."""
         if mode not in MODES + REDUCE_MODES:
             raise ModelError(f"mode {mode!r}: the plan model knows {', '.join(MODES + REDUCE_MODES)}")
         ops = list(ops)
@@ -180,11 +185,17 @@ class PlanModel:
             per_op = [self._host_bier(op, tally, stats) for op in ops]
             stats["bier_packets_per_op"] = _mean(per_op)
             stats["bier_packets"] = sum(per_op)
-        elif mode == Mode.INA:
+        elif mode in REDUCE_MODES:
+            from orchestrator.model.collective import CollectiveModel
             from orchestrator.model.ina import InaModel
 
             try:
-                InaModel(self).run_ops(ops, tally, stats)
+                if mode == Mode.INA:
+                    InaModel(self).run_ops(ops, tally, stats)
+                elif mode == Mode.RING:
+                    CollectiveModel(self).run_ring(ops, tally, stats)
+                else:
+                    CollectiveModel(self).run_ps(ops, tally, stats, ps_host)
             except ValueError as exc:
                 raise ModelError(f"lab {self.plan.lab}: {exc}") from exc
         else:
@@ -396,7 +407,9 @@ def _static_birt(plan: LabPlan, node: str, bier: Any) -> dict[int, list[str]]:
     birt: dict[int, list[str]] = {}
     for route in plan.nodes[node].routes:
         bfr_id = by_node.get(route.to)
-        hops = sorted({h.neighbor for h in route.nexthops if h.neighbor in names}, key=natural_key)
+        # Plain string order, as aidcnet.bgp.bier_routes.birt_from_bgp lists a best path's next hops: §6.5's
+        # ECMP indexes that order (natural order differs from L10 on: "L10" < "L2").
+        hops = sorted({h.neighbor for h in route.nexthops if h.neighbor in names})
         if bfr_id is not None and hops:
             birt[bfr_id] = hops
     return birt

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from aidcnet.modes import Mode
-from orchestrator.configure.plan.model import PlanInaJob
+from orchestrator.configure.plan.model import LabPlan, PlanInaJob
 from orchestrator.experiment.modes import register
 from orchestrator.experiment.modes.collective import CollectiveMode, default_ps_host
 from orchestrator.experiment.modes.ring import loopbacks
@@ -23,8 +23,14 @@ class ParameterServer(CollectiveMode):
 
     def before_op(self, session: LabSession, job: PlanInaJob, request: dict[str, Any]) -> None:
         ps = self.options.ps_host or default_ps_host(session.plan, job)
-        session.agent(ps).ps_serve(
-            job=job.job, workers=loopbacks(session, job), reduce=job.op, dtype=job.dtype,
-            slot_budget=job.slot_budget,
-        )
+        session.agent(ps).ps_serve(**serve_request(session.plan, job))
         request["ps"] = str(session.plan.nodes[ps].loopback.ip)  # type: ignore[union-attr]
+
+
+def serve_request(plan: LabPlan, job: PlanInaJob) -> dict[str, Any]:
+    """What the parameter server is told before one AllReduce of ``job`` (its agent's ``ps_serve``;
+    ``aidcnet.agent.ina_worker.ps_job_config`` reads it, and so does the scale model)."""
+    return {
+        "job": job.job, "workers": loopbacks(plan, job), "reduce": job.op, "dtype": job.dtype,
+        "slot_budget": job.slot_budget,
+    }

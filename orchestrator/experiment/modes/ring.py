@@ -6,7 +6,7 @@ from typing import Any
 
 from aidcnet.ina.header import Op
 from aidcnet.modes import Mode
-from orchestrator.configure.plan.model import PlanInaJob
+from orchestrator.configure.plan.model import LabPlan, PlanInaJob
 from orchestrator.experiment.modes import register
 from orchestrator.experiment.modes.collective import CollectiveMode
 from orchestrator.experiment.session import ExperimentError, LabSession
@@ -26,12 +26,12 @@ class Ring(CollectiveMode):
         super().check_job(job)
 
     def before_op(self, session: LabSession, job: PlanInaJob, request: dict[str, Any]) -> None:
-        request["addresses"] = loopbacks(session, job)
+        request["addresses"] = loopbacks(session.plan, job)
 
 
-def loopbacks(session: LabSession, job: PlanInaJob) -> dict[int | None, str]:
+def loopbacks(plan: LabPlan, job: PlanInaJob) -> dict[int | None, str]:
     """Each worker's BFR-id and loopback address, as the workers' agents take them."""
     return {
-        session.plan.nodes[w].bfr_id: str(session.plan.nodes[w].loopback.ip)  # type: ignore[union-attr]
+        plan.nodes[w].bfr_id: str(plan.nodes[w].loopback.ip)  # type: ignore[union-attr]
         for w in job.workers
     }
