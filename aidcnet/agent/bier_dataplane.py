@@ -274,13 +274,14 @@ class BierDataplane:
             if out:
                 self._send(out, out_nbrs)
             # Copies of the payload: the receive buffer is reused by the next batch.
-        self._deliver_all(deliveries)
+        # The hook first: what a delivery makes the node say (an ACK) may depend on what it learned.
         for src, inner, down in forwarded:
             try:
                 on_forward(src, inner, down)  # type: ignore[misc]
             except Exception:
                 self._c["forward-hook-errors"] = self._c.get("forward-hook-errors", 0) + 1
                 log.exception("forward hook failed")
+        self._deliver_all(deliveries)
         return len(pkts)
 
     def _rx_key_for(self, src: str) -> tuple[str, str]:

@@ -5,13 +5,19 @@ memory.
 
 Where feedback goes, per run (``ReliableSettings.feedback``):
 
-* ``hop``: a receiver sends its ACKs and NACKs as unicast UDP to port 4793 of its BIER neighbor toward
-  the BFIR; every BFR on the way hands them to its :class:`AckAggregator`, which absorbs them and sends
-  AGG-ACKs (or passes what it cannot account for) to the neighbor the flow's DATA came from, and so on
-  up to the BFIR.  A BFR that saw no DATA of the flow (the eBPF fast path forwarded it, or the BFR
-  restarted) passes feedback toward the BFIR by its BIFT: end-to-end acknowledgment, relayed.
-* ``e2e``: a receiver sends its feedback straight to the BFIR's loopback (the inner IPv4 source of the
-  DATA); BFR agents never see it (the kernel routes it): the implosion baseline, and unicast's way.
+* ``hop`` (DATA's inner UDP source port 4793): a receiver sends its ACKs and NACKs as unicast UDP to
+  port 4793 of its BIER neighbor toward the BFIR; every BFR on the way hands them to its
+  :class:`AckAggregator`, which absorbs them and sends AGG-ACKs (or passes what it cannot account
+  for) to the neighbor the flow's DATA came from, and so on up to the BFIR.  A BFR that saw no DATA
+  of the flow (the eBPF fast path forwarded it, or the BFR restarted) passes feedback toward the
+  BFIR by its BIFT: end-to-end acknowledgment, relayed.
+* ``e2e`` (any other source port; we use 4794): a receiver sends its feedback straight to the BFIR's
+  loopback (the inner IPv4 source of the DATA); BFR agents never see it (the kernel routes it) and
+  keep no state for its DATA: the implosion baseline, and unicast's way.
+
+The DATA itself says which (its inner UDP source port), so BFRs and receivers need no per-run
+configuration, and a BFR never waits for feedback that will not pass it.  A node that is a BFER and
+forwards the flow to BFERs below it (a BFR with its own bit) aggregates its own ACKs with theirs.
 
 Host-BIER DATA travels as the BIER payload IPv4/UDP loopback -> 232.1.0.1, port 4793; unicast DATA as
 UDP from the sender's loopback to each receiver's loopback, port 4793, one flow per receiver.
@@ -25,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aidcnet.ipv4 import Ipv4DecodeError, UdpDatagram, parse_udp
+from aidcnet.reliable import serial
 from aidcnet.reliable.aggregator import AckAggregator, AggregatorConfig
 from aidcnet.reliable.header import (
     RELIABLE_UDP_PORT,
@@ -42,9 +49,11 @@ FEEDBACK_MODES = ("hop", "e2e")
 # A BFR remembers where each flow's DATA came from; past this many flows it forgets them all (the
 # BIFT then routes feedback toward the BFIR, which is right, only not always the reverse path).
 RPF_KEEP = 65536
+HOP_SPORT = RELIABLE_UDP_PORT
+E2E_SPORT = RELIABLE_UDP_PORT + 1
 RECEIVER_FIELDS = ("ack_delay", "nack_interval", "nack_max_interval")
 # A BFR's aggregation timers, in wall seconds: a Python agent's round trip over the lab is ~1-5 ms.
-BFR_AGGREGATOR = AggregatorConfig(partial_after=0.02, lifetime=5.0)
+BFR_AGGREGATOR = AggregatorConfig(partial_after=0.05, lifetime=5.0)
 
 
 @dataclass(frozen=True)
@@ -57,7 +66,7 @@ class ReliableSettings:
     window: int = 64
     fail_after: float = 30.0
     initial_rto: float = 0.05
-    min_rto: float = 0.005
+    min_rto: float = 0.02
     max_rto: float = 2.0
     receiver: ReceiverConfig = field(
         default_factory=lambda: ReceiverConfig(ack_delay=0.002, nack_interval=0.01, nack_max_interval=0.2)
@@ -93,8 +102,9 @@ class ReliableSettings:
         return cls(receiver=receiver, **kw)
 
 
-Impose = Callable[[bytes, list[int], int], None]
-"""``impose(data, receiver BFR-ids, entropy)``: send ``data`` (a DATA message) over host-BIER."""
+Impose = Callable[[bytes, list[int], int, int], None]
+"""``impose(data, receiver BFR-ids, entropy, sport)``: send ``data`` (a DATA message) over host-BIER as
+IPv4/UDP from UDP source port ``sport`` (:data:`HOP_SPORT` or :data:`E2E_SPORT`) to port 4793."""
 SendTo = Callable[[bytes, str], None]
 """``send(message, address)``: one UDP datagram to ``address``:4793."""
 Toward = Callable[[int], "str | None"]
@@ -224,7 +234,10 @@ class ReliableNode:
             self.counters["rx.feedback-over-bier"] += 1
             return True
         # hop: back to the BIER neighbor toward the BFIR; e2e: to the BFIR's loopback, routed.
-        upstream = self.toward(msg.bfir_id) if self.settings.feedback == "hop" else datagram.src
+        if datagram.sport == HOP_SPORT:
+            upstream = self.rpf.get((msg.bfir_id, msg.flow_id)) or self.toward(msg.bfir_id)
+        else:
+            upstream = datagram.src
         self._on_data(msg, datagram.src, upstream, now)
         return True
 
@@ -235,15 +248,19 @@ class ReliableNode:
             datagram = parse_udp(inner)
         except Ipv4DecodeError:
             return
-        if datagram.dport != RELIABLE_UDP_PORT:
-            return
+        if datagram.dport != RELIABLE_UDP_PORT or datagram.sport != HOP_SPORT:
+            return  # not ours, or its feedback goes end to end and will not pass here
         msg = self._decode(datagram.payload)
         if not isinstance(msg, Data):
             return
+        # The way back, for this node's own feedback too: with ECMP the BIFT's first choice toward
+        # the BFIR need not be the neighbor this copy came from, whose aggregator waits for us.
         if len(self.rpf) >= RPF_KEEP:
             self.rpf.clear()
         self.rpf[(msg.bfir_id, msg.flow_id)] = upstream
-        self.aggregator.on_data(msg, downstream, upstream, now)
+        own = 1 << (self.bfr_id - 1) if self.bfr_id else 0
+        if downstream & ~own:
+            self.aggregator.on_data(msg, downstream, upstream, now)
 
     def poll(self, now: float) -> float | None:
         """Everything due at ``now``; returns when there is work next (None: only events can make some)."""
@@ -251,7 +268,7 @@ class ReliableNode:
             self._poll_sender(key, sender, now)
         if self.receiver is not None:
             for fb in self.receiver.poll(now):
-                self._send_feedback(fb)
+                self._send_feedback(fb, now)
         for up, msg in self.aggregator.poll(now):
             self._upstream(msg, up)
         times = [self.aggregator.next_deadline()]
@@ -279,9 +296,14 @@ class ReliableNode:
             for d in deliveries:
                 self.deliver(d.payload, src)
         for fb in feedback:
-            self._send_feedback(fb)
+            self._send_feedback(fb, now)
 
-    def _send_feedback(self, fb: Ack) -> None:
+    def _send_feedback(self, fb: Ack, now: float) -> None:
+        if self._aggregates(fb):
+            # We forward this flow to BFERs below us too: our own ACK joins theirs here.
+            self.counters["tx.own-" + _kind(fb)] += 1
+            self._aggregate(fb, now)
+            return
         to = self.feedback_to.get((fb.bfir_id, fb.flow_id))
         if to is None:
             to = self.toward(fb.bfir_id)
@@ -290,6 +312,11 @@ class ReliableNode:
             return
         self.counters["tx." + _kind(fb)] += 1
         self.send(fb.encode(), to)
+
+    def _aggregates(self, fb: Ack) -> bool:
+        """An entry of ours holds the window ``fb`` acknowledges into (we forwarded it below too)."""
+        entries = self.aggregator.flows.get((fb.bfir_id, fb.flow_id), {})
+        return any(serial.le(e.start, fb.cum) and serial.le(fb.cum, e.end) for e in entries.values())
 
     def _on_source_feedback(self, msg: Ack | AggAck, size: int, now: float) -> None:
         kind = _kind(msg)
@@ -311,7 +338,8 @@ class ReliableNode:
                 self.send(wire, self._unicast_addr[key])
             else:
                 assert self.impose is not None
-                self.impose(wire, mask_ids(tx.bfers), tx.data.flow_id)
+                sport = HOP_SPORT if self.settings.feedback == "hop" else E2E_SPORT
+                self.impose(wire, mask_ids(tx.bfers), tx.data.flow_id, sport)
         if sender.done:
             self._active.pop(key, None)
 

@@ -27,6 +27,7 @@ from aidcnet.agent.reliable_node import ReliableNode
 from aidcnet.agent.service import Service
 from aidcnet.bier.bitstring import bfr_id_to_si_bit
 from aidcnet.ipv4 import build_udp
+from aidcnet.reliable.aggregator import AggregatorConfig
 from aidcnet.reliable.header import RELIABLE_UDP_PORT
 from aidcnet.udpio import set_socket_buffer
 
@@ -58,10 +59,11 @@ class ReliableEndpoint:
         bind: str = "0.0.0.0",
         port: int = RELIABLE_UDP_PORT,
         clock: Callable[[], float] = time.monotonic,
+        aggregator: AggregatorConfig | None = None,
     ) -> None:
         self.port = port
         self.clock = clock
-        self.node = ReliableNode(bfr_id, self._send, toward)
+        self.node = ReliableNode(bfr_id, self._send, toward, aggregator=aggregator)
         self.errors = 0
         self.rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -193,11 +195,11 @@ class ReliablePart(Service):
         hop = service.dataplane.neighbors.get(nbr) if nbr is not None else None
         return hop[0] if hop else None
 
-    def _impose(self, data: bytes, receivers: list[int], entropy: int) -> None:
+    def _impose(self, data: bytes, receivers: list[int], entropy: int, sport: int) -> None:
         service = self.bier.current
         if service is None or service.host is None:
             raise ValueError("host-BIER flows need this host's BIER service (no bier section applied)")
-        datagram = build_udp(service.loopback, DATA_GROUP, RELIABLE_UDP_PORT, RELIABLE_UDP_PORT, data)
+        datagram = build_udp(service.loopback, DATA_GROUP, sport, RELIABLE_UDP_PORT, data)
         service.host.send(datagram, receivers, entropy=entropy & 0xFFFFF)
 
     def _on_bier_udp(self, datagram: UdpDatagram) -> bool:
