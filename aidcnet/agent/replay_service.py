@@ -284,9 +284,12 @@ class ReplayService:
         } | self._reliable_status()
 
     def _reliable_status(self) -> dict[str, Any]:
-        if self.mode not in RELIABLE or self.reliable is None or self.reliable.endpoint is None:
+        if self.mode not in RELIABLE or self.reliable is None:
             return {}
-        return {"reliable": self.reliable.node().totals()}
+        try:
+            return {"reliable": self.reliable.node().totals()}
+        except ValueError:  # the node file was removed since the load: nothing to report
+            return {}
 
     def results(self) -> dict[str, Any]:
         # The driver asks for results once the run is over: the groups are no longer needed (a net-bier
