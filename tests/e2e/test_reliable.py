@@ -19,7 +19,7 @@ import pytest
 from aidcnet.modes import RELIABLE, Mode
 from orchestrator.experiment.session import LabSession
 from orchestrator.lab.labdir import lab_dir
-from orchestrator.lab.shaping import load_fabric, node_netns, read_link_fault
+from orchestrator.lab.shaping import fabric_lost_bytes, load_fabric
 from orchestrator.workloads.trace import TraceReader
 from tests.e2e.conftest import aidclab, deployed
 
@@ -50,13 +50,8 @@ def fabric_ends(topo) -> list[str]:
     return sorted(load_fabric(lab_dir(topo)).ends)
 
 
-def lost_bytes(topo, ends: list[str]) -> int:
-    total = 0
-    for end in ends:
-        node, interface = end.split(":")
-        stats = read_link_fault(node_netns(topo.container_name(node)), interface)[1]
-        total += stats.lost_good_bytes + stats.lost_bad_bytes
-    return total
+def lost_bytes(topo) -> int:
+    return fabric_lost_bytes(load_fabric(lab_dir(topo)), topo.container_name)
 
 
 def set_loss(topo, ends: list[str], p: float) -> None:
@@ -68,7 +63,7 @@ def run_mode(topo, trace: Path, mode: Mode, tmp: Path, loss: float) -> dict[str,
     from orchestrator.experiment.driver import run_experiment
 
     ends = fabric_ends(topo)
-    before = lost_bytes(topo, ends)
+    before = lost_bytes(topo)
     if loss:
         set_loss(topo, ends, loss)
     try:
@@ -76,7 +71,7 @@ def run_mode(topo, trace: Path, mode: Mode, tmp: Path, loss: float) -> dict[str,
     finally:
         if loss:
             set_loss(topo, ends, 0)
-    dropped = lost_bytes(topo, ends) - before
+    dropped = lost_bytes(topo) - before
     run = done.result
     for line in done.outcome.lines:
         print(f"{mode} at {loss:.0%}: {line}")
