@@ -17,19 +17,23 @@ Counters are exported as ``reliable.<name>`` (:meth:`ReliableNode.totals`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import select
 import socket
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from aidcnet.agent.outbox import Outbox
 from aidcnet.agent.reliable_node import ReliableNode
 from aidcnet.agent.service import Service
 from aidcnet.bier.bitstring import bfr_id_to_si_bit
 from aidcnet.ipv4 import build_udp
 from aidcnet.reliable.aggregator import AggregatorConfig
 from aidcnet.reliable.header import RELIABLE_UDP_PORT
-from aidcnet.udpio import set_socket_buffer
+from aidcnet.udpio import BatchIO, enable_backpressure, set_socket_buffer, shaped_sndbuf
 
 if TYPE_CHECKING:
     from aidcnet.agent.bier_service import BierPart
@@ -60,7 +64,10 @@ class ReliableEndpoint:
         port: int = RELIABLE_UDP_PORT,
         clock: Callable[[], float] = time.monotonic,
         aggregator: AggregatorConfig | None = None,
+        queue_bytes: int | None = None,
     ) -> None:
+        """``queue_bytes``: on a shaped lab, the smallest shaper queue of this node's links: the send
+        socket waits for room (the :class:`Outbox`) instead of overrunning it."""
         self.port = port
         self.clock = clock
         self.node = ReliableNode(bfr_id, self._send, toward, aggregator=aggregator)
@@ -69,7 +76,7 @@ class ReliableEndpoint:
         self.tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         try:
             set_socket_buffer(self.rx, socket.SO_RCVBUF, SOCKET_BUFFER)
-            set_socket_buffer(self.tx, socket.SO_SNDBUF, SOCKET_BUFFER)
+            enable_backpressure(self.tx, sndbuf=shaped_sndbuf(queue_bytes) or SOCKET_BUFFER)
             self.rx.bind((bind, port))
             self.tx.bind((source, 0))
             self.rx.setblocking(False)
@@ -78,18 +85,18 @@ class ReliableEndpoint:
             self.rx.close()
             self.tx.close()
             raise
+        self.out = Outbox(BatchIO(self.tx))
         self._loop: asyncio.AbstractEventLoop | None = None
         self._timer: asyncio.TimerHandle | None = None
 
     def _send(self, message: bytes, address: str) -> None:
-        try:
-            self.tx.sendto(message, (address, self.port))
-        except OSError as exc:
-            # A full send buffer or an unreachable neighbor: the protocol's timers recover; count it.
-            self.node.counters["tx.errors." + (exc.strerror or type(exc).__name__)] += 1
+        # A full buffer or queue keeps the datagram for later (in order); a refused one is counted
+        # (outbox.refused) and left to the protocol's timers.
+        self.out.send([(message, (address, self.port))])
 
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
+        self.out.attach(loop)
         loop.add_reader(self.rx.fileno(), self._drain)
         self.kick()
 
@@ -127,6 +134,7 @@ class ReliableEndpoint:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        self.out.close()
         if self._loop is not None:
             self._loop.remove_reader(self.rx.fileno())
             self._loop = None
@@ -142,29 +150,37 @@ class ReliablePart(Service):
         self.bier = bier
         self.endpoint: ReliableEndpoint | None = None
         self._source: str | None = None
+        self._queue: int | None = None
+        # Host-BIER DATA waiting for room in the BIER socket: the lossless dataplane would otherwise
+        # block the event loop in its send (and stop it from hearing the ACKs that free the window).
+        self._pending: deque[tuple[bytes, list[int], int]] = deque()
+        self._writer_fd: int | None = None
         bier.add_listener(self._on_bier_udp)
         bier.add_forward_listener(self._on_forward)
 
     async def reload(self, config: NodeConfig | None) -> None:
         source = str(config.loopback.ip) if config is not None and config.loopback is not None else None
         bfr_id = config.bier.bfr_id if config is not None and config.bier is not None else None
-        if self.endpoint is not None and source == self._source:
+        queue = config.smallest_queue_bytes if config is not None else None
+        if self.endpoint is not None and (source, queue) == (self._source, self._queue):
             if self.endpoint.node.receiver is None:
                 self.endpoint.node.bfr_id = bfr_id
             return
         self._close()
         if source is None:
             return
-        self.endpoint = ReliableEndpoint(bfr_id, self.toward, source=source)
+        self.endpoint = ReliableEndpoint(bfr_id, self.toward, source=source, queue_bytes=queue)
         self.endpoint.node.impose = self._impose
         self.endpoint.attach(asyncio.get_running_loop())
-        self._source = source
+        self._source, self._queue = source, queue
 
     def _close(self) -> None:
+        self._stop_writer()
+        self._pending.clear()
         if self.endpoint is not None:
             self.endpoint.close()
             self.endpoint = None
-            self._source = None
+            self._source = self._queue = None
 
     async def stop(self) -> None:
         self._close()
@@ -200,7 +216,35 @@ class ReliablePart(Service):
         if service is None or service.host is None:
             raise ValueError("host-BIER flows need this host's BIER service (no bier section applied)")
         datagram = build_udp(service.loopback, DATA_GROUP, sport, RELIABLE_UDP_PORT, data)
-        service.host.send(datagram, receivers, entropy=entropy & 0xFFFFF)
+        self._pending.append((datagram, receivers, entropy & 0xFFFFF))
+        self._flush()
+
+    def _flush(self) -> None:
+        service = self.bier.current
+        if service is None or service.host is None:
+            self._pending.clear()  # the BIER service went away: the senders' timers resend later
+            self._stop_writer()
+            return
+        sock = service.dataplane.sock
+        while self._pending:
+            if service.sndbuf is not None and not select.select([], [sock], [], 0)[1]:
+                if self._writer_fd is None:
+                    self._writer_fd = sock.fileno()
+                    asyncio.get_running_loop().add_writer(self._writer_fd, self._on_writable)
+                return
+            datagram, receivers, entropy = self._pending.popleft()
+            service.host.send(datagram, receivers, entropy=entropy)
+        self._stop_writer()
+
+    def _on_writable(self) -> None:
+        self._stop_writer()
+        self._flush()
+
+    def _stop_writer(self) -> None:
+        if self._writer_fd is not None:
+            with contextlib.suppress(RuntimeError, ValueError, OSError):
+                asyncio.get_running_loop().remove_writer(self._writer_fd)
+            self._writer_fd = None
 
     def _on_bier_udp(self, datagram: UdpDatagram) -> bool:
         if self.endpoint is None or datagram.dport != RELIABLE_UDP_PORT:
@@ -218,6 +262,10 @@ class ReliablePart(Service):
             return {}
         out = {f"reliable.{k}": v for k, v in self.endpoint.node.totals().items()}
         out["reliable.poll-errors"] = self.endpoint.errors
+        out["reliable.tx.deferred"] = self.endpoint.out.deferred
+        out["reliable.tx.refused"] = self.endpoint.out.refused
+        out["reliable.tx.overflow"] = self.endpoint.out.overflow
+        out["reliable.bier.waiting"] = len(self._pending)
         return out
 
     def status(self) -> dict[str, Any]:
