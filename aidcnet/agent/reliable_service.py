@@ -48,6 +48,9 @@ RECV_SIZE = 65536
 SOCKET_BUFFER = 16 << 20
 # The timer never sleeps longer than this, so a clock jump or a missed wake-up costs little.
 MAX_SLEEP_S = 0.01
+# Events reschedule the timer at most this often: a poll walks every flow, and what an event makes a
+# node say now (ACKs, NACKs, AGG-ACKs, DATA a window opened) it says in the event itself.
+MIN_KICK_S = 0.001
 
 
 class ReliableEndpoint:
@@ -88,6 +91,7 @@ class ReliableEndpoint:
         self.out = Outbox(BatchIO(self.tx))
         self._loop: asyncio.AbstractEventLoop | None = None
         self._timer: asyncio.TimerHandle | None = None
+        self._kicked = float("-inf")
 
     def _send(self, message: bytes, address: str) -> None:
         # A full buffer or queue keeps the datagram for later (in order); a refused one is counted
@@ -111,7 +115,12 @@ class ReliableEndpoint:
                 log.warning("reliable socket receive failed: %s", exc)
                 break
             self.node.on_datagram(data, src, self.clock())
-        self.kick()
+        self.nudge()
+
+    def nudge(self) -> None:
+        """After an event: reschedule the timer, unless that was done less than MIN_KICK_S ago."""
+        if self.clock() - self._kicked >= MIN_KICK_S:
+            self.kick()
 
     def kick(self) -> None:
         """Run what is due now and set the timer for the next deadline (after every event)."""
@@ -120,7 +129,7 @@ class ReliableEndpoint:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        now = self.clock()
+        now = self._kicked = self.clock()
         try:
             due = self.node.poll(now)
         except Exception:
@@ -250,7 +259,7 @@ class ReliablePart(Service):
         if self.endpoint is None or datagram.dport != RELIABLE_UDP_PORT:
             return False
         self.endpoint.node.on_bier_delivery(datagram, self.endpoint.clock())
-        self.endpoint.kick()
+        self.endpoint.nudge()
         return True
 
     def _on_forward(self, src: str, inner: bytes, downstream: int) -> None:
