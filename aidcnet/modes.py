@@ -16,6 +16,12 @@ class Mode(StrEnum):
     UNICAST = "unicast"
     HOST_BIER = "host-bier"
     NET_BIER = "net-bier"
+    # the same messages, delivered reliably (docs/reliability.md): unicast with end-to-end ACKs per
+    # receiver, host-BIER with end-to-end ACKs from every receiver (the implosion), host-BIER with ACKs
+    # aggregated in the BFRs
+    RELIABLE_UNICAST = "reliable-unicast"
+    RELIABLE_HOST_BIER_E2E = "reliable-host-bier-e2e"
+    RELIABLE_HOST_BIER = "reliable-host-bier"
     # collectives (allreduce ops)
     INA = "ina"
     RING = "ring"
@@ -25,3 +31,12 @@ class Mode(StrEnum):
 # Each family's baseline: the mode the others are compared against in reports (what runs today without
 # multicast or in-network help).
 BASELINES: frozenset[Mode] = frozenset({Mode.UNICAST, Mode.PS})
+
+# The reliable modes: each run says how feedback travels (aidcnet/agent/reliable_node.py); the
+# baseline of the reliable ones is reliable-unicast (bench/reliable.py's ratios are against it and
+# against reliable-host-bier-e2e).
+RELIABLE: dict[Mode, str] = {
+    Mode.RELIABLE_UNICAST: "e2e",
+    Mode.RELIABLE_HOST_BIER_E2E: "e2e",
+    Mode.RELIABLE_HOST_BIER: "hop",
+}

@@ -55,6 +55,11 @@ log = logging.getLogger("aidcnet.bier.dataplane")
 DeliverFn = Callable[[bytes, int, int, bytes], None]
 """``deliver(inner_payload, bfir_id, proto, header)``; ``header`` is the RFC 8296 header as
 received (``BierHeader.decode(header)`` gives the fields)."""
+ForwardFn = Callable[[str, bytes, int], None]
+"""``on_forward(source address, inner IPv4 payload, downstream id-mask)``: a received packet this BFR
+forwarded or delivered; the id-mask has bit BFR-id − 1 set for every BFER a copy (or the local
+delivery) was for, i.e. the OR of the copies' BitStrings over the SI.  The reliable transport's ACK
+aggregator learns from it which BFERs below will acknowledge (docs/reliability.md)."""
 
 # aidcnet.bier.forwarding reason -> counter name.  Also the order in which a packet with no
 # copy and no delivery is attributed to one reason when several bits were dropped differently.
@@ -138,6 +143,7 @@ class BierDataplane:
         self._label_by_si = {si: local_labels[(sd, bsl, si)] for si in self.bifts}
         self.neighbors = dict(neighbors)
         self.deliver = deliver
+        self.on_forward: ForwardFn | None = None
         self.max_batch = max_batch
         port_out = port if nbr_port is None else nbr_port
         self._dest = {nbr: (addr, port_out) for nbr, (addr, _ifname) in neighbors.items()}
@@ -234,6 +240,8 @@ class BierDataplane:
         out: list[Datagram] = []
         out_nbrs: list[str] = []
         deliveries: list[tuple[bytes, int, int, bytes]] = []
+        forwarded: list[tuple[str, bytes, int]] = []
+        on_forward = self.on_forward
         c = self._c
         tables = self.tables
         with self._lock:
@@ -256,11 +264,23 @@ class BierDataplane:
                     continue
                 res = forward(bift, f[12], f[3], f[6])
                 self._dispatch(buf, res, bift, f[11], f[10], f[13], out, out_nbrs, deliveries)
+                if on_forward is not None and f[10] == BierProto.IPV4 and (res.copies or res.local):
+                    down = res.local
+                    for _nbr, bits, _label in res.copies:
+                        down |= bits
+                    forwarded.append((src, bytes(buf[f[13] :]), down << (bift.si * bift.bsl)))
             c["rx.packets"] += len(pkts)
             c["rx.bytes"] += rx_bytes
             if out:
                 self._send(out, out_nbrs)
             # Copies of the payload: the receive buffer is reused by the next batch.
+        # The hook first: what a delivery makes the node say (an ACK) may depend on what it learned.
+        for src, inner, down in forwarded:
+            try:
+                on_forward(src, inner, down)  # type: ignore[misc]
+            except Exception:
+                self._c["forward-hook-errors"] = self._c.get("forward-hook-errors", 0) + 1
+                log.exception("forward hook failed")
         self._deliver_all(deliveries)
         return len(pkts)
 

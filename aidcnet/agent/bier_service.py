@@ -15,7 +15,7 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from aidcnet.agent.bier_dataplane import BierDataplane
+from aidcnet.agent.bier_dataplane import BierDataplane, ForwardFn
 from aidcnet.agent.bier_ebpf import start_fast_path, start_net_fast_path
 from aidcnet.agent.bier_host import BierHost
 from aidcnet.agent.control import Handler, Op
@@ -297,6 +297,7 @@ class BierPart(Service):
         self.role = role
         self.current: BierService | None = None
         self._listeners: list[Callable[[UdpDatagram], bool]] = []
+        self._forward_listeners: list[ForwardFn] = []
 
     def add_listener(self, listener: Callable[[UdpDatagram], bool]) -> None:
         """``listener`` sees each decoded IPv4/UDP delivery in registration order until one claims it."""
@@ -304,6 +305,15 @@ class BierPart(Service):
 
     def _deliver(self, datagram: UdpDatagram) -> bool:
         return any(listener(datagram) for listener in self._listeners)
+
+    def add_forward_listener(self, listener: ForwardFn) -> None:
+        """``listener`` sees every IPv4-payload packet the Python dataplane forwards or delivers
+        (``BierDataplane.on_forward``); packets the eBPF fast path forwards never reach it."""
+        self._forward_listeners.append(listener)
+
+    def _forwarded(self, src: str, inner: bytes, downstream: int) -> None:
+        for listener in self._forward_listeners:
+            listener(src, inner, downstream)
 
     async def reload(self, config: NodeConfig | None) -> None:
         new = config.bier if config else None
@@ -324,6 +334,8 @@ class BierPart(Service):
             sndbuf=sndbuf,
         )
         service.on_udp = self._deliver
+        if self._forward_listeners:
+            service.dataplane.on_forward = self._forwarded
         service.attach(loop)
         self.current = service
 

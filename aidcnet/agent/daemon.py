@@ -5,7 +5,7 @@ are brought to it; if the kernel or any service refuses, the previous configurat
 stays the running one. A bad file never stops the agent.
 
 Features are services behind one interface (``aidcnet/agent/service.py``), built here once in the order
-they depend on each other: BIER, INA, replay, BGP. (Loss is the link's, not the agent's:
+they depend on each other: BIER, INA, reliable transport, replay, BGP. (Loss is the link's, not the agent's:
 ``aidclab link set NODE:IF loss ...`` sets the link-fault tc program, docs/time-and-fidelity.md.)
 """
 
@@ -26,6 +26,7 @@ from aidcnet.agent.bgp_service import IFF_LOWER_UP, IFF_UP, BgpPart
 from aidcnet.agent.bier_service import BierPart
 from aidcnet.agent.control import Handler, Op
 from aidcnet.agent.ina_service import InaPart
+from aidcnet.agent.reliable_service import ReliablePart
 from aidcnet.agent.replay_service import ReplayPart
 from aidcnet.agent.service import Service
 from aidcnet.paths import DEFAULT_CONFIG_PATH
@@ -46,9 +47,11 @@ def build_services(role: Role) -> list[Service]:
     bier = BierPart(role)
     # INA before replay: an INA worker claims its BIER deliveries before the replay service looks.
     ina = InaPart(role, bier)
-    replay = ReplayPart(role, bier)
+    # Reliable before replay: the replay service opens its reliable flows through it.
+    reliable = ReliablePart(bier)
+    replay = ReplayPart(role, bier, reliable)
     bgp = BgpPart(on_change=bier.apply_bgp)
-    return [bier, ina, replay, bgp]
+    return [bier, ina, reliable, replay, bgp]
 
 
 class Agent:

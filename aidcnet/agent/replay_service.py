@@ -5,7 +5,10 @@ Unicast: one datagram stream per receiver, from the host's loopback to the recei
 destination port 4791 (RoCEv2), source port = QP. Host-BIER: each fragment once through the BIER
 service with the receivers' BFR-ids. Network-BIER: plain IP multicast, one socket bound to the loopback
 (the S of (S,G)) sending each op once to its group out of the fabric interface; the leaves do BIER.
-Receivers join their groups on the replay port. All modes land in the same
+Receivers join their groups on the replay port. The reliable modes (``aidcnet.modes.RELIABLE``) send
+each op as one flow of the reliable transport (one sequence per fragment; docs/reliability.md) through
+the agent's reliable service, over host-BIER or per receiver over unicast, and complete when every
+receiver has acknowledged every flow (or was declared failed). All modes land in the same
 :class:`~aidcnet.replay.Reassembly`.
 The payload format is ``docs/replay-payload.md``; the orchestrator side is
 ``orchestrator/experiment/driver.py``.
@@ -25,20 +28,23 @@ from typing import TYPE_CHECKING, Any
 from aidcnet.agent.control import Handler, Op
 from aidcnet.agent.service import Service
 from aidcnet.ipv4 import ROCEV2_PORT
-from aidcnet.modes import Mode
+from aidcnet.modes import RELIABLE, Mode
 from aidcnet.replay import DEFAULT_MAX_DATAGRAM, Reassembly, build_fragments
 from aidcnet.roles import Role
 from aidcnet.udpio import set_socket_buffer, shaped_sndbuf, size_send_buffer
 
 if TYPE_CHECKING:
     from aidcnet.agent.bier_service import BierPart, BierService
+    from aidcnet.agent.reliable_service import ReliablePart
     from aidcnet.config import NodeConfig
     from aidcnet.ipv4 import UdpDatagram
 
 log = logging.getLogger("aidcnet.replay")
 
 # The modes whose messages this service sends and receives (collectives are the INA worker's).
-MODES = (Mode.UNICAST, Mode.HOST_BIER, Mode.NET_BIER)
+MODES = (Mode.UNICAST, Mode.HOST_BIER, Mode.NET_BIER, *RELIABLE)
+# How often a reliable run looks whether its flows have completed.
+RELIABLE_CHECK_S = 0.01
 QP_PORT_BASE = 49152
 DEFAULT_QPS = 8
 # A burst of ops at one t from 8 senders can put megabytes into one receiver's socket at once.
@@ -66,9 +72,14 @@ class _Receiver(asyncio.DatagramProtocol):
 
 class ReplayService:
     def __init__(
-        self, loopback: str, bier: BierService | None = None, queue_bytes: int | None = None
+        self,
+        loopback: str,
+        bier: BierService | None = None,
+        queue_bytes: int | None = None,
+        reliable: ReliablePart | None = None,
     ) -> None:
         self.loopback = loopback
+        self.reliable = reliable
         # Shaped lab: the host's uplink queue, which the send sockets together must never fill (lossless).
         self.queue_bytes = queue_bytes
         self.bier = bier
@@ -169,8 +180,11 @@ class ReplayService:
         if mode not in MODES:
             raise ValueError(f"mode {mode!r} is not one of {', '.join(MODES)}")
         mode = Mode(mode)
-        if mode == Mode.HOST_BIER and (self.bier is None or self.bier.host is None):
-            raise ValueError("host-bier replay needs this host's BIER service (no bier section applied)")
+        bier_mode = mode in (Mode.HOST_BIER, Mode.RELIABLE_HOST_BIER, Mode.RELIABLE_HOST_BIER_E2E)
+        if bier_mode and (self.bier is None or self.bier.host is None):
+            raise ValueError(f"{mode} replay needs this host's BIER service (no bier section applied)")
+        if mode in RELIABLE and self.reliable is None:
+            raise ValueError(f"{mode} replay needs the agent's reliable service")
         receivers = {
             name: (str(addr), None if bfr_id is None else int(bfr_id))
             for name, (addr, bfr_id) in request.get("receivers", {}).items()
@@ -188,8 +202,10 @@ class ReplayService:
             for d in op[3]:
                 if d not in receivers:
                     raise ValueError(f"op receiver {d!r} is not in the request's receivers")
-                if mode == Mode.HOST_BIER and receivers[d][1] is None:
-                    raise ValueError(f"receiver {d!r} has no BFR-id: host-bier needs one")
+                if (bier_mode or mode in RELIABLE) and receivers[d][1] is None:
+                    raise ValueError(f"receiver {d!r} has no BFR-id: {mode} needs one")
+            if mode in RELIABLE and not 0 <= op[0] <= 0xFFFF_FFFF:
+                raise ValueError(f"op {op[0]}: a reliable flow's id is the op id, which must fit 32 bits")
         joins = [str(g) for g in request.get("groups", [])]
         bad = [g for g in joins if not _is_multicast(g)]
         if bad:
@@ -223,11 +239,26 @@ class ReplayService:
             self.gap_us = float(request.get("gap_us", 0.0))
             # A new load is a new run: forget what was received and sent before.
             self.reassembly = Reassembly(max_datagram=self.max_datagram)
+            if mode in RELIABLE:
+                self._configure_reliable(mode, request.get("reliable") or {})
             self.sent_ops = self.sent_datagrams = 0
             self.send_errors = {}
             self.start_ns = self.finished_ns = None
         self.ops.sort(key=lambda op: (op[1], op[0]))
         return {"ok": True, "ops": len(self.ops), "mode": self.mode, "groups": len(self.groups)}
+
+    def _configure_reliable(self, mode: Mode, raw: dict[str, Any]) -> None:
+        from aidcnet.agent.reliable_node import ReliableSettings
+
+        assert self.reliable is not None
+        raw = dict(raw)
+        self_id = raw.pop("self_id", None)
+        if self_id is None:
+            raise ValueError(f"{mode} needs reliable.self_id: this host's id in the run (its BFR-id)")
+        settings = ReliableSettings.from_request({**raw, "feedback": RELIABLE[mode]})
+        node = self.reliable.node()
+        node.configure(settings, int(self_id))
+        node.deliver = lambda payload, src: self.reassembly.add(payload, time.time_ns(), src=src)
 
     def start(self, request: dict[str, Any]) -> dict[str, Any]:
         if self.task is not None and not self.task.done():
@@ -250,7 +281,15 @@ class ReplayService:
             "received_messages": len(self.reassembly.records),
             "received_complete": self.reassembly.complete_good(),
             "groups": len(self.groups),
-        }
+        } | self._reliable_status()
+
+    def _reliable_status(self) -> dict[str, Any]:
+        if self.mode not in RELIABLE or self.reliable is None:
+            return {}
+        try:
+            return {"reliable": self.reliable.node().totals()}
+        except ValueError:  # the node file was removed since the load: nothing to report
+            return {}
 
     def results(self) -> dict[str, Any]:
         # The driver asks for results once the run is over: the groups are no longer needed (a net-bier
@@ -324,7 +363,9 @@ class ReplayService:
                 # The scheduled time, not the actual one: a late sender shows up as latency.
                 send_ns = max(due, 0)
                 frags = build_fragments(msg_id, size, send_ns, self.max_datagram)
-                if self.mode == Mode.UNICAST:
+                if self.mode in RELIABLE:
+                    self._open_reliable(msg_id, dst, frags)
+                elif self.mode == Mode.UNICAST:
                     for j, name in enumerate(dst):
                         queue = qp_queues[(msg_id + j) % len(qp_queues)]
                         addr = (self.receivers[name][0], ROCEV2_PORT)
@@ -353,6 +394,11 @@ class ReplayService:
             for queue in qp_queues:
                 queue.put_nowait(None)
             await asyncio.gather(*qp_tasks)
+            if self.mode in RELIABLE:
+                # Done when every receiver acknowledged every flow (or was declared failed).
+                assert self.reliable is not None
+                while not self.reliable.node().sending_done:
+                    await asyncio.sleep(RELIABLE_CHECK_S)
         except Exception:  # the task's failure must show in replay_status, not vanish
             log.exception("replay failed")
             self._error("exception")
@@ -361,6 +407,19 @@ class ReplayService:
                 task.cancel()
             self._close_send_sockets()
             self.finished_ns = time.time_ns()
+
+    def _open_reliable(self, msg_id: int, dst: list[str], frags: list[bytes]) -> None:
+        assert self.reliable is not None
+        node = self.reliable.node()
+        now = self.reliable.endpoint.clock() if self.reliable.endpoint else time.monotonic()
+        ids = {self.receivers[name][1]: self.receivers[name][0] for name in dst}
+        if self.mode == Mode.RELIABLE_UNICAST:
+            node.open_unicast_flows(msg_id, ids, frags, now)  # type: ignore[arg-type]
+            self.sent_datagrams += len(frags) * len(ids)
+        else:
+            node.open_bier_flow(msg_id, list(ids), frags, now)  # type: ignore[arg-type]
+            self.sent_datagrams += len(frags)
+        self.reliable.kick()
 
     async def _qp_sender(
         self,
@@ -439,9 +498,10 @@ class ReplayPart(Service):
     """The agent's replay service on a GPU host: the ``replay_*`` ops over a :class:`ReplayService` made
     at first use (it needs the host's loopback), sending host-BIER through whichever BIER service runs."""
 
-    def __init__(self, role: Role, bier: BierPart) -> None:
+    def __init__(self, role: Role, bier: BierPart, reliable: ReliablePart | None = None) -> None:
         self.role = role
         self.bier = bier
+        self.reliable = reliable
         self.config: NodeConfig | None = None
         self.current: ReplayService | None = None
         bier.add_listener(self.on_bier_udp)
@@ -464,7 +524,9 @@ class ReplayPart(Service):
             raise ValueError("replay runs on configured gpu-host nodes only (aidclab configure LAB first)")
         if self.current is None:
             self.current = ReplayService(
-                str(self.config.loopback.ip), queue_bytes=self.config.smallest_queue_bytes
+                str(self.config.loopback.ip),
+                queue_bytes=self.config.smallest_queue_bytes,
+                reliable=self.reliable,
             )
             await self.current.listen()
         # The BIER service is rebuilt on reload: send through whichever one runs now.

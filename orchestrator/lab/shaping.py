@@ -363,6 +363,17 @@ def load_fabric(lab_dir: Path) -> Fabric:
     return Fabric.from_json(path.read_text(), str(path))
 
 
+def fabric_lost_bytes(fabric: Fabric, container_name: Callable[[str], str]) -> int:
+    """Bytes the link-fault programs of every end of ``fabric`` have dropped so far (a counter: take the
+    difference over a run). ``container_name`` maps a node to its container (``Topology.container_name``)."""
+    total = 0
+    for end in fabric.ends:
+        node, interface = end.split(":", 1)
+        stats = read_link_fault(node_netns(container_name(node)), interface)[1]
+        total += stats.lost_good_bytes + stats.lost_bad_bytes
+    return total
+
+
 def write_fabric(lab_dir: Path, fabric: Fabric) -> Path:
     path = lab_dir / FABRIC_FILE
     tmp = path.with_suffix(".json.tmp")

@@ -82,6 +82,10 @@ class MessageMode(ExperimentMode):
     def check_hosts(self, hosts: dict[str, HostInfo]) -> None:
         """Refuse senders or receivers the mode cannot use (host-BIER needs BFR-ids)."""
 
+    def host_id(self, name: str) -> int | None:
+        """The id a receiver is known by in the run (its BFR-id; the reliable modes number every host)."""
+        return self.hosts[name].bfr_id
+
     def op_entry(self, op: TraceOp) -> list[Any]:
         """One op of a host's schedule as the agent takes it: ``[id, t, bytes, [receivers]]``."""
         return [op.id, op.t, op.bytes, list(op.dst)]
@@ -118,7 +122,7 @@ class MessageMode(ExperimentMode):
             mine = per_src[name]
             for k, chunk in enumerate(_chunks(mine, OPS_PER_LOAD) if mine else [[]]):
                 needed = {d for op in chunk for d in op[3]}
-                receivers = {r: [self.hosts[r].loopback, self.hosts[r].bfr_id] for r in sorted(needed)}
+                receivers = {r: [self.hosts[r].loopback, self.host_id(r)] for r in sorted(needed)}
                 session.agent(name).replay_load(
                     mode=self.name,
                     ops=chunk,

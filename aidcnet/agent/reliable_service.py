@@ -1,0 +1,281 @@
+"""The agent's reliable-transport service (docs/reliability.md): a :class:`ReliableNode` behind UDP port
+4793 on every node with a loopback, driven by a timer in the agent's event loop.
+
+On a GPU host it is the senders and the receiver of the reliable replay modes (the replay service
+opens flows through :meth:`ReliablePart.node` and gets deliveries back); on a BFR it is the ACK
+aggregator: the BIER service's Python dataplane reports every forwarded packet
+(``BierDataplane.on_forward``), from which the aggregator learns each window's downstream BFERs, and
+feedback arrives on the socket addressed to this BFR hop by hop.  With ``bier.dataplane: ebpf`` the
+tc program forwards DATA in the kernel (the agent never sees it) and passes every non-BIER UDP packet
+up the stack untouched (``aidcnet/ebpf/bier.c``: only port 6635 addressed to the BFR is its), so
+feedback still reaches this socket; without DATA the aggregator holds no entry and relays feedback
+toward the BFIR unchanged (``agg.passed-no-entry``): end-to-end ACKs, never lost data.
+
+Counters are exported as ``reliable.<name>`` (:meth:`ReliableNode.totals`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import select
+import socket
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from aidcnet.agent.outbox import Outbox
+from aidcnet.agent.reliable_node import ReliableNode
+from aidcnet.agent.service import Service
+from aidcnet.bier.bitstring import bfr_id_to_si_bit
+from aidcnet.ipv4 import build_udp
+from aidcnet.reliable.aggregator import AggregatorConfig
+from aidcnet.reliable.header import RELIABLE_UDP_PORT
+from aidcnet.udpio import BatchIO, enable_backpressure, set_socket_buffer, shaped_sndbuf
+
+if TYPE_CHECKING:
+    from aidcnet.agent.bier_service import BierPart
+    from aidcnet.config import NodeConfig
+    from aidcnet.ipv4 import UdpDatagram
+
+log = logging.getLogger("aidcnet.reliable")
+
+# Host-BIER DATA goes to this group (the host-BIER API's) with the reliable port.
+DATA_GROUP = "232.1.0.1"
+RECV_SIZE = 65536
+SOCKET_BUFFER = 16 << 20
+# The timer never sleeps longer than this, so a clock jump or a missed wake-up costs little.
+MAX_SLEEP_S = 0.01
+# Events reschedule the timer at most this often: a poll walks every flow, and what an event makes a
+# node say now (ACKs, NACKs, AGG-ACKs, DATA a window opened) it says in the event itself.
+MIN_KICK_S = 0.001
+
+
+class ReliableEndpoint:
+    """The sockets and timer around one :class:`ReliableNode`.  ``port`` and ``bind`` are for tests (the
+    lab always uses 0.0.0.0:4793); ``source`` is the address DATA and end-to-end feedback leave from
+    (the host's loopback, which the receivers and the BFIR answer to)."""
+
+    def __init__(
+        self,
+        bfr_id: int | None,
+        toward: Callable[[int], str | None],
+        source: str = "0.0.0.0",
+        bind: str = "0.0.0.0",
+        port: int = RELIABLE_UDP_PORT,
+        clock: Callable[[], float] = time.monotonic,
+        aggregator: AggregatorConfig | None = None,
+        queue_bytes: int | None = None,
+    ) -> None:
+        """``queue_bytes``: on a shaped lab, the smallest shaper queue of this node's links: the send
+        socket waits for room (the :class:`Outbox`) instead of overrunning it."""
+        self.port = port
+        self.clock = clock
+        self.node = ReliableNode(bfr_id, self._send, toward, aggregator=aggregator)
+        self.errors = 0
+        self.rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            set_socket_buffer(self.rx, socket.SO_RCVBUF, SOCKET_BUFFER)
+            enable_backpressure(self.tx, sndbuf=shaped_sndbuf(queue_bytes) or SOCKET_BUFFER)
+            self.rx.bind((bind, port))
+            self.tx.bind((source, 0))
+            self.rx.setblocking(False)
+            self.tx.setblocking(False)
+        except OSError:
+            self.rx.close()
+            self.tx.close()
+            raise
+        self.out = Outbox(BatchIO(self.tx))
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._kicked = float("-inf")
+
+    def _send(self, message: bytes, address: str) -> None:
+        # A full buffer or queue keeps the datagram for later (in order); a refused one is counted
+        # (outbox.refused) and left to the protocol's timers.
+        self.out.send([(message, (address, self.port))])
+
+    def attach(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self.out.attach(loop)
+        loop.add_reader(self.rx.fileno(), self._drain)
+        self.kick()
+
+    def _drain(self) -> None:
+        for _ in range(256):
+            try:
+                data, (src, _port) = self.rx.recvfrom(RECV_SIZE)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError as exc:
+                self.node.counters["rx.errors"] += 1
+                log.warning("reliable socket receive failed: %s", exc)
+                break
+            self.node.on_datagram(data, src, self.clock())
+        self.nudge()
+
+    def nudge(self) -> None:
+        """After an event: reschedule the timer, unless that was done less than MIN_KICK_S ago."""
+        if self.clock() - self._kicked >= MIN_KICK_S:
+            self.kick()
+
+    def kick(self) -> None:
+        """Run what is due now and set the timer for the next deadline (after every event)."""
+        if self._loop is None:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        now = self._kicked = self.clock()
+        try:
+            due = self.node.poll(now)
+        except Exception:
+            self.errors += 1
+            log.exception("reliable poll failed")
+            due = None
+        wait = MAX_SLEEP_S if due is None else min(MAX_SLEEP_S, max(0.0, due - now))
+        self._timer = self._loop.call_later(wait, self.kick)
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self.out.close()
+        if self._loop is not None:
+            self._loop.remove_reader(self.rx.fileno())
+            self._loop = None
+        self.rx.close()
+        self.tx.close()
+
+
+class ReliablePart(Service):
+    """The agent's reliable transport: one :class:`ReliableEndpoint` per applied node file (rebuilt
+    when the loopback changes), wired to the BIER service that runs."""
+
+    def __init__(self, bier: BierPart) -> None:
+        self.bier = bier
+        self.endpoint: ReliableEndpoint | None = None
+        self._source: str | None = None
+        self._queue: int | None = None
+        # Host-BIER DATA waiting for room in the BIER socket: the lossless dataplane would otherwise
+        # block the event loop in its send (and stop it from hearing the ACKs that free the window).
+        self._pending: deque[tuple[bytes, list[int], int]] = deque()
+        self._writer_fd: int | None = None
+        bier.add_listener(self._on_bier_udp)
+        bier.add_forward_listener(self._on_forward)
+
+    async def reload(self, config: NodeConfig | None) -> None:
+        source = str(config.loopback.ip) if config is not None and config.loopback is not None else None
+        bfr_id = config.bier.bfr_id if config is not None and config.bier is not None else None
+        queue = config.smallest_queue_bytes if config is not None else None
+        if self.endpoint is not None and (source, queue) == (self._source, self._queue):
+            if self.endpoint.node.receiver is None:
+                self.endpoint.node.bfr_id = bfr_id
+            return
+        self._close()
+        if source is None:
+            return
+        self.endpoint = ReliableEndpoint(bfr_id, self.toward, source=source, queue_bytes=queue)
+        self.endpoint.node.impose = self._impose
+        self.endpoint.attach(asyncio.get_running_loop())
+        self._source, self._queue = source, queue
+
+    def _close(self) -> None:
+        self._stop_writer()
+        self._pending.clear()
+        if self.endpoint is not None:
+            self.endpoint.close()
+            self.endpoint = None
+            self._source = self._queue = None
+
+    async def stop(self) -> None:
+        self._close()
+
+    def node(self) -> ReliableNode:
+        if self.endpoint is None:
+            raise ValueError(
+                "the reliable transport runs on configured nodes only (aidclab configure LAB first)"
+            )
+        return self.endpoint.node
+
+    def kick(self) -> None:
+        if self.endpoint is not None:
+            self.endpoint.kick()
+
+    def toward(self, bfr_id: int) -> str | None:
+        """The address of the BIER neighbor toward BFR-id ``bfr_id`` (the first alternative of its BIFT
+        row): where feedback for that BFIR goes when no DATA told us the way back."""
+        service = self.bier.current
+        if service is None:
+            return None
+        si, bit = bfr_id_to_si_bit(bfr_id, service.bier.bsl)
+        bift = service.bifts.get(si)
+        alts = bift.entries[bit] if bift is not None and bit < len(bift.entries) else None
+        if not alts:
+            return None
+        nbr = alts[0][1]
+        hop = service.dataplane.neighbors.get(nbr) if nbr is not None else None
+        return hop[0] if hop else None
+
+    def _impose(self, data: bytes, receivers: list[int], entropy: int, sport: int) -> None:
+        service = self.bier.current
+        if service is None or service.host is None:
+            raise ValueError("host-BIER flows need this host's BIER service (no bier section applied)")
+        datagram = build_udp(service.loopback, DATA_GROUP, sport, RELIABLE_UDP_PORT, data)
+        self._pending.append((datagram, receivers, entropy & 0xFFFFF))
+        self._flush()
+
+    def _flush(self) -> None:
+        service = self.bier.current
+        if service is None or service.host is None:
+            self._pending.clear()  # the BIER service went away: the senders' timers resend later
+            self._stop_writer()
+            return
+        sock = service.dataplane.sock
+        while self._pending:
+            if service.sndbuf is not None and not select.select([], [sock], [], 0)[1]:
+                if self._writer_fd is None:
+                    self._writer_fd = sock.fileno()
+                    asyncio.get_running_loop().add_writer(self._writer_fd, self._on_writable)
+                return
+            datagram, receivers, entropy = self._pending.popleft()
+            service.host.send(datagram, receivers, entropy=entropy)
+        self._stop_writer()
+
+    def _on_writable(self) -> None:
+        self._stop_writer()
+        self._flush()
+
+    def _stop_writer(self) -> None:
+        if self._writer_fd is not None:
+            with contextlib.suppress(RuntimeError, ValueError, OSError):
+                asyncio.get_running_loop().remove_writer(self._writer_fd)
+            self._writer_fd = None
+
+    def _on_bier_udp(self, datagram: UdpDatagram) -> bool:
+        if self.endpoint is None or datagram.dport != RELIABLE_UDP_PORT:
+            return False
+        self.endpoint.node.on_bier_delivery(datagram, self.endpoint.clock())
+        self.endpoint.nudge()
+        return True
+
+    def _on_forward(self, src: str, inner: bytes, downstream: int) -> None:
+        if self.endpoint is not None:
+            self.endpoint.node.on_forward(inner, src, downstream, self.endpoint.clock())
+
+    def counters(self) -> dict[str, int]:
+        if self.endpoint is None:
+            return {}
+        out = {f"reliable.{k}": v for k, v in self.endpoint.node.totals().items()}
+        out["reliable.poll-errors"] = self.endpoint.errors
+        out["reliable.tx.deferred"] = self.endpoint.out.deferred
+        out["reliable.tx.refused"] = self.endpoint.out.refused
+        out["reliable.tx.overflow"] = self.endpoint.out.overflow
+        out["reliable.bier.waiting"] = len(self._pending)
+        return out
+
+    def status(self) -> dict[str, Any]:
+        return self.node().totals()

@@ -1,0 +1,165 @@
+"""Reliable delivery on leaf-spine (issue 15): a model-distribution trace in the three reliable modes at
+0 %, 1 % and 5 % loss on every link end, all in one process on one deployed lab, so each ratio is
+against baselines measured in the same run:
+
+* ACKs arriving at the sources per DATA packet: end-to-end host-BIER over aggregated host-BIER (the
+  implosion the BFRs absorb; the aggregated figure should stay <= the source's first-hop branches, 1);
+* retransmitted payload bytes at the sources over the bytes the link-fault programs dropped, for the
+  aggregated mode (subset retransmission) and for reliable-unicast (the factor to quote);
+* completion time (the run's, in fabric time when the lab is shaped) of each mode over aggregated.
+
+Deploys its own lab (``bench-reliable``, python BIER dataplane, the shipped time.scale) and destroys it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from aidcnet.modes import RELIABLE, Mode  # noqa: E402
+from orchestrator.configure.ansible import configure  # noqa: E402
+from orchestrator.experiment.driver import run_experiment  # noqa: E402
+from orchestrator.experiment.modes.base import RunOptions  # noqa: E402
+from orchestrator.lab.deploy import deploy, destroy  # noqa: E402
+from orchestrator.lab.labdir import lab_dir  # noqa: E402
+from orchestrator.lab.linkset import link_set  # noqa: E402
+from orchestrator.lab.runtime.docker import DockerRuntime  # noqa: E402
+from orchestrator.lab.shaping import fabric_lost_bytes, load_fabric  # noqa: E402
+from orchestrator.lab.topology import Topology, load_topology  # noqa: E402
+
+LAB = "bench-reliable"
+HOSTS = [f"h{i}" for i in range(1, 9)]
+LOSSES = (0.0, 0.01, 0.05)
+KINDS = ("ack", "agg-ack", "agg-ack-partial")
+
+
+def make_trace(path: Path, size: str, chunk: str) -> None:
+    subprocess.run(
+        [
+            sys.executable, "-m", "orchestrator.cli.workload", "model-dist", "--hosts", ",".join(HOSTS),
+            "--size", size, "--chunk-bytes", chunk, "-o", str(path),
+        ],
+        check=True, cwd=ROOT,
+    )  # fmt: skip
+
+
+def lab_file(tmp: Path) -> Path:
+    doc = yaml.safe_load((ROOT / "labs" / "leaf-spine.clab.yml").read_text())
+    doc["name"] = LAB
+    path = tmp / f"{LAB}.clab.yml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def set_loss(runtime: DockerRuntime, topo: Topology, p: float) -> None:
+    for end in sorted(load_fabric(lab_dir(topo)).ends):
+        link_set(runtime, lab_dir(topo), end, "loss", [str(p)], one_way=True)
+
+
+def one_run(
+    runtime: DockerRuntime, topo: Topology, trace: Path, mode: Mode, p: float, tmp: Path, timeout: float
+):
+    fabric = load_fabric(lab_dir(topo))
+    before = fabric_lost_bytes(fabric, topo.container_name)
+    set_loss(runtime, topo, p)
+    try:
+        outcome = run_experiment(
+            topo, trace, mode, RunOptions(timeout_s=timeout), runtime=runtime, results_dir=tmp / "results"
+        )
+    finally:
+        set_loss(runtime, topo, 0.0)
+    dropped = fabric_lost_bytes(fabric, topo.container_name) - before
+    m = outcome.result.metrics
+    assert m is not None
+    src = outcome.result.meta.settings["reliable"]["sources"]
+    sent = src.get("sender.sent", 0)
+    acks = sum(src.get(f"source.rx.{k}.packets", 0) for k in KINDS)
+    return {
+        "acks": acks / sent if sent else float("nan"),
+        "nacks": src.get("source.rx.nack.packets", 0) / sent if sent else float("nan"),
+        "retx": src.get("sender.retransmitted-bytes", 0),
+        "dropped": dropped,
+        "completion": m.completion_time or float("nan"),
+        "delivered": m.delivery.delivered,
+        "expected": m.delivery.expected,
+        "duplicates": m.delivery.duplicates,
+        "failed": src.get("sender.receivers-failed", 0),
+    }
+
+
+def report(p: float, runs: dict[Mode, dict[str, Any]]) -> list[str]:
+    agg, e2e, uni = (
+        runs[Mode.RELIABLE_HOST_BIER],
+        runs[Mode.RELIABLE_HOST_BIER_E2E],
+        runs[Mode.RELIABLE_UNICAST],
+    )
+    lines = [f"loss {p:.0%} per link end:"]
+    for mode, r in runs.items():
+        factor = f"{r['retx'] / r['dropped']:.2f}" if r["dropped"] else "n/a"
+        lines.append(
+            f"  {mode:24s}: ACKs at sources {r['acks']:.3f}/packet, NACKs {r['nacks']:.3f}/packet, "
+            f"retransmitted {r['retx']} B / dropped {r['dropped']} B = {factor}, "
+            f"completion {r['completion'] * 1e3:.1f} ms, delivered {r['delivered']}/{r['expected']}, "
+            f"duplicates {r['duplicates']}, failed {r['failed']}"
+        )
+    lines.append(
+        f"  ratio ACKs at sources e2e/aggregated {e2e['acks'] / agg['acks']:.2f}x, "
+        f"completion e2e/aggregated {e2e['completion'] / agg['completion']:.2f}x, "
+        f"unicast/aggregated {uni['completion'] / agg['completion']:.2f}x"
+    )
+    return lines
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--size", default="2MiB", help="model size (aidclab workload model-dist --size)")
+    parser.add_argument("--chunk-bytes", default="256KiB")
+    parser.add_argument("--timeout", type=float, default=300.0, help="replay timeout beyond the trace")
+    args = parser.parse_args()
+    runtime = DockerRuntime()
+    destroy(LAB, runtime, quiet=True)
+    lines: list[str] = []
+    complete = True
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        trace = tmp / "model-dist.jsonl"
+        make_trace(trace, args.size, args.chunk_bytes)
+        old = Path.cwd()
+        os.chdir(tmp)
+        try:
+            topo = load_topology(lab_file(tmp))
+            deploy(topo, runtime)
+            if not configure(topo).ok:
+                print(f"bench reliable: configure {LAB} failed", file=sys.stderr)
+                return 1
+            for p in LOSSES:
+                runs = {mode: one_run(runtime, topo, trace, mode, p, tmp, args.timeout) for mode in RELIABLE}
+                complete &= all(
+                    r["delivered"] == r["expected"] and not r["duplicates"] for r in runs.values()
+                )
+                lines += report(p, runs)
+        finally:
+            destroy(LAB, runtime, cleanup=True, quiet=True)
+            os.chdir(old)
+    print(
+        f"bench reliable leaf-spine: model distribution {args.size} in {args.chunk_bytes} chunks, "
+        f"{len(HOSTS)} hosts"
+    )
+    print("\n".join(lines))
+    return 0 if complete else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

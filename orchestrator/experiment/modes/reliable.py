@@ -1,0 +1,138 @@
+"""The reliable modes (issue 15, docs/reliability.md): the message family's ops, each delivered as one
+flow of the reliable transport, one sequence per replay fragment, complete when every receiver has
+acknowledged it (or was declared failed).  They differ in how DATA travels and where ACKs go:
+
+* ``reliable-unicast``: one flow per receiver, loopback to loopback, ACKs end to end: what
+  collective libraries do today, the baseline;
+* ``reliable-host-bier-e2e``: one host-BIER flow per op, every receiver acknowledges to the source
+  (the implosion: N ACKs per packet);
+* ``reliable-host-bier``: one host-BIER flow per op, ACKs hop by hop and aggregated in the BFRs (one
+  per first-hop branch at the source), NACKs answered by retransmitting to the missing set only.
+
+Besides the deliveries (judged as in every message mode: exactly once, right content), a run records
+per source what the reliable service counted (``settings["reliable"]``): feedback packets and bytes
+that arrived at the source by kind, DATA first sent and retransmitted (packets and bytes), receivers
+declared failed; its lines give feedback at the sources per DATA packet and retransmitted bytes.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any, ClassVar
+
+from aidcnet.modes import RELIABLE, Mode
+from orchestrator.experiment.modes import register
+from orchestrator.experiment.modes.base import ModeOutcome, Say
+from orchestrator.experiment.modes.messages import MessageMode
+from orchestrator.experiment.session import ExperimentError, HostInfo, LabSession
+from orchestrator.workloads.trace import TraceOp
+
+# Flows start just below 2**32 so every run crosses the sequence-number wrap (RFC 1982 arithmetic).
+ISN = 0xFFFF_FF00
+# Wall-clock timers of the agents (docs/reliability.md): a receiver silent this long is declared failed.
+FAIL_AFTER_S = 30.0
+WINDOW = 64
+FEEDBACK_KINDS = ("ack", "nack", "agg-ack", "agg-ack-partial")
+
+
+def source_totals(status: dict[str, dict[str, Any]]) -> dict[str, int]:
+    """The reliable counters of every sending host, summed (``replay_status()["reliable"]``)."""
+    total: Counter[str] = Counter()
+    for reply in status.values():
+        total.update(reply.get("reliable", {}))
+    return dict(total)
+
+
+def feedback_lines(total: dict[str, int]) -> list[str]:
+    """What the sources heard and resent, per DATA packet they sent first."""
+    sent = total.get("sender.sent", 0)
+    packets = {k: total.get(f"source.rx.{k}.packets", 0) for k in FEEDBACK_KINDS}
+    acks = packets["ack"] + packets["agg-ack"] + packets["agg-ack-partial"]
+    fb_bytes = sum(total.get(f"source.rx.{k}.bytes", 0) for k in FEEDBACK_KINDS)
+    per = f"{acks / sent:.3f}" if sent else "n/a"
+    return [
+        f"reliable: {sent} DATA packets sent first, ACKs at the sources {per} per packet "
+        f"(ack {packets['ack']}, agg-ack {packets['agg-ack']}, partial {packets['agg-ack-partial']}), "
+        f"NACKs {packets['nack']}, feedback bytes at the sources {fb_bytes}",
+        f"reliable: retransmitted {total.get('sender.retransmitted', 0)} packets / "
+        f"{total.get('sender.retransmitted-bytes', 0)} payload bytes against "
+        f"{total.get('sender.sent-bytes', 0)} first sent; receivers declared failed "
+        f"{total.get('sender.receivers-failed', 0)}",
+    ]
+
+
+class ReliableMode(MessageMode):
+    feedback: ClassVar[str]
+    needs_bfr_ids: ClassVar[bool] = True
+
+    def check_hosts(self, hosts: dict[str, HostInfo]) -> None:
+        if not self.needs_bfr_ids:
+            return
+        unnumbered = [h.name for h in hosts.values() if h.bfr_id is None]
+        if unnumbered:
+            names = ", ".join(unnumbered)
+            raise ExperimentError(f"{self.name} needs BFR-ids; the plan gives none to {names}")
+
+    def prepare(self, session: LabSession, ops: list[TraceOp], say: Say) -> None:
+        super().prepare(session, ops, say)
+        self.ids = self._number(self.all_hosts)
+
+    def _number(self, hosts: dict[str, HostInfo]) -> dict[str, int]:
+        # BFR-ids when every host has one, so ids mean the same in every mode; otherwise 1..N by name.
+        if all(h.bfr_id is not None for h in hosts.values()):
+            return {n: int(h.bfr_id) for n, h in hosts.items()}  # type: ignore[arg-type]
+        return {n: i for i, n in enumerate(sorted(hosts), 1)}
+
+    def host_id(self, name: str) -> int | None:
+        return self.ids[name]
+
+    def first_load_fields(self, session: LabSession, host: str) -> dict[str, Any]:
+        return {
+            "reliable": {"self_id": self.ids[host], "isn": ISN, "window": WINDOW, "fail_after": FAIL_AFTER_S}
+        }
+
+    def collect(self, session: LabSession, ops: list[TraceOp]) -> ModeOutcome:
+        outcome = super().collect(session, ops)
+        status: dict[str, dict[str, Any]] = {}
+        for name in self.all_hosts:
+            agent = session.agent(name)
+            reply = session.lost.call(name, lambda a=agent: a.replay_status(timeout=5.0))
+            if reply is not None and "reliable" in reply:
+                status[name] = reply
+        total = source_totals({n: s for n, s in status.items() if n in self.senders})
+        outcome.settings["reliable"] = {
+            "feedback": self.feedback,
+            "isn": ISN,
+            "window": WINDOW,
+            "sources": total,
+            "receivers": {
+                k: v for k, v in source_totals(status).items() if k.startswith(("receiver.", "agg."))
+            },
+        }
+        outcome.lines.extend(feedback_lines(total))
+        failed = total.get("sender.receivers-failed", 0)
+        if failed and outcome.problem is None:
+            outcome.problem = f"{failed} receiver(s) declared failed by the reliable senders"
+        return outcome
+
+
+@register
+class ReliableUnicast(ReliableMode):
+    name = Mode.RELIABLE_UNICAST
+    feedback = RELIABLE[Mode.RELIABLE_UNICAST]
+    needs_bfr_ids = False
+    summary = "reliable: one flow per receiver over unicast, ACKs end to end (docs/reliability.md)"
+
+
+@register
+class ReliableHostBierE2e(ReliableMode):
+    name = Mode.RELIABLE_HOST_BIER_E2E
+    feedback = RELIABLE[Mode.RELIABLE_HOST_BIER_E2E]
+    summary = "reliable: host-BIER DATA, every receiver ACKs the source end to end (the implosion)"
+
+
+@register
+class ReliableHostBier(ReliableMode):
+    name = Mode.RELIABLE_HOST_BIER
+    feedback = RELIABLE[Mode.RELIABLE_HOST_BIER]
+    summary = "reliable: host-BIER DATA, ACKs aggregated in the BFRs, subset retransmission"

@@ -1,0 +1,138 @@
+"""ReliablePart, the agent service, around a stand-in BIER service: the way back by the BIFT, host-BIER
+DATA handed to the BIER host API (held while the BIER socket is full), the endpoint's counters."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from aidcnet.agent.reliable_service import ReliableEndpoint, ReliablePart
+from aidcnet.bier.bift import build_bifts
+from aidcnet.bier.routing import compute_birts, undirected
+from aidcnet.ipv4 import parse_udp
+from aidcnet.reliable.header import RELIABLE_UDP_PORT
+
+# L is a leaf with hosts H1 (BFR-id 1) and H2 (2); S a spine with H3 (3) behind it.
+EDGES = [("H1", "L"), ("H2", "L"), ("L", "S"), ("S", "H3")]
+IDS = {"H1": 1, "H2": 2, "H3": 3}
+ADDRS = {"H1": "10.9.0.1", "H2": "10.9.0.3", "S": "10.9.0.5"}
+
+
+class FakeBierPart:
+    def __init__(self, sndbuf: int | None = None) -> None:
+        birt = compute_birts(undirected(EDGES), IDS)["L"]
+        self.sent: list[tuple[bytes, list[int], int]] = []
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        host = SimpleNamespace(send=lambda d, r, entropy: self.sent.append((d, list(r), entropy)))
+        self.current: Any = SimpleNamespace(
+            bier=SimpleNamespace(bsl=64),
+            bifts={0: build_bifts(birt, 64)[0]},
+            dataplane=SimpleNamespace(neighbors={n: (a, "eth0") for n, a in ADDRS.items()}, sock=self.sock),
+            host=host,
+            sndbuf=sndbuf,
+            loopback="10.255.0.7",
+        )
+
+    def add_listener(self, _fn: Any) -> None:
+        pass
+
+    def add_forward_listener(self, _fn: Any) -> None:
+        pass
+
+
+def test_toward_follows_the_bift() -> None:
+    bier = FakeBierPart()
+    part = ReliablePart(bier)  # type: ignore[arg-type]
+    assert part.toward(1) == ADDRS["H1"] and part.toward(2) == ADDRS["H2"] and part.toward(3) == ADDRS["S"]
+    assert part.toward(9) is None, "no BIFT row: no way back"
+    bier.current = None
+    assert part.toward(1) is None
+    bier.sock.close()
+
+
+def test_impose_wraps_data_in_ipv4_udp_to_port_4793() -> None:
+    async def main() -> None:
+        bier = FakeBierPart()
+        part = ReliablePart(bier)  # type: ignore[arg-type]
+        part._impose(b"\x11data", [2, 3], 0x123456, 4794)
+        ((datagram, receivers, entropy),) = bier.sent
+        d = parse_udp(datagram)
+        assert (d.src, d.dst, d.sport, d.dport, d.payload) == (
+            "10.255.0.7",
+            "232.1.0.1",
+            4794,
+            4793,
+            b"\x11data",
+        )
+        assert receivers == [2, 3] and entropy == 0x23456  # 20 bits of entropy (RFC 8296)
+        bier.sock.close()
+
+    asyncio.run(main())
+
+
+def test_impose_waits_while_the_bier_socket_is_full() -> None:
+    async def main() -> None:
+        bier = FakeBierPart(sndbuf=4096)
+        a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+        a.setblocking(False)
+        try:
+            while True:  # fill a's buffer: not writable until b reads
+                a.send(b"x" * 1024)
+        except BlockingIOError:
+            pass
+        bier.current.dataplane.sock = a
+        part = ReliablePart(bier)  # type: ignore[arg-type]
+        part._impose(b"one", [2], 1, RELIABLE_UDP_PORT)
+        part._impose(b"two", [2], 1, RELIABLE_UDP_PORT)
+        assert bier.sent == [] and len(part._pending) == 2
+        b.setblocking(False)
+        while True:
+            try:
+                b.recv(2048)
+            except BlockingIOError:
+                break
+        for _ in range(50):
+            await asyncio.sleep(0.01)
+            if len(bier.sent) == 2:
+                break
+        assert [parse_udp(d).payload for d, _r, _e in bier.sent] == [b"one", b"two"], "in order, once"
+        assert not part._pending
+        a.close()
+        b.close()
+        bier.sock.close()
+
+    asyncio.run(main())
+
+
+def test_unconfigured_node_says_how_to_fix_it() -> None:
+    async def main() -> None:
+        bier = FakeBierPart()
+        part = ReliablePart(bier)  # type: ignore[arg-type]
+        await part.reload(None)
+        assert part.counters() == {}
+        with pytest.raises(ValueError, match="aidclab configure"):
+            part.node()
+        bier.sock.close()
+
+    asyncio.run(main())
+
+
+def test_endpoint_counts_and_receives_on_its_port() -> None:
+    async def main() -> None:
+        ep = ReliableEndpoint(None, lambda _b: None, source="127.0.0.1", bind="127.0.0.1", port=0)
+        ep.attach(asyncio.get_running_loop())
+        port = ep.rx.getsockname()[1]
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.sendto(b"\x00" * 16, ("127.0.0.1", port))
+            for _ in range(50):
+                await asyncio.sleep(0.01)
+                if ep.node.totals().get("rx.malformed.bad-version"):
+                    break
+        assert ep.node.totals()["rx.malformed.bad-version"] == 1
+        ep.close()
+
+    asyncio.run(main())

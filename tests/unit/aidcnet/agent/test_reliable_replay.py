@@ -1,0 +1,175 @@
+"""The replay service in the reliable modes: a schedule loaded and run on three hosts whose reliable
+transports are wired in memory (each datagram handed over on the event loop's next turn, with an
+optional seeded loss), so the glue is under test: flow per op, one sequence per fragment, deliveries
+into the reassembly exactly once, ``done`` only when every flow is acknowledged, counters in status."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from typing import Any
+
+import pytest
+
+from aidcnet.agent.reliable_node import ReliableNode
+from aidcnet.agent.replay_service import ReplayService
+from aidcnet.ipv4 import UdpDatagram
+from aidcnet.modes import Mode
+from aidcnet.reliable.header import RELIABLE_UDP_PORT
+
+ADDR = {"h1": "10.1.0.1", "h2": "10.1.0.2", "h3": "10.1.0.3"}
+IDS = {"h1": 1, "h2": 2, "h3": 3}
+BY_ID = {i: n for n, i in IDS.items()}
+BY_ADDR = {a: n for n, a in ADDR.items()}
+
+
+class FakeBier:
+    """Only what ReplayService.load checks for host-BIER: that a host API exists."""
+
+    host = object()
+
+
+class Part:
+    """Stands in for ReliablePart: the node, and a kick that polls it."""
+
+    def __init__(self, node: ReliableNode) -> None:
+        self._node = node
+        self.endpoint = None
+
+    def node(self) -> ReliableNode:
+        return self._node
+
+    def kick(self) -> None:
+        self._node.poll(time.monotonic())
+
+
+class Wire:
+    def __init__(self, loss: float, seed: int) -> None:
+        self.rng = random.Random(seed)
+        self.loss = loss
+        self.nodes: dict[str, ReliableNode] = {}
+        self.dropped = 0
+
+    def _later(self, fn: Any, *args: Any) -> None:
+        if self.rng.random() < self.loss:
+            self.dropped += 1
+            return
+        asyncio.get_running_loop().call_soon(fn, *args)
+
+    def make(self, name: str) -> ReliableNode:
+        def send(msg: bytes, addr: str) -> None:
+            self._later(lambda: self.nodes[BY_ADDR[addr]].on_datagram(msg, ADDR[name], time.monotonic()))
+
+        def impose(wire: bytes, ids: list[int], _entropy: int, sport: int) -> None:
+            for i in ids:
+                d = UdpDatagram(ADDR[name], "232.1.0.1", sport, RELIABLE_UDP_PORT, 64, wire)
+                self._later(lambda d=d, i=i: self.nodes[BY_ID[i]].on_bier_delivery(d, time.monotonic()))
+
+        # Feedback "hop by hop" goes straight to the source here: the fabric has no BFRs.
+        node = ReliableNode(None, send, toward=lambda _bfir: ADDR["h1"], impose=impose)
+        self.nodes[name] = node
+        return node
+
+
+async def _poller(parts: list[Part], stop: asyncio.Event) -> None:
+    while not stop.is_set():
+        for p in parts:
+            p.kick()
+        await asyncio.sleep(0.001)
+
+
+def run_replay(mode: Mode, loss: float = 0.0, seed: int = 1) -> tuple[dict[str, ReplayService], Wire]:
+    async def main() -> tuple[dict[str, ReplayService], Wire]:
+        wire = Wire(loss, seed)
+        services, parts = {}, []
+        for name in ADDR:
+            part = Part(wire.make(name))
+            parts.append(part)
+            svc = ReplayService(ADDR[name], bier=FakeBier(), reliable=part)  # type: ignore[arg-type]
+            services[name] = svc
+        receivers = {n: [ADDR[n], IDS[n]] for n in ("h2", "h3")}
+        ops = [[i, 0.002 * i, 20_000 + 977 * i, ["h2", "h3"] if i % 2 else ["h3"]] for i in range(6)]
+        for name, svc in services.items():
+            # Without loss no timer may fire, even on a busy machine: generous RTOs; with loss, short
+            # ones so the test ends soon (the loss, not the timers, is what it is about).
+            rto = 0.02 if loss else 0.5
+            reliable = {"self_id": IDS[name], "isn": 0xFFFF_FFF8, "initial_rto": rto, "min_rto": rto / 2}
+            mine = ops if name == "h1" else []
+            reply = svc.load(
+                {
+                    "mode": mode,
+                    "ops": mine,
+                    "receivers": receivers,
+                    "max_datagram": 4000,
+                    "reliable": reliable,
+                }
+            )
+            assert reply["ok"] and reply["ops"] == len(mine)
+        stop = asyncio.Event()
+        poller = asyncio.create_task(_poller(parts, stop))
+        services["h1"].start({"start_ns": time.time_ns()})
+        assert services["h1"].task is not None
+        await asyncio.wait_for(services["h1"].task, 20.0)
+        await asyncio.sleep(0.05)  # late duplicates would show up now
+        stop.set()
+        await poller
+        return services, wire
+
+    return asyncio.run(main())
+
+
+@pytest.mark.parametrize(
+    "mode", [Mode.RELIABLE_UNICAST, Mode.RELIABLE_HOST_BIER, Mode.RELIABLE_HOST_BIER_E2E]
+)
+@pytest.mark.parametrize("loss", [0.0, 0.05])
+def test_reliable_replay_delivers_every_message_exactly_once(mode: Mode, loss: float) -> None:
+    services, wire = run_replay(mode, loss)
+    status = services["h1"].status()
+    assert status["done"] and status["sent_ops"] == 6 and status["send_errors"] == {}
+    expect = {"h2": {1, 3, 5}, "h3": set(range(6))}
+    for name, ids in expect.items():
+        records = services[name].reassembly.records
+        assert set(records) == ids, name
+        for rec in records.values():
+            assert rec.checksum_ok and rec.duplicates == 0, (name, rec.to_dict())
+    rel = status["reliable"]
+    flows = 9 if mode == Mode.RELIABLE_UNICAST else 6
+    assert rel["sender.flows"] == rel["sender.flows-done"] == flows
+    assert rel.get("sender.receivers-failed", 0) == 0
+    if loss:
+        assert wire.dropped > 0 and rel["sender.retransmitted"] > 0
+    else:
+        assert rel.get("sender.retransmitted", 0) == 0
+
+
+def test_reliable_load_refuses_what_it_cannot_run() -> None:
+    async def main() -> None:
+        svc = ReplayService("10.1.0.1", bier=None, reliable=Part(Wire(0, 1).make("h1")))  # type: ignore[arg-type]
+        recv = {"h2": ["10.1.0.2", 2]}
+        with pytest.raises(ValueError, match="BIER service"):
+            svc.load(
+                {"mode": Mode.RELIABLE_HOST_BIER, "ops": [], "receivers": recv, "reliable": {"self_id": 1}}
+            )
+        with pytest.raises(ValueError, match="self_id"):
+            svc.load({"mode": Mode.RELIABLE_UNICAST, "ops": [], "receivers": recv})
+        with pytest.raises(ValueError, match="no BFR-id"):
+            svc.load(
+                {
+                    "mode": Mode.RELIABLE_UNICAST,
+                    "ops": [[0, 0.0, 10, ["h2"]]],
+                    "receivers": {"h2": ["10.1.0.2", None]},
+                }
+            )
+        with pytest.raises(ValueError, match="32 bits"):
+            svc.load(
+                {"mode": Mode.RELIABLE_UNICAST, "ops": [[1 << 32, 0.0, 10, ["h2"]]], "receivers": recv,
+                 "reliable": {"self_id": 1}}
+            )  # fmt: skip
+        no_part = ReplayService("10.1.0.1")
+        with pytest.raises(ValueError, match="reliable service"):
+            no_part.load(
+                {"mode": Mode.RELIABLE_UNICAST, "ops": [], "receivers": recv, "reliable": {"self_id": 1}}
+            )
+
+    asyncio.run(main())

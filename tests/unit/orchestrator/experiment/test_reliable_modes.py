@@ -1,0 +1,62 @@
+"""The reliable modes' orchestrator side: registered, ids for every host, what a run's lines say."""
+
+from __future__ import annotations
+
+import pytest
+
+from aidcnet.modes import RELIABLE, Mode
+from orchestrator.experiment.modes import mode_class, registered
+from orchestrator.experiment.modes.reliable import ISN, ReliableMode, feedback_lines, source_totals
+from orchestrator.experiment.session import ExperimentError, HostInfo
+
+
+def test_every_reliable_mode_is_registered_with_its_feedback() -> None:
+    for mode, feedback in RELIABLE.items():
+        cls = mode_class(mode)
+        assert issubclass(cls, ReliableMode) and cls.feedback == feedback
+        assert not cls.is_baseline()
+    order = list(registered())
+    assert (
+        order.index(Mode.NET_BIER) < order.index(Mode.RELIABLE_UNICAST) < order.index(Mode.RELIABLE_HOST_BIER)
+    )
+
+
+def test_ids_are_bfr_ids_when_all_have_one_else_numbered_by_name() -> None:
+    mode = mode_class(Mode.RELIABLE_UNICAST)()
+    assert isinstance(mode, ReliableMode)
+    with_ids = {"h2": HostInfo("h2", "10.0.0.2", 7), "h1": HostInfo("h1", "10.0.0.1", 3)}
+    assert mode._number(with_ids) == {"h2": 7, "h1": 3}
+    mixed = {"h2": HostInfo("h2", "10.0.0.2", 7), "h1": HostInfo("h1", "10.0.0.1", None)}
+    assert mode._number(mixed) == {"h1": 1, "h2": 2}
+    mode.check_hosts(mixed)  # unicast needs no BFR-ids
+    mode.ids = mode._number(mixed)
+    fields = mode.first_load_fields(None, "h2")  # type: ignore[arg-type]
+    assert fields["reliable"]["self_id"] == 2 and fields["reliable"]["isn"] == ISN
+
+
+def test_host_bier_modes_need_bfr_ids() -> None:
+    for mode in (Mode.RELIABLE_HOST_BIER, Mode.RELIABLE_HOST_BIER_E2E):
+        with pytest.raises(ExperimentError, match=r"needs BFR-ids.*h1"):
+            mode_class(mode)().check_hosts({"h1": HostInfo("h1", "10.0.0.1", None)})  # type: ignore[attr-defined]
+
+
+def test_feedback_lines_count_per_first_sent_packet() -> None:
+    total = source_totals(
+        {
+            "h1": {
+                "reliable": {"sender.sent": 100, "source.rx.agg-ack.packets": 90, "source.rx.nack.packets": 4}
+            },
+            "h2": {"reliable": {"sender.sent": 100, "source.rx.agg-ack-partial.packets": 10}},
+            "h3": {},
+        }
+    )
+    assert total == {
+        "sender.sent": 200,
+        "source.rx.agg-ack.packets": 90,
+        "source.rx.nack.packets": 4,
+        "source.rx.agg-ack-partial.packets": 10,
+    }
+    first, second = feedback_lines({**total, "sender.retransmitted-bytes": 5000, "sender.retransmitted": 5})
+    assert "ACKs at the sources 0.500 per packet" in first and "NACKs 4" in first
+    assert "retransmitted 5 packets / 5000 payload bytes" in second
+    assert "n/a" in feedback_lines({})[0]
