@@ -32,7 +32,12 @@ RETX_BOUND = 1.2
 
 @pytest.fixture(scope="module")
 def lab(runtime, tmp_path_factory):
-    with deployed(runtime, tmp_path_factory.mktemp("reliable"), "leaf-spine", LAB, configured=True) as topo:
+    # ACK aggregation runs in the BFR agents, which see reliable DATA only on the Python dataplane; behind
+    # the eBPF fast path the aggregated mode falls back to end-to-end ACKs (docs/reliability.md).
+    lab_vars = {"bier": {"dataplane": "python"}}
+    with deployed(
+        runtime, tmp_path_factory.mktemp("reliable"), "leaf-spine", LAB, lab_vars, configured=True
+    ) as topo:
         yield topo
 
 

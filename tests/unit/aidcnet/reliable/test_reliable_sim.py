@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from aidcnet.reliable.aggregator import AggregatorConfig
@@ -86,6 +86,7 @@ def test_dead_receiver_is_declared_failed_and_the_others_complete() -> None:
 
 
 @settings(max_examples=12, deadline=None)
+@example(seed=3289, loss=0.05, aggregate=True, window=1, isn=0)  # above one ACK per packet, still exact
 @given(
     seed=st.integers(0, 2**32 - 1),
     loss=st.sampled_from([0.02, 0.05, 0.1]),
@@ -113,7 +114,9 @@ def test_any_seed_delivers_exactly_once(
     for got in res.delivered.values():
         assert [p for _, p in got] == EXPECTED[:60]
         assert [s for s, _ in got] == [(isn + k) & 0xFFFFFFFF for k in range(60)]
-    if aggregate and loss <= 0.05:
-        # At 10 % loss partial AGG-ACKs push the source above one per packet (1.63 at seed 0): measured,
-        # reported in docs/reliability.md, not claimed.
+    if aggregate and loss <= 0.05 and window > 1:
+        # A window of one sequence gets exactly one AGG-ACK per packet without loss (the test above), so
+        # any loss's partial AGG-ACK or NACK takes the source above one per packet: 1.02-1.23 in 4 of 41
+        # seeds at 5% (seed 3289: 1.08). Wider windows leave the room; at 10% loss partials push even
+        # them above one (1.63 at seed 0). Measured, reported in docs/reliability.md, not claimed.
         assert res.acks_per_packet <= res.branches
