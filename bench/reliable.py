@@ -58,6 +58,8 @@ def lab_file(tmp: Path) -> Path:
     doc["name"] = LAB
     path = tmp / f"{LAB}.clab.yml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    # Aggregation lives in the BFR agents: behind the eBPF fast path (the default) they only relay.
+    (tmp / f"{LAB}.vars.yml").write_text(yaml.safe_dump({"bier": {"dataplane": "python"}}))
     return path
 
 

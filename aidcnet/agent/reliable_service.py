@@ -27,7 +27,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from aidcnet.agent.outbox import Outbox
-from aidcnet.agent.reliable_node import ReliableNode
+from aidcnet.agent.reliable_node import GAUGES, ReliableNode
 from aidcnet.agent.service import Service
 from aidcnet.bier.bitstring import bfr_id_to_si_bit
 from aidcnet.ipv4 import build_udp
@@ -269,7 +269,8 @@ class ReliablePart(Service):
     def counters(self) -> dict[str, int]:
         if self.endpoint is None:
             return {}
-        out = {f"reliable.{k}": v for k, v in self.endpoint.node.totals().items()}
+        # Counters only: they must only grow (a run's deltas); the gauges are in replay_status.
+        out = {f"reliable.{k}": v for k, v in self.endpoint.node.totals().items() if k not in GAUGES}
         out["reliable.poll-errors"] = self.endpoint.errors
         out["reliable.tx.deferred"] = self.endpoint.out.deferred
         out["reliable.tx.refused"] = self.endpoint.out.refused
