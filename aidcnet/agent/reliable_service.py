@@ -275,8 +275,8 @@ class ReliablePart(Service):
         out["reliable.tx.deferred"] = self.endpoint.out.deferred
         out["reliable.tx.refused"] = self.endpoint.out.refused
         out["reliable.tx.overflow"] = self.endpoint.out.overflow
-        out["reliable.bier.waiting"] = len(self._pending)
         return out
 
     def status(self) -> dict[str, Any]:
-        return self.node().totals()
+        # With the gauges: DATA held now until the BIER socket has room.
+        return {**self.node().totals(), "bier.waiting": len(self._pending)}
