@@ -13,9 +13,10 @@ from orchestrator.lab.shaping import apply_shapers
 from tests.unit.orchestrator.lab.test_shaping import BLOCKING_SENDER, shaper
 
 # The drain check counts only intervals whose starting backlog could keep the shaper busy to their end
-# (rate x period = 125 KB here): a 64 KiB socket never queues that much, a 512 KiB one (about 1 MiB
-# charged, some 450 KB of frames) does, under a queue deep enough to take it.
-DEEP_SENDER = BLOCKING_SENDER.replace("65536", "512 << 10")
+# (rate x period = 125 KB here): test_shaping's 192 KiB socket holds only about that much, a 512 KiB one
+# (about 1 MiB charged, some 450 KB of frames) holds far more, under a queue deep enough to take it.
+DEEP_SENDER = BLOCKING_SENDER.replace("SO_SNDBUF, 192 << 10", "SO_SNDBUF, 512 << 10")
+assert DEEP_SENDER != BLOCKING_SENDER, "test_shaping's sender changed its SO_SNDBUF: update DEEP_SENDER"
 DEEP_QUEUE = 2 << 20
 
 FLOOD = """
