@@ -5,13 +5,13 @@ memory.
 
 Where feedback goes, per run (``ReliableSettings.feedback``):
 
-* ``hop`` (DATA's inner UDP source port 4793): a receiver sends its ACKs and NACKs as unicast UDP to
-  port 4793 of its BIER neighbor toward the BFIR; every BFR on the way hands them to its
+* ``hop`` (DATA's inner UDP source port 4795): a receiver sends its ACKs and NACKs as unicast UDP to
+  port 4795 of its BIER neighbor toward the BFIR; every BFR on the way hands them to its
   :class:`AckAggregator`, which absorbs them and sends AGG-ACKs (or passes what it cannot account
   for) to the neighbor the flow's DATA came from, and so on up to the BFIR.  A BFR that saw no DATA
   of the flow (the eBPF fast path forwarded it, or the BFR restarted) passes feedback toward the
   BFIR by its BIFT: end-to-end acknowledgment, relayed.
-* ``e2e`` (any other source port; we use 4794): a receiver sends its feedback straight to the BFIR's
+* ``e2e`` (any other source port; we use 4796): a receiver sends its feedback straight to the BFIR's
   loopback (the inner IPv4 source of the DATA); BFR agents never see it (the kernel routes it) and
   keep no state for its DATA: the implosion baseline, and unicast's way.
 
@@ -19,8 +19,8 @@ The DATA itself says which (its inner UDP source port), so BFRs and receivers ne
 configuration, and a BFR never waits for feedback that will not pass it.  A node that is a BFER and
 forwards the flow to BFERs below it (a BFR with its own bit) aggregates its own ACKs with theirs.
 
-Host-BIER DATA travels as the BIER payload IPv4/UDP loopback -> 232.1.0.1, port 4793; unicast DATA as
-UDP from the sender's loopback to each receiver's loopback, port 4793, one flow per receiver.
+Host-BIER DATA travels as the BIER payload IPv4/UDP loopback -> 232.1.0.1, port 4795; unicast DATA as
+UDP from the sender's loopback to each receiver's loopback, port 4795, one flow per receiver.
 """
 
 from __future__ import annotations
@@ -109,9 +109,9 @@ class ReliableSettings:
 
 Impose = Callable[[bytes, list[int], int, int], None]
 """``impose(data, receiver BFR-ids, entropy, sport)``: send ``data`` (a DATA message) over host-BIER as
-IPv4/UDP from UDP source port ``sport`` (:data:`HOP_SPORT` or :data:`E2E_SPORT`) to port 4793."""
+IPv4/UDP from UDP source port ``sport`` (:data:`HOP_SPORT` or :data:`E2E_SPORT`) to port 4795."""
 SendTo = Callable[[bytes, str], None]
-"""``send(message, address)``: one UDP datagram to ``address``:4793."""
+"""``send(message, address)``: one UDP datagram to ``address``:4795."""
 Toward = Callable[[int], "str | None"]
 """``toward(bfr_id)``: the address of the BIER neighbor toward that BFR-id (the BIFT's row), or None."""
 Deliver = Callable[[bytes, str], None]
@@ -217,7 +217,7 @@ class ReliableNode:
 
     # -- events ------------------------------------------------------------------------------------
     def on_datagram(self, payload: bytes, src: str, now: float) -> None:
-        """A UDP datagram to our port 4793: unicast DATA, or feedback (for our flows, or to aggregate)."""
+        """A UDP datagram to our port 4795: unicast DATA, or feedback (for our flows, or to aggregate)."""
         msg = self._decode(payload)
         if msg is None:
             return
@@ -229,7 +229,7 @@ class ReliableNode:
             self._aggregate(msg, now)
 
     def on_bier_delivery(self, datagram: UdpDatagram, now: float) -> bool:
-        """A host-BIER delivery (the BIER service's listener); True when it was ours (port 4793)."""
+        """A host-BIER delivery (the BIER service's listener); True when it was ours (port 4795)."""
         if datagram.dport != RELIABLE_UDP_PORT:
             return False
         msg = self._decode(datagram.payload)

@@ -1,5 +1,5 @@
 """The agent's reliable-transport service (docs/reliability.md): a :class:`ReliableNode` behind UDP port
-4793 on every node with a loopback, driven by a timer in the agent's event loop.
+4795 on every node with a loopback, driven by a timer in the agent's event loop.
 
 On a GPU host it is the senders and the receiver of the reliable replay modes (the replay service
 opens flows through :meth:`ReliablePart.node` and gets deliveries back); on a BFR it is the ACK
@@ -55,7 +55,7 @@ MIN_KICK_S = 0.001
 
 class ReliableEndpoint:
     """The sockets and timer around one :class:`ReliableNode`.  ``port`` and ``bind`` are for tests (the
-    lab always uses 0.0.0.0:4793); ``source`` is the address DATA and end-to-end feedback leave from
+    lab always uses 0.0.0.0:4795); ``source`` is the address DATA and end-to-end feedback leave from
     (the host's loopback, which the receivers and the BFIR answer to)."""
 
     def __init__(

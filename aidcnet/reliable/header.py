@@ -41,7 +41,7 @@ from aidcnet.bier.bitstring import BSL_CODES, code_from_bsl, decode_bitstring, e
 from aidcnet.reliable import serial
 
 # Next to RoCEv2 (4791) and our INA header (4792); our choice, not a registration.
-RELIABLE_UDP_PORT: Final = 4793
+RELIABLE_UDP_PORT: Final = 4795
 
 # Version 0 is invalid so that an all-zero buffer is rejected as bad-version.
 VERSION: Final = 1

@@ -1,7 +1,7 @@
 """The reliable transport's feedback behind the eBPF BFR (docs/reliability.md, "In the lab").
 
 BFR-B of RFC 8279 Figure 1 runs the tc program on its veths, as in test_bier_ebpf.py, and the agent's
-ReliableEndpoint listens on UDP 4793 in its netns.  Feedback is unicast UDP to port 4793 addressed to
+ReliableEndpoint listens on UDP 4795 in its netns.  Feedback is unicast UDP to port 4795 addressed to
 the BFR: the program must pass it up the stack untouched (it only takes port 6635), so the endpoint
 receives every ACK and, holding no aggregation entry, relays it toward the BFIR.  And the limit: a
 reliable DATA the program forwards in the kernel never reaches the agent, so no entry is made.
@@ -49,7 +49,7 @@ def wait_for(ep: ReliableEndpoint, key: str, n: int, timeout: float = 3.0) -> di
 
 
 @pytest.mark.parametrize("lab", [3], indirect=True)
-def test_feedback_to_port_4793_passes_the_program_and_reaches_the_agent(lab: NetLab, bier_obj: Path) -> None:
+def test_feedback_to_port_4795_passes_the_program_and_reaches_the_agent(lab: NetLab, bier_obj: Path) -> None:
     birt = compute_birts(undirected(FIG1_EDGES), FIG1_IDS)["B"]
     nbr_labels = {n: {(0, 64, 0): 1000 + 100 * i} for i, n in enumerate(NAMES)}
     bifts = build_bifts(birt, 64, nbr_labels)
@@ -70,7 +70,7 @@ def test_feedback_to_port_4793_passes_the_program_and_reaches_the_agent(lab: Net
         assert got.get("agg.rx.ack") == N, got
         assert got.get("agg.passed-no-entry") == N and got.get("agg.tx.ack") == N
         after = dut.counters()
-        assert after.get("rx.packets", 0) == before.get("rx.packets", 0), "the program took UDP 4793"
+        assert after.get("rx.packets", 0) == before.get("rx.packets", 0), "the program took UDP 4795"
 
         # A reliable DATA inside BIER, from a BFIR asking for hop-by-hop feedback: the program forwards
         # it in the kernel (copies go out), the agent never hears of it.

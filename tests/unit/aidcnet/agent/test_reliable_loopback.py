@@ -1,5 +1,5 @@
 """The reliable transport over real sockets: BierDataplanes on 127.0.x.y:6635 forward the DATA, and a
-ReliableEndpoint per node (the agent's sockets, on the same address, port 4793) carries feedback hop
+ReliableEndpoint per node (the agent's sockets, on the same address, port 4795) carries feedback hop
 by hop, with the dataplane's ``on_forward`` feeding each BFR's aggregator as in the agent.
 
 Topology (test_bier_dataplane's): A(1) -- B -- C(3) -- E(5), B -- D(4) -- E.  A is the BFIR; C is a

@@ -54,18 +54,18 @@ def test_toward_follows_the_bift() -> None:
     bier.sock.close()
 
 
-def test_impose_wraps_data_in_ipv4_udp_to_port_4793() -> None:
+def test_impose_wraps_data_in_ipv4_udp_to_port_4795() -> None:
     async def main() -> None:
         bier = FakeBierPart()
         part = ReliablePart(bier)  # type: ignore[arg-type]
-        part._impose(b"\x11data", [2, 3], 0x123456, 4794)
+        part._impose(b"\x11data", [2, 3], 0x123456, 4796)
         ((datagram, receivers, entropy),) = bier.sent
         d = parse_udp(datagram)
         assert (d.src, d.dst, d.sport, d.dport, d.payload) == (
             "10.255.0.7",
             "232.1.0.1",
-            4794,
-            4793,
+            4796,
+            4795,
             b"\x11data",
         )
         assert receivers == [2, 3] and entropy == 0x23456  # 20 bits of entropy (RFC 8296)
@@ -136,3 +136,26 @@ def test_endpoint_counts_and_receives_on_its_port() -> None:
         ep.close()
 
     asyncio.run(main())
+
+
+def test_the_agents_udp_ports_are_distinct() -> None:
+    """Every port an agent binds by default is its own: the reliable transport first took 4793, the ring
+    baseline's (INA's + 1), and every INA worker's config then failed with EADDRINUSE."""
+    from aidcnet.agent.bier_ebpf import DELIVER_PORT
+    from aidcnet.agent.reliable_node import E2E_SPORT
+    from aidcnet.bier.mpls import MPLS_IN_UDP_PORT
+    from aidcnet.config import Ina
+    from aidcnet.ipv4 import ROCEV2_PORT
+    from aidcnet.reliable.header import RELIABLE_UDP_PORT
+
+    ina = Ina.model_fields["port"].default
+    ports = {
+        "RoCEv2 (replay receivers)": ROCEV2_PORT,
+        "INA/PS": ina,
+        "ring (INA + 1, aidcnet.agent.ina_worker)": ina + 1,
+        "reliable": RELIABLE_UDP_PORT,
+        "reliable end-to-end source port": E2E_SPORT,
+        "MPLS-in-UDP (BIER)": MPLS_IN_UDP_PORT,
+        "eBPF own-bit delivery": DELIVER_PORT,
+    }
+    assert len(set(ports.values())) == len(ports), ports
