@@ -102,12 +102,20 @@ def on_dataplane(runtime: DockerRuntime, topo: Topology, lab_vars: dict | None, 
     doc.setdefault("bier", {})["dataplane"] = dataplane
     (topo.path.parent / f"{topo.name}.vars.yml").write_text(yaml.safe_dump(doc))
     assert configure(topo).ok
-    session = LabSession.open(topo, runtime)
-    held = {}
-    for node, planned in session.plan.nodes.items():
-        if planned.bfr_id is not None and node in session.agents:
-            rows = session.agent(node).bift()
-            held[node] = (rows.get("dataplane"), rows.get("dataplane_error"))
+    assert_tables_held_by(bift_rows(LabSession.open(topo, runtime)), dataplane)
+
+
+def bift_rows(session) -> dict[str, dict]:
+    """``show bift`` of every BFR with an agent (GPU hosts included: they are BFIRs and BFERs)."""
+    return {
+        node: session.agent(node).bift()
+        for node, planned in session.plan.nodes.items()
+        if planned.bfr_id is not None and node in session.agents
+    }
+
+
+def assert_tables_held_by(rows: dict[str, dict], dataplane: str) -> None:
+    held = {node: (r.get("dataplane"), r.get("dataplane_error")) for node, r in rows.items()}
     assert held, "no BFR answered show bift"
     assert held == {n: (dataplane, None) for n in held}, f"tables not held by {dataplane}: {held}"
 

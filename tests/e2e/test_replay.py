@@ -8,7 +8,7 @@ from orchestrator.experiment.metrics import trace_fanout
 from orchestrator.experiment.results import list_runs, load_run
 from orchestrator.experiment.session import LabSession
 from orchestrator.lab.runtime.docker import DockerRuntime
-from tests.e2e.conftest import ROOT, aidclab, deployed, on_dataplane
+from tests.e2e.conftest import ROOT, aidclab, assert_tables_held_by, bift_rows, deployed, on_dataplane
 
 TRACE = ROOT / "workloads" / "moe-sample.jsonl"
 MODEL_DIST = ROOT / "workloads" / "model-dist-sample.jsonl"
@@ -153,10 +153,8 @@ def test_replay_net_bier_sends_one_copy_per_message_on_both_dataplanes(
         # Those runs were on the default dataplane, eBPF: every table held by the tc program (no fallback),
         # the leaves imposing network-BIER with it, and copies made by the program, not around it (at
         # most a few packets sent before neighbours resolved).
-        held = {n: session.agent(n).bift() for n in session.agents}
-        assert {n: (b["dataplane"], b.get("dataplane_error")) for n, b in held.items()} == {
-            n: ("ebpf", None) for n in held
-        }
+        held = bift_rows(session)
+        assert_tables_held_by(held, "ebpf")
         leaves = [f"leaf{i}" for i in range(1, 5)]
         assert {n: (held[n]["imposition"], held[n]["imposition_error"]) for n in leaves} == {
             n: ("ebpf", None) for n in leaves
