@@ -27,7 +27,7 @@ from aidcnet.bier.bift import SELF, Bift, LabelKey, build_bifts
 from aidcnet.bier.bitstring import bfr_id_to_si_bit
 from aidcnet.bier.header import BierProto
 from aidcnet.config import Bier
-from aidcnet.ipv4 import ROCEV2_PORT, Ipv4DecodeError, UdpDatagram, build_udp, parse_udp
+from aidcnet.ipv4 import QP_PORT_BASE, ROCEV2_PORT, Ipv4DecodeError, UdpDatagram, build_udp, parse_udp
 from aidcnet.roles import Role
 from aidcnet.udpio import shaped_sndbuf
 
@@ -71,7 +71,6 @@ def build_tables(
 # Host-BIER wraps application data as IPv4/UDP from the host's loopback to this SSM group and RoCEv2's
 # port, so captures decode as MPLS-in-UDP / BIER / IPv4 / UDP; the UDP source port is the QP.
 HOST_BIER_GROUP = "232.1.0.1"
-QP_PORT_BASE = 49152
 
 
 class BierService:

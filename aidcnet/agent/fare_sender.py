@@ -17,9 +17,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from aidcnet.fare.weights import SmoothWeightedRoundRobin
-
-ROCEV2_PORT = 4791
-FIRST_QP_PORT = 49152
+from aidcnet.ipv4 import QP_PORT_BASE, ROCEV2_PORT
 
 
 def tx_packets(devs: Iterable[str]) -> dict[str, int]:
@@ -36,7 +34,7 @@ def _socket(src: str, sport: int, dev: str | None = None) -> socket.socket:
 
 
 def send_per_flow(
-    src: str, dst: str, flows: int, packets: int, size: int, first_port: int = FIRST_QP_PORT
+    src: str, dst: str, flows: int, packets: int, size: int, first_port: int = QP_PORT_BASE
 ) -> int:
     """``flows`` QPs (source ports first_port..), ``packets`` each; returns packets handed to the kernel."""
     payload = bytes(size)
@@ -51,7 +49,7 @@ def send_per_flow(
 
 
 def send_per_packet(
-    src: str, dst: str, weights: Mapping[str, int], packets: int, size: int, first_port: int = FIRST_QP_PORT
+    src: str, dst: str, weights: Mapping[str, int], packets: int, size: int, first_port: int = QP_PORT_BASE
 ) -> dict[str, int]:
     """Spray ``packets`` over the interfaces in ``weights`` (one QP each); returns packets per interface."""
     payload = bytes(size)

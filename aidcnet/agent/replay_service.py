@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from aidcnet.agent.control import Handler, Op
 from aidcnet.agent.service import Service
-from aidcnet.ipv4 import ROCEV2_PORT
+from aidcnet.ipv4 import QP_PORT_BASE, ROCEV2_PORT
 from aidcnet.modes import RELIABLE, Mode
 from aidcnet.replay import DEFAULT_MAX_DATAGRAM, Reassembly, build_fragments
 from aidcnet.roles import Role
@@ -45,7 +45,6 @@ log = logging.getLogger("aidcnet.replay")
 MODES = (Mode.UNICAST, Mode.HOST_BIER, Mode.NET_BIER, *RELIABLE)
 # How often a reliable run looks whether its flows have completed.
 RELIABLE_CHECK_S = 0.01
-QP_PORT_BASE = 49152
 DEFAULT_QPS = 8
 # A burst of ops at one t from 8 senders can put megabytes into one receiver's socket at once.
 RCVBUF = 32 << 20

@@ -31,12 +31,12 @@ from fractions import Fraction
 from functools import cache
 from typing import Any
 
-from aidcnet.agent.bier_service import HOST_BIER_GROUP, QP_PORT_BASE, build_tables
+from aidcnet.agent.bier_service import HOST_BIER_GROUP, build_tables
 from aidcnet.bier.bift import Bift
 from aidcnet.bier.bitstring import bitstrings_from_ids
 from aidcnet.bier.edge import flow_entropy
 from aidcnet.bier.forwarding import forward, impose
-from aidcnet.ipv4 import ROCEV2_PORT
+from aidcnet.ipv4 import QP_PORT_BASE, ROCEV2_PORT
 from aidcnet.modes import Mode
 from orchestrator.configure.plan.context import natural_key
 from orchestrator.configure.plan.model import LabPlan

@@ -23,6 +23,9 @@ FABRIC_SYSCTLS = {
     # veth peers cannot clash; skipping DAD makes link-local addresses usable the moment a link is up.
     "net.ipv6.conf.all.accept_dad": "0",
     "net.ipv6.conf.default.accept_dad": "0",
+    # Ephemeral ports stay below the QP source ports (aidcnet.ipv4.QP_PORT_BASE): a socket the kernel
+    # bound for an agent once held one of the 4000 ports a FARE per-flow run binds (EADDRINUSE).
+    "net.ipv4.ip_local_port_range": "32768 49151",
 }
 
 @dataclass(frozen=True)
