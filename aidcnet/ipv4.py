@@ -8,7 +8,7 @@ IPv4 header checksum is always set.
 
 from __future__ import annotations
 
-import ipaddress
+import socket
 import struct
 from typing import NamedTuple
 
@@ -49,6 +49,14 @@ def checksum16(data: bytes | memoryview) -> int:
     return ~total & 0xFFFF
 
 
+def _packed(address: str) -> bytes:
+    # inet_pton, not ipaddress: the same strict dotted quad, at a fraction of the cost per datagram.
+    try:
+        return socket.inet_pton(socket.AF_INET, address)
+    except OSError:
+        raise ValueError(f"{address!r} is not an IPv4 address (a.b.c.d)") from None
+
+
 def build_udp(
     src: str, dst: str, sport: int, dport: int, payload: bytes, ttl: int = DEFAULT_TTL, ident: int = 0
 ) -> bytes:
@@ -64,8 +72,8 @@ def build_udp(
         ttl,
         IPPROTO_UDP,
         0,
-        ipaddress.IPv4Address(src).packed,
-        ipaddress.IPv4Address(dst).packed,
+        _packed(src),
+        _packed(dst),
     )
     header = header[:10] + struct.pack("!H", checksum16(header)) + header[12:]
     return header + UDP_HEADER.pack(sport, dport, UDP_HEADER.size + len(payload), 0) + payload
@@ -88,8 +96,8 @@ def parse_udp(packet: bytes | memoryview) -> UdpDatagram:
     if length < UDP_HEADER.size or ihl + length > total:
         raise Ipv4DecodeError("bad-length", f"UDP length {length}")
     return UdpDatagram(
-        str(ipaddress.IPv4Address(bytes(src))),
-        str(ipaddress.IPv4Address(bytes(dst))),
+        socket.inet_ntop(socket.AF_INET, src),
+        socket.inet_ntop(socket.AF_INET, dst),
         sport,
         dport,
         ttl,
