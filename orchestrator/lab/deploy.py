@@ -25,7 +25,7 @@ from orchestrator.lab.runtime.docker import (
     netns_links,
     unlink_netns,
 )
-from orchestrator.lab.topology import Topology, lab_dir_name
+from orchestrator.lab.topology import Topology, free_mgmt_subnet, lab_dir_name, mgmt_capacity
 from orchestrator.lab.wiring import IncrementalWiring
 from orchestrator.progress import Counter, Phases, console
 
@@ -123,6 +123,22 @@ def _health(runtime: DockerRuntime, topo: Topology, node: str, pid: int, deadlin
         time.sleep(0.1)
 
 
+def _check_mgmt_room(runtime: DockerRuntime, topo: Topology) -> None:
+    """Refuse, before any container starts, a lab whose nodes do not fit the management subnet next to
+    the containers other labs already attached to it."""
+    subnet = ipaddress.ip_network(topo.mgmt.ipv4_subnet, strict=False)
+    others = runtime.network_endpoints(topo.mgmt.network)
+    room = mgmt_capacity(subnet) - others
+    if len(topo.nodes) > room:
+        free = free_mgmt_subnet(len(topo.nodes), runtime.network_subnets())
+        raise DeployError(
+            f"{topo.path}: {len(topo.nodes)} nodes do not fit management network {topo.mgmt.network!r} "
+            f"({subnet}: {mgmt_capacity(subnet)} containers, {others} attached by other labs); give the "
+            f"lab its own in the topology file: mgmt: {{network: {topo.name}-mgmt, ipv4-subnet: "
+            f"{free or 'a free subnet'}}}"
+        )
+
+
 def deploy(topo: Topology, runtime: DockerRuntime | None = None, reconfigure: bool = False) -> Path:
     """Bring the lab up; return its lab directory. Ready means every node's agent answered."""
     phases = Phases(f"deploy {topo.name}")
@@ -139,12 +155,12 @@ def deploy(topo: Topology, runtime: DockerRuntime | None = None, reconfigure: bo
             )
     if existing:
         destroy(topo.name, runtime=runtime, quiet=True)
+    _check_mgmt_room(runtime, topo)
     with phases.phase("network", f"{topo.mgmt.network} {topo.mgmt.ipv4_subnet} (internal)"):
         runtime.ensure_mgmt_network(topo.mgmt.network, topo.mgmt.ipv4_subnet, topo.mgmt.bridge)
     pids: dict[str, int] = {}
     # Health checks start as each container starts, so they overlap with the rest of the deploy.
     health_pool = ThreadPoolExecutor(max_workers=PARALLEL)
-    deadline = time.monotonic() + HEALTH_TIMEOUT_S
     health: dict[Future[tuple[bool, str]], str] = {}
     wiring = IncrementalWiring(topo, health_pool)
     try:
@@ -164,7 +180,11 @@ def deploy(topo: Topology, runtime: DockerRuntime | None = None, reconfigure: bo
                         continue
                     link_netns(topo.container_name(node), pids[node])
                     wiring.node_started(node, pids[node])
-                    health[health_pool.submit(_health, runtime, topo, node, pids[node], deadline)] = node
+                    health[health_pool.submit(
+                        # Each node's deadline runs from its own start: on a large lab the last containers
+                        # start a minute after the first, and must not fail "after 0.00 s".
+                        _health, runtime, topo, node, pids[node], time.monotonic() + HEALTH_TIMEOUT_S
+                    )] = node
                     counter.step(node)
             counter.close()
             if errors:

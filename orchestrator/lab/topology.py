@@ -309,7 +309,37 @@ def _semantic_problems(nodes: dict[str, Node], links: list[Link], mgmt: Mgmt) ->
                 f"{where}: {addr} is already the management address of node {seen_mgmt[node.mgmt_ipv4]!r}"
             )
         seen_mgmt[node.mgmt_ipv4] = node.name
+    if subnet is not None and len(nodes) > mgmt_capacity(subnet):
+        problems.append(
+            f"mgmt/ipv4-subnet: {len(nodes)} nodes do not fit {subnet}, which holds "
+            f"{mgmt_capacity(subnet)} containers; give the lab a management network of its own, a "
+            f"/{mgmt_prefix_for(len(nodes))} or wider, in the topology file: "
+            f"mgmt: {{network: NAME, ipv4-subnet: A.B.C.D/{mgmt_prefix_for(len(nodes))}}}"
+        )
     return problems
+
+
+def mgmt_capacity(subnet: ipaddress.IPv4Network | ipaddress.IPv6Network) -> int:
+    """Containers a management subnet holds: its addresses less network, broadcast and Docker's gateway."""
+    return max(0, subnet.num_addresses - 3)
+
+
+def mgmt_prefix_for(containers: int) -> int:
+    """The longest IPv4 prefix whose subnet holds ``containers`` (see :func:`mgmt_capacity`)."""
+    prefix = 30
+    while prefix > 8 and (1 << (32 - prefix)) - 3 < containers:
+        prefix -= 1
+    return prefix
+
+
+def free_mgmt_subnet(
+    containers: int, taken: Iterable[ipaddress.IPv4Network], pool: str = "172.16.0.0/12"
+) -> ipaddress.IPv4Network | None:
+    """The first subnet of ``pool`` that holds ``containers`` and overlaps none of ``taken``."""
+    for candidate in ipaddress.IPv4Network(pool).subnets(new_prefix=mgmt_prefix_for(containers)):
+        if not any(candidate.overlaps(t) for t in taken):
+            return candidate
+    return None
 
 
 def parse_topology(doc: Any, path: str | Path = "<string>") -> Topology:

@@ -139,3 +139,18 @@ def test_missing_image_is_named(runtime, tmp_path):
 def test_shipped_lab_graph_cli():
     out = aidclab("graph", str(ROOT / "labs" / "ina-fig1.clab.yml"), "--format", "dot")
     assert out.stdout.startswith('graph "ina-fig1"') and out.stdout.count(" -- ") == 14
+
+
+def test_lab_too_large_for_its_management_subnet_is_refused_before_anything_starts(runtime, tmp_path):
+    """leaf-spine's 14 nodes on a /28 (13 containers): refused at validation, naming the count, the subnet
+    and what to set; no container, network or veth is left."""
+    veths_before = host_veths()
+    mgmt = {"network": "t-tiny-mgmt", "ipv4-subnet": "172.20.23.0/28"}
+    path = lab_copy(tmp_path, "leaf-spine", "t-tiny", mgmt)
+    out = aidclab("deploy", str(path), check=False, cwd=tmp_path)
+    assert out.returncode == 1, out.stderr
+    assert "14 nodes do not fit 172.20.23.0/28, which holds 13 containers" in out.stderr
+    assert "/27 or wider" in out.stderr and str(path) in out.stderr
+    assert runtime.lab_containers("t-tiny") == []
+    assert [n for n in runtime.client.networks.list(names=["t-tiny-mgmt"]) if n.name == "t-tiny-mgmt"] == []
+    assert host_veths() <= veths_before

@@ -7,6 +7,7 @@ crashed deploy (DESIGN.md §2).
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import os
 import time
 from dataclasses import dataclass, field
@@ -112,6 +113,25 @@ class DockerRuntime:
             return False
         return False
 
+    def network_endpoints(self, name: str) -> int:
+        """Containers attached to network ``name`` (0 when it does not exist)."""
+        for net in self.client.networks.list(names=[name]):
+            if net.name == name:
+                net.reload()
+                return len(net.attrs.get("Containers") or {})
+        return 0
+
+    def network_subnets(self) -> list[ipaddress.IPv4Network]:
+        """Every IPv4 subnet a Docker network on this engine holds: what a new one must not overlap."""
+        out = []
+        for net in self.client.networks.list():
+            for cfg in (net.attrs.get("IPAM") or {}).get("Config") or []:
+                with contextlib.suppress(ValueError, TypeError):
+                    sub = ipaddress.ip_network(cfg.get("Subnet"), strict=False)
+                    if isinstance(sub, ipaddress.IPv4Network):
+                        out.append(sub)
+        return out
+
     def network_in_use(self, name: str) -> bool:
         """True when containers are attached (another lab), False when empty or not ours."""
         for net in self.client.networks.list(names=[name]):
@@ -158,6 +178,10 @@ class DockerRuntime:
         try:
             self.api.start(cid)
         except docker.errors.APIError as exc:
+            # A created container holds its management endpoint even when it never ran: remove it, or
+            # the network keeps a stale endpoint and can no longer be removed (issue 17).
+            with contextlib.suppress(docker.errors.APIError):
+                self.api.remove_container(cid, force=True, v=True)
             raise DockerError(f"starting {spec.name}: {exc.explanation or exc}") from exc
         pid = self.api.inspect_container(cid)["State"]["Pid"]
         return cid, pid
