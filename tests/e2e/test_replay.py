@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from orchestrator.experiment.metrics import trace_fanout
 from orchestrator.experiment.results import list_runs, load_run
 from orchestrator.experiment.session import LabSession
@@ -32,20 +34,38 @@ def receivers_records(session: LabSession, ops) -> dict[int, set[str]]:
     return got
 
 
-def test_replay_unicast_and_host_bier(runtime: DockerRuntime, tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def ops():
     from orchestrator.workloads.trace import TraceReader
 
     with TraceReader(TRACE) as reader:
-        ops = list(reader)
+        return list(reader)
+
+
+@pytest.fixture(scope="module")
+def lab(runtime: DockerRuntime, tmp_path_factory):
+    """One configured leaf-spine for the module: the MoE sample's unicast and host-BIER runs are the
+    baseline of every test here."""
+    tmp = tmp_path_factory.mktemp("replay")
+    with deployed(runtime, tmp, "leaf-spine", "rp-replay", configured=True) as topo:
+        yield topo, tmp / "results"
+
+
+@pytest.fixture(scope="module")
+def moe_runs(runtime: DockerRuntime, lab, ops):
+    topo, results = lab
+    runs = {mode: _replay(topo.path, mode, results) for mode in ("unicast", "host-bier")}
+    # The receivers' own records, not only the driver's summary: one good copy of each message.
+    assert receivers_records(LabSession.open(topo, runtime), ops) == {op.id: set(op.dst) for op in ops}
+    return runs
+
+
+def test_replay_unicast_and_host_bier(runtime: DockerRuntime, lab, moe_runs, ops, tmp_path: Path) -> None:
     fanout = trace_fanout(ops)
     assert fanout is not None and fanout > 2
-    results = tmp_path / "results"
-    with deployed(runtime, tmp_path, "leaf-spine", "rp-replay", configured=True) as topo:
-        runs = {mode: _replay(topo.path, mode, results) for mode in ("unicast", "host-bier")}
-        # The receivers' own records, not only the driver's summary: one good copy of each message.
-        session = LabSession.open(topo, runtime)
-        assert receivers_records(session, ops) == {op.id: set(op.dst) for op in ops}
-        dist = {mode: _replay(topo.path, mode, results, MODEL_DIST) for mode in ("unicast", "host-bier")}
+    topo, results = lab
+    runs = moe_runs
+    dist = {mode: _replay(topo.path, mode, results, MODEL_DIST) for mode in ("unicast", "host-bier")}
 
     # The demo's four runs on the default shaped fabric (400G at 1:20000): faithful, and their times follow
     # the bytes on the busiest link (docs/time-and-fidelity.md).
@@ -122,48 +142,42 @@ def test_replay_refuses_an_unconfigured_lab(runtime: DockerRuntime, tmp_path: Pa
 
 
 def test_replay_net_bier_sends_one_copy_per_message_on_both_dataplanes(
-    runtime: DockerRuntime, tmp_path: Path
+    runtime: DockerRuntime, lab, moe_runs, ops
 ) -> None:
     from orchestrator.configure.ansible import configure
     from orchestrator.experiment.groups import derive_groups
-    from orchestrator.workloads.trace import TraceReader
 
-    with TraceReader(TRACE) as reader:
-        ops = list(reader)
     fanout = trace_fanout(ops)
     assert fanout is not None and fanout > 2
     groups, _ = derive_groups(ops)
-    results = tmp_path / "results"
-    with deployed(runtime, tmp_path, "leaf-spine", "rp-netbier", configured=True) as topo:
-        runs = {mode: _replay(topo.path, mode, results) for mode in ("unicast", "host-bier", "net-bier")}
-        session = LabSession.open(topo, runtime)
-        got = receivers_records(session, ops)
-        for host in {d for op in ops for d in op.dst}:
-            # The run's groups are left once its results are collected.
-            assert session.agent(host).replay_status()["groups"] == 0
-        assert got == {op.id: set(op.dst) for op in ops}
-        # The leaves imposed BIER for every fragment the hosts sent: network-BIER, not a fallback.
-        imposed = sum(
-            session.agent(f"leaf{i}").counters()["net-bier.imposed"] for i in range(1, 5)
-        )
-        sent = sum(session.agent(h).replay_status()["sent_datagrams"] for h in {op.src for op in ops})
-        assert imposed >= sent > 0, (imposed, sent)
-        # Same trace, same groups: configuring them again changes nothing anywhere.
-        assert configure(topo, extra_groups=groups).changed == 0
-        # Those runs were on the default dataplane, eBPF: every table held by the tc program (no fallback),
-        # the leaves imposing network-BIER with it, and copies made by the program, not around it (at
-        # most a few packets sent before neighbours resolved).
-        held = bift_rows(session)
-        assert_tables_held_by(held, "ebpf")
-        leaves = [f"leaf{i}" for i in range(1, 5)]
-        assert {n: (held[n]["imposition"], held[n]["imposition_error"]) for n in leaves} == {
-            n: ("ebpf", None) for n in leaves
-        }
-        punted = sum(session.agent(n).counters().get("bier.ebpf.punted", 0) for n in session.agents)
-        assert punted <= 10, punted
-        # The same lab on the Python dataplane, the reference: host-BIER and network-BIER stay exact.
-        on_dataplane(runtime, topo, None, "python")
-        python_runs = {mode: _replay(topo.path, mode, results) for mode in ("host-bier", "net-bier")}
+    topo, results = lab
+    runs = {**moe_runs, "net-bier": _replay(topo.path, "net-bier", results)}
+    session = LabSession.open(topo, runtime)
+    got = receivers_records(session, ops)
+    for host in {d for op in ops for d in op.dst}:
+        # The run's groups are left once its results are collected.
+        assert session.agent(host).replay_status()["groups"] == 0
+    assert got == {op.id: set(op.dst) for op in ops}
+    # The leaves imposed BIER for every fragment the hosts sent: network-BIER, not a fallback.
+    imposed = sum(session.agent(f"leaf{i}").counters()["net-bier.imposed"] for i in range(1, 5))
+    sent = sum(session.agent(h).replay_status()["sent_datagrams"] for h in {op.src for op in ops})
+    assert imposed >= sent > 0, (imposed, sent)
+    # Same trace, same groups: configuring them again changes nothing anywhere.
+    assert configure(topo, extra_groups=groups).changed == 0
+    # Those runs were on the default dataplane, eBPF: every table held by the tc program (no fallback),
+    # the leaves imposing network-BIER with it, and copies made by the program, not around it (at
+    # most a few packets sent before neighbours resolved).
+    held = bift_rows(session)
+    assert_tables_held_by(held, "ebpf")
+    leaves = [f"leaf{i}" for i in range(1, 5)]
+    assert {n: (held[n]["imposition"], held[n]["imposition_error"]) for n in leaves} == {
+        n: ("ebpf", None) for n in leaves
+    }
+    punted = sum(session.agent(n).counters().get("bier.ebpf.punted", 0) for n in session.agents)
+    assert punted <= 10, punted
+    # The same lab on the Python dataplane, the reference: host-BIER and network-BIER stay exact.
+    on_dataplane(runtime, topo, None, "python")
+    python_runs = {mode: _replay(topo.path, mode, results) for mode in ("host-bier", "net-bier")}
 
     expected = sum(len(op.dst) for op in ops)
     for mode, run in python_runs.items():
