@@ -324,34 +324,38 @@ def allreduce_crossval(
     return [f"{topo.name} {mode}: {d}" for d in diff]
 
 
-def test_ina_fig1_ina_bytes(runtime: DockerRuntime, tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def ina_fig1(runtime: DockerRuntime, tmp_path_factory):
+    """Figure 1 of the draft, configured and with the control plane quiet, for INA and its baselines."""
+    tmp = tmp_path_factory.mktemp("ina-fig1")
+    lab_vars = yaml.safe_load((ROOT / "labs" / "ina-fig1.vars.yml").read_text())
+    with deployed(runtime, tmp, "ina-fig1", "model-ina", lab_vars, configured=True) as topo:
+        quiet_control_plane(topo, load_plan(topo))
+        yield topo
+
+
+def test_ina_fig1_ina_bytes(runtime: DockerRuntime, ina_fig1: Topology, tmp_path: Path) -> None:
     """INA on Figure 1 of the draft: every link direction (worker chunks, partial aggregates, forwarded
     and transit packets, the root's BIER dissemination), the switches' ina.* and bier.* counters, and
     so the INA bytes into each switch and into each job's root."""
     trace = allreduce_trace(tmp_path / "allreduce.jsonl")
-    lab_vars = yaml.safe_load((ROOT / "labs" / "ina-fig1.vars.yml").read_text())
-    with deployed(runtime, tmp_path, "ina-fig1", "model-ina", lab_vars, configured=True) as topo:
-        quiet_control_plane(topo, load_plan(topo))
-        diff = allreduce_crossval(runtime, topo, trace, Mode.INA, tmp_path)
-        assert not diff, "model and emulator differ:\n" + "\n".join(diff)
+    diff = allreduce_crossval(runtime, ina_fig1, trace, Mode.INA, tmp_path)
+    assert not diff, "model and emulator differ:\n" + "\n".join(diff)
 
 
-def test_ina_fig1_ring_and_ps_bytes(runtime: DockerRuntime, tmp_path: Path) -> None:
+def test_ina_fig1_ring_and_ps_bytes(runtime: DockerRuntime, ina_fig1: Topology, tmp_path: Path) -> None:
     """The two AllReduce baselines on the same lab and trace as INA. Ring: every partial sum, result and
     ACK between the workers' loopbacks (ranks in BFR-id order). PS: every chunk into the parameter server
     the replay picks by default (w5 for job 1, w1 for job 2: each is a worker of the other job), every
     result copy back. Both: every link direction (Figure 1 is a tree, so all are exact), the workers' and
     the servers' ina.* counters, and the bytes into every worker and server."""
     trace = allreduce_trace(tmp_path / "allreduce.jsonl")
-    lab_vars = yaml.safe_load((ROOT / "labs" / "ina-fig1.vars.yml").read_text())
-    with deployed(runtime, tmp_path, "ina-fig1", "model-ring-ps", lab_vars, configured=True) as topo:
-        quiet_control_plane(topo, load_plan(topo))
-        diff = [
-            d
-            for mode in (Mode.RING, Mode.PS)
-            for d in allreduce_crossval(runtime, topo, trace, mode, tmp_path)
-        ]
-        assert not diff, "model and emulator differ:\n" + "\n".join(diff)
+    diff = [
+        d
+        for mode in (Mode.RING, Mode.PS)
+        for d in allreduce_crossval(runtime, ina_fig1, trace, mode, tmp_path)
+    ]
+    assert not diff, "model and emulator differ:\n" + "\n".join(diff)
 
 
 def test_superpod_static_four_planes(runtime: DockerRuntime, tmp_path: Path) -> None:
