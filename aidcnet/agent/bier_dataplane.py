@@ -40,7 +40,7 @@ import selectors
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from aidcnet.bier.bift import Bift, LabelKey, bifts_by_label
 from aidcnet.bier.bitstring import bfr_id_to_si_bit, bitstrings_from_ids
@@ -413,29 +413,42 @@ class BierDataplane:
         among the receivers means local delivery, as at any BFER.  Returns the number of
         packets built; bad arguments (BFR-id 0, entropy out of range) raise ValueError.
         """
+        return self.impose_many([(payload, entropy)], receivers_bfr_ids, proto, ttl)
+
+    def impose_many(
+        self,
+        payloads: Sequence[tuple[bytes | bytearray | memoryview, int]],
+        receivers_bfr_ids: Iterable[int],
+        proto: int = BierProto.IPV4,
+        ttl: int = DEFAULT_TTL,
+    ) -> int:
+        """:meth:`impose` for several ``(payload, entropy)`` to the same receivers: the BitStrings are
+        worked out once and every copy leaves in one batch (one sendmmsg), as a NIC posts a message's
+        packets in one doorbell."""
         if self.bfr_id is None:
             raise ValueError("a BFR without a BFR-id cannot be a BFIR (RFC 8279 §2)")
         if not 1 <= ttl <= 255:
             raise ValueError(f"ttl {ttl!r} must be 1..255")
-        by_si = bitstrings_from_ids(receivers_bfr_ids, self.bsl)
+        by_si = sorted(bitstrings_from_ids(receivers_bfr_ids, self.bsl).items())
         out: list[Datagram] = []
         out_nbrs: list[str] = []
         deliveries: list[tuple[bytes, int, int, bytes]] = []
         packets = []
-        for si, bits in sorted(by_si.items()):
-            hdr = BierHeader(
-                bift_id=self._label_by_si.get(si, 0),
-                bitstring=bits,
-                bsl=self.bsl,
-                ttl=ttl,
-                entropy=entropy,
-                proto=proto,
-                bfir_id=self.bfr_id,
-            ).encode()
-            packets.append((si, bits, len(hdr), encode_bier_udp_payload(hdr, bytes(payload))))
+        for payload, entropy in payloads:
+            for si, bits in by_si:
+                hdr = BierHeader(
+                    bift_id=self._label_by_si.get(si, 0),
+                    bitstring=bits,
+                    bsl=self.bsl,
+                    ttl=ttl,
+                    entropy=entropy,
+                    proto=proto,
+                    bfir_id=self.bfr_id,
+                ).encode()
+                packets.append((si, bits, entropy, len(hdr), encode_bier_udp_payload(hdr, bytes(payload))))
         c = self._c
         with self._lock:
-            for si, bits, end, pkt in packets:
+            for si, bits, entropy, end, pkt in packets:
                 c["imposed"] += 1
                 bift = self.bifts.get(si)
                 if bift is None:

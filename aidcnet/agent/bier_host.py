@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import queue
 import socket
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import NamedTuple
 
 from aidcnet.agent.bier_dataplane import BierDataplane
@@ -65,6 +65,12 @@ class BierHost:
     def send(self, payload: bytes, receivers: Iterable[int], entropy: int = 0, ttl: int = 64) -> int:
         """Send ``payload`` to the BFERs ``receivers`` (BFR-ids); returns BIER packets built."""
         return self.dataplane.impose(payload, receivers, self.proto, entropy, ttl)
+
+    def send_many(
+        self, payloads: Sequence[tuple[bytes, int]], receivers: Iterable[int], ttl: int = 64
+    ) -> int:
+        """Send each ``(payload, entropy)`` to the same BFERs in one batch; returns BIER packets built."""
+        return self.dataplane.impose_many(payloads, receivers, self.proto, ttl)
 
     def recv(self, timeout: float | None = None) -> Delivery | None:
         """Next delivered payload from the queue, or None after ``timeout`` seconds."""

@@ -189,14 +189,26 @@ class BierService:
         """Each payload becomes one IPv4/UDP datagram to ``group``:4791 imposed with the receivers' bits."""
         if self.host is None:
             raise ValueError("bier send is the host-BIER API: only gpu-host nodes are BFIRs for applications")
-        sent = 0
+        datagrams = []
         for i, data in enumerate(payloads):
             flow = (entropy + i) & 0xFFFFF
             datagram = build_udp(
                 self.loopback, group, QP_PORT_BASE + (flow & 0x3FFF), ROCEV2_PORT, data, ident=i
             )
-            sent += self.host.send(datagram, receivers, entropy=flow)
-        return sent
+            datagrams.append((datagram, flow))
+        return self.host.send_many(datagrams, receivers)
+
+    def send_message(
+        self, fragments: list[bytes], receivers: list[int], flow: int, group: str = HOST_BIER_GROUP
+    ) -> int:
+        """One message's fragments on one QP: every datagram carries ``flow`` as its Entropy and source
+        port, so the whole message takes one path, and all of them leave in one batch."""
+        if self.host is None:
+            raise ValueError("bier send is the host-BIER API: only gpu-host nodes are BFIRs for applications")
+        flow &= 0xFFFFF
+        sport = QP_PORT_BASE + (flow & 0x3FFF)
+        datagrams = [(build_udp(self.loopback, group, sport, ROCEV2_PORT, data), flow) for data in fragments]
+        return self.host.send_many(datagrams, receivers)
 
     # -- BIER over BGP (RFC 9793) -------------------------------------------------------------------
     def bgp_attribute(self) -> BierAttribute:

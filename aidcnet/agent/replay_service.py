@@ -377,13 +377,16 @@ class ReplayService:
                 else:
                     bits = [self.receivers[name][1] for name in dst]
                     assert self.bier is not None
-                    for frag in frags:
+                    # Nothing to wait for between fragments: the message leaves in one batch.
+                    one_batch = self.queue_bytes is None and self.gap_us <= 0
+                    batches = [frags] if one_batch else [[f] for f in frags]
+                    for batch in batches:
                         if self.queue_bytes is not None:
                             # Wait here, not in the BFR's send: a blocked loop would stop receiving.
                             await _writable(loop, self.bier.dataplane.sock)
                         try:
-                            self.bier.send([frag], bits, entropy=msg_id)  # type: ignore[list-item]
-                            self.sent_datagrams += 1
+                            self.bier.send_message(batch, bits, flow=msg_id)
+                            self.sent_datagrams += len(batch)
                         except OSError as exc:
                             self._error(type(exc).__name__)
                         await self._pace()
