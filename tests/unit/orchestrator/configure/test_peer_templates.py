@@ -64,7 +64,8 @@ def test_superpod_peers_has_a_gobgp_and_a_bird_leaf_with_two_cables_per_gpu(peer
 def test_gobgpd_conf_has_one_session_per_cable_from_the_plan(peers) -> None:
     config = peers["L1"]
     doc = tomllib.loads(render(ROLES_DIR / "gobgp" / "templates" / "gobgpd.conf.j2", config))
-    assert doc["global"]["config"] == {"as": config.bgp.asn, "router-id": str(config.bgp.router_id), "port": 179}
+    want_global = {"as": config.bgp.asn, "router-id": str(config.bgp.router_id), "port": 179}
+    assert doc["global"]["config"] == want_global
     assert doc["global"]["use-multiple-paths"]["config"]["enabled"] is True
     got = {
         n["config"]["neighbor-address"]: (
@@ -158,8 +159,11 @@ def test_gobgpd_accepts_the_rendered_config_and_rejects_a_broken_one(peers, tmp_
     ok = subprocess.run(["gobgpd", "--dry-run", "-f", str(good)], capture_output=True, text=True, timeout=30)
     assert ok.returncode == 0, ok.stdout + ok.stderr
     bad = tmp_path / "bad.conf"
-    bad.write_text(good.read_text().replace(f"peer-as = {peers['L1'].bgp.neighbors[0].asn}", 'peer-as = "x"', 1))
-    failed = subprocess.run(["gobgpd", "--dry-run", "-f", str(bad)], capture_output=True, text=True, timeout=30)
+    first_asn = peers["L1"].bgp.neighbors[0].asn
+    bad.write_text(good.read_text().replace(f"peer-as = {first_asn}", 'peer-as = "x"', 1))
+    failed = subprocess.run(
+        ["gobgpd", "--dry-run", "-f", str(bad)], capture_output=True, text=True, timeout=30
+    )
     assert failed.returncode != 0 and "peer-as" in failed.stdout + failed.stderr
 
 
