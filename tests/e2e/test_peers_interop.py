@@ -14,13 +14,13 @@ link-bandwidth community shows (measured first in netns by scripts/interop/peers
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 import yaml
 
 from aidcnet.fare.linkbw import LinkBandwidth
+from orchestrator.lab import peer_show
 from orchestrator.lab.linkset import link_set
 
 from .conftest import agent, deployed, scale_superpod
@@ -55,44 +55,24 @@ def loopback(runtime, topo, node: str) -> str:
 
 
 def gobgp_established(runtime, topo) -> int:
-    out = run(runtime, topo, "L1", ["gobgp", "neighbor"])
-    return sum(1 for line in out.splitlines()[1:] if " Establ " in line)
+    return peer_show.gobgp_established(run(runtime, topo, "L1", ["gobgp", "neighbor"]))
 
 
 def bird_established(runtime, topo) -> int:
     out = run(runtime, topo, "L2", ["birdc", "-s", BIRD_CTL, "show", "protocols"])
-    return sum(1 for line in out.splitlines() if " BGP " in line and "Established" in line)
+    return peer_show.bird_established(out)
 
 
 def gobgp_paths(runtime, topo, prefix: str) -> list[LinkBandwidth]:
     """The link-bandwidth community of each path GoBGP holds for prefix, as GoBGP decoded it."""
-    out = run(runtime, topo, "L1", ["gobgp", "global", "rib", "-a", "ipv4", "-j"])
-    got = []
-    for path in json.loads(out or "{}").get(prefix, []):
-        for attr in path["attrs"]:
-            for ec in attr.get("value", []) if attr.get("type") == 16 else []:
-                if ec.get("subtype") == 4:
-                    got.append(LinkBandwidth(ec["asn"], ec["bandwidth"], transitive=ec["type"] == 0))
-    return got
+    rib = run(runtime, topo, "L1", ["gobgp", "global", "rib", "-a", "ipv4", "-j"])
+    return peer_show.gobgp_link_bandwidths(rib, prefix)
 
 
 def bird_paths(runtime, topo, prefix: str) -> list[LinkBandwidth]:
-    """The link-bandwidth community of each path BIRD holds for prefix: BIRD shows it as an unknown
-    extended community ``(unknown 0xTTSS, AS, value)`` with the float's bits as an integer."""
+    """The link-bandwidth community of each path BIRD holds for prefix (BIRD keeps it as raw octets)."""
     out = run(runtime, topo, "L2", ["birdc", "-s", BIRD_CTL, "show", "route", "for", prefix, "all"])
-    got = []
-    for line in out.splitlines():
-        if "BGP.ext_community:" not in line:
-            continue
-        for item in line.split(":", 1)[1].split(")"):
-            parts = [p.strip(" (,") for p in item.split(",")]
-            if len(parts) == 3 and parts[0].startswith("unknown 0x"):
-                kind = int(parts[0].split()[1], 16)
-                wire = bytes([kind >> 8, kind & 0xFF]) + int(parts[1]).to_bytes(2, "big")
-                wire += int(parts[2]).to_bytes(4, "big")
-                if LinkBandwidth.is_link_bandwidth(wire):
-                    got.append(LinkBandwidth.decode(wire))
-    return got
+    return peer_show.bird_link_bandwidths(out)
 
 
 def test_sessions_come_up_on_every_cable(runtime, lab):
