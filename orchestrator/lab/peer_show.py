@@ -44,9 +44,8 @@ def bird_link_bandwidths(show_route_all: str) -> list[LinkBandwidth]:
             continue
         for m in _BIRD_UNKNOWN_EC.finditer(line):
             kind = int(m["kind"], 16)
-            wire = b"".join(
-                (kind.to_bytes(2, "big"), int(m["asn"]).to_bytes(2, "big"), int(m["value"]).to_bytes(4, "big"))
-            )
+            asn, value = int(m["asn"]), int(m["value"])
+            wire = kind.to_bytes(2, "big") + asn.to_bytes(2, "big") + value.to_bytes(4, "big")
             if LinkBandwidth.is_link_bandwidth(wire):
                 got.append(LinkBandwidth.decode(wire))
     return got
