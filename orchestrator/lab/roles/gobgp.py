@@ -7,8 +7,8 @@ ROLE = register(
     NodeRole(
         name=Role.GOBGP,
         runs_agent=False,
-        # gobgp (the CLI) answers once gobgpd's gRPC API listens.
-        health_cmd=("gobgp", "global"),
+        # The gobgp CLI answers once gobgpd's gRPC API listens (the path: "gobgp" alone is the role's name).
+        health_cmd=("/usr/bin/gobgp", "global"),
         description="GoBGP (Debian gobgpd) router",
     )
 )
