@@ -15,8 +15,14 @@ class Role(StrEnum):
     INA_SWITCH = "ina-switch"
     GPU_HOST = "gpu-host"
     FRR = "frr"
+    GOBGP = "gobgp"
+    BIRD = "bird"
     LINUX = "linux"
 
 
-# The roles whose nodes run the aidcnet agent (``aidcnet agent --role ROLE``); FRR and plain linux do not.
+# The roles whose nodes run the aidcnet agent (``aidcnet agent --role ROLE``); the interop peers (FRR, GoBGP,
+# BIRD) and plain linux do not.
 AGENT_ROLES: tuple[Role, ...] = (Role.BFR, Role.INA_SWITCH, Role.GPU_HOST)
+
+# Third-party BGP speakers configured from the plan by their own Ansible role (docs/interop.md).
+PEER_ROLES: tuple[Role, ...] = (Role.FRR, Role.GOBGP, Role.BIRD)

@@ -117,7 +117,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "images",
         help="build the node images from a local Debian rootfs (cached)",
         description="Build aidclab/base (mmdebstrap + docker import), a wheelhouse, "
-        "aidclab/node and the role images bfr, ina-switch, gpu-host, frr. No registry is "
+        "aidclab/node and the role images bfr, ina-switch, gpu-host, frr, gobgp, bird. No registry is "
         "used. A rebuild with unchanged inputs takes seconds.",
     )
     p.add_argument("--force", action="store_true", help="rebuild the rootfs and wheelhouse even if current")

@@ -8,7 +8,8 @@ from aidcnet.roles import Role
 from orchestrator.lab.roles import role_of
 from orchestrator.lab.topology import Topology
 
-ROLE_SHAPES_DOT = {Role.BFR: "box", Role.INA_SWITCH: "box3d", Role.GPU_HOST: "ellipse", Role.FRR: "hexagon"}
+ROLE_SHAPES_DOT = {Role.BFR: "box", Role.INA_SWITCH: "box3d", Role.GPU_HOST: "ellipse", Role.FRR: "hexagon",
+                   Role.GOBGP: "hexagon", Role.BIRD: "hexagon"}
 
 
 def _mermaid_id(name: str) -> str:

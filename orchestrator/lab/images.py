@@ -5,7 +5,8 @@
 2b. The BIER tc programs (``aidcnet/ebpf/*.c``) compiled on the host with Debian's clang, so node images
    need no compiler (:func:`aidcnet.ebpf.build`).
 3. ``aidclab/node``: the base plus a venv from the wheelhouse plus aidcnet's source and the eBPF objects.
-4. The role images ``bfr``, ``ina-switch``, ``gpu-host`` and ``frr`` on top of it.
+4. The role images ``bfr``, ``ina-switch``, ``gpu-host`` and the interop peers ``frr``, ``gobgp``, ``bird`` on
+   top of it.
 
 Each step is keyed by a hash of its inputs, and Docker's layer cache does the rest, so a rebuild with
 unchanged inputs takes seconds.
@@ -36,7 +37,7 @@ APT_DIR = Path("/etc/apt")
 MIRROR_ENV = "AIDCLAB_DEBIAN_MIRROR"
 BASE_IMAGE = "aidclab/base:latest"
 NODE_IMAGE = "aidclab/node:latest"
-ROLE_IMAGES = (Role.BFR, Role.INA_SWITCH, Role.GPU_HOST, Role.FRR)
+ROLE_IMAGES = (Role.BFR, Role.INA_SWITCH, Role.GPU_HOST, Role.FRR, Role.GOBGP, Role.BIRD)
 INPUTS_LABEL = "aidclab.inputs"
 
 

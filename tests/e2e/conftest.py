@@ -29,7 +29,7 @@ def pytest_collection_modifyitems(items):
 def runtime() -> DockerRuntime:
     # No skip: make test installs and starts dockerd and builds the images, so a failure here is real.
     rt = DockerRuntime()
-    for role in ("bfr", "gpu-host", "ina-switch", "frr"):
+    for role in ("bfr", "gpu-host", "ina-switch", "frr", "gobgp", "bird"):
         rt.client.images.get(f"aidclab/{role}:latest")
     return rt
 

@@ -20,7 +20,7 @@ from orchestrator.lab.roles import role_of
 from orchestrator.lab.topology import Topology
 
 HOST_ROLE = Role.GPU_HOST
-SWITCH_ROLES = frozenset({Role.BFR, Role.INA_SWITCH, Role.FRR})
+SWITCH_ROLES = frozenset({Role.BFR, Role.INA_SWITCH, Role.FRR, Role.GOBGP, Role.BIRD})
 # linux nodes are whatever the user put there; the plan neither configures nor routes through them.
 UNMANAGED_ROLES = frozenset({Role.LINUX})
 DEFAULTS_PACKAGE = "orchestrator.configure.plan"

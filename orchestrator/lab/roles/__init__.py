@@ -5,7 +5,7 @@ node is healthy, and which Ansible group it belongs to. Roles register themselve
 comes from its ``aidclab-role`` label or, failing that, from its image name (``aidclab/bfr:latest`` → bfr).
 """
 
-from orchestrator.lab.roles import bfr, frr, gpu_host, ina_switch, linux  # noqa: F401  (registration)
+from orchestrator.lab.roles import bfr, bird, frr, gobgp, gpu_host, ina_switch, linux  # noqa: F401  (registration)
 from orchestrator.lab.roles.base import ROLES, NodeRole, role_from, role_of
 
 __all__ = ["ROLES", "NodeRole", "role_from", "role_of"]
