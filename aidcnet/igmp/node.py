@@ -165,6 +165,8 @@ class IgmpLeaf:
             self._count(port, "queries-heard")
         before = link.is_querier
         out.queries += [(port, q) for q in link.receive(msg, src, now)]
+        if not self.ports[port].querier:  # listen only: hearing a querier must not make us one later
+            link.other_querier_until = float("inf")
         if before and not link.is_querier:
             self._count(port, "querier-lost")
         self._after(now, out)

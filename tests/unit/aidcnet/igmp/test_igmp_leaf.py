@@ -58,7 +58,10 @@ def test_change_report_carries_the_new_state_and_the_bfr_id() -> None:
     new = {G: (INC, frozenset({S1, S2}))}
     r = change_report(old, new, 7)
     assert r is not None and interpret(r.extensions).bfr_id == 7
-    assert r.records == (GroupRecord(T.CHANGE_TO_INCLUDE_MODE, G, (S1, S2)), GroupRecord(T.CHANGE_TO_INCLUDE_MODE, G2))
+    assert r.records == (
+        GroupRecord(T.CHANGE_TO_INCLUDE_MODE, G, (S1, S2)),
+        GroupRecord(T.CHANGE_TO_INCLUDE_MODE, G2),
+    )
     assert change_report(new, new, 7) is None
     s = state_report({G2: (EXC, frozenset({S3}))}, 7)
     assert s is not None and s.records == (GroupRecord(T.MODE_IS_EXCLUDE, G2, (S3,)),)
