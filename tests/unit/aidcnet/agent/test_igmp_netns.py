@@ -69,8 +69,8 @@ def pump(port: _Port, leaf: IgmpLeaf, seconds: float) -> None:
 def test_kernel_receivers_make_the_table(link) -> None:
     with netns(NS_R):
         port = _Port("hp1", R_ADDR)
-    leaf = IgmpLeaf([PortConfig("hp1", R_ADDR)], TIMERS, 1, 64, IPv4Address("10.255.0.1"), [], {}, ["igmp"], [],
-                    time.monotonic())  # fmt: skip
+    loopback = IPv4Address("10.255.0.1")
+    leaf = IgmpLeaf([PortConfig("hp1", R_ADDR)], TIMERS, 1, 64, loopback, [], {}, ["igmp"], [], time.monotonic())
     try:
         with netns(NS_H):
             asm = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
