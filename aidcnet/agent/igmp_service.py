@@ -7,8 +7,10 @@ BIER (Proto 4), takes the BFERs' reports out of the BIER deliveries, and pushes 
 member ports into the running net-BIER edge and the eBPF imposition map.
 
 A Receiver Proxy Report must change the BitString of the very next data packet: the edge asks
-:meth:`IgmpService.drain` on a lookup miss, so a report the kernel queued before the packet is read
-first, whichever socket the event loop served first.
+:meth:`IgmpService.before_lookup` before each lookup on a port that may send proxy reports, so a report
+the kernel queued before the packet is read first, whichever socket the event loop serves first.  The
+eBPF imposition looks up in the kernel: there a new channel (a map miss) still gets the new BitString
+on its first packet through this path, a changed one from the moment the agent has read the report.
 """
 
 from __future__ import annotations
@@ -129,6 +131,10 @@ class IgmpService:
             {str(m.group): list(m.interfaces) for m in bier.bier.members} if "static" in igmp.groups else {}
         )
         self._ports: dict[str, _Port] = {}
+        self._proxy_ports: dict[str, _Port] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._chain = bier.dataplane.deliver
         try:
             for p in ports:
                 try:
@@ -138,15 +144,13 @@ class IgmpService:
         except BaseException:
             self.close()
             raise
-        self._members: dict[str, list[str]] = {}
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._members: dict[str, list[str]] | None = {}
         self._wake = asyncio.Event()
         # Why a lock: BIER deliveries may come from the dataplane's thread, host ports from the loop's.
         self._lock = threading.RLock()
-        self._chain = bier.dataplane.deliver
         bier.dataplane.deliver = self._deliver
-        edge.on_miss = self.drain
+        self._proxy_ports = {p.name: self._ports[p.name] for p in ports if p.proxy}
+        edge.before_lookup = self.before_lookup
         self._apply(flows=True)
 
     # -- input ------------------------------------------------------------------------------------
@@ -165,9 +169,12 @@ class IgmpService:
                 changed |= self._do(self.leaf.receive(port.name, packet, time.monotonic()))
         return changed
 
-    def drain(self) -> bool:
-        """Read every queued IGMP packet now; True when the flows changed."""
-        return any([self._read(p) for p in self._ports.values()])
+    def before_lookup(self, port: str) -> None:
+        """The edge's hook before each lookup: on a port that may send Receiver Proxy Reports, read what
+        its kernel queued first (one non-blocking receive; other ports pay nothing)."""
+        p = self._proxy_ports.get(port)
+        if p is not None:
+            self._read(p)
 
     def _deliver(self, payload: bytes, bfir_id: int, proto: int, header: bytes) -> None:
         # IGMP over BIER (a BFER's report) is ours; every other delivery goes on to the edge.
@@ -262,8 +269,18 @@ class IgmpService:
         self._ports = {}
         if getattr(self.bier.dataplane, "deliver", None) == self._deliver:
             self.bier.dataplane.deliver = self._chain
-        if self.edge.on_miss == self.drain:
-            self.edge.on_miss = None
+        if self.edge.before_lookup == self.before_lookup:
+            self.edge.before_lookup = None
+        self._proxy_ports = {}
+        if getattr(self, "_members", None) is not None:
+            # The edge goes on without IGMP: back to the node file's static flows and members.
+            static = self.bier.bier
+            self.edge.set_flows(static.flows)
+            self.edge.set_members({str(m.group): list(m.interfaces) for m in static.members})
+            if self.bier.net_ebpf is not None:
+                with contextlib.suppress(OSError):
+                    self.bier.net_ebpf.set_flows(static.flows)
+            self._members = None
 
     def status(self) -> dict[str, Any]:
         with self._lock:

@@ -268,10 +268,10 @@ class NetBierEdge:
         }
         self._chain: DeliverFn | None = dataplane.deliver
         dataplane.deliver = self.deliver
-        # Called on a lookup miss before the packet counts as unmatched; True when it changed the flows
-        # (the IGMP service reads a Receiver Proxy Report that arrived before this packet, so the packet
-        # right after the report gets BIER whichever socket the loop served first).
-        self.on_miss: Callable[[], bool] | None = None
+        # Called with the ingress port before each lookup: the IGMP service reads a Receiver Proxy
+        # Report the kernel queued before this packet, so the packet right after the report gets the
+        # new BitString whichever socket the event loop serves first.
+        self.before_lookup: Callable[[str], object] | None = None
 
     # -- dynamic state (IGMP, Receiver Proxy Reports) ----------------------------------------------
     def set_flows(self, flows: Iterable[object]) -> None:
@@ -339,9 +339,9 @@ class NetBierEdge:
         if info.ttl <= 1:
             self._count(port, "ttl-expired-in")
             return
+        if self.before_lookup is not None:
+            self.before_lookup(port.name)
         bfers = self.table.lookup(info.src, info.dst)
-        if bfers is None and self.on_miss is not None and self.on_miss():
-            bfers = self.table.lookup(info.src, info.dst)
         if bfers is None:
             self._count(port, "unmatched")
             return

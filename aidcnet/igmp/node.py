@@ -241,8 +241,8 @@ class IgmpLeaf:
             out.flows_changed = True
 
     def _packets(self, report: Report) -> list[bytes]:
-        if not self.bfirs:
-            return []
+        if not self.bfirs or "igmp" not in self.modes:
+            return []  # no BFIR listens: the overlay's control bytes would be waste
         packets = [
             ipv4_igmp(self.loopback, ALL_V3_ROUTERS, encode(r)) for r in split_report(report, MAX_RECORDS)
         ]

@@ -70,7 +70,9 @@ def test_kernel_receivers_make_the_table(link) -> None:
     with netns(NS_R):
         port = _Port("hp1", R_ADDR)
     loopback = IPv4Address("10.255.0.1")
-    leaf = IgmpLeaf([PortConfig("hp1", R_ADDR)], TIMERS, 1, 64, loopback, [], {}, ["igmp"], [], time.monotonic())
+    leaf = IgmpLeaf(
+        [PortConfig("hp1", R_ADDR)], TIMERS, 1, 64, loopback, [], {}, ["igmp"], [], time.monotonic()
+    )
     try:
         with netns(NS_H):
             asm = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
