@@ -197,6 +197,7 @@ def test_proxy_report_changes_the_next_packet(runtime, lab):
             "px",
             *[loopbacks[h] for h in named],
         ],
+        all_joined,
     )
     for h, payloads in got.items():
         want = sorted(f"px:{i}" for i in range(5)) if h in named else []
