@@ -120,21 +120,48 @@ def test_desired_state_and_diff():
 
 
 def test_link_peers_are_the_other_address_of_each_slash_31():
-    data = {**GOOD, "interfaces": [
-        {"name": "eth1", "ipv4": "10.0.0.0/31"},
-        {"name": "eth2", "ipv4": "10.0.0.3/31"},
-        {"name": "eth3", "ipv4": "10.0.1.1/24"},  # not point-to-point: no single peer
-        {"name": "eth4"},
-    ]}
+    data = {
+        **GOOD,
+        "interfaces": [
+            {"name": "eth1", "ipv4": "10.0.0.0/31"},
+            {"name": "eth2", "ipv4": "10.0.0.3/31"},
+            {"name": "eth3", "ipv4": "10.0.1.1/24"},  # not point-to-point: no single peer
+            {"name": "eth4"},
+        ],
+    }
     data.pop("routes", None)
     config = parse_config(data)
     assert link_peers(config) == [("eth1", "10.0.0.0", "10.0.0.1"), ("eth2", "10.0.0.3", "10.0.0.2")]
 
 
 def test_smallest_queue_is_what_the_sockets_size_to():
-    data = {**GOOD, "interfaces": [
-        {"name": "eth1", "queue_bytes": 4 << 20}, {"name": "eth2", "queue_bytes": 1 << 20}, {"name": "eth3"},
-    ]}
+    data = {
+        **GOOD,
+        "interfaces": [
+            {"name": "eth1", "queue_bytes": 4 << 20},
+            {"name": "eth2", "queue_bytes": 1 << 20},
+            {"name": "eth3"},
+        ],
+    }
     data.pop("routes", None)
     assert parse_config(data).smallest_queue_bytes == 1 << 20
     assert parse_config({**data, "interfaces": [{"name": "eth1"}]}).smallest_queue_bytes is None
+
+
+def test_igmp_section_is_checked_against_bier_and_the_wire():
+    bier = {"bfr_id": 9, "host_ports": ["eth1"]}
+    ok = parse_config({**GOOD, "bier": bier, "igmp": {"ports": [{"name": "eth1", "proxy": True}]}})
+    assert ok.igmp is not None and ok.igmp.ports[0].querier and ok.igmp.groups == ["static", "igmp", "proxy"]
+    assert parse_config(__import__("yaml").safe_load(dump_config(ok))) == ok
+    (problem,) = bad(bier=bier, igmp={"ports": [{"name": "eth2"}]})
+    assert "igmp.ports.0.name: eth2 is not in bier.host_ports" in problem
+    (problem,) = bad(bier=None, igmp={})
+    assert "igmp: needs a bier section" in problem
+    (problem,) = bad(
+        bier=bier, igmp={"query_response_interval": 10, "query_interval": 125, "time_scale": 1000}
+    )
+    assert problem.startswith("igmp:") and "query_response_interval" in problem and "time_scale" in problem
+    (problem,) = bad(bier=bier, igmp={"groups": ["static", "pim"]})
+    assert problem.startswith("igmp.groups.1")
+    (problem,) = bad(bier=bier, igmp={"bfirs": [0]})
+    assert "outside 1..65535" in problem
