@@ -120,29 +120,21 @@ def test_desired_state_and_diff():
 
 
 def test_link_peers_are_the_other_address_of_each_slash_31():
-    data = {
-        **GOOD,
-        "interfaces": [
-            {"name": "eth1", "ipv4": "10.0.0.0/31"},
-            {"name": "eth2", "ipv4": "10.0.0.3/31"},
-            {"name": "eth3", "ipv4": "10.0.1.1/24"},  # not point-to-point: no single peer
-            {"name": "eth4"},
-        ],
-    }
+    data = {**GOOD, "interfaces": [
+        {"name": "eth1", "ipv4": "10.0.0.0/31"},
+        {"name": "eth2", "ipv4": "10.0.0.3/31"},
+        {"name": "eth3", "ipv4": "10.0.1.1/24"},  # not point-to-point: no single peer
+        {"name": "eth4"},
+    ]}
     data.pop("routes", None)
     config = parse_config(data)
     assert link_peers(config) == [("eth1", "10.0.0.0", "10.0.0.1"), ("eth2", "10.0.0.3", "10.0.0.2")]
 
 
 def test_smallest_queue_is_what_the_sockets_size_to():
-    data = {
-        **GOOD,
-        "interfaces": [
-            {"name": "eth1", "queue_bytes": 4 << 20},
-            {"name": "eth2", "queue_bytes": 1 << 20},
-            {"name": "eth3"},
-        ],
-    }
+    data = {**GOOD, "interfaces": [
+        {"name": "eth1", "queue_bytes": 4 << 20}, {"name": "eth2", "queue_bytes": 1 << 20}, {"name": "eth3"},
+    ]}
     data.pop("routes", None)
     assert parse_config(data).smallest_queue_bytes == 1 << 20
     assert parse_config({**data, "interfaces": [{"name": "eth1"}]}).smallest_queue_bytes is None
