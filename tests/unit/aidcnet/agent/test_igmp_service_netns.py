@@ -5,6 +5,7 @@ port is dropped and counted.  Needs root."""
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import os
 import socket
@@ -79,6 +80,7 @@ class IgmpLab(Lab):
     def close(self) -> None:
         for svc in self.igmp.values():
             svc.close()
+        self.loop.run_until_complete(asyncio.sleep(0.05))  # let the cancelled timer tasks finish
         super().close()
 
     def flows(self, leaf: str) -> list[tuple[str | None, str, tuple[int, ...]]]:
