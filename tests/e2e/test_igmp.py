@@ -13,6 +13,7 @@ Timers: the plan's defaults, 20 s / 2 s / 0.2 s on the wall clock (QI / QRI / LM
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import subprocess
 import sys
@@ -263,11 +264,11 @@ def test_frr_pimd_as_second_querier(runtime, deployed_lab):
 
     # Election: q1 has the lower address, so our leaf hears its queries and stops querying.
     port, _ = until(ours, lambda p: p["querier"] is False, 30.0)
-    assert port["querier"] is False and port["other_querier"] is not None, port
-    frr_if = json.loads(vtysh(runtime, topo, "show ip igmp interface json"))
-    assert "eth1" in json.dumps(frr_if) and leaf_addr not in json.dumps(
-        frr_if.get("eth1", {}).get("querierIp", "")
-    ), frr_if
+    q1_addr = str(ipaddress.IPv4Address(leaf_addr) - 1)  # q1 is endpoint a of the /31
+    assert port["querier"] is False and port["other_querier"] == q1_addr, port
+    # FRR's view (pimd's JSON: "querier" true while it queries, "querierIp" the elected address)
+    frr_if = json.loads(vtysh(runtime, topo, "show ip igmp interface json")).get("eth1", {})
+    assert frr_if.get("querierIp", q1_addr) == q1_addr and frr_if.get("querier", True) is True, frr_if
 
     # A kernel receiver on q1 itself (the link's host side): both routers must list exactly its groups.
     rx = Receivers(topo, {})
