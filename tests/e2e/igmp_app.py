@@ -16,6 +16,16 @@ import sys
 from ipaddress import IPv4Address
 
 IP_ADD_SOURCE_MEMBERSHIP = 39
+SIOCGIFADDR = 0x8915
+
+
+def interface_address(ifname: str) -> bytes:
+    """The IPv4 address of ``ifname``: ip_mreq_source names its interface by address, and "any" only
+    works where a route to the group picks one (a router such as the FRR node has none)."""
+    import fcntl
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        return fcntl.ioctl(s.fileno(), SIOCGIFADDR, struct.pack("256s", ifname.encode()))[20:24]
 
 
 def join(ifname: str, specs: list[str]) -> None:
@@ -25,9 +35,9 @@ def join(ifname: str, specs: list[str]) -> None:
         group, _, source = spec.partition("/")
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         if source:
-            # ip_mreq_source: group, interface address (any: the route to the group picks eth1), source
+            # ip_mreq_source: group, interface address, source
             s.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, ifname.encode())
-            mreq = socket.inet_aton(group) + socket.inet_aton("0.0.0.0") + socket.inet_aton(source)
+            mreq = socket.inet_aton(group) + interface_address(ifname) + socket.inet_aton(source)
             s.setsockopt(socket.IPPROTO_IP, IP_ADD_SOURCE_MEMBERSHIP, mreq)
         else:
             mreqn = struct.pack("4s4si", socket.inet_aton(group), socket.inet_aton("0.0.0.0"), index)
