@@ -71,6 +71,41 @@ def cmd_graph(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_split(args: argparse.Namespace) -> int:
+    from orchestrator.lab.split import SplitError, parse_pairs, plan_split, write_split
+
+    topo = load_lab(args.lab)
+    try:
+        plan = plan_split(
+            topo,
+            [h.strip() for h in args.hosts.split(",") if h.strip()],
+            assign=parse_pairs(args.assign or [], "--assign"),
+            underlay=parse_pairs(args.underlay or [], "--underlay"),
+            docker_hosts=parse_pairs(args.docker_host or [], "--docker-host"),
+            vni_base=args.vni_base,
+            dst_port=args.dst_port,
+            underlay_mtu=args.underlay_mtu,
+        )
+    except SplitError as exc:
+        fail(f"{topo.path}: {exc}")
+        return 2
+    out = Path(args.output or f"split-{topo.name}")
+    for path in write_split(plan, out):
+        print(f"wrote {path}")
+    for part in plan.parts.values():
+        where = f" (docker {part.docker_host})" if part.docker_host else ""
+        print(f"  {part.host}: {len(part.nodes)} nodes, underlay {part.underlay}{where}")
+    for cut in plan.cuts:
+        print(
+            f"  cut {cut.link}: vxlan vni {cut.vni} udp {plan.dst_port}, mtu {plan.inner_mtu(cut.link)} "
+            f"(underlay {plan.underlay_mtu} - {plan.underlay_mtu - plan.inner_mtu(cut.link)} bytes of VXLAN)"
+        )
+    print(
+        f"{len(plan.cuts)} cut links; configure/replay the whole lab with {out / (topo.name + '.split.yml')}"
+    )
+    return 0
+
+
 def cmd_exec(args: argparse.Namespace) -> int:
     from orchestrator.lab.runtime.docker import DockerRuntime
 
@@ -109,7 +144,6 @@ def cmd_linkcheck(args: argparse.Namespace) -> int:
             print(f"{'ok  ' if r.ok else 'FAIL'} {r.link}: {r.detail}")
     phases.summary(f"{len(results) - len(bad)}/{len(results)} links pass")
     return 1 if bad else 0
-
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -169,6 +203,44 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--format", choices=["mermaid", "dot"], default="mermaid")
     p.add_argument("-o", "--output", help="write to this file instead of stdout")
     p.set_defaults(func=cmd_graph)
+
+    p = sub.add_parser(
+        "split",
+        help="split a lab into one containerlab file per host, cut links as VXLAN links",
+        description="Writes DIR/<lab>-<host>.clab.yml per host and DIR/<lab>.split.yml. Each cut link "
+        "becomes a `type: vxlan` link at both ends with VNI = --vni-base + the link's index in the file "
+        "(unique across the lab) and MTU = min(link MTU, --underlay-mtu - 50). Nodes go where --assign "
+        "says; the rest: single-homed nodes stay with their switch, switches are dealt in file order "
+        "into container-balanced blocks. Deploy each part on its host (aidclab deploy FILE, or "
+        "containerlab deploy -t FILE); plan, configure and replay take the .split.yml as the lab.",
+        epilog="examples:\n  aidclab split leaf-spine --hosts a,b\n"
+        "  aidclab split leaf-spine --hosts a,b --assign spine2=b --underlay a=10.0.0.1,b=10.0.0.2 "
+        "--docker-host b=ssh://root@10.0.0.2",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_lab_argument(p)
+    p.add_argument("--hosts", required=True, help="host names, comma-separated: one part per host")
+    p.add_argument("--assign", action="append", metavar="NODE=HOST", help="pin nodes to hosts (repeatable)")
+    p.add_argument(
+        "--underlay",
+        action="append",
+        metavar="HOST=IP",
+        help="each host's underlay address, the VXLAN remote of the other parts "
+        "(default 198.18.0.1, .2, ...: for parts side by side on one machine)",
+    )
+    p.add_argument(
+        "--docker-host",
+        action="append",
+        metavar="HOST=URL",
+        help="Docker endpoint of a remote part for the inventory, e.g. b=ssh://root@10.0.0.2",
+    )
+    p.add_argument(
+        "--vni-base", type=int, default=1000, help="VNI of the file's link 0; others add their index"
+    )
+    p.add_argument("--dst-port", type=int, default=14789, help="UDP port of every VXLAN link")
+    p.add_argument("--underlay-mtu", type=int, default=9500, help="MTU of the hosts' underlay interfaces")
+    p.add_argument("-o", "--output", help="folder for the files (default split-<lab>/)")
+    p.set_defaults(func=cmd_split)
 
     p = sub.add_parser(
         "exec",
