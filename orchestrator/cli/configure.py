@@ -45,7 +45,6 @@ def cmd_configure(args: argparse.Namespace) -> int:
     return 0
 
 
-
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "plan",
@@ -80,4 +79,3 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         help="extra Ansible variables (override the plan; for experiments)",
     )
     p.set_defaults(func=cmd_configure)
-

@@ -25,7 +25,7 @@ def cmd_deploy(args: argparse.Namespace) -> int:
 
     topo = load_lab(args.lab)
     runtime = DockerRuntime()
-    deploy(topo, runtime, reconfigure=args.reconfigure)
+    deploy(topo, runtime, reconfigure=args.reconfigure, underlay_netns=args.underlay_netns)
     if not args.quiet:
         print_table(status(runtime, topo.name))
     return 0
@@ -54,7 +54,9 @@ def cmd_destroy(args: argparse.Namespace) -> int:
     if not args.lab and not args.all:
         fail("say which lab to destroy (aidclab destroy leaf-spine) or --all")
         return 2
-    destroy(None if args.all else lab_name(args.lab), cleanup=args.cleanup)
+    destroy(
+        None if args.all else lab_name(args.lab), cleanup=args.cleanup, underlay_netns=args.underlay_netns
+    )
     return 0
 
 
@@ -146,6 +148,12 @@ def cmd_linkcheck(args: argparse.Namespace) -> int:
     return 1 if bad else 0
 
 
+UNDERLAY_HELP = (
+    "network namespace whose addresses carry this part's VXLAN links (default: the host's); only for "
+    "parts of one split lab side by side on one machine, see docs/beyond-one-machine.md"
+)
+
+
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "images",
@@ -173,6 +181,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         help="destroy the lab's existing containers first instead of refusing",
     )
     p.add_argument("-q", "--quiet", action="store_true", help="no node table at the end")
+    p.add_argument("--underlay-netns", metavar="NETNS", help=UNDERLAY_HELP)
     p.set_defaults(func=cmd_deploy)
 
     p = sub.add_parser("inspect", help="list a lab's nodes (table or containerlab JSON)")
@@ -196,6 +205,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("lab", nargs="?", help="lab name or topology file")
     p.add_argument("--all", action="store_true", help="every lab on this machine")
     p.add_argument("--cleanup", action="store_true", help="also delete the lab directory clab-<lab>/")
+    p.add_argument("--underlay-netns", metavar="NETNS", help=UNDERLAY_HELP)
     p.set_defaults(func=cmd_destroy)
 
     p = sub.add_parser("graph", help="draw a lab as Mermaid or Graphviz dot")
