@@ -6,10 +6,14 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from orchestrator.cli.args import add_lab_argument, lab_name, load_lab
 from orchestrator.lab.linkset import ACTIONS
 from orchestrator.progress import fail
+
+if TYPE_CHECKING:
+    from orchestrator.lab.split import SplitLab
 
 
 def cmd_images(args: argparse.Namespace) -> int:
@@ -34,18 +38,43 @@ def cmd_deploy(args: argparse.Namespace) -> int:
 def cmd_inspect(args: argparse.Namespace) -> int:
     from orchestrator.lab.deploy import inspect_json, print_table, status
     from orchestrator.lab.runtime.docker import DockerRuntime
+    from orchestrator.lab.split import is_manifest, load_split
 
     runtime = DockerRuntime()
-    lab = None if args.all or not args.lab else lab_name(args.lab)
+    # A split lab's manifest stands for all of its parts (those deployed on this machine's engine).
+    split = load_split(args.lab) if args.lab and is_manifest(args.lab) else None
+    labs = (
+        [p["lab"] for p in split.parts]
+        if split
+        else [None if args.all or not args.lab else lab_name(args.lab)]
+    )
     if args.format == "json":
-        print(json.dumps(inspect_json(runtime, lab), indent=2))
+        rows_json = [row for lab in labs for row in inspect_json(runtime, lab)["containers"]]
+        print(json.dumps({"containers": rows_json}, indent=2))
         return 0
-    rows = status(runtime, lab)
+    rows = [row for lab in labs for row in status(runtime, lab)]
     if not rows:
-        print(f"no containers found for {'any lab' if lab is None else 'lab ' + repr(lab)}")
-        return 0
-    print_table(rows)
+        shown = "any lab" if labs == [None] else "lab " + ", ".join(repr(lab) for lab in labs)
+        print(f"no containers found for {shown}")
+    else:
+        print_table(rows)
+    _print_vxlan_links(args.lab, split)
     return 0
+
+
+def _print_vxlan_links(lab: str | None, split: SplitLab | None) -> None:
+    """The VXLAN ends of the lab's file(s): what a container listing cannot show."""
+    from orchestrator.lab.topology import TopologyError
+
+    if not lab:
+        return
+    try:
+        topos = [split.part_topology(p["host"]) for p in split.parts] if split else [load_lab(lab)]
+    except TopologyError:
+        return
+    for topo in topos:
+        for vx in topo.vxlan_links:
+            print(f"{topo.name}: {vx} mtu {vx.mtu} (+{vx.overhead} bytes on the underlay)")
 
 
 def cmd_destroy(args: argparse.Namespace) -> int:

@@ -113,3 +113,13 @@ def test_manifest_reads_back_as_the_whole_lab_under_part_container_names(topo, t
     assert len(hosts) == 14
     assert hosts["clab-leaf-spine-b-leaf3"]["ansible_docker_extra_args"] == "-H ssh://root@10.1.0.2"
     assert "ansible_docker_extra_args" not in hosts["clab-leaf-spine-a-leaf1"]
+
+
+def test_inspect_lists_the_vxlan_ends_of_every_part(topo, tmp_path, capsys):
+    from orchestrator.cli.lab import _print_vxlan_links
+
+    manifest = write_split(plan_split(topo, ["a", "b"]), tmp_path)[-1]
+    _print_vxlan_links(str(manifest), load_split(manifest))
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 8
+    assert "leaf-spine-b: leaf3:eth1 -> vxlan 198.18.0.1 vni 1004 port 14789 mtu 9450 (+50 bytes" in lines[4]
