@@ -243,6 +243,34 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-o", "--output", help="write to this file instead of stdout")
     p.set_defaults(func=cmd_graph)
 
+    add_node_parsers(sub)
+    add_split_parser(sub)
+    add_link_parser(sub)
+
+
+def add_node_parsers(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "exec",
+        help="run a command in a lab node",
+        epilog="example: aidclab exec leaf-spine spine1 -- ip -br link",
+    )
+    add_lab_argument(p)
+    p.add_argument("node", help="node name (as in the topology) or container name")
+    p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- then the command")
+    p.set_defaults(func=cmd_exec)
+
+    p = sub.add_parser(
+        "linkcheck",
+        help="check every data link of a running lab with UDP, both ways",
+        description="Sends a UDP probe to ff02::1 out of every data interface of every node "
+        "and checks that exactly the peer named in the topology answers. Needs no addressing.",
+    )
+    add_lab_argument(p)
+    p.add_argument("-v", "--verbose", action="store_true", help="print passing links too")
+    p.set_defaults(func=cmd_linkcheck)
+
+
+def add_split_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "split",
         help="split a lab into one containerlab file per host, cut links as VXLAN links",
@@ -280,28 +308,6 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--underlay-mtu", type=int, default=9500, help="MTU of the hosts' underlay interfaces")
     p.add_argument("-o", "--output", help="folder for the files (default split-<lab>/)")
     p.set_defaults(func=cmd_split)
-
-    p = sub.add_parser(
-        "exec",
-        help="run a command in a lab node",
-        epilog="example: aidclab exec leaf-spine spine1 -- ip -br link",
-    )
-    add_lab_argument(p)
-    p.add_argument("node", help="node name (as in the topology) or container name")
-    p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- then the command")
-    p.set_defaults(func=cmd_exec)
-
-    p = sub.add_parser(
-        "linkcheck",
-        help="check every data link of a running lab with UDP, both ways",
-        description="Sends a UDP probe to ff02::1 out of every data interface of every node "
-        "and checks that exactly the peer named in the topology answers. Needs no addressing.",
-    )
-    add_lab_argument(p)
-    p.add_argument("-v", "--verbose", action="store_true", help="print passing links too")
-    p.set_defaults(func=cmd_linkcheck)
-
-    add_link_parser(sub)
 
 
 def _lab_dir(lab: str | None) -> Path:

@@ -124,14 +124,27 @@ def _health(runtime: DockerRuntime, topo: Topology, node: str, pid: int, deadlin
         time.sleep(0.1)
 
 
+def _run_exec(phases: Phases, runtime: DockerRuntime, topo: Topology) -> None:
+    """Each node's ``exec`` commands, in file order, once its links are up (containerlab's order)."""
+    exec_nodes = [n for n, node in topo.nodes.items() if node.exec]
+    if not exec_nodes:
+        return
+    with phases.phase("exec", f"{len(exec_nodes)} nodes"):
+        for n in exec_nodes:
+            for cmd in topo.nodes[n].exec:
+                code, out = runtime.exec(topo.container_name(n), cmd)
+                if code != 0:
+                    raise DeployError(f"node {n}: exec {cmd!r} failed with exit {code}: {out.strip()[-300:]}")
+
+
 def deploy(
     topo: Topology,
     runtime: DockerRuntime | None = None,
     reconfigure: bool = False,
     underlay_netns: str | None = None,
 ) -> Path:
-    """Bring the lab up; return its lab directory. Ready means every node's agent answered. VXLAN link
-    ends are created in ``underlay_netns`` (default: the host's namespace), see orchestrator.lab.vxlan."""
+    """Bring the lab up; return its lab directory. Ready means every node's agent answered. VXLAN ends
+    are made in ``underlay_netns`` (default: the host's), see orchestrator.lab.vxlan."""
     phases = Phases(f"deploy {topo.name}")
     runtime = runtime or DockerRuntime()
     with phases.phase("validate", f"{len(topo.nodes)} nodes, {len(topo.links)} links"):
@@ -176,19 +189,9 @@ def deploy(
             counter.close()
             if errors:
                 raise DeployError("; ".join(errors) + f"; clean up with `aidclab destroy {topo.path}`")
-        vx = f", {len(topo.vxlan_links)} VXLAN ends" if topo.vxlan_links else ""
-        with phases.phase("links", f"{len(topo.links)} veth pairs{vx}"):
+        with phases.phase("links", f"{len(topo.links)} veth pairs, {len(topo.vxlan_links)} VXLAN ends"):
             wiring.finish()
-        exec_nodes = [n for n, node in topo.nodes.items() if node.exec]
-        if exec_nodes:
-            with phases.phase("exec", f"{len(exec_nodes)} nodes"):
-                for n in exec_nodes:
-                    for cmd in topo.nodes[n].exec:
-                        code, out = runtime.exec(topo.container_name(n), cmd)
-                        if code != 0:
-                            raise DeployError(
-                                f"node {n}: exec {cmd!r} failed with exit {code}: {out.strip()[-300:]}"
-                            )
+        _run_exec(phases, runtime, topo)
         with phases.phase("health", "waiting for every node's agent"):
             counter = Counter("healthy", len(topo.nodes))
             bad = []
