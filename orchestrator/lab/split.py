@@ -24,7 +24,7 @@ import copy
 import ipaddress
 import os
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -346,6 +346,10 @@ def load_split(path: str | Path) -> SplitLab:
     if missing:
         raise TopologyError(path, [f"nodes {', '.join(missing)} of {source} are in no part; split again"])
     whole.container_names = names
+    # The plan sets every interface's MTU from its link (aidcnet's kernel sync): a cut link's must be the
+    # inner MTU its VXLAN devices were made with, or the agents would raise it past what the underlay carries.
+    cut_mtu = {c["index"]: c["mtu"] for c in doc.get("cuts") or []}
+    whole.links = [replace(lk, mtu=cut_mtu[lk.index]) if lk.index in cut_mtu else lk for lk in whole.links]
     return SplitLab(path, whole, parts)
 
 

@@ -108,6 +108,10 @@ def test_manifest_reads_back_as_the_whole_lab_under_part_container_names(topo, t
     assert set(split.whole.nodes) == set(topo.nodes) and len(split.whole.links) == len(topo.links)
     assert split.whole.container_name("spine1") == "clab-leaf-spine-a-spine1"
     assert split.whole.container_name("h8") == "clab-leaf-spine-b-h8"
+    # The plan gives each interface its link's MTU: cut links carry the VXLAN inner MTU.
+    cut = {c.link.index for c in plan.cuts}
+    assert {lk.mtu for lk in split.whole.links if lk.index in cut} == {9450}
+    assert {lk.mtu for lk in split.whole.links if lk.index not in cut} == {9500}
     inv = yaml.safe_load(write_inventory(split, tmp_path).read_text())
     hosts = {h: e for g in inv["all"]["children"].values() for h, e in g["hosts"].items()}
     assert len(hosts) == 14
