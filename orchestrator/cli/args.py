@@ -29,9 +29,13 @@ def add_lab_argument(p: argparse.ArgumentParser, optional: bool = False, help: s
 
 
 def load_lab(lab: str) -> Topology:
-    """The validated topology of a lab name or topology file (TopologyError names what is wrong)."""
+    """The validated topology of a lab name or topology file (TopologyError names what is wrong). A split
+    manifest (``<lab>.split.yml``) stands for the whole lab across its parts."""
+    from orchestrator.lab.split import is_manifest, load_split
     from orchestrator.lab.topology import load_topology, resolve_lab
 
+    if is_manifest(lab):
+        return load_split(lab).whole
     return load_topology(resolve_lab(lab))
 
 

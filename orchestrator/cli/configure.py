@@ -9,10 +9,19 @@ from pathlib import Path
 from orchestrator.cli.args import add_lab_argument, load_lab
 
 
+def _split_inventory(lab: str) -> None:
+    """A split lab has no deploy of its own that writes the whole inventory: write it from the manifest."""
+    from orchestrator.lab.split import is_manifest, load_split, write_inventory
+
+    if is_manifest(lab):
+        print(f"wrote {write_inventory(load_split(lab))}", file=sys.stderr)
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     from orchestrator.configure.ansible import write_lab_plan
 
     topo = load_lab(args.lab)
+    _split_inventory(args.lab)
     path = write_lab_plan(topo).path
     print(f"wrote {path / 'plan.yml'} and {path / 'host_vars'}/ ({len(topo.nodes)} nodes)", file=sys.stderr)
     return 0
@@ -30,9 +39,10 @@ def cmd_configure(args: argparse.Namespace) -> int:
         else:
             key, _, value = item.partition("=")
             extra[key] = yaml.safe_load(value)
-    configure(load_lab(args.lab), check=args.check, extra_vars=extra)
+    topo = load_lab(args.lab)
+    _split_inventory(args.lab)
+    configure(topo, check=args.check, extra_vars=extra)
     return 0
-
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -69,4 +79,3 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         help="extra Ansible variables (override the plan; for experiments)",
     )
     p.set_defaults(func=cmd_configure)
-

@@ -16,6 +16,7 @@ from pyroute2 import IPRoute, NetNS
 from pyroute2.netlink.exceptions import NetlinkError
 
 from orchestrator.lab.topology import Link, Topology
+from orchestrator.lab.vxlan import VxlanError, create_end
 
 
 class WiringError(RuntimeError):
@@ -27,9 +28,10 @@ class IncrementalWiring:
     have a PID, and a node's namespace is prepared as soon as all of its links exist. Deploy time is then
     bounded by container starts, not by starts plus wiring."""
 
-    def __init__(self, topo: Topology, pool: ThreadPoolExecutor):
+    def __init__(self, topo: Topology, pool: ThreadPoolExecutor, underlay_netns: str | None = None):
         self.topo = topo
         self.pool = pool
+        self.underlay_netns = underlay_netns
         self.pids: dict[str, int] = {}
         self.waiting: dict[str, list[Link]] = {node: [] for node in topo.nodes}
         self.missing: dict[str, int] = dict.fromkeys(topo.nodes, 0)
@@ -37,11 +39,21 @@ class IncrementalWiring:
             for ep in link.endpoints:
                 self.waiting[ep.node].append(link)
                 self.missing[ep.node] += 1
+        for vx in topo.vxlan_links:
+            self.missing[vx.endpoint.node] += 1
         self.prepared: list[Future[None]] = []
         self.ipr = IPRoute()
 
     def node_started(self, node: str, pid: int) -> None:
         self.pids[node] = pid
+        # A VXLAN end needs only its own node: its peer is in another part, on another host.
+        for vx in self.topo.vxlan_links:
+            if vx.endpoint.node == node:
+                try:
+                    create_end(self.topo.name, vx, pid, self.underlay_netns)
+                except VxlanError as exc:
+                    raise WiringError(str(exc)) from exc
+                self.missing[node] -= 1
         for link in self.waiting[node]:
             other = link.b.node if link.a.node == node else link.a.node
             if other in self.pids and (other != node or link.a == link.b):
@@ -55,6 +67,7 @@ class IncrementalWiring:
 
     def _prepare(self, node: str) -> None:
         interfaces = [ep.interface for _link, ep, _peer in self.topo.links_of(node)]
+        interfaces += [vx.endpoint.interface for vx in self.topo.vxlan_links if vx.endpoint.node == node]
         self.prepared.append(self.pool.submit(_prepare_netns, node, self.pids[node], interfaces))
 
     def finish(self) -> int:
@@ -67,7 +80,7 @@ class IncrementalWiring:
         unwired = [n for n, left in self.missing.items() if left]
         if unwired:
             raise WiringError(f"nodes with unwired links: {', '.join(sorted(unwired))}")
-        return len(self.topo.links)
+        return len(self.topo.links) + len(self.topo.vxlan_links)
 
 
 def _create_pair(ipr: IPRoute, link: Link, pids: dict[str, int]) -> None:
