@@ -113,6 +113,9 @@ def _prepare_netns(node: str, pid: int, interfaces: list[str]) -> None:
                 ns.route("del", family=family, dst="default", gateway=route.get_attr("RTA_GATEWAY"))
 
 
+ETH_HLEN = 14
+
+
 def link_state(pid: int) -> dict[str, dict[str, int | str]]:
     """Interface name → operstate, mtu and kernel byte/packet counters, read inside one namespace."""
     out: dict[str, dict[str, int | str]] = {}
@@ -120,12 +123,18 @@ def link_state(pid: int) -> dict[str, dict[str, int | str]]:
         for msg in ns.get_links():
             name = msg.get_attr("IFLA_IFNAME")
             stats = msg.get_attr("IFLA_STATS64") or {}
+            info = msg.get_attr("IFLA_LINKINFO")
+            kind = info.get_attr("IFLA_INFO_KIND") if info is not None else None
+            rx_packets, tx_packets = stats.get("rx_packets", 0), stats.get("tx_packets", 0)
+            # A VXLAN device counts its inner frames without their Ethernet header, a veth with it: a cut
+            # link (aidclab split) is counted as the veth it stands for.
+            l2 = ETH_HLEN if kind == "vxlan" else 0
             out[name] = {
                 "operstate": msg.get_attr("IFLA_OPERSTATE"),
                 "mtu": msg.get_attr("IFLA_MTU"),
-                "rx_bytes": stats.get("rx_bytes", 0),
-                "tx_bytes": stats.get("tx_bytes", 0),
-                "rx_packets": stats.get("rx_packets", 0),
-                "tx_packets": stats.get("tx_packets", 0),
+                "rx_bytes": stats.get("rx_bytes", 0) + l2 * rx_packets,
+                "tx_bytes": stats.get("tx_bytes", 0) + l2 * tx_packets,
+                "rx_packets": rx_packets,
+                "tx_packets": tx_packets,
             }
     return out
