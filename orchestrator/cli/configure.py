@@ -11,8 +11,10 @@ from orchestrator.cli.args import add_lab_argument, load_lab
 
 def cmd_plan(args: argparse.Namespace) -> int:
     from orchestrator.configure.ansible import write_lab_plan
+    from orchestrator.configure.plan import describe_vars
 
     topo = load_lab(args.lab)
+    print(describe_vars(topo), file=sys.stderr)
     path = write_lab_plan(topo).path
     print(f"wrote {path / 'plan.yml'} and {path / 'host_vars'}/ ({len(topo.nodes)} nodes)", file=sys.stderr)
     return 0
@@ -30,7 +32,11 @@ def cmd_configure(args: argparse.Namespace) -> int:
         else:
             key, _, value = item.partition("=")
             extra[key] = yaml.safe_load(value)
-    configure(load_lab(args.lab), check=args.check, extra_vars=extra)
+    from orchestrator.configure.plan import describe_vars
+
+    topo = load_lab(args.lab)
+    print(describe_vars(topo), file=sys.stderr)
+    configure(topo, check=args.check, extra_vars=extra)
     return 0
 
 

@@ -25,10 +25,25 @@ def cmd_deploy(args: argparse.Namespace) -> int:
 
     topo = load_lab(args.lab)
     runtime = DockerRuntime()
+    if args.if_absent and not args.reconfigure:
+        running = runtime.lab_containers(topo.name)
+        if running:
+            print(already_running(topo.name, len(running)))
+            return 0
     deploy(topo, runtime, reconfigure=args.reconfigure)
     if not args.quiet:
         print_table(status(runtime, topo.name))
     return 0
+
+
+def already_running(lab: str, containers: int) -> str:
+    """What `deploy --if-absent` (make deploy) says instead of replacing a running lab, as containerlab
+    does."""
+    return (
+        f"lab {lab!r} is already running ({containers} containers); left as it is. "
+        f"`make redeploy LAB={lab}` (aidclab deploy {lab} --reconfigure) replaces it, "
+        f"`aidclab destroy {lab}` removes it"
+    )
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
@@ -137,6 +152,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "--reconfigure",
         action="store_true",
         help="destroy the lab's existing containers first instead of refusing",
+    )
+    p.add_argument(
+        "--if-absent",
+        action="store_true",
+        help="a lab that already has containers is left running and said so, with exit 0 (make deploy)",
     )
     p.add_argument("-q", "--quiet", action="store_true", help="no node table at the end")
     p.set_defaults(func=cmd_deploy)

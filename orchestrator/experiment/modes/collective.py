@@ -157,6 +157,15 @@ class CollectiveMode(ExperimentMode):
     family = Family.COLLECTIVE
 
     # -- hooks for the modes ------------------------------------------------------------------------
+    def aggregation_point(self, plan: LabPlan, job: PlanInaJob) -> str | None:
+        """The node every worker's data converges on, whose ingress the report shows: the parameter
+        server (ps), the job's root switch (ina); None for ring, whose load is spread over the workers."""
+        if self.name == "ps":
+            return self.options.ps_host or default_ps_host(plan, job)
+        if self.name == "ina":
+            return job.root
+        return None
+
     def check_job(self, job: PlanInaJob) -> None:
         op, dtype = Op[job.op.upper()], DType[job.dtype.upper()]
         if dtype is DType.FLOAT32 and op is Op.PROD:
@@ -295,7 +304,13 @@ class CollectiveMode(ExperimentMode):
         doc = {"lab": session.topo.name, "trace": str(self.trace), "ops": rows}
         return ModeOutcome(
             messages,
-            settings={"seed": self.options.seed, "ps_host": self.options.ps_host},
+            settings={
+                "seed": self.options.seed,
+                "ps_host": self.options.ps_host,
+                "aggregation_points": sorted(
+                    {p for op in ops if (p := self.aggregation_point(session.plan, self.jobs[op.id]))}
+                ),
+            },
             lines=lines,
             files={ALLREDUCE_FILE: json.dumps(doc, indent=2)},
             problem=f"{len(wrong)} AllReduce ops gave a wrong result" if wrong else None,
