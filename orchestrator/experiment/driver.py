@@ -111,7 +111,12 @@ def run_experiment(
                 started=started,
                 finished=finished,
                 topology_file=Path(topo.path).resolve(),
-                settings={**outcome.settings, **fabric_settings(session)},
+                settings={
+                    **outcome.settings,
+                    **fabric_settings(session),
+                    # the link settings in force when the run started (docs/results-format.md)
+                    "conditions": watch.fabric.conditions() if watch.fabric is not None else None,
+                },
             ),
             links=link_deltas(links_before, links_after, link_pairs(topo)),
             agents=(agents := agent_deltas(agents_before, agents_after)),

@@ -42,6 +42,7 @@ from orchestrator.experiment.metrics import (
     receiver_latencies,
 )
 from orchestrator.experiment.records import RunResult
+from orchestrator.lab.fabric import conditions_label
 from orchestrator.lab.topology import Topology
 from orchestrator.units import byte_unit, format_bytes
 
@@ -196,6 +197,7 @@ def summary_table(c: Comparison) -> TableBlock:
         )
     row("completion time (wall)", [fmt_seconds(m.completion_time) for m in ms])
     row("time scale", [f"1:{r.timing.scale}" if r.timing and r.timing.scale else "unshaped" for r in runs])
+    row("link conditions", [run_conditions(r) for r in runs])
     row("fidelity", [_fidelity_cell(r) for r in runs])
     row("completion (fabric)", [fmt_seconds(m.completion_fabric_time) for m in ms])
     row(
@@ -627,6 +629,20 @@ def plot_latency_cdf(c: Comparison, path: Path) -> Path:
 # ---------------------------------------------------------------------------------------------- document
 
 
+def run_conditions(run: RunResult) -> str:
+    """The link settings a run recorded (loss, links down, bandwidth changes, time scale), in words."""
+    return conditions_label(run.meta.settings.get("conditions"))
+
+
+def conditions_heading(c: Comparison) -> str:
+    """The group's heading; a comparison of runs made under different link conditions says so."""
+    heading = f"{c.lab} / {c.trace}"
+    labels = {run_conditions(col.run) for col in c.columns}
+    if len(labels) > 1:
+        heading += " (runs under different link conditions: see the 'link conditions' row)"
+    return heading
+
+
 def _multicast(c: Comparison) -> bool:
     return any(is_multicast(col.run) for col in c.columns)
 
@@ -658,7 +674,7 @@ def build_blocks(
     blocks.append(Para(f"{len(runs)} run(s) in {len(comparisons)} lab/trace group(s){stamp}."))
     for gi, c in enumerate(comparisons, 1):
         prefix = f"g{gi}-{_slug(c.lab)}"
-        blocks.append(Heading(2, f"{c.lab} / {c.trace}"))
+        blocks.append(Heading(2, conditions_heading(c)))
         blocks.append(Para(_trace_line(c)))
         blocks.append(Heading(3, "Summary"))
         blocks.append(summary_table(c))
@@ -840,7 +856,7 @@ def print_summary(runs: Sequence[RunResult], console: Console | None = None) -> 
     console = console or Console(highlight=False)
     for c in compare_runs(runs):
         fanout = "–" if c.fanout is None else f"{c.fanout:.2f}"
-        title = f"{c.lab} / {c.trace}" + (f" (theoretical fan-out {fanout})" if _multicast(c) else "")
+        title = conditions_heading(c) + (f" (theoretical fan-out {fanout})" if _multicast(c) else "")
         console.print(_rich_table(title, summary_table(c)))
         rt = ratios_table(c)
         if rt is not None:
