@@ -49,7 +49,8 @@ def test_conditions_label_words():
 
 
 def _with(run, conditions):
-    return run.model_copy(update={"meta": run.meta.model_copy(update={"settings": {"conditions": conditions}})})
+    meta = run.meta.model_copy(update={"settings": {"conditions": conditions}})
+    return run.model_copy(update={"meta": meta})
 
 
 CLEAN = {"scale": 20000, "loss": {}, "down": [], "bandwidth_bps": {}}
