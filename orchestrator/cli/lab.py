@@ -127,17 +127,7 @@ def cmd_linkcheck(args: argparse.Namespace) -> int:
 
 
 
-def add_parsers(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "images",
-        help="build the node images from a local Debian rootfs (cached)",
-        description="Build aidclab/base (mmdebstrap + docker import), a wheelhouse, "
-        "aidclab/node and the role images bfr, ina-switch, gpu-host, frr, gobgp, bird. No registry is "
-        "used. A rebuild with unchanged inputs takes seconds.",
-    )
-    p.add_argument("--force", action="store_true", help="rebuild the rootfs and wheelhouse even if current")
-    p.set_defaults(func=cmd_images)
-
+def add_deploy_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "deploy",
         help="start a lab from a containerlab topology file",
@@ -160,6 +150,20 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("-q", "--quiet", action="store_true", help="no node table at the end")
     p.set_defaults(func=cmd_deploy)
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "images",
+        help="build the node images from a local Debian rootfs (cached)",
+        description="Build aidclab/base (mmdebstrap + docker import), a wheelhouse, "
+        "aidclab/node and the role images bfr, ina-switch, gpu-host, frr, gobgp, bird. No registry is "
+        "used. A rebuild with unchanged inputs takes seconds.",
+    )
+    p.add_argument("--force", action="store_true", help="rebuild the rootfs and wheelhouse even if current")
+    p.set_defaults(func=cmd_images)
+
+    add_deploy_parser(sub)
 
     p = sub.add_parser("inspect", help="list a lab's nodes (table or containerlab JSON)")
     p.add_argument("lab", nargs="?", help="lab name or topology file (default: every lab)")

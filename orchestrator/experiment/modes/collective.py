@@ -38,6 +38,7 @@ from aidcnet.ina.worker import (
     out_of_tolerance,
     worker_array,
 )
+from aidcnet.modes import Mode
 from aidcnet.roles import Role
 from orchestrator.configure.plan.model import LabPlan, PlanInaJob
 from orchestrator.experiment.modes.base import ExperimentMode, Family, ModeOutcome, RunOptions, Say
@@ -160,9 +161,9 @@ class CollectiveMode(ExperimentMode):
     def aggregation_point(self, plan: LabPlan, job: PlanInaJob) -> str | None:
         """The node every worker's data converges on, whose ingress the report shows: the parameter
         server (ps), the job's root switch (ina); None for ring, whose load is spread over the workers."""
-        if self.name == "ps":
+        if self.name == Mode.PS:
             return self.options.ps_host or default_ps_host(plan, job)
-        if self.name == "ina":
+        if self.name == Mode.INA:
             return job.root
         return None
 
