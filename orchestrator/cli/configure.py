@@ -49,7 +49,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "clab-<lab>/plan.yml, host_vars/ and group_vars/ where Ansible finds them. configure does this "
         "itself; plan alone is for reading it or for running ansible-playbook by hand.",
     )
-    add_lab_argument(p)
+    add_lab_argument(p, optional=True)
     p.set_defaults(func=cmd_plan)
 
     p = sub.add_parser(
@@ -63,7 +63,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "ansible-playbook -i clab-leaf-spine/ansible-inventory.yml playbooks/site.yml",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    add_lab_argument(p)
+    add_lab_argument(p, optional=True)
     p.add_argument(
         "--check", action="store_true", help="Ansible check mode: report what would change, change nothing"
     )
