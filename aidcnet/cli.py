@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     validate = verbs.add_parser("validate", help="check a node file without applying it")
     validate.add_argument("file")
     show = verbs.add_parser("show", help="print the running state")
-    show.add_argument("what", choices=[Op.CONFIG, Op.COUNTERS, Op.BIFT, Op.BGP])
+    show.add_argument("what", choices=[Op.CONFIG, Op.COUNTERS, Op.BIFT, Op.BGP, Op.IGMP])
     show.add_argument("--json", action="store_true", help="bgp, bift: the agent's reply as JSON, not a table")
     link_bw = verbs.add_parser("link-bandwidth", help="FARE: set a BGP link's bandwidth (aidclab link set)")
     link_bw.add_argument("interface", help="the local interface, e.g. eth2")

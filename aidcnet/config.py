@@ -156,6 +156,70 @@ class Bier(_Model):
         return self
 
 
+class IgmpPort(_Model):
+    """One host port of a leaf as the IGMP router sees it (docs/igmp.md)."""
+
+    name: IfName
+    # Run the RFC 3376 querier here (General/specific queries, election); off: listen only, and another
+    # querier on the link keeps the hosts answering.
+    querier: bool = True
+    # The host behind this port may send Receiver Proxy Reports (it is a source the plan trusts).
+    proxy: bool = False
+
+
+class Igmp(_Model):
+    """IGMPv3 at a leaf (docs/igmp.md): the querier on host ports, memberships to the BFIRs over BIER,
+    Receiver Proxy Reports from allowed ports.
+
+    ``groups`` chooses where the net-BIER BitString of a channel comes from; several combine per channel
+    with a fixed precedence: a proxy report's set, else the union of the static flows' and the BFERs'."""
+
+    groups: list[Literal["static", "igmp", "proxy"]] = Field(
+        default_factory=lambda: ["static", "igmp", "proxy"], min_length=1
+    )
+    ports: list[IgmpPort] = Field(default_factory=list)
+    # RFC 3376 §8 values in fabric seconds; the agent scales them by time_scale (the lab's time.scale).
+    robustness: int = Field(default=2, ge=1, le=7)
+    query_interval: float = Field(default=125.0, gt=0)
+    query_response_interval: float = Field(default=10.0, gt=0)
+    last_member_query_interval: float = Field(default=1.0, gt=0)
+    time_scale: float | None = Field(default=None, gt=0)
+    # BFR-ids this leaf reports its memberships to over BIER (the BFIRs); empty: it reports to no one.
+    bfirs: list[int] = Field(default_factory=list)
+    # Receiver address -> its BFER's BFR-id, for Receiver Proxy Reports (the plan's address table).
+    receivers: dict[ipaddress.IPv4Address, int] = Field(default_factory=dict)
+    max_channels: int = Field(default=4096, ge=1, description="proxy (S,G)/(*,G) entries at most")
+    max_groups: int = Field(default=4096, ge=1, description="groups per port at most; more are refused")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Igmp:
+        names = [p.name for p in self.ports]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"ports: {', '.join(dupes)} listed more than once")
+        if len(set(self.groups)) != len(self.groups):
+            raise ValueError(f"groups: {self.groups} names a source twice")
+        bad = [b for b in [*self.bfirs, *self.receivers.values()] if not 1 <= b <= 65535]
+        if bad:
+            raise ValueError(f"BFR-ids {bad} are outside 1..65535 (bfirs, receivers)")
+        try:
+            self.timers()  # the timers must fit the wire, scaled
+        except ValidationError as exc:
+            raise ValueError("; ".join(_problems(exc))) from None
+        return self
+
+    def timers(self):  # -> aidcnet.igmp.membership.IgmpTimers (imported late: the agent starts lean)
+        from aidcnet.igmp.membership import IgmpTimers
+
+        return IgmpTimers(
+            robustness=self.robustness,
+            query_interval=self.query_interval,
+            query_response_interval=self.query_response_interval,
+            last_member_query_interval=self.last_member_query_interval,
+            time_scale=self.time_scale,
+        )
+
+
 class BgpNeighbor(_Model):
     """One eBGP session, over one link (RFC 7938: sessions on the link addresses)."""
 
@@ -265,6 +329,7 @@ class NodeConfig(_Model):
     bgp: Bgp | None = None
     bier: Bier | None = None
     ina: Ina | None = None
+    igmp: Igmp | None = None
 
     @field_validator("version")
     @classmethod
@@ -306,6 +371,16 @@ class NodeConfig(_Model):
                     f"bgp.neighbors.{i}.interface: {neighbor.interface} is not one of this node's interfaces "
                     f"({', '.join(sorted(known)) or 'none'})"
                 )
+        if self.igmp is not None:
+            if self.bier is None:
+                raise ValueError("igmp: needs a bier section (the leaf is BFIR and BFER)")
+            hosts = set(self.bier.host_ports)
+            for i, port in enumerate(self.igmp.ports):
+                if port.name not in hosts:
+                    raise ValueError(
+                        f"igmp.ports.{i}.name: {port.name} is not in bier.host_ports "
+                        f"({', '.join(sorted(hosts)) or 'none'}); add it there or remove it here"
+                    )
         return self
 
     @property

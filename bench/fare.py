@@ -133,6 +133,19 @@ def share_line(label: str, tx: dict[str, int], want: dict[str, int]) -> str:
     )
 
 
+def event_since(agent, since: float, timeout: float = 10.0) -> float:
+    """The time of the agent's first link event at or after ``since`` (host clock, shared with the
+    containers): it enters the event log once the kernel is programmed, which may be after the control
+    call returns."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for event in agent.bgp()["events"]:
+            if event["t_event"] >= since:
+                return event["t_event"]
+        time.sleep(0.01)
+    raise RuntimeError("remote-half: L2's agent logged no bandwidth event")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -198,8 +211,9 @@ def main() -> int:
         for _ in range(args.rounds):
             routes_g1.drain()
             l2 = runtime.agent(c("L2"))
+            since = time.time()
             l2.bgp_link("eth2", "400G")
-            t_event = l2.bgp()["events"][-1]["t_event"]
+            t_event = event_since(l2, since)
             t_route = routes_g1.wait_for(f"{g2} ", t_event)
             if t_route is None:
                 raise RuntimeError("remote-half: no route change seen on G1")

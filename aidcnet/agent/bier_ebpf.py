@@ -757,6 +757,29 @@ class EbpfNetBier:
             self.stop()
             raise EbpfUnavailable(str(exc)) from exc
 
+    def set_flows(self, flows: Sequence[object]) -> None:
+        """Bring the bier_flow map to ``flows``: write new and changed entries, delete gone ones; what the
+        program cannot impose stays with the Python edge (which has the same flows)."""
+        maps = self.fast.maps
+        if maps is None:
+            return
+        dp = self.fast.dp
+        old, _ = flow_entries(self.flows, dp.bfr_id, dp.bsl, dp._label_by_si)
+        new, self.kept = flow_entries(flows, dp.bfr_id, dp.bsl, dp._label_by_si)
+        self.flows = list(flows)
+        keep = {(src, grp) for src, grp, _label, _bits in new}
+        for src, grp, _label, _bits in old:
+            if (src, grp) not in keep:
+                key = FlowKey((ctypes.c_uint8 * 4)(*src), (ctypes.c_uint8 * 4)(*grp))
+                with contextlib.suppress(OSError):  # already gone
+                    maps.bpf.delete(maps.fd["bier_flow"], key)
+        before = {(src, grp): (label, bits) for src, grp, label, bits in old}
+        for src, grp, label, bits in new:
+            if before.get((src, grp)) == (label, bits):
+                continue
+            key = FlowKey((ctypes.c_uint8 * 4)(*src), (ctypes.c_uint8 * 4)(*grp))
+            maps.bpf.update(maps.fd["bier_flow"], key, Flow(label, dp.bfr_id, 0, _words(bits)))
+
     def stop(self) -> None:
         for name in self.attached:
             detach(name, self.run, IMPOSE_PREF)

@@ -69,6 +69,10 @@ class AgentClient:
     def validate(self, file: str) -> dict[str, Any]:
         return self.call(Op.VALIDATE, file=file)
 
+    def igmp(self) -> dict[str, Any]:
+        """``show igmp``: per-port memberships, querier state, BFER tables, proxy channels, flows."""
+        return self.call(Op.IGMP)
+
     def bift(self) -> dict[str, Any]:
         return self.call(Op.BIFT)
 

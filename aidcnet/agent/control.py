@@ -47,6 +47,7 @@ class Op(StrEnum):
     BGP = "bgp"
     BGP_LINK = "bgp_link"
     FARE_SEND = "fare_send"
+    IGMP = "igmp"
 
 
 class ControlError(RuntimeError):

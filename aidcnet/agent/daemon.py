@@ -25,6 +25,7 @@ from aidcnet.agent import control, metrics
 from aidcnet.agent.bgp_service import IFF_LOWER_UP, IFF_UP, BgpPart
 from aidcnet.agent.bier_service import BierPart
 from aidcnet.agent.control import Handler, Op
+from aidcnet.agent.igmp_service import IgmpPart
 from aidcnet.agent.ina_service import InaPart
 from aidcnet.agent.reliable_service import ReliablePart
 from aidcnet.agent.replay_service import ReplayPart
@@ -51,7 +52,9 @@ def build_services(role: Role) -> list[Service]:
     reliable = ReliablePart(bier)
     replay = ReplayPart(role, bier, reliable)
     bgp = BgpPart(on_change=bier.apply_bgp)
-    return [bier, ina, reliable, replay, bgp]
+    # IGMP after BIER: it feeds the running net-BIER edge its flows and member ports.
+    igmp = IgmpPart(bier)
+    return [bier, igmp, ina, reliable, replay, bgp]
 
 
 class Agent:

@@ -53,7 +53,7 @@ import socket
 import struct
 import sys
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 from aidcnet.agent.bier_dataplane import LOSSLESS_WAIT_S, BierDataplane, DeliverFn
 from aidcnet.bier.edge import (
@@ -268,6 +268,26 @@ class NetBierEdge:
         }
         self._chain: DeliverFn | None = dataplane.deliver
         dataplane.deliver = self.deliver
+        # Called with the ingress port before each lookup: the IGMP service reads a Receiver Proxy
+        # Report the kernel queued before this packet, so the packet right after the report gets the
+        # new BitString whichever socket the event loop serves first.
+        self.before_lookup: Callable[[str], object] | None = None
+
+    # -- dynamic state (IGMP, Receiver Proxy Reports) ----------------------------------------------
+    def set_flows(self, flows: Iterable[object]) -> None:
+        """Replace the ingress flows (BierFlow-shaped); one assignment, so a packet sees old or new."""
+        self.table = FlowTable.from_config(flows)
+
+    def set_members(self, members: Mapping[str, Iterable[str]]) -> None:
+        """Replace the egress member ports: ``{group: [host port, ...]}``."""
+        table: dict[bytes, tuple[tuple[_Port, bytes], ...]] = {}
+        for group, names in members.items():
+            g = _group(group, f"members[{group}]")
+            unknown = [n for n in names if n not in self._ports]
+            if unknown:
+                raise ValueError(f"members[{group}]: {unknown} not in host_ports {list(self._ports)}")
+            table[g] = tuple((self._ports[n], ethernet_header(g, self._ports[n].mac)) for n in names)
+        self._members = table
 
     # -- ingress (BFIR) ---------------------------------------------------------------------------
     def _drain(self, port: _Port) -> int:
@@ -319,6 +339,8 @@ class NetBierEdge:
         if info.ttl <= 1:
             self._count(port, "ttl-expired-in")
             return
+        if self.before_lookup is not None:
+            self.before_lookup(port.name)
         bfers = self.table.lookup(info.src, info.dst)
         if bfers is None:
             self._count(port, "unmatched")

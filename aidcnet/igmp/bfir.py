@@ -31,9 +31,13 @@ Channel = tuple[IPv4Address | None, IPv4Address]
 class BferMemberships:
     """Per-BFER IGMPv3 state at a BFIR, fed by the reports BFERs send over BIER."""
 
-    def __init__(self, timers: IgmpTimers, bsl: int) -> None:
+    def __init__(self, timers: IgmpTimers, bsl: int, prune: bool = False) -> None:
+        """``prune``: a BFER's state-change record (TO_IN/TO_EX/BLOCK) lowers the timers of the sources it
+        drops to LMQT, as the querier's specific query would; no query goes over BIER and the BFER, whose
+        report is its whole state, would not answer for them.  Off: they run until GMI."""
         self.timers = timers
         self.bsl = bsl
+        self.prune = prune
         self.tables: dict[int, MembershipTable] = {}
         self.counters: Counter[str] = Counter()
 
@@ -45,8 +49,8 @@ class BferMemberships:
         if ext.bfr_id is None:
             raise IgmpDecodeError("bad-bfr-id", "a report over BIER carries the sending BFER's BFR-id TLV")
         # No specific queries over BIER yet: the BFERs' own reports and the timers decide.
-        table = self.tables.setdefault(ext.bfr_id, MembershipTable(self.timers, querier=False))
-        table.receive_report(report, now)
+        table = self.tables.setdefault(ext.bfr_id, MembershipTable(self.timers, querier=self.prune))
+        table.receive_report(report, now)  # with prune, the specific queries it returns go nowhere
         self.counters["reports"] += 1
         return ext.bfr_id
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 from enum import Enum
-from ipaddress import IPv4Address
+from ipaddress import IPv4Address, IPv4Network
 from typing import Final
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -36,6 +36,9 @@ from aidcnet.igmp.codec import (
 )
 
 _NEVER: Final = float("-inf")
+# 224.0.0.0/24 never leaves its link (RFC 5771 §4): a router keeps no forwarding state for it, though
+# hosts report such groups (Linux does for all but 224.0.0.1; FRR's pimd joins 224.0.0.13 and 224.0.0.22).
+LINK_LOCAL: Final = IPv4Network("224.0.0.0/24")
 # Records whose sources are added with (B)=GMI in both modes (§6.4.1, §6.4.2).
 _ADDS: Final = frozenset(
     {RecordType.MODE_IS_INCLUDE, RecordType.ALLOW_NEW_SOURCES, RecordType.CHANGE_TO_INCLUDE_MODE}
@@ -229,8 +232,13 @@ class MembershipTable:
                 if not record.known:
                     self.counters["unknown-record-type"] += 1  # §4.2.12: silently ignored
                     continue
+                if record.group in LINK_LOCAL:
+                    self.counters["link-local-group"] += 1
+                    continue
                 touched.add(record.group)
                 self._apply(record, now)
+        elif msg.group in LINK_LOCAL:
+            self.counters["link-local-group"] += 1
         else:
             touched.add(msg.group)
             self._apply_legacy(msg, now)

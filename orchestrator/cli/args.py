@@ -76,12 +76,15 @@ def add_lab_argument(p: argparse.ArgumentParser, optional: bool = False, help: s
 
 def load_lab(lab: str | None) -> Topology:
     """The validated topology of a lab name or topology file (TopologyError names what is wrong); None:
-    the one running lab."""
+    the one running lab. A split manifest (``<lab>.split.yml``) stands for the whole lab across its parts."""
+    from orchestrator.lab.split import is_manifest, load_split
     from orchestrator.lab.topology import load_topology, resolve_lab
 
     if not lab:
         running = default_lab()
         lab = running.topology_file or running.name
+    if is_manifest(lab):
+        return load_split(lab).whole
     return load_topology(resolve_lab(lab))
 
 

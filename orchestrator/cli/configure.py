@@ -9,12 +9,21 @@ from pathlib import Path
 from orchestrator.cli.args import add_lab_argument, load_lab
 
 
+def _split_inventory(lab: str | None) -> None:
+    """A split lab has no deploy of its own that writes the whole inventory: write it from the manifest."""
+    from orchestrator.lab.split import is_manifest, load_split, write_inventory
+
+    if lab and is_manifest(lab):
+        print(f"wrote {write_inventory(load_split(lab))}", file=sys.stderr)
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     from orchestrator.configure.ansible import write_lab_plan
     from orchestrator.configure.plan import describe_vars
 
     topo = load_lab(args.lab)
     print(describe_vars(topo), file=sys.stderr)
+    _split_inventory(args.lab)
     path = write_lab_plan(topo).path
     print(f"wrote {path / 'plan.yml'} and {path / 'host_vars'}/ ({len(topo.nodes)} nodes)", file=sys.stderr)
     return 0
@@ -36,9 +45,9 @@ def cmd_configure(args: argparse.Namespace) -> int:
 
     topo = load_lab(args.lab)
     print(describe_vars(topo), file=sys.stderr)
+    _split_inventory(args.lab)
     configure(topo, check=args.check, extra_vars=extra)
     return 0
-
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -75,4 +84,3 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         help="extra Ansible variables (override the plan; for experiments)",
     )
     p.set_defaults(func=cmd_configure)
-

@@ -6,10 +6,14 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from orchestrator.cli.args import add_lab_argument, lab_name, load_lab
 from orchestrator.lab.linkset import ACTIONS
 from orchestrator.progress import fail
+
+if TYPE_CHECKING:
+    from orchestrator.lab.split import SplitLab
 
 
 def cmd_images(args: argparse.Namespace) -> int:
@@ -30,7 +34,7 @@ def cmd_deploy(args: argparse.Namespace) -> int:
         if running:
             print(already_running(topo.name, len(running)))
             return 0
-    deploy(topo, runtime, reconfigure=args.reconfigure)
+    deploy(topo, runtime, reconfigure=args.reconfigure, underlay_netns=args.underlay_netns)
     if not args.quiet:
         print_table(status(runtime, topo.name))
     return 0
@@ -49,24 +53,51 @@ def already_running(lab: str, containers: int) -> str:
 def cmd_inspect(args: argparse.Namespace) -> int:
     from orchestrator.lab.deploy import inspect_json, print_table, status
     from orchestrator.lab.runtime.docker import DockerRuntime
+    from orchestrator.lab.split import is_manifest, load_split
 
     runtime = DockerRuntime()
-    lab = None if args.all or not args.lab else lab_name(args.lab)
+    # A split lab's manifest stands for all of its parts (those deployed on this machine's engine).
+    split = load_split(args.lab) if args.lab and is_manifest(args.lab) else None
+    labs = (
+        [p["lab"] for p in split.parts]
+        if split
+        else [None if args.all or not args.lab else lab_name(args.lab)]
+    )
     if args.format == "json":
-        print(json.dumps(inspect_json(runtime, lab), indent=2))
+        rows_json = [row for lab in labs for row in inspect_json(runtime, lab)["containers"]]
+        print(json.dumps({"containers": rows_json}, indent=2))
         return 0
-    rows = status(runtime, lab)
+    rows = [row for lab in labs for row in status(runtime, lab)]
     if not rows:
-        print(f"no containers found for {'any lab' if lab is None else 'lab ' + repr(lab)}")
-        return 0
-    print_table(rows)
+        shown = "any lab" if labs == [None] else "lab " + ", ".join(repr(lab) for lab in labs)
+        print(f"no containers found for {shown}")
+    else:
+        print_table(rows)
+    _print_vxlan_links(args.lab, split)
     return 0
+
+
+def _print_vxlan_links(lab: str | None, split: SplitLab | None) -> None:
+    """The VXLAN ends of the lab's file(s): what a container listing cannot show."""
+    from orchestrator.lab.topology import TopologyError
+
+    if not lab:
+        return
+    try:
+        topos = [split.part_topology(p["host"]) for p in split.parts] if split else [load_lab(lab)]
+    except TopologyError:
+        return
+    for topo in topos:
+        for vx in topo.vxlan_links:
+            print(f"{topo.name}: {vx} mtu {vx.mtu} (+{vx.overhead} bytes on the underlay)")
 
 
 def cmd_destroy(args: argparse.Namespace) -> int:
     from orchestrator.lab.deploy import destroy
 
-    destroy(None if args.all else lab_name(args.lab), cleanup=args.cleanup)
+    destroy(
+        None if args.all else lab_name(args.lab), cleanup=args.cleanup, underlay_netns=args.underlay_netns
+    )
     return 0
 
 
@@ -80,6 +111,41 @@ def cmd_graph(args: argparse.Namespace) -> int:
         print(f"wrote {args.output}", file=sys.stderr)
     else:
         sys.stdout.write(text)
+    return 0
+
+
+def cmd_split(args: argparse.Namespace) -> int:
+    from orchestrator.lab.split import SplitError, parse_pairs, plan_split, write_split
+
+    topo = load_lab(args.lab)
+    try:
+        plan = plan_split(
+            topo,
+            [h.strip() for h in args.hosts.split(",") if h.strip()],
+            assign=parse_pairs(args.assign or [], "--assign"),
+            underlay=parse_pairs(args.underlay or [], "--underlay"),
+            docker_hosts=parse_pairs(args.docker_host or [], "--docker-host"),
+            vni_base=args.vni_base,
+            dst_port=args.dst_port,
+            underlay_mtu=args.underlay_mtu,
+        )
+    except SplitError as exc:
+        fail(f"{topo.path}: {exc}")
+        return 2
+    out = Path(args.output or f"split-{topo.name}")
+    for path in write_split(plan, out):
+        print(f"wrote {path}")
+    for part in plan.parts.values():
+        where = f" (docker {part.docker_host})" if part.docker_host else ""
+        print(f"  {part.host}: {len(part.nodes)} nodes, underlay {part.underlay}{where}")
+    for cut in plan.cuts:
+        print(
+            f"  cut {cut.link}: vxlan vni {cut.vni} udp {plan.dst_port}, mtu {plan.inner_mtu(cut.link)} "
+            f"(underlay {plan.underlay_mtu} - {plan.underlay_mtu - plan.inner_mtu(cut.link)} bytes of VXLAN)"
+        )
+    print(
+        f"{len(plan.cuts)} cut links; configure/replay the whole lab with {out / (topo.name + '.split.yml')}"
+    )
     return 0
 
 
@@ -123,6 +189,11 @@ def cmd_linkcheck(args: argparse.Namespace) -> int:
     return 1 if bad else 0
 
 
+UNDERLAY_HELP = (
+    "network namespace whose addresses carry this part's VXLAN links (default: the host's); only for "
+    "parts of one split lab side by side on one machine, see docs/beyond-one-machine.md"
+)
+
 
 def add_deploy_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -146,6 +217,7 @@ def add_deploy_parser(sub: argparse._SubParsersAction) -> None:
         help="a lab that already has containers is left running and said so, with exit 0 (make deploy)",
     )
     p.add_argument("-q", "--quiet", action="store_true", help="no node table at the end")
+    p.add_argument("--underlay-netns", metavar="NETNS", help=UNDERLAY_HELP)
     p.set_defaults(func=cmd_deploy)
 
 
@@ -183,6 +255,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     add_lab_argument(p, optional=True)
     p.add_argument("--all", action="store_true", help="every lab on this machine")
     p.add_argument("--cleanup", action="store_true", help="also delete the lab directory clab-<lab>/")
+    p.add_argument("--underlay-netns", metavar="NETNS", help=UNDERLAY_HELP)
     p.set_defaults(func=cmd_destroy)
 
     p = sub.add_parser("graph", help="draw a lab as Mermaid or Graphviz dot")
@@ -191,6 +264,13 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-o", "--output", help="write to this file instead of stdout")
     p.set_defaults(func=cmd_graph)
 
+    add_node_parsers(sub)
+    add_split_parser(sub)
+    add_link_parser(sub)
+    add_capture_parser(sub)
+
+
+def add_node_parsers(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "exec",
         help="run a command in a lab node",
@@ -211,8 +291,45 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-v", "--verbose", action="store_true", help="print passing links too")
     p.set_defaults(func=cmd_linkcheck)
 
-    add_link_parser(sub)
-    add_capture_parser(sub)
+
+def add_split_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "split",
+        help="split a lab into one containerlab file per host, cut links as VXLAN links",
+        description="Writes DIR/<lab>-<host>.clab.yml per host and DIR/<lab>.split.yml. Each cut link "
+        "becomes a `type: vxlan` link at both ends with VNI = --vni-base + the link's index in the file "
+        "(unique across the lab) and MTU = min(link MTU, --underlay-mtu - 50). Nodes go where --assign "
+        "says; the rest: single-homed nodes stay with their switch, switches are dealt in file order "
+        "into container-balanced blocks. Deploy each part on its host (aidclab deploy FILE, or "
+        "containerlab deploy -t FILE); plan, configure and replay take the .split.yml as the lab.",
+        epilog="examples:\n  aidclab split leaf-spine --hosts a,b\n"
+        "  aidclab split leaf-spine --hosts a,b --assign spine2=b --underlay a=10.0.0.1,b=10.0.0.2 "
+        "--docker-host b=ssh://root@10.0.0.2",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_lab_argument(p)
+    p.add_argument("--hosts", required=True, help="host names, comma-separated: one part per host")
+    p.add_argument("--assign", action="append", metavar="NODE=HOST", help="pin nodes to hosts (repeatable)")
+    p.add_argument(
+        "--underlay",
+        action="append",
+        metavar="HOST=IP",
+        help="each host's underlay address, the VXLAN remote of the other parts "
+        "(default 198.18.0.1, .2, ...: for parts side by side on one machine)",
+    )
+    p.add_argument(
+        "--docker-host",
+        action="append",
+        metavar="HOST=URL",
+        help="Docker endpoint of a remote part for the inventory, e.g. b=ssh://root@10.0.0.2",
+    )
+    p.add_argument(
+        "--vni-base", type=int, default=1000, help="VNI of the file's link 0; others add their index"
+    )
+    p.add_argument("--dst-port", type=int, default=14789, help="UDP port of every VXLAN link")
+    p.add_argument("--underlay-mtu", type=int, default=9500, help="MTU of the hosts' underlay interfaces")
+    p.add_argument("-o", "--output", help="folder for the files (default split-<lab>/)")
+    p.set_defaults(func=cmd_split)
 
 
 def _lab_dir(lab: str | None) -> Path:

@@ -26,6 +26,7 @@ from orchestrator.lab.runtime.docker import (
     unlink_netns,
 )
 from orchestrator.lab.topology import Topology, free_mgmt_subnet, lab_dir_name, mgmt_capacity
+from orchestrator.lab.vxlan import remove_lab_devices
 from orchestrator.lab.wiring import IncrementalWiring
 from orchestrator.progress import Counter, Phases, console
 
@@ -139,8 +140,27 @@ def _check_mgmt_room(runtime: DockerRuntime, topo: Topology) -> None:
         )
 
 
-def deploy(topo: Topology, runtime: DockerRuntime | None = None, reconfigure: bool = False) -> Path:
-    """Bring the lab up; return its lab directory. Ready means every node's agent answered."""
+def _run_exec(phases: Phases, runtime: DockerRuntime, topo: Topology) -> None:
+    """Each node's ``exec`` commands, in file order, once its links are up (containerlab's order)."""
+    exec_nodes = [n for n, node in topo.nodes.items() if node.exec]
+    if not exec_nodes:
+        return
+    with phases.phase("exec", f"{len(exec_nodes)} nodes"):
+        for n in exec_nodes:
+            for cmd in topo.nodes[n].exec:
+                code, out = runtime.exec(topo.container_name(n), cmd)
+                if code != 0:
+                    raise DeployError(f"node {n}: exec {cmd!r} failed with exit {code}: {out.strip()[-300:]}")
+
+
+def deploy(
+    topo: Topology,
+    runtime: DockerRuntime | None = None,
+    reconfigure: bool = False,
+    underlay_netns: str | None = None,
+) -> Path:
+    """Bring the lab up; return its lab directory. Ready means every node's agent answered. VXLAN ends
+    are made in ``underlay_netns`` (default: the host's), see orchestrator.lab.vxlan."""
     phases = Phases(f"deploy {topo.name}")
     runtime = runtime or DockerRuntime()
     with phases.phase("validate", f"{len(topo.nodes)} nodes, {len(topo.links)} links"):
@@ -154,7 +174,7 @@ def deploy(topo: Topology, runtime: DockerRuntime | None = None, reconfigure: bo
                 f"{topo.path}` first, or `aidclab deploy --reconfigure` to replace it"
             )
     if existing:
-        destroy(topo.name, runtime=runtime, quiet=True)
+        destroy(topo.name, runtime=runtime, quiet=True, underlay_netns=underlay_netns)
     _check_mgmt_room(runtime, topo)
     with phases.phase("network", f"{topo.mgmt.network} {topo.mgmt.ipv4_subnet} (internal)"):
         runtime.ensure_mgmt_network(topo.mgmt.network, topo.mgmt.ipv4_subnet, topo.mgmt.bridge)
@@ -162,7 +182,7 @@ def deploy(topo: Topology, runtime: DockerRuntime | None = None, reconfigure: bo
     # Health checks start as each container starts, so they overlap with the rest of the deploy.
     health_pool = ThreadPoolExecutor(max_workers=PARALLEL)
     health: dict[Future[tuple[bool, str]], str] = {}
-    wiring = IncrementalWiring(topo, health_pool)
+    wiring = IncrementalWiring(topo, health_pool, underlay_netns)
     try:
         with phases.phase(
             "containers", f"{len(topo.nodes)} in parallel ({PARALLEL} at a time), links as both ends come up"
@@ -189,18 +209,9 @@ def deploy(topo: Topology, runtime: DockerRuntime | None = None, reconfigure: bo
             counter.close()
             if errors:
                 raise DeployError("; ".join(errors) + f"; clean up with `aidclab destroy {topo.path}`")
-        with phases.phase("links", f"{len(topo.links)} veth pairs"):
+        with phases.phase("links", f"{len(topo.links)} veth pairs, {len(topo.vxlan_links)} VXLAN ends"):
             wiring.finish()
-        exec_nodes = [n for n, node in topo.nodes.items() if node.exec]
-        if exec_nodes:
-            with phases.phase("exec", f"{len(exec_nodes)} nodes"):
-                for n in exec_nodes:
-                    for cmd in topo.nodes[n].exec:
-                        code, out = runtime.exec(topo.container_name(n), cmd)
-                        if code != 0:
-                            raise DeployError(
-                                f"node {n}: exec {cmd!r} failed with exit {code}: {out.strip()[-300:]}"
-                            )
+        _run_exec(phases, runtime, topo)
         with phases.phase("health", "waiting for every node's agent"):
             counter = Counter("healthy", len(topo.nodes))
             bad = []
@@ -237,9 +248,11 @@ def destroy(
     cleanup: bool = False,
     lab_dir_root: Path | None = None,
     quiet: bool = False,
+    underlay_netns: str | None = None,
 ) -> int:
-    """Remove every container labelled with ``lab`` (all labs if None), its netns links and, when unused,
-    its management network. Works after a crashed deploy because it trusts only labels."""
+    """Remove every container labelled with ``lab`` (all labs if None), its netns links, the VXLAN
+    devices and veths it left in the underlay namespace and, when unused, its management network.
+    Works after a crashed deploy because it trusts only labels and interface aliases."""
     runtime = runtime or DockerRuntime()
     phases = Phases(f"destroy {lab or 'all labs'}")
     containers = runtime.lab_containers(lab)
@@ -257,6 +270,13 @@ def destroy(
         for lab_name in labs | ({lab} if lab else set()):
             for stale in netns_links(f"clab-{lab_name}-"):
                 removed_ns += unlink_netns(stale)
+    with phases.phase("vxlan"):
+        # VXLAN ends inside the containers went with them; stitched ones left devices in the underlay.
+        removed_vx = sum(
+            remove_lab_devices(lab_name, ns)
+            for lab_name in labs | ({lab} if lab else set())
+            for ns in {None, underlay_netns}
+        )
     with phases.phase("network"):
         for net in networks - {"none", "host", "bridge"}:
             if not runtime.remove_network_if_unused(net) and not runtime.network_in_use(net):
@@ -271,7 +291,9 @@ def destroy(
             if path.exists():
                 shutil.rmtree(path)
     if not quiet:
-        phases.summary(f"removed {len(names)} containers and {removed_ns} netns links")
+        phases.summary(
+            f"removed {len(names)} containers, {removed_ns} netns links and {removed_vx} underlay devices"
+        )
     return len(names)
 
 

@@ -28,6 +28,13 @@ def to_mermaid(topo: Topology) -> str:
             f"  {_mermaid_id(link.a.node)} ---|{link.a.interface} - {link.b.interface}| "
             f"{_mermaid_id(link.b.node)}"
         )
+    # A VXLAN end leads off this file, to the host at ``remote``: drawn as a cloud-ish node per remote.
+    for vx in topo.vxlan_links:
+        remote = f"vx_{vx.index}_remote"
+        lines.append(f'  {remote}{{{{"{vx.type} {vx.remote}:{vx.dst_port}"}}}}')
+        lines.append(
+            f"  {_mermaid_id(vx.endpoint.node)} -.-|{vx.endpoint.interface} vxlan vni {vx.vni}| {remote}"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -40,6 +47,13 @@ def to_dot(topo: Topology) -> str:
         lines.append(
             f'  "{link.a.node}" -- "{link.b.node}" '
             f'[taillabel="{link.a.interface}" headlabel="{link.b.interface}"];'
+        )
+    for vx in topo.vxlan_links:
+        remote = f"vxlan:{vx.remote}:{vx.dst_port}"
+        lines.append(f'  "{remote}" [shape=note label="{vx.type}\\n{vx.remote}:{vx.dst_port}"];')
+        lines.append(
+            f'  "{vx.endpoint.node}" -- "{remote}" [style=dashed taillabel="{vx.endpoint.interface}" '
+            f'label="vni {vx.vni}"];'
         )
     lines.append("}")
     return "\n".join(lines) + "\n"

@@ -32,6 +32,13 @@ RESERVED_IFNAMES = frozenset({"lo", "eth0"})
 # The one containerlab kind aidclab runs: a plain container (its role comes from image or label).
 LINUX_KIND = "linux"
 SUPPORTED_KINDS = frozenset({LINUX_KIND})
+# containerlab's single-endpoint VXLAN links: the node's interface is a VXLAN device (``vxlan``), or a
+# veth whose host end is joined to a VXLAN device in the host by a tc redirect (``vxlan-stitch``).
+VXLAN_TYPES = ("vxlan", "vxlan-stitch")
+# Outer Ethernet 14 + IPv4 20 + UDP 8 + VXLAN 8: what a VXLAN link adds to every inner frame on the
+# underlay (IPv6 underlays add 20 more). Inner MTU = underlay MTU - this.
+VXLAN_OVERHEAD_V4 = 50
+VXLAN_OVERHEAD_V6 = 70
 
 MERGED_MAP_KEYS = ("env", "labels", "sysctls")
 ACCUMULATED_LIST_KEYS = ("binds",)
@@ -71,6 +78,32 @@ class Link:
         return f"{self.a} <-> {self.b}"
 
 
+@dataclass(frozen=True)
+class VxlanLink:
+    """One end of a link cut across hosts: ``endpoint`` talks to ``remote`` over UDP ``dst_port``
+    with VXLAN network identifier ``vni``. Its peer is the same VNI in another host's file."""
+
+    endpoint: Endpoint
+    remote: str
+    vni: int
+    dst_port: int
+    src_port: int | None = None
+    mtu: int = DEFAULT_MTU
+    stitched: bool = False
+    index: int = 0
+
+    @property
+    def type(self) -> str:
+        return VXLAN_TYPES[1] if self.stitched else VXLAN_TYPES[0]
+
+    @property
+    def overhead(self) -> int:
+        return VXLAN_OVERHEAD_V6 if ":" in self.remote else VXLAN_OVERHEAD_V4
+
+    def __str__(self) -> str:
+        return f"{self.endpoint} -> {self.type} {self.remote} vni {self.vni} port {self.dst_port}"
+
+
 @dataclass
 class Node:
     name: str
@@ -103,9 +136,15 @@ class Topology:
     links: list[Link]
     prefix: str = DEFAULT_PREFIX
     mgmt: Mgmt = field(default_factory=Mgmt)
+    vxlan_links: list[VxlanLink] = field(default_factory=list)
+    # A lab split across hosts (orchestrator.lab.split) is configured as one: its nodes keep the
+    # container names their parts gave them.
+    container_names: dict[str, str] = field(default_factory=dict)
 
     def container_name(self, node: str) -> str:
         """containerlab's naming: ``<prefix>-<lab>-<node>``; an empty prefix means the bare node name."""
+        if node in self.container_names:
+            return self.container_names[node]
         if self.prefix == "":
             return node
         prefix = self.name if self.prefix == "__lab-name" else self.prefix
@@ -143,8 +182,43 @@ def _schema_problems(path: Path, doc: Any) -> list[str]:
         msg = err.message
         if len(msg) > 200:
             msg = msg[:200] + "..."
+        refined = _link_schema_problems(doc, err.absolute_path)
+        if refined:
+            problems += [p for p in refined if p not in problems]
+            continue
         problems.append(f"{where}: {msg} (containerlab schema)")
     return problems
+
+
+def _link_schema_problems(doc: Any, path: Any) -> list[str]:
+    """A link that matches none of the schema's link types only gets "not valid under any of the given
+    schemas"; check it against the one type it names, so the error says which field is wrong."""
+    import jsonschema
+
+    parts = list(path)
+    if len(parts) != 3 or parts[:2] != ["topology", "links"]:
+        return []
+    raw = doc["topology"]["links"][parts[2]]
+    link_type = raw.get("type") if isinstance(raw, dict) else None
+    definitions = clab_schema()["definitions"]
+    name = "link-type-vxlan-stitched" if link_type == "vxlan-stitch" else f"link-type-{link_type}"
+    if name not in definitions:
+        return []
+    validator = jsonschema.Draft7Validator({"$ref": f"#/definitions/{name}", "definitions": definitions})
+    label = _raw_link_label(raw)
+    out = []
+    for err in validator.iter_errors(raw):
+        field_path = "/".join(str(p) for p in err.absolute_path)
+        where = f"topology/links/{parts[2]}{'/' + field_path if field_path else ''} ({label})"
+        out.append(f"{where}: {err.message} (containerlab schema, type {link_type})")
+    return out
+
+
+def _raw_link_label(raw: dict[str, Any]) -> str:
+    ep = raw.get("endpoint")
+    if isinstance(ep, dict):
+        return f"{raw.get('type')} {ep.get('node')}:{ep.get('interface')}"
+    return str(raw.get("type"))
 
 
 def _merge(levels: list[dict[str, Any]]) -> dict[str, Any]:
@@ -174,7 +248,26 @@ def _parse_endpoint(text: Any, where: str, problems: list[str]) -> Endpoint | No
     return Endpoint(str(node), str(iface))
 
 
-def _parse_links(raw_links: list[Any], problems: list[str]) -> list[Link]:
+def _parse_vxlan(raw: dict[str, Any], i: int, problems: list[str]) -> VxlanLink | None:
+    where = f"topology/links/{i}"
+    ep = _parse_endpoint(raw.get("endpoint"), where, problems)
+    if ep is None:
+        return None
+    return VxlanLink(
+        endpoint=ep,
+        remote=str(raw["remote"]),
+        vni=int(raw["vni"]),
+        dst_port=int(raw["dst-port"]),
+        src_port=raw.get("src-port"),
+        mtu=raw.get("mtu", DEFAULT_MTU),
+        stitched=raw["type"] == "vxlan-stitch",
+        index=i,
+    )
+
+
+def _parse_links(
+    raw_links: list[Any], problems: list[str], vxlan_links: list[VxlanLink] | None = None
+) -> list[Link]:
     links = []
     for i, raw in enumerate(raw_links or []):
         where = f"topology/links/{i}"
@@ -182,10 +275,15 @@ def _parse_links(raw_links: list[Any], problems: list[str]) -> list[Link]:
             problems.append(f"{where}: a link must be a mapping with 'endpoints'")
             continue
         link_type = raw.get("type", "veth")
+        if link_type in VXLAN_TYPES and vxlan_links is not None:
+            vx = _parse_vxlan(raw, i, problems)
+            if vx is not None:
+                vxlan_links.append(vx)
+            continue
         if link_type != "veth":
             problems.append(
                 f"{where}: link type {link_type!r} is not supported by aidclab; use the brief form "
-                "(endpoints: ['a:eth1', 'b:eth1']) or type: veth"
+                "(endpoints: ['a:eth1', 'b:eth1']), type: veth, or type: vxlan / vxlan-stitch"
             )
             continue
         eps = raw.get("endpoints") or []
@@ -261,7 +359,65 @@ def _build_node(name: str, raw: dict[str, Any] | None, topo: dict[str, Any], pro
     return node
 
 
-def _semantic_problems(nodes: dict[str, Node], links: list[Link], mgmt: Mgmt) -> list[str]:
+def _endpoint_problems(where: str, ep: Endpoint, nodes: dict[str, Node], problems: list[str]) -> bool:
+    """Append what is wrong with one link end; True when its node is unknown (nothing more to check)."""
+    if ep.node not in nodes:
+        problems.append(f"{where}: unknown node {ep.node!r}; define it under topology.nodes or fix the name")
+        return True
+    if len(ep.interface) > MAX_IFNAME:
+        problems.append(f"{where}: interface name {ep.interface!r} is longer than {MAX_IFNAME} chars")
+    if ep.interface in RESERVED_IFNAMES:
+        problems.append(
+            f"{where}: interface {ep.interface!r} on {ep.node} is reserved (eth0 is the management "
+            "interface); use eth1 and up"
+        )
+    return False
+
+
+def _vxlan_problems(
+    nodes: dict[str, Node], vxlan_links: list[VxlanLink], used: dict[Endpoint, Any]
+) -> list[str]:
+    """A VXLAN link is checked like a veth end, plus what the kernel of the host will refuse: two VXLAN
+    devices with the same VNI on the same UDP port in one network namespace."""
+    problems = []
+    by_key: dict[tuple[int, int], VxlanLink] = {}
+    for vx in vxlan_links:
+        where = f"topology/links/{vx.index} ({vx})"
+        ep = vx.endpoint
+        _endpoint_problems(where, ep, nodes, problems)
+        if ep in used:
+            problems.append(
+                f"{where}: interface {ep} is already used by topology/links/{used[ep].index}; "
+                "give each link its own interface"
+            )
+        used.setdefault(ep, vx)
+        try:
+            remote = ipaddress.ip_address(vx.remote)
+        except ValueError:
+            problems.append(f"{where}: remote {vx.remote!r} is not an IP address")
+        else:
+            if remote.is_multicast or remote.is_unspecified or remote.is_loopback:
+                problems.append(
+                    f"{where}: remote {remote} must be the unicast underlay address of the host that holds "
+                    "the other end (not multicast, loopback or unspecified)"
+                )
+        if not 68 <= vx.mtu <= 65535 - vx.overhead:
+            problems.append(f"{where}: mtu {vx.mtu} must be from 68 to {65535 - vx.overhead}")
+        key = (vx.vni, vx.dst_port)
+        if key in by_key:
+            other = by_key[key]
+            problems.append(
+                f"{where}: VNI {vx.vni} on UDP port {vx.dst_port} is already used by topology/links/"
+                f"{other.index} ({other.endpoint}); one host's kernel holds one VXLAN device per VNI and "
+                "port, so give this link another vni (or dst-port)"
+            )
+        by_key.setdefault(key, vx)
+    return problems
+
+
+def _semantic_problems(
+    nodes: dict[str, Node], links: list[Link], mgmt: Mgmt, vxlan_links: list[VxlanLink] | None = None
+) -> list[str]:
     problems = []
     used: dict[Endpoint, Link] = {}
     for link in links:
@@ -269,24 +425,15 @@ def _semantic_problems(nodes: dict[str, Node], links: list[Link], mgmt: Mgmt) ->
         if link.a == link.b:
             problems.append(f"{where}: both ends are the same interface")
         for ep in link.endpoints:
-            if ep.node not in nodes:
-                problems.append(
-                    f"{where}: unknown node {ep.node!r}; define it under topology.nodes or fix the name"
-                )
+            if _endpoint_problems(where, ep, nodes, problems):
                 continue
-            if len(ep.interface) > MAX_IFNAME:
-                problems.append(f"{where}: interface name {ep.interface!r} is longer than {MAX_IFNAME} chars")
-            if ep.interface in RESERVED_IFNAMES:
-                problems.append(
-                    f"{where}: interface {ep.interface!r} on {ep.node} is reserved (eth0 is the management "
-                    "interface); use eth1 and up"
-                )
             if ep in used and used[ep] is not link:
                 problems.append(
                     f"{where}: interface {ep} is already used by topology/links/{used[ep].index} "
                     f"({used[ep]}); give each link its own interface"
                 )
             used.setdefault(ep, link)
+    problems += _vxlan_problems(nodes, vxlan_links or [], used)  # type: ignore[arg-type]
     try:
         subnet = ipaddress.ip_network(mgmt.ipv4_subnet, strict=False)
     except ValueError:
@@ -360,8 +507,9 @@ def parse_topology(doc: Any, path: str | Path = "<string>") -> Topology:
     nodes = {name: _build_node(name, raw, topo, problems) for name, raw in (topo.get("nodes") or {}).items()}
     if not nodes:
         problems.append("topology/nodes: the lab has no nodes")
-    links = _parse_links(topo.get("links") or [], problems)
-    problems += _semantic_problems(nodes, links, mgmt)
+    vxlan_links: list[VxlanLink] = []
+    links = _parse_links(topo.get("links") or [], problems, vxlan_links)
+    problems += _semantic_problems(nodes, links, mgmt, vxlan_links)
     if problems:
         raise TopologyError(path, problems)
     return Topology(
@@ -371,6 +519,7 @@ def parse_topology(doc: Any, path: str | Path = "<string>") -> Topology:
         links=links,
         prefix=doc.get("prefix", DEFAULT_PREFIX),
         mgmt=mgmt,
+        vxlan_links=vxlan_links,
     )
 
 

@@ -16,6 +16,7 @@ from pyroute2 import IPRoute, NetNS
 from pyroute2.netlink.exceptions import NetlinkError
 
 from orchestrator.lab.topology import Link, Topology
+from orchestrator.lab.vxlan import VxlanError, create_end
 
 
 class WiringError(RuntimeError):
@@ -27,9 +28,10 @@ class IncrementalWiring:
     have a PID, and a node's namespace is prepared as soon as all of its links exist. Deploy time is then
     bounded by container starts, not by starts plus wiring."""
 
-    def __init__(self, topo: Topology, pool: ThreadPoolExecutor):
+    def __init__(self, topo: Topology, pool: ThreadPoolExecutor, underlay_netns: str | None = None):
         self.topo = topo
         self.pool = pool
+        self.underlay_netns = underlay_netns
         self.pids: dict[str, int] = {}
         self.waiting: dict[str, list[Link]] = {node: [] for node in topo.nodes}
         self.missing: dict[str, int] = dict.fromkeys(topo.nodes, 0)
@@ -37,11 +39,21 @@ class IncrementalWiring:
             for ep in link.endpoints:
                 self.waiting[ep.node].append(link)
                 self.missing[ep.node] += 1
+        for vx in topo.vxlan_links:
+            self.missing[vx.endpoint.node] += 1
         self.prepared: list[Future[None]] = []
         self.ipr = IPRoute()
 
     def node_started(self, node: str, pid: int) -> None:
         self.pids[node] = pid
+        # A VXLAN end needs only its own node: its peer is in another part, on another host.
+        for vx in self.topo.vxlan_links:
+            if vx.endpoint.node == node:
+                try:
+                    create_end(self.topo.name, vx, pid, self.underlay_netns)
+                except VxlanError as exc:
+                    raise WiringError(str(exc)) from exc
+                self.missing[node] -= 1
         for link in self.waiting[node]:
             other = link.b.node if link.a.node == node else link.a.node
             if other in self.pids and (other != node or link.a == link.b):
@@ -55,6 +67,7 @@ class IncrementalWiring:
 
     def _prepare(self, node: str) -> None:
         interfaces = [ep.interface for _link, ep, _peer in self.topo.links_of(node)]
+        interfaces += [vx.endpoint.interface for vx in self.topo.vxlan_links if vx.endpoint.node == node]
         self.prepared.append(self.pool.submit(_prepare_netns, node, self.pids[node], interfaces))
 
     def finish(self) -> int:
@@ -67,7 +80,7 @@ class IncrementalWiring:
         unwired = [n for n, left in self.missing.items() if left]
         if unwired:
             raise WiringError(f"nodes with unwired links: {', '.join(sorted(unwired))}")
-        return len(self.topo.links)
+        return len(self.topo.links) + len(self.topo.vxlan_links)
 
 
 def _create_pair(ipr: IPRoute, link: Link, pids: dict[str, int]) -> None:
@@ -100,6 +113,9 @@ def _prepare_netns(node: str, pid: int, interfaces: list[str]) -> None:
                 ns.route("del", family=family, dst="default", gateway=route.get_attr("RTA_GATEWAY"))
 
 
+ETH_HLEN = 14
+
+
 def link_state(pid: int) -> dict[str, dict[str, int | str]]:
     """Interface name → operstate, mtu and kernel byte/packet counters, read inside one namespace."""
     out: dict[str, dict[str, int | str]] = {}
@@ -107,12 +123,18 @@ def link_state(pid: int) -> dict[str, dict[str, int | str]]:
         for msg in ns.get_links():
             name = msg.get_attr("IFLA_IFNAME")
             stats = msg.get_attr("IFLA_STATS64") or {}
+            info = msg.get_attr("IFLA_LINKINFO")
+            kind = info.get_attr("IFLA_INFO_KIND") if info is not None else None
+            rx_packets, tx_packets = stats.get("rx_packets", 0), stats.get("tx_packets", 0)
+            # A VXLAN device counts its inner frames without their Ethernet header, a veth with it: a cut
+            # link (aidclab split) is counted as the veth it stands for.
+            l2 = ETH_HLEN if kind == "vxlan" else 0
             out[name] = {
                 "operstate": msg.get_attr("IFLA_OPERSTATE"),
                 "mtu": msg.get_attr("IFLA_MTU"),
-                "rx_bytes": stats.get("rx_bytes", 0),
-                "tx_bytes": stats.get("tx_bytes", 0),
-                "rx_packets": stats.get("rx_packets", 0),
-                "tx_packets": stats.get("tx_packets", 0),
+                "rx_bytes": stats.get("rx_bytes", 0) + l2 * rx_packets,
+                "tx_bytes": stats.get("tx_bytes", 0) + l2 * tx_packets,
+                "rx_packets": rx_packets,
+                "tx_packets": tx_packets,
             }
     return out

@@ -20,6 +20,7 @@ from orchestrator.configure.plan import (
     bandwidth,
     bgp,
     bier,
+    igmp,
     ina,
     planes,
     routes,
@@ -57,7 +58,7 @@ __all__ = [
 
 # Order matters: tiers feed ASNs and BFR-ID order, addresses feed routes, planes read the tiers' graph,
 # the time scale divides the bandwidth.
-FEATURES = (tiers, addressing, bandwidth, timescale, planes, asn, bier, routes, bgp, ina)
+FEATURES = (tiers, addressing, bandwidth, timescale, planes, asn, bier, routes, bgp, ina, igmp)
 
 
 class _Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[misc]

@@ -17,6 +17,7 @@ from aidcnet.config import (
 )
 from aidcnet.roles import Role
 from orchestrator.configure.plan.context import natural_key
+from orchestrator.configure.plan.igmp import igmp_config
 from orchestrator.configure.plan.ina import ina_config
 from orchestrator.configure.plan.model import LabPlan, PlanError
 
@@ -49,6 +50,7 @@ def node_config(plan: LabPlan, name: str) -> NodeConfig:
         for r in node.routes
     ]
     bgp = bgp_config(plan, name)
+    bier = bier_config(plan, name)
     if bgp is not None and bgp.neighbors:
         routes = []  # BGP installs the routes (proto bgp); static ones would shadow FARE's weights
     return NodeConfig(
@@ -59,8 +61,9 @@ def node_config(plan: LabPlan, name: str) -> NodeConfig:
         interfaces=interfaces,
         routes=routes,
         bgp=bgp,
-        bier=bier_config(plan, name),
+        bier=bier,
         ina=ina_config(plan, name),
+        igmp=igmp_config(plan, name, bier.host_ports if bier else []),
     )
 
 

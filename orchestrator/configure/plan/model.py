@@ -89,6 +89,21 @@ class BierVars(_Vars):
     groups: list[GroupVars] = Field(default_factory=list)
 
 
+class IgmpVars(_Vars):
+    """IGMP memberships at the leaves (docs/igmp.md); defaults in plan/igmp.yml."""
+
+    enabled: bool | None = None
+    groups: list[Literal["static", "igmp", "proxy"]] | None = None
+    robustness: int | None = Field(default=None, ge=1, le=7)
+    query_interval: float | None = Field(default=None, gt=0)
+    query_response_interval: float | None = Field(default=None, gt=0)
+    last_member_query_interval: float | None = Field(default=None, gt=0)
+    proxy_hosts: list[str] | Literal["all"] | None = None
+    querier_off: list[str] | None = None
+    max_channels: int | None = Field(default=None, ge=1)
+    max_groups: int | None = Field(default=None, ge=1)
+
+
 class BgpVars(_Vars):
     """BGP underlay with FARE (docs/fare.md); off means the plan's static routes."""
 
@@ -144,6 +159,7 @@ class LabVars(_Vars):
     time: TimeVars = Field(default_factory=TimeVars)
     bier: BierVars = Field(default_factory=BierVars)
     ina: InaVars = Field(default_factory=InaVars)
+    igmp: IgmpVars = Field(default_factory=IgmpVars)
     bgp: BgpVars = Field(default_factory=BgpVars)
     planes: PlanesSpec | None = None
     nodes: dict[str, NodeVars] = Field(default_factory=dict)
@@ -247,6 +263,21 @@ class PlanBier(_Plan):
     groups: list[PlanGroup] = Field(default_factory=list)
 
 
+class PlanIgmp(_Plan):
+    enabled: bool = False
+    groups: list[str] = Field(default_factory=lambda: ["static", "igmp", "proxy"])
+    robustness: int = 2
+    # fabric seconds (the node files carry them with time_scale)
+    query_interval: float = 125.0
+    query_response_interval: float = 10.0
+    last_member_query_interval: float = 1.0
+    # leaf -> its ports that may send Receiver Proxy Reports; leaf -> its ports that do not query
+    proxy_ports: dict[str, list[str]] = Field(default_factory=dict)
+    quiet_ports: dict[str, list[str]] = Field(default_factory=dict)
+    max_channels: int = 4096
+    max_groups: int = 4096
+
+
 class PlanBgp(_Plan):
     enabled: bool = False
     mode: Literal["per-flow", "per-packet"] = "per-flow"
@@ -309,4 +340,5 @@ class LabPlan(_Plan):
     time: PlanTime = Field(default_factory=PlanTime)
     planes: list[PlanPlane] = Field(default_factory=list)
     ina: list[PlanInaJob] = Field(default_factory=list)
+    igmp: PlanIgmp = Field(default_factory=PlanIgmp)
     unreachable: Unreachable = Field(default_factory=Unreachable)

@@ -138,3 +138,22 @@ def test_smallest_queue_is_what_the_sockets_size_to():
     data.pop("routes", None)
     assert parse_config(data).smallest_queue_bytes == 1 << 20
     assert parse_config({**data, "interfaces": [{"name": "eth1"}]}).smallest_queue_bytes is None
+
+
+def test_igmp_section_is_checked_against_bier_and_the_wire():
+    bier = {"bfr_id": 9, "host_ports": ["eth1"]}
+    ok = parse_config({**GOOD, "bier": bier, "igmp": {"ports": [{"name": "eth1", "proxy": True}]}})
+    assert ok.igmp is not None and ok.igmp.ports[0].querier and ok.igmp.groups == ["static", "igmp", "proxy"]
+    assert parse_config(__import__("yaml").safe_load(dump_config(ok))) == ok
+    (problem,) = bad(bier=bier, igmp={"ports": [{"name": "eth2"}]})
+    assert "igmp.ports.0.name: eth2 is not in bier.host_ports" in problem
+    (problem,) = bad(bier=None, igmp={})
+    assert "igmp: needs a bier section" in problem
+    (problem,) = bad(
+        bier=bier, igmp={"query_response_interval": 10, "query_interval": 125, "time_scale": 1000}
+    )
+    assert problem.startswith("igmp:") and "query_response_interval" in problem and "time_scale" in problem
+    (problem,) = bad(bier=bier, igmp={"groups": ["static", "pim"]})
+    assert problem.startswith("igmp.groups.1")
+    (problem,) = bad(bier=bier, igmp={"bfirs": [0]})
+    assert "outside 1..65535" in problem

@@ -13,7 +13,7 @@ import pytest
 from orchestrator.lab.fabric import EndShaper, tbf_burst
 from orchestrator.lab.shaping import apply_shapers, qdisc_stats
 from tests.unit.aidcnet.ebpf.test_link_fault import RECEIVER
-from tests.unit.fabric_netns import VethPair
+from tests.unit.fabric_netns import VethPair, paced_run
 
 RATE = 20_000_000
 QUEUE = 256 << 10
@@ -71,7 +71,7 @@ def shaped(veth_pair):
 
 
 def test_sndbuf_below_the_queue_limit_sends_at_the_link_rate_with_no_drop(shaped):
-    got = run(shaped, "sndbuf")
+    got = paced_run(lambda: run(shaped, "sndbuf"), lambda r: r["wire_bps"], RATE)
     print(f"sndbuf {SNDBUF >> 10} KiB, queue {QUEUE >> 10} KiB, 20 Mbit/s: {got}")
     assert got["sent"] == COUNT and got["received"] == COUNT
     assert got["queue_drops"] == 0 and got["nobufs"] == 0
@@ -80,7 +80,7 @@ def test_sndbuf_below_the_queue_limit_sends_at_the_link_rate_with_no_drop(shaped
 
 def test_recverr_turns_queue_drops_into_resends_and_loses_nothing(shaped):
     plain = run(shaped, "plain")
-    got = run(shaped, "recverr")
+    got = paced_run(lambda: run(shaped, "recverr"), lambda r: r["wire_bps"], RATE)
     print(f"baseline, no back-pressure: {plain}")
     print(f"IP_RECVERR + resend: {got}")
     # The baseline shows what is at stake: the queue drops most of a burst silently.

@@ -165,6 +165,19 @@ def test_unknown_record_types_are_counted_and_skipped() -> None:
     assert table.counters["unknown-record-type"] == 1 and table.groups == {}
 
 
+def test_link_local_groups_keep_no_state() -> None:
+    """224.0.0.0/24 never leaves the link (RFC 5771): FRR's pimd reports 224.0.0.13 and 224.0.0.22."""
+    table = MembershipTable(IgmpTimers())
+    local = [IPv4Address("224.0.0.13"), IPv4Address("224.0.0.22"), IPv4Address("224.0.0.255")]
+    records = tuple(GroupRecord(T.MODE_IS_EXCLUDE, g) for g in [*local, G])
+    table.receive_report(Report(records), 0.0)
+    table.receive_report(LegacyReport(local[0]), 0.0)
+    assert set(table.groups) == {G} and table.counters["link-local-group"] == 4
+    # 224.0.1.0 is the first routable group: kept.
+    table.receive_report(Report((GroupRecord(T.MODE_IS_EXCLUDE, IPv4Address("224.0.1.0")),)), 0.0)
+    assert set(table.groups) == {G, IPv4Address("224.0.1.0")}
+
+
 def test_section_8_values_and_time_scale() -> None:
     t = MembershipTable(IgmpTimers())
     assert (t.gmi, t.oqpi, t.lmqt, t.ohpi, t.timers.sqi) == (260, 255, 2, 260, 31.25)

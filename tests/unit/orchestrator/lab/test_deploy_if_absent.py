@@ -28,7 +28,7 @@ def _run_deploy(monkeypatch, argv: list[str], containers: int) -> list[tuple[str
     calls: list[tuple[str, bool]] = []
     monkeypatch.setattr(docker_mod, "DockerRuntime", lambda: FakeRuntime(containers))
     monkeypatch.setattr(
-        deploy_mod, "deploy", lambda topo, rt, reconfigure=False: calls.append((topo.name, reconfigure))
+        deploy_mod, "deploy", lambda topo, rt, reconfigure=False, **_: calls.append((topo.name, reconfigure))
     )
     monkeypatch.setattr(deploy_mod, "status", lambda rt, lab: [])
     monkeypatch.setattr(deploy_mod, "print_table", lambda rows: None)

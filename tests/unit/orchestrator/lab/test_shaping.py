@@ -21,7 +21,7 @@ from orchestrator.lab.shaping import (
     qdisc_stats,
     read_qdisc_stats,
 )
-from tests.unit.fabric_netns import VethPair
+from tests.unit.fabric_netns import VethPair, paced_run
 
 # A blocking sender whose socket memory (SO_SNDBUF, doubled by the kernel) is below the queue limit (256
 # KiB): the socket blocks while its datagrams wait in the shaper, so the queue stays busy and never
@@ -76,7 +76,7 @@ def test_tbf_drains_at_its_rate_and_a_bandwidth_change_halves_it(veth_pair):
     st = qdisc_stats(pair.a_path, [pair.a_if])[pair.a_if]
     assert (st.kind, st.rate_bps) == ("tbf", 20_000_000)
 
-    rate, drops = drain(pair, 2.0, 20_000_000)
+    rate, drops = paced_run(lambda: drain(pair, 2.0, 20_000_000), lambda r: r[0], 20_000_000)
     print(f"shaper 20 Mbit/s: drained at {rate / 1e6:.2f} Mbit/s, {drops} queue drops")
     assert rate == pytest.approx(20e6, rel=0.05)
     assert drops == 0
@@ -88,7 +88,7 @@ def test_tbf_drains_at_its_rate_and_a_bandwidth_change_halves_it(veth_pair):
     apply_shapers(pair.b_path, [fabric.end(b.name)])
     assert qdisc_stats(pair.b_path)[pair.b_if].rate_bps == 10_000_000
 
-    rate, drops = drain(pair, 2.0, 10_000_000)
+    rate, drops = paced_run(lambda: drain(pair, 2.0, 10_000_000), lambda r: r[0], 10_000_000)
     print(f"after halving: drained at {rate / 1e6:.2f} Mbit/s, {drops} queue drops")
     assert rate == pytest.approx(10e6, rel=0.05)
     assert drops == 0

@@ -1,0 +1,344 @@
+"""The agent's IGMP service at a leaf: a thin shell over :class:`aidcnet.igmp.node.IgmpLeaf`.
+
+It opens one raw IGMP socket per host port (IPPROTO_IGMP, bound to the port: Linux hands a raw IGMP
+socket every IGMP packet delivered locally, reports to 224.0.0.22 included), sends the queries the leaf
+asks for (TTL 1, Router Alert, from the port's address), imposes the leaf's reports to its BFIRs over
+BIER (Proto 4), takes the BFERs' reports out of the BIER deliveries, and pushes the resulting flows and
+member ports into the running net-BIER edge and the eBPF imposition map.
+
+A Receiver Proxy Report must change the BitString of the very next data packet: the edge asks
+:meth:`IgmpService.before_lookup` before each lookup on a port that may send proxy reports, so a report
+the kernel queued before the packet is read first, whichever socket the event loop serves first.  The
+eBPF imposition looks up in the kernel: there a new channel (a map miss) still gets the new BitString
+on its first packet through this path, a changed one from the moment the agent has read the report.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import logging
+import socket
+import struct
+import threading
+import time
+from collections import Counter
+from ipaddress import IPv4Address
+from typing import TYPE_CHECKING, Any
+
+from aidcnet.agent.control import Handler, Op
+from aidcnet.agent.service import Service
+from aidcnet.bier.header import BierProto
+
+if TYPE_CHECKING:
+    from aidcnet.agent.bier_service import BierPart, BierService
+    from aidcnet.config import Igmp, NodeConfig
+    from aidcnet.igmp.codec import Query
+    from aidcnet.igmp.node import IgmpLeaf, Sends
+
+log = logging.getLogger("aidcnet.igmp")
+
+SO_BINDTODEVICE = 25
+SO_ATTACH_FILTER = 26
+SOL_PACKET = 263
+PACKET_IGNORE_OUTGOING = 23
+ETH_P_IP = 0x0800
+IP_OPTIONS = 4
+ALL_SYSTEMS = "224.0.0.1"
+_RECV = 65536
+_BATCH = 64
+
+
+def _igmp_filter() -> bytes:
+    """Classic BPF over the IPv4 header (SOCK_DGRAM): keep protocol 2, drop the rest."""
+    ld_b, jeq, ret = 0x30, 0x15, 0x06
+    prog = [(ld_b, 0, 0, 9), (jeq, 0, 1, socket.IPPROTO_IGMP), (ret, 0, 0, 0x40000), (ret, 0, 0, 0)]
+    return b"".join(struct.pack("=HBBI", *ins) for ins in prog)
+
+
+class _Port:
+    """Receive: an AF_PACKET socket with a kernel filter for IGMP.  A raw IGMP socket would see only
+    what the IP layer delivers locally, and Linux delivers an IGMP packet only for a group the port has
+    joined (ip_check_mc_rcv): a v2 report goes to its own group, which a router has not joined.
+    Send: a raw IGMP socket (TTL 1, Router Alert, the port's address as source)."""
+
+    def __init__(self, name: str, address: IPv4Address) -> None:
+        from aidcnet.igmp.node import ROUTER_ALERT
+
+        self.name = name
+        self.rx = rx = socket.socket(socket.AF_PACKET, socket.SOCK_DGRAM, 0)
+        self.sock = sock = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_IGMP)
+        try:
+            code = _igmp_filter()
+            buf = ctypes.create_string_buffer(code, len(code))
+            rx.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER, struct.pack("HL", 4, ctypes.addressof(buf)))
+            with contextlib.suppress(OSError):  # Linux 4.20+; our own queries are also told by address
+                rx.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
+            rx.bind((name, ETH_P_IP))
+            rx.setblocking(False)
+            sock.setsockopt(socket.SOL_SOCKET, SO_BINDTODEVICE, name.encode())
+            sock.setsockopt(socket.IPPROTO_IP, IP_OPTIONS, ROUTER_ALERT)
+            sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, 1)
+            sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_LOOP, 0)
+            sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, address.packed)
+            sock.setblocking(False)
+        except OSError:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        self.rx.close()
+        self.sock.close()
+
+
+class IgmpService:
+    def __init__(self, igmp: Igmp, bier: BierService, config: NodeConfig) -> None:
+        from aidcnet.igmp.node import IgmpLeaf, PortConfig
+
+        edge = bier.edge
+        if edge is None:
+            raise ValueError("igmp: needs net-BIER host ports (bier.host_ports) on this leaf")
+        addresses = {i.name: i.ipv4.ip for i in config.interfaces if i.ipv4 is not None}
+        wanted = igmp.ports or [_default_port(n) for n in bier.bier.host_ports]
+        ports = []
+        for i, p in enumerate(wanted):
+            if p.name not in addresses:
+                raise ValueError(
+                    f"igmp.ports.{i}: host port {p.name} has no IPv4 address in interfaces; the querier "
+                    "sends from it and elects on it (RFC 3376 §6.6.2): give the port an address"
+                )
+            ports.append(PortConfig(p.name, addresses[p.name], p.querier, p.proxy))
+        self.igmp = igmp
+        self.bier = bier
+        self.edge = edge
+        self.counters: Counter[str] = Counter()
+        self.leaf: IgmpLeaf = IgmpLeaf(
+            ports,
+            igmp.timers(),
+            bier.bier.bfr_id,
+            bier.bier.bsl,
+            config.loopback.ip,
+            igmp.bfirs,
+            igmp.receivers,
+            igmp.groups,
+            bier.bier.flows,
+            time.monotonic(),
+            max_channels=igmp.max_channels,
+            max_groups=igmp.max_groups,
+        )
+        self.static_members = (
+            {str(m.group): list(m.interfaces) for m in bier.bier.members} if "static" in igmp.groups else {}
+        )
+        self._ports: dict[str, _Port] = {}
+        self._proxy_ports: dict[str, _Port] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._chain = bier.dataplane.deliver
+        try:
+            for p in ports:
+                try:
+                    self._ports[p.name] = _Port(p.name, p.address)
+                except OSError as exc:
+                    raise OSError(exc.errno, f"igmp host port {p.name!r}: {exc.strerror or exc}") from exc
+        except BaseException:
+            self.close()
+            raise
+        self._members: dict[str, list[str]] | None = {}
+        self._wake = asyncio.Event()
+        # Why a lock: BIER deliveries may come from the dataplane's thread, host ports from the loop's.
+        self._lock = threading.RLock()
+        bier.dataplane.deliver = self._deliver
+        self._proxy_ports = {p.name: self._ports[p.name] for p in ports if p.proxy}
+        edge.before_lookup = self.before_lookup
+        self._apply(flows=True)
+
+    # -- input ------------------------------------------------------------------------------------
+    def _read(self, port: _Port) -> bool:
+        changed = False
+        for _ in range(_BATCH):
+            try:
+                packet = port.rx.recv(_RECV)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError as exc:
+                self.counters["rx-errors"] += 1
+                log.warning("%s: receive failed: %s", port.name, exc)
+                break
+            with self._lock:
+                changed |= self._do(self.leaf.receive(port.name, packet, time.monotonic()))
+        return changed
+
+    def before_lookup(self, port: str) -> None:
+        """The edge's hook before each lookup: on a port that may send Receiver Proxy Reports, read what
+        its kernel queued first (one non-blocking receive; other ports pay nothing)."""
+        p = self._proxy_ports.get(port)
+        if p is not None:
+            self._read(p)
+
+    def _deliver(self, payload: bytes, bfir_id: int, proto: int, header: bytes) -> None:
+        # IGMP over BIER (a BFER's report) is ours; every other delivery goes on to the edge.
+        if proto == BierProto.IPV4 and len(payload) >= 20 and payload[9] == 2:
+            with self._lock:
+                self._do(self.leaf.receive_over_bier(payload, time.monotonic()))
+            return
+        if self._chain is not None:
+            self._chain(payload, bfir_id, proto, header)
+
+    # -- output -----------------------------------------------------------------------------------
+    def _do(self, sends: Sends, wake: bool = True) -> bool:
+        from aidcnet.igmp.codec import encode
+
+        for port, query in sends.queries:
+            self._send_query(port, query, encode(query))
+        for packet in sends.over_bier:
+            try:
+                self.bier.dataplane.impose(packet, self.leaf.bfirs, proto=BierProto.IPV4)
+                self.counters["bier-reports-imposed"] += 1
+            except Exception as exc:
+                self.counters["bier-report-errors"] += 1
+                log.warning("igmp report over BIER to %s failed: %s", self.leaf.bfirs, exc)
+        self._apply(sends.flows_changed)
+        if wake and self._loop is not None:  # the timers may be due sooner now; set() is not thread-safe
+            self._loop.call_soon_threadsafe(self._wake.set)
+        return sends.flows_changed
+
+    def _send_query(self, port: str, query: Query, data: bytes) -> None:
+        dst = ALL_SYSTEMS if query.is_general else str(query.group)
+        try:
+            self._ports[port].sock.sendto(data, (dst, 0))
+        except OSError as exc:
+            self.counters["tx-errors"] += 1
+            log.warning("%s: query to %s failed: %s", port, dst, exc)
+            return
+        self.counters[f"port.{port}.queries-sent"] += 1
+        self.counters["queries-sent"] += 1
+
+    def _apply(self, flows: bool) -> None:
+        if flows:
+            new = self.leaf.flows()
+            self.edge.set_flows(new)
+            if self.bier.net_ebpf is not None:
+                try:
+                    self.bier.net_ebpf.set_flows(new)
+                except OSError as exc:  # the Python edge still imposes what the map misses
+                    self.counters["ebpf-flow-errors"] += 1
+                    log.warning("eBPF imposition map not updated: %s", exc)
+            self.counters["flow-updates"] += 1
+        members = {str(g): ports for g, ports in self.leaf.members(time.monotonic()).items()}
+        for g, ports in self.static_members.items():
+            members[g] = sorted(set(members.get(g, [])) | set(ports))
+        if members != self._members:
+            self.edge.set_members(members)
+            self._members = members
+            self.counters["member-updates"] += 1
+
+    # -- running ----------------------------------------------------------------------------------
+    def attach(self, loop: asyncio.AbstractEventLoop) -> None:
+        for p in self._ports.values():
+            loop.add_reader(p.rx.fileno(), self._read, p)
+        self._loop = loop
+        self._task = loop.create_task(self._timers())
+
+    async def _timers(self) -> None:
+        while True:
+            now = time.monotonic()
+            try:
+                with self._lock:
+                    self._do(self.leaf.tick(now), wake=False)
+            except Exception:  # a bug in one tick must not stop the querier
+                self.counters["tick-errors"] += 1
+                log.exception("igmp tick failed")
+            self._wake.clear()
+            with self._lock:
+                deadline = self.leaf.next_deadline(time.monotonic())
+            wait = max(0.001, min(deadline - time.monotonic(), 60.0))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), wait)
+
+    def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+        if self._loop is not None:
+            for p in self._ports.values():
+                self._loop.remove_reader(p.rx.fileno())
+            self._loop = None
+        for p in self._ports.values():
+            p.close()
+        self._ports = {}
+        if getattr(self.bier.dataplane, "deliver", None) == self._deliver:
+            self.bier.dataplane.deliver = self._chain
+        if self.edge.before_lookup == self.before_lookup:
+            self.edge.before_lookup = None
+        self._proxy_ports = {}
+        if getattr(self, "_members", None) is not None:
+            # The edge goes on without IGMP: back to the node file's static flows and members.
+            static = self.bier.bier
+            self.edge.set_flows(static.flows)
+            self.edge.set_members({str(m.group): list(m.interfaces) for m in static.members})
+            if self.bier.net_ebpf is not None:
+                with contextlib.suppress(OSError):
+                    self.bier.net_ebpf.set_flows(static.flows)
+            self._members = None
+
+    def status(self) -> dict[str, Any]:
+        with self._lock:
+            out = self.leaf.status(time.monotonic())
+        out["counters"].update({f"shell.{k}": v for k, v in self.counters.items()})
+        out["member_ports"] = self._members
+        return out
+
+    def all_counters(self) -> dict[str, int]:
+        return {**self.leaf.all_counters(), **{f"shell.{k}": v for k, v in self.counters.items()}}
+
+
+def _default_port(name: str) -> Any:
+    from aidcnet.config import IgmpPort
+
+    return IgmpPort(name=name)
+
+
+class IgmpPart(Service):
+    """Rebuilt when the node file's ``igmp`` section, the interfaces or the BIER service change."""
+
+    def __init__(self, bier: BierPart) -> None:
+        self.bier = bier
+        self.current: IgmpService | None = None
+        self._key: tuple[Any, ...] | None = None
+
+    async def reload(self, config: NodeConfig | None) -> None:
+        igmp = config.igmp if config else None
+        key = (igmp, id(self.bier.current), tuple(config.interfaces) if config else ())
+        if key == self._key and (self.current is not None) == (igmp is not None):
+            return
+        if self.current is not None:
+            self.current.close()
+            self.current = None
+            self._key = None
+        if igmp is None or config is None:
+            return
+        if self.bier.current is None:
+            raise ValueError("igmp: needs a bier section (the leaf is BFIR and BFER)")
+        service = IgmpService(igmp, self.bier.current, config)
+        service.attach(asyncio.get_running_loop())
+        self.current = service
+        self._key = key
+
+    async def stop(self) -> None:
+        if self.current is not None:
+            self.current.close()
+            self.current = None
+
+    async def show(self, _request: dict[str, Any]) -> dict[str, Any]:
+        if self.current is None:
+            raise ValueError("this node runs no IGMP (no igmp section applied)")
+        return {"ok": True, **self.current.status()}
+
+    def handlers(self) -> dict[Op, Handler]:
+        return {Op.IGMP: self.show}
+
+    def counters(self) -> dict[str, int]:
+        if self.current is None:
+            return {}
+        return {f"igmp.{k}": v for k, v in self.current.all_counters().items()}

@@ -1,0 +1,135 @@
+"""leaf-spine split in two parts side by side on this machine, the cut links over VXLAN (issue 19).
+
+The unsplit lab replays a small trace first; then ``aidclab split`` cuts it in two, each part is
+deployed with its own underlay namespace (two stand-in hosts, orchestrator.lab.vxlan.local_underlay),
+the whole lab is configured and replayed through the manifest, and delivery and every link's counters
+must equal the unsplit run's. The underlay's own counters show the VXLAN overhead: 50 bytes per inner
+frame on the cut links. Destroying both parts leaves no VXLAN device, veth, netns or container.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import yaml
+
+from orchestrator.experiment.results import list_runs, load_run
+from orchestrator.lab.runtime.docker import DockerRuntime
+from orchestrator.lab.topology import VXLAN_OVERHEAD_V4
+from tests.e2e.conftest import ROOT, aidclab, host_veths, lab_copy
+
+TRACE = ROOT / "workloads" / "moe-sample.jsonl"
+MODE = "host-bier"  # BIER picks its path from the Entropy: every link direction is deterministic
+UNDERLAY = f"vxA-e2e{os.getpid()}"
+
+
+def replay(lab: str, results: Path, cwd: Path):
+    before = set(list_runs(results)) if results.exists() else set()
+    # check=True: non-zero unless every (message, receiver) arrived intact exactly once.
+    aidclab("replay", lab, str(TRACE), "--mode", MODE, "--results-dir", str(results), cwd=cwd)
+    (new,) = set(list_runs(results)) - before
+    return load_run(new)
+
+
+def link_counts(run) -> dict[str, tuple[int, int, int, int]]:
+    return {
+        lc.link: (lc.a_to_b_packets, lc.a_to_b_bytes, lc.b_to_a_packets, lc.b_to_a_bytes) for lc in run.links
+    }
+
+
+def ul0_bytes(netns: str) -> int:
+    out = subprocess.run(
+        ["ip", "-j", "-s", "-n", netns, "link", "show", "ul0"], capture_output=True, text=True, check=True
+    )
+    stats = json.loads(out.stdout)[0]["stats64"]
+    return stats["tx"]["bytes"] + stats["rx"]["bytes"]
+
+
+def lab_netns() -> set[str]:
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout
+    return {line.split()[0] for line in out.splitlines() if line.strip()}
+
+
+def vxlan_devices() -> str:
+    return subprocess.run(
+        ["ip", "-br", "link", "show", "type", "vxlan"], capture_output=True, text=True
+    ).stdout
+
+
+def test_split_leaf_spine_replays_like_the_whole(runtime: DockerRuntime, tmp_path: Path) -> None:
+    from orchestrator.lab.split import load_split
+    from orchestrator.lab.vxlan import local_underlay, remove_local_underlay
+
+    results = tmp_path / "results"
+    lab = lab_copy(tmp_path, "leaf-spine", "sp-whole")
+    veths0, netns0 = host_veths(), lab_netns()
+    # 1. The unsplit lab: the reference run.
+    try:
+        aidclab("deploy", str(lab), "-q", cwd=tmp_path)
+        aidclab("configure", str(lab), cwd=tmp_path)
+        whole = replay(str(lab), results, tmp_path)
+    finally:
+        aidclab("destroy", str(lab), "--cleanup", cwd=tmp_path, check=False)
+
+    # 2. Two parts, each with its own underlay namespace holding the address split gave its host.
+    out = aidclab("split", str(lab), "--hosts", "a,b", "-o", "parts", cwd=tmp_path).stdout
+    print(out)
+    manifest = tmp_path / "parts" / "sp-whole.split.yml"
+    split = load_split(manifest)
+    underlay = local_underlay({p["host"]: p["underlay"] for p in split.parts}, UNDERLAY)
+    cuts = yaml.safe_load(manifest.read_text())["cuts"]
+    cut_links = {c["link"].replace(" <-> ", "<->") for c in cuts}  # the replay's link ids
+    assert len(cut_links) == 4
+    try:
+        for part in split.parts:
+            aidclab(
+                "deploy",
+                str(tmp_path / "parts" / part["file"]),
+                "-q",
+                "--underlay-netns",
+                underlay[part["host"]],
+                cwd=tmp_path,
+            )
+        aidclab("configure", str(manifest), cwd=tmp_path)
+        ul_before = ul0_bytes(underlay["a"])
+        parted = replay(str(manifest), results, tmp_path)
+        ul_delta = ul0_bytes(underlay["a"]) - ul_before
+    finally:
+        for part in split.parts:
+            aidclab(
+                "destroy",
+                str(tmp_path / "parts" / part["file"]),
+                "--cleanup",
+                "--underlay-netns",
+                underlay[part["host"]],
+                cwd=tmp_path,
+                check=False,
+            )
+        remove_local_underlay(UNDERLAY, [p["host"] for p in split.parts])
+
+    # Same delivery, same counters on every link, cut or not.
+    assert parted.metrics.delivery.ok and parted.metrics.delivery.duplicates == 0  # type: ignore[union-attr]
+    assert parted.metrics.delivery == whole.metrics.delivery  # type: ignore[union-attr]
+    assert link_counts(parted) == link_counts(whole)
+    # The cut links' inner frames crossed the underlay with 50 bytes each of outer headers; the
+    # underlay also carries its own ARP/ND, a few small frames.
+    counts = link_counts(parted)
+    inner_pkts = sum(counts[lk][0] + counts[lk][2] for lk in cut_links)
+    inner_bytes = sum(counts[lk][1] + counts[lk][3] for lk in cut_links)
+    expected = inner_bytes + VXLAN_OVERHEAD_V4 * inner_pkts
+    print(
+        f"cut links: {inner_pkts} frames, {inner_bytes} inner bytes; underlay of part a: {ul_delta} bytes "
+        f"= inner + {VXLAN_OVERHEAD_V4} x frames + {ul_delta - expected} (underlay ARP/ND); overhead "
+        f"{(ul_delta - inner_bytes) / max(inner_bytes, 1):.2%}"
+    )
+    assert inner_pkts > 0
+    assert 0 <= ul_delta - expected <= 2000
+
+    # Nothing left behind: containers, VXLAN devices, veths, namespaces.
+    assert runtime.lab_containers("sp-whole-a") == [] and runtime.lab_containers("sp-whole-b") == []
+    assert vxlan_devices().strip() == ""
+    assert host_veths() <= veths0
+    assert lab_netns() <= netns0

@@ -1,0 +1,188 @@
+"""The IGMP service on two leaves (test_net_bier's namespaces, their leaf ports now with addresses):
+kernel receivers join, the BFER leaf reports over BIER, the BFIR leaf's net-BIER flows follow; a
+Receiver Proxy Report from an allowed port changes the very next packet's BitString, one from another
+port is dropped and counted.  Needs root."""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import os
+import socket
+import time
+from collections.abc import Iterator
+from types import SimpleNamespace
+
+import pytest
+
+from aidcnet.agent.bier_dataplane import BierDataplane
+from aidcnet.agent.igmp_service import IgmpService
+from aidcnet.agent.net_bier import NetBierEdge
+from aidcnet.bier.bift import build_bifts
+from aidcnet.bier.routing import compute_birts
+from aidcnet.config import Bier, Igmp, IgmpPort
+from aidcnet.igmp.codec import encode
+from aidcnet.igmp.extensions import ProxyReport
+from aidcnet.igmp.node import ALL_V3_ROUTERS
+from tests.unit.aidcnet.agent.test_net_bier import BSL, CORE, G1, G2, HOSTS, IP_RECVTTL, PORT, Lab, ip, netns
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root for network namespaces")
+
+PORT_ADDR = {("l1", "hp1"): "10.99.1.1", ("l1", "hp2"): "10.99.3.1",
+             ("l2", "hp1"): "10.99.2.1", ("l2", "hp2"): "10.99.4.1"}  # fmt: skip
+IDS = {"l1": 1, "l2": 2}
+RECEIVERS = {ipaddress.IPv4Address(HOSTS["hB"]): 2, ipaddress.IPv4Address(HOSTS["hC"]): 1,
+             ipaddress.IPv4Address(HOSTS["hD"]): 2}  # fmt: skip
+TIMERS = dict(query_interval=4.0, query_response_interval=1.0, last_member_query_interval=0.2)
+
+
+class IgmpLab(Lab):
+    def __init__(self) -> None:
+        super().__init__()
+        self.ns = {n: f"igA{os.getpid() % 10000}{n}" for n in self.ns}
+        self.igmp: dict[str, IgmpService] = {}
+
+    def _leaves(self) -> None:
+        for (leaf, port), addr in PORT_ADDR.items():
+            ip("-n", self.ns[leaf], "addr", "add", f"{addr}/24", "dev", port)
+        adj = {"l1": ["l2"], "l2": ["l1"]}
+        birts = compute_birts(adj, IDS)
+        labels = {"l1": {(0, BSL, 0): 1000}, "l2": {(0, BSL, 0): 1100}}
+        for leaf, other in (("l1", "l2"), ("l2", "l1")):
+            with netns(self.ns[leaf]):
+                bifts = build_bifts(birts[leaf], BSL, {other: labels[other]})
+                dp = BierDataplane(IDS[leaf], BSL, 0, bifts, {other: (CORE[other], "core")}, labels[leaf],
+                                   bind_addr=CORE[leaf])  # fmt: skip
+                self.dps[leaf] = dp
+                dp.deliver = lambda p, b, pr, h, leaf=leaf: self.chained[leaf].append((p, b, pr))
+                edge = self.edges[leaf] = NetBierEdge(dp, ["hp1", "hp2"], [], [])
+                bier = Bier(bfr_id=IDS[leaf], bsl=BSL, host_ports=["hp1", "hp2"])
+                shell = SimpleNamespace(edge=edge, dataplane=dp, net_ebpf=None, bier=bier)
+                config = SimpleNamespace(
+                    loopback=ipaddress.IPv4Interface(f"10.255.255.{IDS[leaf]}/32"),
+                    interfaces=[
+                        SimpleNamespace(name=p, ipv4=ipaddress.IPv4Interface(f"{a}/24"))
+                        for (lf, p), a in PORT_ADDR.items()
+                        if lf == leaf
+                    ],
+                )
+                igmp = Igmp(
+                    ports=[IgmpPort(name="hp1", proxy=True), IgmpPort(name="hp2")],
+                    bfirs=[1, 2],
+                    receivers=RECEIVERS,
+                    **TIMERS,
+                )
+                self.igmp[leaf] = IgmpService(igmp, shell, config)  # type: ignore[arg-type]
+            dp.attach(self.loop)
+            edge.attach(self.loop)
+            self.igmp[leaf].attach(self.loop)
+
+    def close(self) -> None:
+        for svc in self.igmp.values():
+            svc.close()
+        self.loop.run_until_complete(asyncio.sleep(0.05))  # let the cancelled timer tasks finish
+        super().close()
+
+    def flows(self, leaf: str) -> list[tuple[str | None, str, tuple[int, ...]]]:
+        return [
+            (str(f.source) if f.source else None, str(f.group), f.bfers) for f in self.igmp[leaf].leaf.flows()
+        ]
+
+    def proxy_report(self, group: str, receivers: list[str], src: str = HOSTS["hA"]) -> None:
+        """hA sends its first-hop router a Receiver Proxy Report for (src, group), then at once..."""
+        report = ProxyReport(
+            ipaddress.IPv4Address(group),
+            ipaddress.IPv4Address(src),
+            tuple(map(ipaddress.IPv4Address, receivers)),
+        ).to_report()
+        with netns(self.ns["hA"]):
+            s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_IGMP)
+        with s:
+            s.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, 1)
+            s.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton(src))
+            s.sendto(encode(report), (str(ALL_V3_ROUTERS), 0))
+
+
+@pytest.fixture(scope="module")
+def lab() -> Iterator[IgmpLab]:
+    lab = IgmpLab()
+    try:
+        lab.build()  # _hosts() joins: hB G1 and G2, hC G1, hD G1 (test_net_bier.RECEIVERS)
+        yield lab
+    finally:
+        lab.close()
+
+
+def test_kernel_joins_reach_the_bfir(lab: IgmpLab) -> None:
+    # Joins happened when the sockets opened; the kernels repeat their reports, the querier asks too.
+    lab.pump(
+        lambda: (None, G1, (1, 2)) in lab.flows("l1") and (None, G2, (2,)) in lab.flows("l1"), timeout=6.0
+    )
+    assert lab.flows("l2") == lab.flows("l1")  # every leaf is a BFIR: both hear both BFERs
+    status = lab.igmp["l2"].status()
+    assert set(status["ports"]["hp1"]["groups"]) == {G1, G2}
+    assert status["member_ports"] == {G1: ["hp1", "hp2"], G2: ["hp1"]}
+    assert status["counters"]["bier-reports-out"] >= 1 and status["counters"].get("dropped", 0) == 0
+    lab.reset()
+    lab.send(b"igmp-g1")
+    lab.pump(lambda: all(lab.got[(h, G1)] for h in ("hB", "hC", "hD")))
+    lab.settle()
+    assert lab.received() == {(h, G1): [(b"igmp-g1", 7)] for h in ("hB", "hC", "hD")}
+
+
+def test_leave_prunes_within_lmqt(lab: IgmpLab) -> None:
+    lab.pump(lambda: (None, G1, (1, 2)) in lab.flows("l1"), timeout=6.0)
+    lab.rx.pop(("hC", G1)).close()  # hC's kernel sends TO_IN({}) for G1
+    t0 = time.monotonic()
+    lab.pump(lambda: (None, G1, (2,)) in lab.flows("l1"), timeout=3.0)
+    # LMQT at the BFER port (2 x 0.2 s) then LMQT at the BFIR (another 0.4 s), plus the pump's steps
+    assert time.monotonic() - t0 < 2.0
+    lab.reset()
+    lab.send(b"after-leave")
+    lab.pump(lambda: bool(lab.got[("hB", G1)]) and bool(lab.got[("hD", G1)]))
+    lab.settle()
+    assert lab.got[("hC", G1)] == []
+
+
+def test_proxy_report_changes_the_next_packet(lab: IgmpLab) -> None:
+    with netns(lab.ns["hC"]):  # hC joins G2 too: IGMP then gives (*, G2) -> {1, 2}
+        s = lab._sock(socket.AF_INET, socket.SOCK_DGRAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind((G2, PORT))
+        s.setsockopt(socket.IPPROTO_IP, IP_RECVTTL, 1)
+        s.setsockopt(
+            socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP, socket.inet_aton(G2) + socket.inet_aton(HOSTS["hC"])
+        )
+    lab.rx[("hC", G2)] = s
+    lab.got[("hC", G2)] = []
+    lab.pump(lambda: (None, G2, (1, 2)) in lab.flows("l1"), timeout=6.0)
+    lab.reset()
+    before = lab.counters()["l1"]
+    # (hA, G2) to hC only (BFER 1): overrides IGMP's (*, G2); the data follows the report at once
+    lab.proxy_report(G2, [HOSTS["hC"]])
+    lab.send(b"proxied", group=G2)
+    lab.pump(lambda: bool(lab.got[("hC", G2)]))
+    lab.settle()
+    assert lab.received() == {("hC", G2): [(b"proxied", 7)]}  # hB joined G2, but the source named hC
+    assert (HOSTS["hA"], G2, (1,)) in lab.flows("l1")
+    assert lab.counters()["l1"]["imposed"] == before["imposed"] + 1
+    # removal: the next packet follows IGMP again, to both
+    lab.reset()
+    lab.proxy_report(G2, [])
+    lab.send(b"igmp-again", group=G2)
+    lab.pump(lambda: bool(lab.got[("hB", G2)]) and bool(lab.got[("hC", G2)]))
+    lab.settle()
+    assert lab.received() == {("hB", G2): [(b"igmp-again", 7)], ("hC", G2): [(b"igmp-again", 7)]}
+
+
+def test_proxy_report_from_a_port_not_allowed_is_dropped(lab: IgmpLab) -> None:
+    svc = lab.igmp["l2"]  # hB sits on l2 hp1... which allows proxies; hD on hp2 does not
+    report = ProxyReport(ipaddress.IPv4Address(G1), ipaddress.IPv4Address(HOSTS["hD"]),
+                         (ipaddress.IPv4Address(HOSTS["hB"]),)).to_report()  # fmt: skip
+    with netns(lab.ns["hD"]):
+        s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_IGMP)
+    with s:
+        s.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton(HOSTS["hD"]))
+        s.sendto(encode(report), (str(ALL_V3_ROUTERS), 0))
+    lab.pump(lambda: svc.leaf.counters["port.hp2.dropped.proxy-port-not-allowed"] == 1)
+    assert all(f[0] != HOSTS["hD"] for f in lab.flows("l2"))
