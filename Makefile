@@ -8,10 +8,10 @@ AIDCLAB  := $(VENV)/bin/aidclab
 PYTEST   := $(VENV)/bin/pytest
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: help setup images deploy configure plan replay report inspect linkcheck graph destroy test unit dataplane e2e lint bench demo
+.PHONY: help setup images deploy redeploy configure plan replay report inspect linkcheck graph destroy test unit dataplane e2e lint bench demo
 
 help:
-	@echo "make setup | images | deploy | configure | plan | inspect | linkcheck | graph | destroy   [LAB=$(LAB)]"
+	@echo "make setup | images | deploy | redeploy | configure | plan | inspect | linkcheck | graph | destroy   [LAB=$(LAB)]"
 	@echo "make replay [WORKLOAD=$(WORKLOAD) MODE=$(MODE)] | report"
 	@echo "make test (lint + unit + dataplane + e2e) | unit | dataplane | e2e | lint | bench | demo"
 
@@ -21,7 +21,12 @@ setup:
 images: setup
 	$(AIDCLAB) images
 
+# containerlab's semantics: deploy never replaces a running lab (it says so); configure configures the running
+# lab, deploying it only if it is absent; redeploy is the one target that throws a running lab away.
 deploy: images
+	$(AIDCLAB) deploy $(LAB) --if-absent
+
+redeploy: images
 	$(AIDCLAB) deploy $(LAB) --reconfigure
 
 configure: deploy

@@ -9,7 +9,8 @@ aidcnet ctl show config|counters    the running config, or the agent's counters
 aidcnet ctl ina show                INA jobs and slots in use on this node
 aidcnet ctl ina reset JOB           forget the slots of a job (before reusing its chunk numbers)
 aidcnet ctl ina allreduce --job 1   run one AllReduce of a generated array here (docs/allreduce.md)
-aidcnet ctl show bgp                BGP sessions, routes with FARE weights, link events (docs/fare.md)
+aidcnet ctl show bgp|bift [--json]  BGP sessions and routes with FARE weights (docs/fare.md), or the
+                                    BIFT per SI, as tables (--json: the agent's reply)
 aidcnet ctl link-bandwidth IF BW    FARE: the link on IF now carries BW (aidclab link set ... bandwidth)
 aidcnet ctl fare-send --dst IP      FARE: send per-flow/per-packet test traffic, report tx per interface
 """
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 
 from aidcnet.agent.control import Op
 from aidcnet.modes import Mode
@@ -26,7 +28,7 @@ from aidcnet.paths import DEFAULT_CONFIG_PATH
 from aidcnet.roles import AGENT_ROLES
 
 
-def _ask(op: Op, **fields: object) -> int:
+def _ask(op: Op, render: Callable[[dict], str] | None = None, **fields: object) -> int:
     from aidcnet.agent.client import AgentClient, AgentError
     from aidcnet.agent.control import ControlError
 
@@ -42,7 +44,7 @@ def _ask(op: Op, **fields: object) -> int:
     except ControlError as exc:
         print(f"aidcnet ctl: {exc}", file=sys.stderr)
         return 1
-    print(json.dumps(reply, indent=2, sort_keys=True))
+    print(render(reply) if render is not None else json.dumps(reply, indent=2, sort_keys=True))
     return 0
 
 
@@ -82,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     validate.add_argument("file")
     show = verbs.add_parser("show", help="print the running state")
     show.add_argument("what", choices=[Op.CONFIG, Op.COUNTERS, Op.BIFT, Op.BGP, Op.IGMP])
+    show.add_argument("--json", action="store_true", help="bgp, bift: the agent's reply as JSON, not a table")
     link_bw = verbs.add_parser("link-bandwidth", help="FARE: set a BGP link's bandwidth (aidclab link set)")
     link_bw.add_argument("interface", help="the local interface, e.g. eth2")
     link_bw.add_argument("bandwidth", help="bits/s with an SI prefix, e.g. 400G")
@@ -125,7 +128,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.verb == "reload":
         return _ask(Op.RELOAD, **({"file": args.file} if args.file else {}))
     if args.verb == "show":
-        return _ask(Op(args.what))
+        from aidcnet.show import format_bgp, format_bift
+
+        tables = {Op.BGP: format_bgp, Op.BIFT: format_bift}
+        return _ask(Op(args.what), None if args.json else tables.get(Op(args.what)))
     if args.verb == "link-bandwidth":
         return _ask(Op.BGP_LINK, interface=args.interface, bandwidth=args.bandwidth)
     if args.verb == "fare-send":

@@ -17,9 +17,11 @@ a typical session:
   aidclab exec leaf-spine h1 -- ip -br addr
   aidclab graph leaf-spine --format mermaid
   aidclab link set leaf1:eth1 down        fault injection (down|up|bandwidth 400G|loss 0.02)
+  aidclab capture leaf1:eth1 -c 20        tcpdump on a link end; -w FILE for Wireshark (docs/capture.md)
   aidclab destroy leaf-spine --cleanup    remove everything the lab created, and its lab dir
 
-A LAB argument is a lab name (labs/NAME.clab.yml) or a path to a containerlab topology file.
+A LAB argument is a lab name (labs/NAME.clab.yml) or a path to a containerlab topology file; configure,
+plan, linkcheck, destroy, link set and capture take the one running lab when LAB is left out.
 The Makefile mirrors these: make images | deploy | inspect | destroy LAB=leaf-spine.
 """
 

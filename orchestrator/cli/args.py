@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -10,6 +11,50 @@ if TYPE_CHECKING:
     from orchestrator.lab.topology import Topology
 
 LAB_HELP = "lab name (labs/NAME.clab.yml) or topology file"
+OPTIONAL_LAB_HELP = LAB_HELP + "; default: the one lab running on this machine"
+
+
+class NoDefaultLab(ValueError):
+    """No LAB given and not exactly one lab running: the message lists what runs."""
+
+
+@dataclass(frozen=True)
+class RunningLab:
+    name: str
+    topology_file: str | None  # the file it was deployed from (label clab-topo-file)
+    lab_dir: Path | None  # clab-<lab>/ (the parent of label clab-node-lab-dir)
+
+
+def running_labs(containers: list[dict]) -> list[RunningLab]:
+    """The labs with at least one running container, from Docker's container list (containerlab's
+    labels). Lab folders of destroyed labs do not count: only containers do."""
+    from orchestrator.lab.runtime.docker import LAB_LABEL
+
+    labs: dict[str, RunningLab] = {}
+    for c in containers:
+        labels = c.get("Labels") or {}
+        if c.get("State") != "running" or not labels.get(LAB_LABEL):
+            continue
+        node_dir = labels.get("clab-node-lab-dir")
+        lab_dir = Path(node_dir).parent if node_dir else None
+        name = labels[LAB_LABEL]
+        labs.setdefault(name, RunningLab(name, labels.get("clab-topo-file"), lab_dir))
+    return [labs[k] for k in sorted(labs)]
+
+
+def default_lab(containers: list[dict] | None = None) -> RunningLab:
+    """The single running lab, for a command given no LAB; NoDefaultLab says what runs otherwise."""
+    if containers is None:
+        from orchestrator.lab.runtime.docker import DockerRuntime
+
+        containers = DockerRuntime().lab_containers()
+    labs = running_labs(containers)
+    if len(labs) == 1:
+        return labs[0]
+    if not labs:
+        raise NoDefaultLab("no lab is running: name one (e.g. leaf-spine), or deploy one: aidclab deploy LAB")
+    names = ", ".join(lab.name for lab in labs)
+    raise NoDefaultLab(f"{len(labs)} labs are running ({names}): name the one you mean")
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
@@ -22,28 +67,34 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescript
 
 
 def add_lab_argument(p: argparse.ArgumentParser, optional: bool = False, help: str = LAB_HELP) -> None:
+    """``optional``: LAB may be left out; load_lab and lab_name then take the one running lab."""
     if optional:
-        p.add_argument("lab", nargs="?", help=help)
+        p.add_argument("lab", nargs="?", help=OPTIONAL_LAB_HELP if help == LAB_HELP else help)
     else:
         p.add_argument("lab", help=help)
 
 
-def load_lab(lab: str) -> Topology:
-    """The validated topology of a lab name or topology file (TopologyError names what is wrong). A split
-    manifest (``<lab>.split.yml``) stands for the whole lab across its parts."""
+def load_lab(lab: str | None) -> Topology:
+    """The validated topology of a lab name or topology file (TopologyError names what is wrong); None:
+    the one running lab. A split manifest (``<lab>.split.yml``) stands for the whole lab across its parts."""
     from orchestrator.lab.split import is_manifest, load_split
     from orchestrator.lab.topology import load_topology, resolve_lab
 
+    if not lab:
+        running = default_lab()
+        lab = running.topology_file or running.name
     if is_manifest(lab):
         return load_split(lab).whole
     return load_topology(resolve_lab(lab))
 
 
-def lab_name(lab: str) -> str:
+def lab_name(lab: str | None) -> str:
     """A lab name from a name or a topology file, without requiring the file to still be valid (a lab
     whose file was edited since the deploy must still be inspectable and destroyable)."""
     from orchestrator.lab.topology import TopologyError, resolve_lab
 
+    if not lab:
+        return default_lab().name
     path = resolve_lab(lab)
     if path.exists():
         try:

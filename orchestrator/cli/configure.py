@@ -9,18 +9,20 @@ from pathlib import Path
 from orchestrator.cli.args import add_lab_argument, load_lab
 
 
-def _split_inventory(lab: str) -> None:
+def _split_inventory(lab: str | None) -> None:
     """A split lab has no deploy of its own that writes the whole inventory: write it from the manifest."""
     from orchestrator.lab.split import is_manifest, load_split, write_inventory
 
-    if is_manifest(lab):
+    if lab and is_manifest(lab):
         print(f"wrote {write_inventory(load_split(lab))}", file=sys.stderr)
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
     from orchestrator.configure.ansible import write_lab_plan
+    from orchestrator.configure.plan import describe_vars
 
     topo = load_lab(args.lab)
+    print(describe_vars(topo), file=sys.stderr)
     _split_inventory(args.lab)
     path = write_lab_plan(topo).path
     print(f"wrote {path / 'plan.yml'} and {path / 'host_vars'}/ ({len(topo.nodes)} nodes)", file=sys.stderr)
@@ -39,7 +41,10 @@ def cmd_configure(args: argparse.Namespace) -> int:
         else:
             key, _, value = item.partition("=")
             extra[key] = yaml.safe_load(value)
+    from orchestrator.configure.plan import describe_vars
+
     topo = load_lab(args.lab)
+    print(describe_vars(topo), file=sys.stderr)
     _split_inventory(args.lab)
     configure(topo, check=args.check, extra_vars=extra)
     return 0
@@ -53,7 +58,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "clab-<lab>/plan.yml, host_vars/ and group_vars/ where Ansible finds them. configure does this "
         "itself; plan alone is for reading it or for running ansible-playbook by hand.",
     )
-    add_lab_argument(p)
+    add_lab_argument(p, optional=True)
     p.set_defaults(func=cmd_plan)
 
     p = sub.add_parser(
@@ -67,7 +72,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "ansible-playbook -i clab-leaf-spine/ansible-inventory.yml playbooks/site.yml",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    add_lab_argument(p)
+    add_lab_argument(p, optional=True)
     p.add_argument(
         "--check", action="store_true", help="Ansible check mode: report what would change, change nothing"
     )

@@ -29,10 +29,25 @@ def cmd_deploy(args: argparse.Namespace) -> int:
 
     topo = load_lab(args.lab)
     runtime = DockerRuntime()
+    if args.if_absent and not args.reconfigure:
+        running = runtime.lab_containers(topo.name)
+        if running:
+            print(already_running(topo.name, len(running)))
+            return 0
     deploy(topo, runtime, reconfigure=args.reconfigure, underlay_netns=args.underlay_netns)
     if not args.quiet:
         print_table(status(runtime, topo.name))
     return 0
+
+
+def already_running(lab: str, containers: int) -> str:
+    """What `deploy --if-absent` (make deploy) says instead of replacing a running lab, as containerlab
+    does."""
+    return (
+        f"lab {lab!r} is already running ({containers} containers); left as it is. "
+        f"`make redeploy LAB={lab}` (aidclab deploy {lab} --reconfigure) replaces it, "
+        f"`aidclab destroy {lab}` removes it"
+    )
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
@@ -80,9 +95,6 @@ def _print_vxlan_links(lab: str | None, split: SplitLab | None) -> None:
 def cmd_destroy(args: argparse.Namespace) -> int:
     from orchestrator.lab.deploy import destroy
 
-    if not args.lab and not args.all:
-        fail("say which lab to destroy (aidclab destroy leaf-spine) or --all")
-        return 2
     destroy(
         None if args.all else lab_name(args.lab), cleanup=args.cleanup, underlay_netns=args.underlay_netns
     )
@@ -183,17 +195,7 @@ UNDERLAY_HELP = (
 )
 
 
-def add_parsers(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "images",
-        help="build the node images from a local Debian rootfs (cached)",
-        description="Build aidclab/base (mmdebstrap + docker import), a wheelhouse, "
-        "aidclab/node and the role images bfr, ina-switch, gpu-host, frr, gobgp, bird. No registry is "
-        "used. A rebuild with unchanged inputs takes seconds.",
-    )
-    p.add_argument("--force", action="store_true", help="rebuild the rootfs and wheelhouse even if current")
-    p.set_defaults(func=cmd_images)
-
+def add_deploy_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "deploy",
         help="start a lab from a containerlab topology file",
@@ -209,9 +211,28 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="destroy the lab's existing containers first instead of refusing",
     )
+    p.add_argument(
+        "--if-absent",
+        action="store_true",
+        help="a lab that already has containers is left running and said so, with exit 0 (make deploy)",
+    )
     p.add_argument("-q", "--quiet", action="store_true", help="no node table at the end")
     p.add_argument("--underlay-netns", metavar="NETNS", help=UNDERLAY_HELP)
     p.set_defaults(func=cmd_deploy)
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "images",
+        help="build the node images from a local Debian rootfs (cached)",
+        description="Build aidclab/base (mmdebstrap + docker import), a wheelhouse, "
+        "aidclab/node and the role images bfr, ina-switch, gpu-host, frr, gobgp, bird. No registry is "
+        "used. A rebuild with unchanged inputs takes seconds.",
+    )
+    p.add_argument("--force", action="store_true", help="rebuild the rootfs and wheelhouse even if current")
+    p.set_defaults(func=cmd_images)
+
+    add_deploy_parser(sub)
 
     p = sub.add_parser("inspect", help="list a lab's nodes (table or containerlab JSON)")
     p.add_argument("lab", nargs="?", help="lab name or topology file (default: every lab)")
@@ -231,7 +252,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         description="Finds everything by containerlab's labels, so it also cleans up after "
         "a crashed or interrupted deploy. Idempotent: destroying twice is fine.",
     )
-    p.add_argument("lab", nargs="?", help="lab name or topology file")
+    add_lab_argument(p, optional=True)
     p.add_argument("--all", action="store_true", help="every lab on this machine")
     p.add_argument("--cleanup", action="store_true", help="also delete the lab directory clab-<lab>/")
     p.add_argument("--underlay-netns", metavar="NETNS", help=UNDERLAY_HELP)
@@ -246,6 +267,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     add_node_parsers(sub)
     add_split_parser(sub)
     add_link_parser(sub)
+    add_capture_parser(sub)
 
 
 def add_node_parsers(sub: argparse._SubParsersAction) -> None:
@@ -265,7 +287,7 @@ def add_node_parsers(sub: argparse._SubParsersAction) -> None:
         description="Sends a UDP probe to ff02::1 out of every data interface of every node "
         "and checks that exactly the peer named in the topology answers. Needs no addressing.",
     )
-    add_lab_argument(p)
+    add_lab_argument(p, optional=True)
     p.add_argument("-v", "--verbose", action="store_true", help="print passing links too")
     p.set_defaults(func=cmd_linkcheck)
 
@@ -311,16 +333,22 @@ def add_split_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _lab_dir(lab: str | None) -> Path:
-    from orchestrator.lab.linkset import LinkSetError
+    """The lab dir of LAB (clab-<lab>/ here), or of the one running lab, wherever it was deployed from."""
+    from orchestrator.cli.args import default_lab
     from orchestrator.lab.topology import lab_dir_name
 
-    if lab is not None:
+    if lab:
         return Path.cwd() / lab_dir_name(lab_name(lab))
-    found = sorted(p.parent for p in Path.cwd().glob("clab-*/topology-data.json"))
-    if len(found) != 1:
-        shown = ", ".join(p.name for p in found) or "none"
-        raise LinkSetError(f"name the lab with --lab: lab dirs here: {shown}")
-    return found[0]
+    running = default_lab()
+    return running.lab_dir or Path.cwd() / lab_dir_name(running.name)
+
+
+def split_lab(words: list[str]) -> tuple[str | None, list[str]]:
+    """``[LAB] NODE:IF ...``: LAB is there when the first word is not NODE:IF (a lab name or topology
+    file has no colon, an endpoint always has one)."""
+    if words and ":" not in words[0]:
+        return words[0], words[1:]
+    return None, words
 
 
 def cmd_link(args: argparse.Namespace) -> int:
@@ -332,7 +360,12 @@ def cmd_link(args: argparse.Namespace) -> int:
     started = time.monotonic()
     try:
         lines = link_set(
-            DockerRuntime(), _lab_dir(args.lab), args.endpoint, args.action, args.value, one_way=args.one_way
+            DockerRuntime(),
+            _lab_dir(args.lab_option or args.lab),
+            args.endpoint,
+            args.action,
+            args.value,
+            one_way=args.one_way,
         )
     except LinkSetError as exc:
         fail(str(exc))
@@ -344,7 +377,9 @@ def cmd_link(args: argparse.Namespace) -> int:
 
 
 _DESCRIPTION = """\
-aidclab link set NODE:IF down|up|bandwidth BW|loss P [burst B]|loss gilbert P R [LB [LG]]
+aidclab link set [LAB] NODE:IF down|up|bandwidth BW|loss P [burst B]|loss gilbert P R [LB [LG]]
+
+  LAB             lab name or topology file; left out: the one lab running on this machine
 
   down / up       set the interface down/up in the node: the peer loses carrier, and both agents
                   withdraw or re-weight through netlink at once (not at hold-timer expiry)
@@ -368,11 +403,11 @@ _EPILOG = """\
 examples:
   aidclab link set G1:eth2 down
   aidclab link set G1:eth2 up
-  aidclab link set --lab superpod G2:eth1 bandwidth 400G
-  aidclab link set --lab ina-fig1 s5:eth1 loss 0.02
-  aidclab link set --lab ina-fig1 s5:eth1 loss 5% burst 4
-  aidclab link set --lab ina-fig1 --one-way s5:eth1 loss gilbert 0.01 0.25 0.8
-  aidclab link set --lab ina-fig1 s5:eth1 loss 0
+  aidclab link set superpod G2:eth1 bandwidth 400G
+  aidclab link set ina-fig1 s5:eth1 loss 0.02
+  aidclab link set ina-fig1 s5:eth1 loss 5% burst 4
+  aidclab link set --one-way ina-fig1 s5:eth1 loss gilbert 0.01 0.25 0.8
+  aidclab link set ina-fig1 s5:eth1 loss 0
 """
 
 
@@ -387,22 +422,93 @@ def add_link_parser(sub: argparse._SubParsersAction) -> None:
     verbs = p.add_subparsers(dest="link_verb", required=True, metavar="set")
     s = verbs.add_parser(
         "set",
+        usage="aidclab link set [-h] [--one-way] [LAB] NODE:IF ACTION [VALUE ...]",
         help="change one link",
         description=_DESCRIPTION,
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    s.add_argument("--lab", help="lab name or topology file (default: the only clab-*/ lab dir here)")
-    s.add_argument("endpoint", help="NODE:INTERFACE, e.g. G1:eth2")
+    # --lab is what this command took before LAB became positional, as everywhere else; kept working.
+    s.add_argument("--lab", dest="lab_option", help=argparse.SUPPRESS)
     s.add_argument(
         "--one-way",
         action="store_true",
         help="loss: only on what NODE sends on IF (default: both directions of the link)",
     )
-    s.add_argument("action", choices=ACTIONS)
     s.add_argument(
-        "value",
-        nargs="*",
-        help="bandwidth: bits/s with an SI prefix, e.g. 400G; loss: P, P burst B, or gilbert P R [LB [LG]]",
+        "words",
+        nargs="+",
+        action=LinkWords,
+        metavar="[LAB] NODE:IF ACTION [VALUE ...]",
+        help=f"ACTION: {', '.join(ACTIONS)}; VALUE: bandwidth: bits/s with an SI prefix, e.g. 400G; "
+        "loss: P, P burst B, or gilbert P R [LB [LG]]",
     )
     s.set_defaults(func=cmd_link)
+
+
+class LinkWords(argparse.Action):
+    """Splits ``[LAB] NODE:IF ACTION [VALUE ...]`` into lab, endpoint, action and value at parse time, so
+    a wrong action is a usage error like any other."""
+
+    def __call__(self, parser, namespace, values, option_string=None):  # type: ignore[no-untyped-def]
+        lab, rest = split_lab(list(values))
+        if len(rest) < 2:
+            parser.error("give NODE:IF and an action, e.g. aidclab link set leaf1:eth1 down")
+        if rest[1] not in ACTIONS:
+            parser.error(f"action {rest[1]!r}: one of {', '.join(ACTIONS)}")
+        namespace.lab, namespace.endpoint, namespace.action, namespace.value = lab, rest[0], rest[1], rest[2:]
+
+
+class CaptureWords(argparse.Action):
+    def __call__(self, parser, namespace, values, option_string=None):  # type: ignore[no-untyped-def]
+        lab, rest = split_lab(list(values))
+        if len(rest) != 1:
+            parser.error("give one NODE:IF, e.g. aidclab capture leaf-spine leaf1:eth1 -c 20")
+        namespace.lab, namespace.endpoint = lab, rest[0]
+
+
+def cmd_capture(args: argparse.Namespace) -> int:
+    import subprocess
+
+    from orchestrator.lab.capture import capture_target, tcpdump_command
+    from orchestrator.lab.linkset import LinkSetError
+    from orchestrator.lab.shaping import node_netns
+
+    try:
+        container, interface = capture_target(_lab_dir(args.lab), args.endpoint)
+    except LinkSetError as exc:
+        fail(str(exc))
+        return 1
+    cmd = tcpdump_command(node_netns(container), interface, args.count, args.write)
+    print(f"capturing on {args.endpoint} ({container}): {' '.join(cmd)}", file=sys.stderr)
+    try:
+        return subprocess.run(cmd, check=False).returncode
+    except KeyboardInterrupt:
+        return 0
+    except FileNotFoundError as exc:
+        fail(f"{exc.filename} is not installed on this host (apt-get install tcpdump util-linux)")
+        return 1
+
+
+def add_capture_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "capture",
+        usage="aidclab capture [-h] [-c N] [-w FILE] [LAB] NODE:IF",
+        help="capture packets on a link end (tcpdump in the node's namespace, from the host)",
+        description="Runs the host's tcpdump inside NODE's network namespace on IF: decoded lines on "
+        "stdout, or a pcap file with -w (open it in Wireshark; docs/capture.md shows BIER decoded). "
+        "Runs until -c packets or Ctrl-C. Needs root, like deploy.",
+        epilog="examples:\n  aidclab capture leaf-spine leaf1:eth1 -c 20\n"
+        "  aidclab capture leaf-spine spine1:eth1 -c 200 -w bier.pcap",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "words",
+        nargs="+",
+        action=CaptureWords,
+        metavar="[LAB] NODE:IF",
+        help="lab name or topology file (default: the one running lab), then NODE:INTERFACE, e.g. leaf1:eth1",
+    )
+    p.add_argument("-c", "--count", type=int, help="stop after this many packets")
+    p.add_argument("-w", "--write", metavar="FILE", help="write a pcap file instead of printing")
+    p.set_defaults(func=cmd_capture)

@@ -23,7 +23,8 @@ from orchestrator.units import format_bytes, format_size, parse_size
 from orchestrator.workloads import Workload, WorkloadParams
 from orchestrator.workloads.trace import TraceError, explain_error, summarize
 
-PROG = "python -m orchestrator.cli.workload"
+# Examples name the one entry point users have (`aidclab workload`); the module also runs alone.
+PROG = "aidclab workload"
 
 def _host_list(text: str) -> tuple[str, ...]:
     hosts = tuple(h.strip() for h in text.split(","))

@@ -8,11 +8,14 @@ The plan lands in the lab directory beside the inventory (``host_vars/<container
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter, defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -117,13 +120,20 @@ def _failure_text(data: dict[str, Any]) -> str:
     return " | ".join(p.replace("\n", " ") for p in parts if p)[:600]
 
 
+# A task still running after this long says so, and again every as long: a lab-wide task (the BGP
+# sessions waiting to be Established on a 68-node superpod) otherwise prints nothing for minutes.
+TICK_S = 10.0
+
+
 class _Progress:
-    """Turns ansible-runner events into one line per task plus every failure as it happens."""
+    """Turns ansible-runner events into one line per task plus every failure as it happens, and a line
+    every TICK_S while a task runs (tick(), called by a timer thread)."""
 
     def __init__(self, hosts: int):
         self.hosts = hosts
         self.task: str | None = None
         self.task_started = 0.0
+        self.last_said = 0.0
         self.counts: Counter[str] = Counter()
         self.failures: list[str] = []
         self.per_host: dict[str, Counter[str]] = defaultdict(Counter)
@@ -143,7 +153,7 @@ class _Progress:
         if kind in ("playbook_on_task_start", "playbook_on_handler_task_start"):
             self._close_task()
             self.task = ("handler: " if "handler" in kind else "") + str(data.get("task", "?"))
-            self.task_started = time.monotonic()
+            self.task_started = self.last_said = time.monotonic()
             self.counts = Counter()
         elif kind == "playbook_on_play_start":
             self._close_task()
@@ -164,6 +174,36 @@ class _Progress:
         elif kind == "playbook_on_stats":
             self._close_task()
         return True
+
+
+    def tick(self, now: float) -> str | None:
+        """The line to print when the open task has run TICK_S since it started or was last reported:
+        how long, and how many hosts finished it so far."""
+        if self.task is None or now - self.last_said < TICK_S:
+            return None
+        self.last_said = now
+        done, took = sum(self.counts.values()), now - self.task_started
+        return f"  {self.task}: still running, {done}/{self.hosts} hosts done ({took:.0f} s)"
+
+
+@contextlib.contextmanager
+def _ticking(progress: _Progress) -> Iterator[None]:
+    """Print progress.tick() lines from a timer thread while the playbook runs."""
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.wait(1.0):
+            line = progress.tick(time.monotonic())
+            if line:
+                console.print(line)
+
+    thread = threading.Thread(target=loop, name="ansible-progress", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
 
 
 def run_playbook(
@@ -191,7 +231,7 @@ def run_playbook(
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
     }
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="aidclab-ansible-") as private:
+    with tempfile.TemporaryDirectory(prefix="aidclab-ansible-") as private, _ticking(progress):
         runner = ansible_runner.run(
             private_data_dir=private,
             playbook=str(playbook),

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from orchestrator.experiment.metrics import agent_deltas, compute_metrics, link_deltas, link_pairs
 from orchestrator.experiment.modes import mode_class
@@ -111,7 +112,7 @@ def run_experiment(
                 started=started,
                 finished=finished,
                 topology_file=Path(topo.path).resolve(),
-                settings={**outcome.settings, **fabric_settings(session)},
+                settings={**outcome.settings, **fabric_settings(session, watch)},
             ),
             links=link_deltas(links_before, links_after, link_pairs(topo)),
             agents=(agents := agent_deltas(agents_before, agents_after)),
@@ -140,10 +141,14 @@ def run_experiment(
     return done
 
 
-def fabric_settings(session: LabSession) -> dict[str, str]:
-    """What of the lab's configuration a comparison must tell apart: FARE or ECMP next-hop weights."""
+def fabric_settings(session: LabSession, watch: FabricWatch | None = None) -> dict[str, Any]:
+    """What of the lab's configuration a comparison must tell apart: FARE or ECMP next-hop weights, and
+    the link conditions in force when the run started (docs/results-format.md, settings.conditions)."""
     bgp = session.plan.bgp
-    return {"bgp_weights": bgp.weights} if bgp.enabled else {}
+    out: dict[str, Any] = {"bgp_weights": bgp.weights} if bgp.enabled else {}
+    if watch is not None:
+        out["conditions"] = watch.fabric.conditions() if watch.fabric is not None else None
+    return out
 
 
 def timing_summary(result: RunResult) -> str:

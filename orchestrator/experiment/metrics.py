@@ -30,7 +30,7 @@ from orchestrator.experiment.records import (
     RunResult,
     link_id,
 )
-from orchestrator.workloads.trace import MULTICAST_OP
+from orchestrator.workloads.trace import ALLREDUCE_OP, MULTICAST_OP
 
 if TYPE_CHECKING:
     from orchestrator.lab.topology import Topology
@@ -351,6 +351,58 @@ def compute_metrics(result: RunResult) -> RunMetrics:
         theoretical_fanout=fanout,
         **timing_metrics(result, ct),
     )
+
+
+# ---------------------------------------------------------------------------------------------- collectives
+
+COLLECTIVE_MODES = frozenset({Mode.RING, Mode.PS, Mode.INA})
+
+
+def is_collective(result: RunResult) -> bool:
+    """An AllReduce run (ring, ps, ina): judged by what converges on one node, not by source fan-out."""
+    return result.mode in COLLECTIVE_MODES or any(m.op == ALLREDUCE_OP for m in result.messages)
+
+
+def is_multicast(result: RunResult) -> bool:
+    """A run of a trace with multicast ops: the only kind where fan-out and its ratios mean anything."""
+    if result.messages:
+        return any(m.op == MULTICAST_OP for m in result.messages)
+    return result.meta.trace.ops_by_kind.get(MULTICAST_OP, 0) > 0
+
+
+@dataclass(frozen=True)
+class CollectiveLoad:
+    """The node a collective's bytes converge on and what arrived there over its data links."""
+
+    node: str
+    # "aggregation point" (the PS host, the INA root switch the run recorded) or "busiest worker" (ring, or
+    # a run that recorded none)
+    kind: str
+    bytes_in: int
+    # payload bytes / completion time: the AllReduce "algorithm bandwidth" (bytes per second)
+    algorithm_bandwidth: float | None
+
+
+def collective_load(result: RunResult) -> CollectiveLoad | None:
+    """Bytes into the aggregation point (or the busiest worker) and the algorithm bandwidth of a collective
+    run; None for any other run."""
+    if not is_collective(result):
+        return None
+    links = fabric_links(result.links)
+    points = [str(p) for p in result.meta.settings.get("aggregation_points") or []]
+    if points:
+        node, kind = ", ".join(points), "aggregation point"
+        nbytes = sum(node_ingress(links, p)[0] for p in points)
+    else:
+        workers = sorted({w for m in result.messages for w in m.expected})
+        if not workers:
+            return None
+        loads = {w: node_ingress(links, w)[0] for w in workers}
+        node = max(workers, key=loads.__getitem__)  # ties: the first in name order
+        kind, nbytes = "busiest worker", loads[node]
+    _first, _last, ct = completion(result.messages)
+    payload = sum(m.bytes for m in result.messages)
+    return CollectiveLoad(node, kind, nbytes, payload / ct if ct else None)
 
 
 def timing_metrics(result: RunResult, completion_s: float | None) -> dict[str, float | None]:

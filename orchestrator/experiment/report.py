@@ -33,8 +33,16 @@ from rich.table import Table
 
 from aidcnet.modes import Mode
 from aidcnet.roles import Role
-from orchestrator.experiment.metrics import Comparison, compare_runs, receiver_latencies
+from orchestrator.experiment.metrics import (
+    Comparison,
+    collective_load,
+    compare_runs,
+    is_collective,
+    is_multicast,
+    receiver_latencies,
+)
 from orchestrator.experiment.records import RunResult
+from orchestrator.lab.fabric import conditions_label
 from orchestrator.lab.topology import Topology
 from orchestrator.units import byte_unit, format_bytes
 
@@ -74,6 +82,23 @@ def fmt_ratio(r: float | None) -> str:
 
 def fmt_pct(r: float | None) -> str:
     return "–" if r is None else f"{r:.1%}"
+
+
+def times_phrase(mine: float, base: float, fewer: str = "less", greater: str = "more") -> str:
+    """How ``mine`` compares with ``base`` in words whose direction matches the numbers: ``"1.52× more"``
+    when mine is larger, ``"2.00× less"`` when smaller (the factor is always ≥ 1), ``"the same"`` when equal
+    to the printed precision. Sentences built on it cannot contradict the table they summarise."""
+    if base <= 0 or mine <= 0:
+        return "the same" if mine == base else (greater if mine > base else fewer)
+    factor = mine / base if mine >= base else base / mine
+    if f"{factor:.2f}" == "1.00":
+        return "the same"
+    return f"{factor:.2f}× {greater if mine > base else fewer}"
+
+
+def _than(phrase: str, base_text: str) -> str:
+    """``phrase`` (from times_phrase) joined to what it is compared with."""
+    return f"{phrase} as {base_text}" if phrase == "the same" else f"{phrase} than {base_text}"
 
 
 def _natural(name: str) -> tuple[object, ...]:
@@ -158,9 +183,21 @@ def summary_table(c: Comparison) -> TableBlock:
             for m in ms
         ],
     )
-    row("completion time (wall)", [fmt_seconds(m.completion_time) for m in ms])
     runs = [col.run for col in c.columns]
+    if any(is_collective(r) for r in runs):
+        loads = [collective_load(r) for r in runs]
+        row(
+            "bytes into aggregation point",
+            ["–" if ld is None else f"{ld.node} ({ld.kind}): {fmt_bytes(ld.bytes_in)}" for ld in loads],
+        )
+        row(
+            "algorithm bandwidth",
+            ["–" if ld is None or ld.algorithm_bandwidth is None else f"{fmt_bytes(ld.algorithm_bandwidth)}/s"
+             for ld in loads],
+        )
+    row("completion time (wall)", [fmt_seconds(m.completion_time) for m in ms])
     row("time scale", [f"1:{r.timing.scale}" if r.timing and r.timing.scale else "unshaped" for r in runs])
+    row("link conditions", [run_conditions(r) for r in runs])
     row("fidelity", [_fidelity_cell(r) for r in runs])
     row("completion (fabric)", [fmt_seconds(m.completion_fabric_time) for m in ms])
     row(
@@ -240,16 +277,22 @@ def time_sentences(c: Comparison) -> list[str]:
                 "but not completion time"
             )
         elif same == other == "uplink":
-            why = (
-                f"both are bounded by the source's uplink, which {r.label} loads "
-                f"{fmt_ratio(r.source_egress)} less"
-            )
+            mine_m, base_m = by_label[r.label].metrics, by_label[r.baseline].metrics
+            load = times_phrase(mine_m.source_egress_bytes, base_m.source_egress_bytes)
+            why = f"both are bounded by the source's uplink, which {r.label} loads {_than(load, r.baseline)}"
         else:
             why = f"{r.label} is bounded by {link_role(mine, mine.timing.bound.link)}, {r.baseline} by " + (
                 link_role(base, base.timing.bound.link)
             )
-        speed = r.completion_speedup
-        out.append(f"{r.label} finished {speed:.2f}× as fast as {r.baseline} in fabric time: {why}.")
+        mine_t = by_label[r.label].metrics.completion_time
+        base_t = by_label[r.baseline].metrics.completion_time
+        assert mine_t is not None and base_t is not None
+        # Less time is faster: compare the baseline's time with this one's so "faster" reads as more speed.
+        pace = times_phrase(base_t, mine_t, fewer="slower", greater="faster")
+        if pace == "the same":
+            out.append(f"{r.label} finished as fast as {r.baseline} in fabric time: {why}.")
+        else:
+            out.append(f"{r.label} finished {pace} than {r.baseline} in fabric time: {why}.")
     return out
 
 
@@ -263,10 +306,14 @@ def ratios_table(c: Comparison) -> TableBlock | None:
     if not c.ratios:
         return None
     rs = c.ratios
-    rows = [
-        ["source egress ÷", *(fmt_ratio(r.source_egress) for r in rs)],
-        ["theoretical fan-out", *("–" if r.fanout is None else f"{r.fanout:.2f}" for r in rs)],
-        ["egress ÷ / fan-out", *(fmt_pct(r.egress_vs_fanout) for r in rs)],
+    rows = [["source egress ÷", *(fmt_ratio(r.source_egress) for r in rs)]]
+    # Fan-out is a property of multicast ops: an AllReduce has none, and the rows would only mislead.
+    if _multicast(c):
+        rows += [
+            ["theoretical fan-out", *("–" if r.fanout is None else f"{r.fanout:.2f}" for r in rs)],
+            ["egress ÷ / fan-out", *(fmt_pct(r.egress_vs_fanout) for r in rs)],
+        ]
+    rows += [
         ["fabric bytes ÷", *(fmt_ratio(r.fabric_bytes) for r in rs)],
         ["bandwidth saved", *(fmt_pct(r.bandwidth_saved) for r in rs)],
         ["most-loaded link ÷", *(fmt_ratio(r.max_link) for r in rs)],
@@ -276,21 +323,49 @@ def ratios_table(c: Comparison) -> TableBlock | None:
 
 
 def ratio_sentences(c: Comparison) -> list[str]:
+    """One sentence per mode against the baseline, built from the same byte counts the summary table
+    prints, so its direction (more/less) always agrees with the table."""
     out = []
+    by_label = {col.label: col for col in c.columns}
     for r in c.ratios:
+        mine, base = by_label[r.label], by_label[r.baseline]
+        if is_collective(mine.run) or is_collective(base.run):
+            out.append(collective_sentence(r.label, mine.run, r.baseline, base.run))
+            continue
         if r.source_egress is None:
             out.append(f"{r.label}: no source egress measured on one side, so no ratio.")
             continue
-        text = f"{r.label}: the sources sent {r.source_egress:.2f}× less than {r.baseline}"
-        if r.fanout is not None and r.egress_vs_fanout is not None:
+        mine_b, base_b = mine.metrics.source_egress_bytes, base.metrics.source_egress_bytes
+        text = (
+            f"{r.label}: the sources sent {fmt_bytes(mine_b)}, "
+            f"{_than(times_phrase(mine_b, base_b), f'{r.baseline} ({fmt_bytes(base_b)})')}"
+        )
+        if is_multicast(mine.run) and r.fanout is not None and r.egress_vs_fanout is not None:
             text += (
                 f"; the trace's theoretical fan-out is {r.fanout:.2f}, so {r.label} reached "
                 f"{r.egress_vs_fanout:.1%} of the ideal source saving"
             )
         if r.bandwidth_saved is not None:
-            text += f"; over the whole fabric it saved {r.bandwidth_saved:.1%} of the bytes"
+            verb = "saved" if r.bandwidth_saved >= 0 else "added"
+            text += f"; over the whole fabric it {verb} {abs(r.bandwidth_saved):.1%} of the bytes"
         out.append(text + ".")
     return out
+
+
+def collective_sentence(label: str, run: RunResult, baseline: str, base_run: RunResult) -> str:
+    """A collective against its baseline by the bytes that converged on one node (the PS host, the INA
+    root, or the busiest worker), with each side's node named."""
+    mine, base = collective_load(run), collective_load(base_run)
+    if mine is None or base is None:
+        return f"{label}: no aggregation point or worker traffic measured on one side, so no comparison."
+    return (
+        f"{label}: {fmt_bytes(mine.bytes_in)} arrived at {mine.node} ({mine.kind}), "
+        + _than(
+            times_phrase(mine.bytes_in, base.bytes_in),
+            f"at {base.node} ({base.kind}) under {baseline} ({fmt_bytes(base.bytes_in)})",
+        )
+        + "."
+    )
 
 
 def links_table(c: Comparison) -> TableBlock:
@@ -505,7 +580,7 @@ def plot_egress(c: Comparison, path: Path) -> Path:
         x = bar.get_x() + bar.get_width() / 2
         ax.annotate(format_bytes(v), (x, v / divisor), ha="center", va="bottom", fontsize=8)
     base = next((col for col in c.columns if col.label == c.baseline), None)
-    if base is not None and c.fanout:
+    if base is not None and c.fanout and _multicast(c):
         # Where a perfect multicast mode would land: the unicast egress divided by the fan-out.
         ideal = base.metrics.source_egress_bytes / c.fanout / divisor
         ax.axhline(
@@ -554,15 +629,35 @@ def plot_latency_cdf(c: Comparison, path: Path) -> Path:
 # ---------------------------------------------------------------------------------------------- document
 
 
+def run_conditions(run: RunResult) -> str:
+    """The link settings a run recorded (loss, links down, bandwidth changes, time scale), in words."""
+    return conditions_label(run.meta.settings.get("conditions"))
+
+
+def conditions_heading(c: Comparison) -> str:
+    """The group's heading; a comparison of runs made under different link conditions says so."""
+    heading = f"{c.lab} / {c.trace}"
+    labels = {run_conditions(col.run) for col in c.columns}
+    if len(labels) > 1:
+        heading += " (runs under different link conditions: see the 'link conditions' row)"
+    return heading
+
+
+def _multicast(c: Comparison) -> bool:
+    return any(is_multicast(col.run) for col in c.columns)
+
+
 def _trace_line(c: Comparison) -> str:
     t = c.columns[0].run.meta.trace
     kinds = ", ".join(f"{k} {v}" for k, v in t.ops_by_kind.items())
-    fanout = "–" if c.fanout is None else f"{c.fanout:.2f}"
-    return (
+    text = (
         f"Trace `{t.name}` (generator {t.generator}): {t.ops} ops ({kinds}) over {len(t.hosts)} hosts, "
-        f"{format_bytes(t.bytes)} sent once per op, {format_bytes(t.delivered_bytes)} delivered in total. "
-        f"Theoretical fan-out (receivers per multicast op, weighted by bytes): {fanout}."
+        f"{format_bytes(t.bytes)} sent once per op, {format_bytes(t.delivered_bytes)} delivered in total."
     )
+    if _multicast(c):
+        fanout = "–" if c.fanout is None else f"{c.fanout:.2f}"
+        text += f" Theoretical fan-out (receivers per multicast op, weighted by bytes): {fanout}."
+    return text
 
 
 def build_blocks(
@@ -579,7 +674,7 @@ def build_blocks(
     blocks.append(Para(f"{len(runs)} run(s) in {len(comparisons)} lab/trace group(s){stamp}."))
     for gi, c in enumerate(comparisons, 1):
         prefix = f"g{gi}-{_slug(c.lab)}"
-        blocks.append(Heading(2, f"{c.lab} / {c.trace}"))
+        blocks.append(Heading(2, conditions_heading(c)))
         blocks.append(Para(_trace_line(c)))
         blocks.append(Heading(3, "Summary"))
         blocks.append(summary_table(c))
@@ -761,7 +856,8 @@ def print_summary(runs: Sequence[RunResult], console: Console | None = None) -> 
     console = console or Console(highlight=False)
     for c in compare_runs(runs):
         fanout = "–" if c.fanout is None else f"{c.fanout:.2f}"
-        console.print(_rich_table(f"{c.lab} / {c.trace} (theoretical fan-out {fanout})", summary_table(c)))
+        title = conditions_heading(c) + (f" (theoretical fan-out {fanout})" if _multicast(c) else "")
+        console.print(_rich_table(title, summary_table(c)))
         rt = ratios_table(c)
         if rt is not None:
             console.print(_rich_table(f"ratios against {c.baseline}", rt))

@@ -13,6 +13,8 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from aidcnet.ebpf.link_fault import LinkFault
+
 FABRIC_FILE = "fabric.json"
 FABRIC_VERSION = 1
 # Ethernet header on top of the IP MTU: what one full frame costs the shaper.
@@ -59,6 +61,10 @@ class Fabric:
     scale: int | None  # None: the links are not shaped (rate_bps 0 at every end)
     ends: dict[str, EndShaper]  # "node:interface" -> its shaper
     faults: dict[str, dict[str, float]] = field(default_factory=dict)
+    # Ends ``link set NODE:IF down`` took down, and the bandwidth ``link set ... bandwidth`` gave a link
+    # (by the named end): with ``faults`` and ``scale``, the conditions a run records (conditions()).
+    down: tuple[str, ...] = ()
+    bandwidth_set: dict[str, int] = field(default_factory=dict)
 
     def end(self, name: str) -> EndShaper:
         try:
@@ -83,7 +89,24 @@ class Fabric:
             )
             ends[end.name] = new
             changed.append(new)
-        return replace(self, ends=ends), changed
+        overrides = {k: v for k, v in self.bandwidth_set.items() if k not in (here.name, here.peer)}
+        overrides[name] = bandwidth_bps
+        return replace(self, ends=ends, bandwidth_set=overrides), changed
+
+    def with_down(self, name: str, down: bool) -> Fabric:
+        """The fabric after ``link set NAME down`` (or ``up``)."""
+        rest = tuple(n for n in self.down if n != name)
+        return replace(self, down=tuple(sorted((*rest, name))) if down else rest)
+
+    def conditions(self) -> dict[str, Any]:
+        """The link settings in force, as a run records them (``settings.conditions`` in run.json): the time
+        scale, and only what fault injection changed (loss per end, ends down, bandwidth per link)."""
+        return {
+            "scale": self.scale,
+            "loss": {name: LinkFault(**f).mean_loss for name, f in sorted(self.faults.items())},
+            "down": list(self.down),
+            "bandwidth_bps": dict(sorted(self.bandwidth_set.items())),
+        }
 
     def with_scale(self, scale: int) -> Fabric:
         """The fabric at another time scale: every end keeps its bandwidth and queue, its veth rate and
@@ -117,6 +140,8 @@ class Fabric:
             "scale": self.scale,
             "ends": {name: _end_dict(end) for name, end in sorted(self.ends.items())},
             "faults": dict(sorted(self.faults.items())),
+            "down": list(self.down),
+            "bandwidth_set": dict(sorted(self.bandwidth_set.items())),
         }
         return json.dumps(body, indent=2) + "\n"
 
@@ -132,7 +157,9 @@ class Fabric:
             }
             faults = {name: dict(f) for name, f in (doc.get("faults") or {}).items()}
             scale = None if doc["scale"] is None else int(doc["scale"])
-            return cls(doc["lab"], scale, ends, faults)
+            down = tuple(str(n) for n in doc.get("down") or ())
+            bandwidth_set = {str(n): int(b) for n, b in (doc.get("bandwidth_set") or {}).items()}
+            return cls(doc["lab"], scale, ends, faults, down, bandwidth_set)
         except (KeyError, TypeError, ValueError, IndexError) as exc:
             if isinstance(exc, FabricError):
                 raise
@@ -143,6 +170,25 @@ def _end_dict(end: EndShaper) -> dict[str, Any]:
     out = asdict(end)
     del out["node"], out["interface"]
     return out
+
+
+def conditions_label(conditions: dict[str, Any] | None) -> str:
+    """A run's recorded conditions in a few words for a report: ``1:20000, loss 2.00% s5:eth1`` or
+    ``unshaped, clean``; ``not recorded`` for a run from before runs recorded them."""
+    if not conditions:
+        return "not recorded"
+    from aidcnet.fare.bandwidth import format_bandwidth
+
+    scale = conditions.get("scale")
+    parts = [f"1:{scale}" if scale else "unshaped"]
+    parts += [f"loss {p:.2%} {end}" for end, p in (conditions.get("loss") or {}).items()]
+    parts += [f"{end} down" for end in conditions.get("down") or ()]
+    parts += [
+        f"{end} {format_bandwidth(bps / 8)}" for end, bps in (conditions.get("bandwidth_bps") or {}).items()
+    ]
+    if len(parts) == 1:
+        parts.append("clean")
+    return ", ".join(parts)
 
 
 def fabric_from_plan(plan: Any) -> Fabric:

@@ -123,18 +123,25 @@ def link_set(
         raise LinkSetError(f"{data_path} does not exist: is the lab deployed from this directory?")
     here, peer = link_ends(json.loads(data_path.read_text()), node, interface, str(data_path))
     words = _values(value)
-    if action in ("down", "up"):
-        code, out = runtime.exec(here.container, ["ip", "link", "set", "dev", interface, action])
-        if code != 0:
-            raise LinkSetError(f"{node}: ip link set {interface} {action} failed: {out.strip()}")
-        return [f"{node}:{interface} {action} (peer {peer.node}:{peer.interface} sees carrier {action})"]
-    if action not in ("bandwidth", "loss"):
+    if action not in ACTIONS:
         raise LinkSetError(f"action {action!r}: one of {', '.join(ACTIONS)}")
     if fabric_io is None:
         from orchestrator.lab import shaping
 
         fabric_io = shaping  # type: ignore[assignment]
     assert fabric_io is not None
+    if action in ("down", "up"):
+        code, out = runtime.exec(here.container, ["ip", "link", "set", "dev", interface, action])
+        if code != 0:
+            raise LinkSetError(f"{node}: ip link set {interface} {action} failed: {out.strip()}")
+        lines = [f"{node}:{interface} {action} (peer {peer.node}:{peer.interface} sees carrier {action})"]
+        # fabric.json records it, so the runs made while it is down say so (settings.conditions).
+        try:
+            fabric = fabric_io.load_fabric(lab_dir)
+        except (RuntimeError, ValueError) as exc:
+            return [*lines, f"not recorded in the lab's fabric.json: {exc}"]
+        fabric_io.write_fabric(lab_dir, fabric.with_down(f"{node}:{interface}", action == "down"))
+        return lines
     try:
         fabric = fabric_io.load_fabric(lab_dir)
     except RuntimeError as exc:

@@ -46,10 +46,12 @@ __all__ = [
     "LabVars",
     "PlanError",
     "build_plan",
+    "describe_vars",
     "dump_plan",
     "load_vars",
     "node_config",
     "node_configs",
+    "vars_candidates",
     "vars_path_for",
     "write_plan",
 ]
@@ -96,9 +98,48 @@ def _compact(value: object, in_list: bool = False) -> object:
     return value
 
 
+def vars_candidates(topo: Topology) -> list[Path]:
+    """Where a lab's vars file may be, beside the topology file: ``<lab name>.vars.yml`` and
+    ``<file stem>.vars.yml`` (``rfc6-6.clab.yml`` with ``name: rfc66`` has its vars in
+    ``rfc6-6.vars.yml``)."""
+    stem = topo.path.name
+    for suffix in (".clab.yml", ".clab.yaml", ".yml", ".yaml"):
+        if stem.endswith(suffix):
+            stem = stem[: -len(suffix)]
+            break
+    names = dict.fromkeys([f"{topo.name}.vars.yml", f"{stem}.vars.yml"])
+    return [topo.path.parent / n for n in names]
+
+
 def vars_path_for(topo: Topology) -> Path:
-    """``labs/<lab>.vars.yml`` beside the topology file."""
-    return topo.path.parent / f"{topo.name}.vars.yml"
+    """The lab's vars file beside the topology file (see vars_candidates); when none exists, the
+    ``<lab name>.vars.yml`` path, which load_vars reads as every default. Two candidates that both exist
+    and say different things are an error naming both, so a vars file is never silently ignored."""
+    candidates = vars_candidates(topo)
+    found = [p for p in candidates if p.exists()]
+    if len(found) > 1:
+        docs = []
+        for p in found:
+            try:
+                docs.append(yaml.safe_load(p.read_text()))
+            except yaml.YAMLError as exc:
+                raise PlanError(f"{p}: not valid YAML: {exc}") from None
+        if any(d != docs[0] for d in docs[1:]):
+            raise PlanError(
+                f"lab {topo.name!r} ({topo.path}) has two vars files that disagree: "
+                + " and ".join(str(p) for p in found)
+                + "; keep one (or make them identical)"
+            )
+    return found[0] if found else candidates[0]
+
+
+def describe_vars(topo: Topology) -> str:
+    """One line saying which vars file a plan of this lab uses, or that none was found and where we looked."""
+    path = vars_path_for(topo)
+    if path.exists():
+        return f"vars: {path}"
+    looked = ", ".join(str(p) for p in vars_candidates(topo))
+    return f"vars: none found ({looked}); every key takes its default"
 
 
 def load_vars(path: str | Path) -> LabVars:

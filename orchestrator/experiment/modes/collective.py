@@ -38,6 +38,7 @@ from aidcnet.ina.worker import (
     out_of_tolerance,
     worker_array,
 )
+from aidcnet.modes import Mode
 from aidcnet.roles import Role
 from orchestrator.configure.plan.model import LabPlan, PlanInaJob
 from orchestrator.experiment.modes.base import ExperimentMode, Family, ModeOutcome, RunOptions, Say
@@ -157,6 +158,15 @@ class CollectiveMode(ExperimentMode):
     family = Family.COLLECTIVE
 
     # -- hooks for the modes ------------------------------------------------------------------------
+    def aggregation_point(self, plan: LabPlan, job: PlanInaJob) -> str | None:
+        """The node every worker's data converges on, whose ingress the report shows: the parameter
+        server (ps), the job's root switch (ina); None for ring, whose load is spread over the workers."""
+        if self.name == Mode.PS:
+            return self.options.ps_host or default_ps_host(plan, job)
+        if self.name == Mode.INA:
+            return job.root
+        return None
+
     def check_job(self, job: PlanInaJob) -> None:
         op, dtype = Op[job.op.upper()], DType[job.dtype.upper()]
         if dtype is DType.FLOAT32 and op is Op.PROD:
@@ -295,7 +305,13 @@ class CollectiveMode(ExperimentMode):
         doc = {"lab": session.topo.name, "trace": str(self.trace), "ops": rows}
         return ModeOutcome(
             messages,
-            settings={"seed": self.options.seed, "ps_host": self.options.ps_host},
+            settings={
+                "seed": self.options.seed,
+                "ps_host": self.options.ps_host,
+                "aggregation_points": sorted(
+                    {p for op in ops if (p := self.aggregation_point(session.plan, self.jobs[op.id]))}
+                ),
+            },
             lines=lines,
             files={ALLREDUCE_FILE: json.dumps(doc, indent=2)},
             problem=f"{len(wrong)} AllReduce ops gave a wrong result" if wrong else None,

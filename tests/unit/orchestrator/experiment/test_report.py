@@ -100,7 +100,7 @@ def test_markdown_summary_has_every_mode_and_the_ratios(rendered: tuple[Path, Pa
     assert "| source egress ÷ | 3.00× | 3.00× |" in text
     assert "| egress ÷ / fan-out | 100.0% | 100.0% |" in text
     assert "| bandwidth saved | 33.3% | 33.3% |" in text
-    assert "net-bier: the sources sent 3.00× less than unicast" in text
+    assert "net-bier: the sources sent 11.7 KiB, 3.00× less than unicast (35.2 KiB)" in text
     assert "`h1:eth1<->leaf1:eth3`" in text
     # The fixture's runs are unshaped: their times are the emulator's and the report says so.
     assert "| fidelity | not judged (unshaped) |" in text

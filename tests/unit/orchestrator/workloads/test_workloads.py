@@ -431,7 +431,7 @@ def test_help_shows_defaults_and_an_example(command: str, capsys: pytest.Capture
     with pytest.raises(SystemExit):
         cli.main([command, "--help"])
     text = capsys.readouterr().out
-    assert "example:" in text and f"orchestrator.cli.workload {command}" in text
+    assert "example:" in text and f"aidclab workload {command}" in text
     if command != "summary":
         assert "(default: 0)" in text  # --seed
         assert "--hosts-count N" in text and "-o FILE, --output FILE" in text

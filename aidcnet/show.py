@@ -1,0 +1,90 @@
+"""``aidcnet ctl show bgp`` and ``show bift`` as tables an engineer reads at a glance (``show bgp
+summary``-style); ``--json`` keeps the agent's reply as it is. Pure: a reply in, text out."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """Left-aligned columns two spaces apart; ``-`` for a missing value."""
+    cells = [[str(h) for h in header], *[["-" if v is None else str(v) for v in row] for row in rows]]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells)
+
+
+def format_bgp(reply: dict[str, Any]) -> str:
+    neighbors = reply.get("neighbors") or []
+    routes = reply.get("routes") or {}
+    up = sum(1 for n in neighbors if n.get("session") == "established")
+    out = [
+        f"BGP AS {reply.get('asn', '-')}, FARE mode {reply.get('mode', '-')}: "
+        f"{up}/{len(neighbors)} sessions established, {len(routes)} routes selected",
+        "",
+        table(
+            ["Neighbor", "Name", "Interface", "AS", "Link", "Bandwidth", "Session", "Rcvd", "Sent"],
+            [
+                [
+                    n.get("peer"),
+                    n.get("name"),
+                    n.get("interface"),
+                    n.get("asn"),
+                    n.get("link"),
+                    n.get("bandwidth"),
+                    n.get("session"),
+                    n.get("received"),
+                    n.get("advertised"),
+                ]
+                for n in neighbors
+            ],
+        ),
+    ]
+    if routes:
+        rows = []
+        for prefix, route in sorted(routes.items()):
+            hops = ", ".join(f"{h['via']} {h['dev']} w{h['weight']}" for h in route.get("nexthops") or [])
+            path = " ".join(str(a) for a in route.get("as_path") or []) or "(local)"
+            rows.append([prefix, path, hops or "-", route.get("advertised_bw")])
+        out += ["", table(["Prefix", "AS path", "Next hops (via dev weight)", "Advertised bw"], rows)]
+    counters = {k: v for k, v in (reply.get("counters") or {}).items() if v}
+    if counters:
+        out += ["", "counters: " + ", ".join(f"{k}={v}" for k, v in sorted(counters.items()))]
+    events = reply.get("events") or []
+    if events:
+        out += ["", f"{len(events)} recent link event(s); --json shows them with their convergence timing"]
+    return "\n".join(out)
+
+
+def format_bift(reply: dict[str, Any]) -> str:
+    dataplane = reply.get("dataplane", "-")
+    configured = reply.get("dataplane_configured")
+    head = (
+        f"BFR-id {reply.get('bfr_id', '-')}, sub-domain {reply.get('sub_domain', '-')}, "
+        f"BSL {reply.get('bsl', '-')}, label base {reply.get('label_base', '-')}, "
+        f"BIFT {reply.get('bift_mode', '-')}, dataplane {dataplane}"
+        + (f" (configured {configured})" if configured and configured != dataplane else "")
+    )
+    out = [head]
+    for key in ("dataplane_error", "imposition_error"):
+        if reply.get(key):
+            out.append(f"{key.replace('_', ' ')}: {reply[key]}")
+    bift = reply.get("bift") or {}
+    if not bift:
+        out.append("BIFT empty")
+    for si, rows in sorted(bift.items(), key=lambda kv: int(kv[0])):
+        table_rows = [
+            [row["bfr_id"], e["f_bm"], e["bfr_nbr"]]
+            for row in rows
+            for e in row.get("entries") or [{"f_bm": None, "bfr_nbr": None}]
+        ]
+        out += ["", f"SI {si}", table(["BFR-id", "F-BM", "BFR-NBR"], table_rows)]
+    prefixes = reply.get("bgp_prefixes")
+    if prefixes:
+        out += [
+            "",
+            table(["BFR-id", "BFR-prefix (from BGP)"], sorted(prefixes.items(), key=lambda kv: int(kv[0]))),
+        ]
+    if reply.get("bgp_problems"):
+        out += ["", "BGP problems: " + "; ".join(map(str, reply["bgp_problems"]))]
+    return "\n".join(out)

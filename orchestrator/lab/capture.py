@@ -1,0 +1,36 @@
+"""``aidclab capture LAB NODE:IF``: a packet capture from any link end, taken on the host inside the node's
+network namespace (every node has one, linked at /run/netns/<container> by deploy), so no node image needs
+tcpdump and FRR or plain-linux nodes are captured the same way. Pure: the command is built here; the CLI
+runs it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from orchestrator.lab.linkset import LinkSetError, link_ends, parse_endpoint
+
+
+def capture_target(lab_dir: Path, endpoint: str) -> tuple[str, str]:
+    """(container, interface) of NODE:IF, checked against the lab dir's topology-data.json, so a typo names
+    the node's real links instead of tcpdump's "no such device"."""
+    node, interface = parse_endpoint(endpoint)
+    data_path = lab_dir / "topology-data.json"
+    if not data_path.exists():
+        raise LinkSetError(f"{data_path} does not exist: is the lab deployed from this directory?")
+    here, _peer = link_ends(json.loads(data_path.read_text()), node, interface, str(data_path))
+    return here.container, interface
+
+
+def tcpdump_command(
+    netns: str, interface: str, count: int | None = None, write: str | None = None, snaplen: int = 0
+) -> list[str]:
+    """tcpdump in ``netns`` on ``interface``: to a pcap file (``-w``, flushed per packet so a capture cut
+    short with Ctrl-C is still readable) or decoded to stdout, line-buffered; ``-c`` stops after N packets."""
+    if count is not None and count < 1:
+        raise ValueError(f"-c {count}: capture at least one packet (or leave -c out to run until Ctrl-C)")
+    cmd = ["nsenter", f"--net={netns}", "tcpdump", "-i", interface, "-n", "-s", str(snaplen)]
+    if count is not None:
+        cmd += ["-c", str(count)]
+    cmd += ["-U", "-w", write] if write else ["-l"]
+    return cmd
