@@ -31,7 +31,6 @@ CONFIG_VERSION = 1
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-
 def _has_node_file(role: Role) -> Role:
     if role is Role.LINUX:
         with_files = ", ".join(r for r in Role if r is not Role.LINUX)
@@ -159,11 +158,21 @@ class Bier(_Model):
 class BgpNeighbor(_Model):
     """One eBGP session, over one link (RFC 7938: sessions on the link addresses)."""
 
+    # A rejected field must not echo its input: it may be the MD5 secret.
+    model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True)
+
     name: str = Field(min_length=1, description="the neighbor node")
     address: ipaddress.IPv4Address
     local_address: ipaddress.IPv4Address
     interface: IfName
     asn: int = Field(ge=1, le=4294967295)
+    # RFC 2385 TCP-MD5 secret of this session; repr=False keeps it out of logs and tracebacks.
+    md5_password: str | None = Field(
+        default=None,
+        repr=False,
+        pattern=r"^[!#-:<-z|~]{1,80}$",
+        description="TCP-MD5 secret: 1-80 printable ASCII, no space, quote, ';', '{' or '}'",
+    )
 
 
 class Bgp(_Model):
@@ -179,6 +188,8 @@ class Bgp(_Model):
     # fare: next-hop weights follow the path bandwidths; ecmp: equal weights (the baseline).
     weights: Literal["fare", "ecmp"] = "fare"
     hold_time: int = Field(default=9, ge=3, le=65535)
+    # RFC 5082 GTSM: send with TTL 255, accept only TTL >= 256 - hops; None turns it off.
+    ttl_security_hops: int | None = Field(default=1, ge=1, le=254)
     # GPU hosts are stub speakers (originate only); switches re-advertise.
     transit: bool = True
 

@@ -113,11 +113,17 @@ class BgpService:
                 peer_asn=n.asn,
                 router_id=str(self.bgp.router_id),
                 hold_time=self.bgp.hold_time,
+                md5_password=n.md5_password,
+                ttl_security_hops=self.bgp.ttl_security_hops,
             )
             for n in self.bgp.neighbors
         ]
         relay = f"{sys.executable} -m aidcnet.bgp.relay {self.socket_path}"
-        self.config_path.write_text(exabgp.config_text(neighbors, relay))
+        # 0600: the file carries the sessions' TCP-MD5 secrets.
+        fd = os.open(self.config_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(exabgp.config_text(neighbors, relay))
+        os.chmod(self.config_path, 0o600)
         self._write_session_count()
         self._tasks.append(asyncio.create_task(self._supervise()))
         self.recompute()

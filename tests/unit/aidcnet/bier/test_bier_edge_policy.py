@@ -1,0 +1,107 @@
+"""RFC 8296 §6 edge policy: host ports accept only plan BFIRs with their own BFR-id and an allowed
+BitString; fabric ports only neighboring BFRs."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from aidcnet.bier.bitstring import bitstrings_from_ids, ids_from_bitstring
+from aidcnet.bier.edge_policy import (
+    FABRIC,
+    HOST,
+    POLICY_REASONS,
+    HostBfir,
+    PortPolicy,
+    check,
+    from_config,
+)
+
+BSL = 64
+HOST_A = "10.0.1.2"
+
+
+def host_port(allowed: list[int] | None = None, bfr_id: int = 3) -> PortPolicy:
+    return PortPolicy(HOST, hosts={HOST_A: HostBfir.reaching(bfr_id, allowed, BSL)})
+
+
+def test_no_policy_accepts_everything() -> None:
+    assert check(None, "192.0.2.9", 0, 0xFF, 77) is None
+
+
+def test_legitimate_host_accepted() -> None:
+    assert check(host_port([1, 2, 5]), HOST_A, 0, 0b10011, 3) is None
+
+
+def test_unknown_host_is_not_bfir() -> None:
+    assert check(host_port(), "10.0.1.99", 0, 1, 3) == "not-bfir"
+
+
+def test_forged_bfir_id() -> None:
+    assert check(host_port(), HOST_A, 0, 1, 4) == "forged-bfir-id"
+
+
+def test_bitstring_outside_set() -> None:
+    assert check(host_port([1, 2]), HOST_A, 0, 0b100, 3) == "bitstring-outside-set"
+    # an SI the host may not reach at all (BFR-id 65 is SI 1 bit 1 at BSL 64)
+    assert check(host_port([1, 2]), HOST_A, 1, 0b1, 3) == "bitstring-outside-set"
+
+
+def test_whole_domain_by_default() -> None:
+    assert check(host_port(None), HOST_A, 3, (1 << 64) - 1, 3) is None
+
+
+def test_fabric_port() -> None:
+    p = PortPolicy(FABRIC, neighbors=frozenset({"10.1.0.1"}))
+    assert check(p, "10.1.0.1", 0, 1, 9) is None
+    assert check(p, "10.1.0.7", 0, 1, 9) == "not-bfr-neighbor"
+    # a host address on a fabric port is no BFR neighbor, whatever it claims
+    assert check(p, HOST_A, 0, 1, 3) == "not-bfr-neighbor"
+
+
+def test_from_config() -> None:
+    pols = from_config(
+        {
+            "eth1": {"kind": "host", "hosts": {HOST_A: {"bfr_id": 3, "allowed": [1, 2, 65]}}},
+            "eth2": {"kind": "fabric", "neighbors": ["10.1.0.1"]},
+        },
+        BSL,
+    )
+    assert pols["eth1"].hosts[HOST_A] == HostBfir(3, {0: 0b11, 1: 0b1})
+    assert pols["eth2"].neighbors == frozenset({"10.1.0.1"})
+
+
+@pytest.mark.parametrize(
+    "spec, field",
+    [
+        ({"kind": "edge"}, "eth1.kind"),
+        ({"kind": "host", "hosts": {HOST_A: {"bfr_id": 0}}}, f"eth1.hosts.{HOST_A}.bfr_id"),
+        ({"kind": "fabric", "neighbors": "10.1.0.1"}, "eth1.neighbors"),
+    ],
+)
+def test_from_config_errors_name_the_field(spec: dict, field: str) -> None:
+    with pytest.raises(ValueError, match=field.replace(".", r"\.")):
+        from_config({"eth1": spec}, BSL)
+
+
+ids = st.integers(min_value=1, max_value=4 * BSL)
+
+
+@given(
+    allowed=st.frozensets(ids, max_size=20),
+    sent=st.frozensets(ids, min_size=1, max_size=20),
+    bfir=st.integers(min_value=1, max_value=300),
+)
+def test_accepts_exactly_allowed_subsets(allowed: frozenset[int], sent: frozenset[int], bfir: int) -> None:
+    """Per SI, a packet passes iff it is from the host's own BFR-id and every BFER it addresses is allowed."""
+    p = host_port(sorted(allowed), bfr_id=3)
+    for si, bits in bitstrings_from_ids(sent, BSL).items():
+        verdict = check(p, HOST_A, si, bits, bfir)
+        if bfir != 3:
+            assert verdict == "forged-bfir-id"
+        elif set(ids_from_bitstring(si, bits, BSL)) <= allowed:
+            assert verdict is None
+        else:
+            assert verdict == "bitstring-outside-set"
+        assert verdict is None or verdict in POLICY_REASONS
