@@ -118,6 +118,24 @@ class BierMembership(_Model):
     interfaces: list[IfName] = Field(min_length=1)
 
 
+class BierHostBfir(_Model):
+    """A host the plan makes a BFIR behind a host port (RFC 8296 §6)."""
+
+    bfr_id: int = Field(ge=1, le=65535)
+    # BFR-ids it may address; None: the whole domain.
+    allowed: list[int] | None = None
+
+
+class BierPortPolicy(_Model):
+    """RFC 8296 §6 ingress policy of one port (docs/bier.md "Edge policy")."""
+
+    kind: Literal["host", "fabric"]
+    # The port's IPv4 prefix: the Python dataplane's one socket knows sources, not ingress interfaces.
+    subnet: ipaddress.IPv4Network
+    hosts: dict[ipaddress.IPv4Address, BierHostBfir] = Field(default_factory=dict)  # host port
+    neighbors: list[ipaddress.IPv4Address] = Field(default_factory=list)  # fabric port: BFR neighbors
+
+
 class Bier(_Model):
     """BIER settings and static forwarding state of a BFR (RFC 8279, RFC 8296)."""
 
@@ -140,6 +158,8 @@ class Bier(_Model):
     host_ports: list[IfName] = Field(default_factory=list)
     flows: list[BierFlow] = Field(default_factory=list)
     members: list[BierMembership] = Field(default_factory=list)
+    # ifname -> ingress policy; empty: accept BIER from anyone (before issue 18).
+    edge_policy: dict[IfName, BierPortPolicy] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _consistent(self) -> Bier:

@@ -105,3 +105,28 @@ def test_accepts_exactly_allowed_subsets(allowed: frozenset[int], sent: frozense
         else:
             assert verdict == "bitstring-outside-set"
         assert verdict is None or verdict in POLICY_REASONS
+
+
+def test_node_file_section_reaches_the_dataplane_form() -> None:
+    from aidcnet.agent.bier_service import edge_policies
+    from aidcnet.config import Bier
+
+    bier = Bier.model_validate(
+        {
+            "bfr_id": 2,
+            "bsl": 64,
+            "edge_policy": {
+                "eth1": {
+                    "kind": "host",
+                    "subnet": "10.0.1.0/24",
+                    "hosts": {HOST_A: {"bfr_id": 3, "allowed": [1]}},
+                },
+                "eth2": {"kind": "fabric", "subnet": "10.1.0.0/31", "neighbors": ["10.1.0.1"]},
+            },
+        }
+    )
+    policies, subnets = edge_policies(bier)
+    assert subnets == {"eth1": "10.0.1.0/24", "eth2": "10.1.0.0/31"}
+    assert check(policies["eth1"], HOST_A, 0, 0b1, 3) is None
+    assert check(policies["eth1"], HOST_A, 0, 0b10, 3) == "bitstring-outside-set"
+    assert check(policies["eth2"], "10.1.0.0", 0, 1, 3) == "not-bfr-neighbor"
