@@ -130,3 +130,40 @@ def test_node_file_section_reaches_the_dataplane_form() -> None:
     assert check(policies["eth1"], HOST_A, 0, 0b1, 3) is None
     assert check(policies["eth1"], HOST_A, 0, 0b10, 3) == "bitstring-outside-set"
     assert check(policies["eth2"], "10.1.0.0", 0, 1, 3) == "not-bfr-neighbor"
+
+
+def test_policy_keeps_forwarding_in_python_until_ebpf_enforces_it(monkeypatch) -> None:
+    import functools
+
+    import aidcnet.agent.bier_service as svc
+    from aidcnet.agent.bier_dataplane import BierDataplane
+    from tests.unit.aidcnet.bgp.test_bier_bgp import leaf_spine
+
+    monkeypatch.setattr(svc, "BierDataplane", functools.partial(BierDataplane, bind_addr="127.0.0.1", port=0))
+    started = []
+    monkeypatch.setattr(svc, "start_fast_path", lambda dp: started.append(dp) or (object(), None))
+    spine1 = leaf_spine("static")["spine1"].bier
+    assert spine1.dataplane == "ebpf"
+    nbr = spine1.neighbors[0]
+    policy = {
+        nbr.interface: {"kind": "fabric", "subnet": f"{nbr.address}/31", "neighbors": [str(nbr.address)]}
+    }
+    guarded = spine1.model_copy(update={"edge_policy": port_policies(policy)})
+    service = svc.BierService(guarded, host=False)
+    try:
+        assert service.ebpf is None and service.ebpf_error == svc.EDGE_POLICY_NOT_IN_EBPF and not started
+        assert f"dropped-policy.{nbr.interface}.not-bfr-neighbor" in service.dataplane.counters()
+    finally:
+        service.close()
+    plain = svc.BierService(spine1, host=False)  # without a policy the fast path starts as before
+    try:
+        assert len(started) == 1 and plain.ebpf_error is None
+    finally:
+        plain.ebpf = None
+        plain.close()
+
+
+def port_policies(spec: dict) -> dict:
+    from aidcnet.config import BierPortPolicy
+
+    return {k: BierPortPolicy.model_validate(v) for k, v in spec.items()}
