@@ -80,7 +80,7 @@ def _security_lines(n: Neighbor) -> list[str]:
             # The message must not contain the secret itself.
             raise ValueError(
                 f"neighbor {n.address}: the md5 secret must be 1-80 printable ASCII characters without "
-                "space, '\"', ';', '{' or '}' (fix bgp_md5 in the lab vars)"
+                "space, '\"', ';', '{' or '}' (fix md5_password in the node file)"
             )
         lines.append(f'    md5-password "{n.md5_password}";')
     if n.ttl_security_hops is not None:

@@ -45,5 +45,8 @@ def session_problem(session: str, md5: bool, deltas: Mapping[str, int]) -> str |
         return None
     seen = ", ".join(f"{k} +{v}" for k, v in grew.items())
     if md5:
-        return f"TCP-MD5 secret mismatch suspected ({seen}): check bgp_md5 for this session in the lab vars"
+        return (
+            f"TCP-MD5 secret mismatch suspected ({seen}): "
+            "both ends need the same md5_password in their node files"
+        )
     return f"peer signs with TCP-MD5 but this session has no secret ({seen})"
