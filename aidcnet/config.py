@@ -208,8 +208,10 @@ class Bgp(_Model):
     # fare: next-hop weights follow the path bandwidths; ecmp: equal weights (the baseline).
     weights: Literal["fare", "ecmp"] = "fare"
     hold_time: int = Field(default=9, ge=3, le=65535)
-    # RFC 5082 GTSM: send with TTL 255, accept only TTL >= 256 - hops; None turns it off.
-    ttl_security_hops: int | None = Field(default=1, ge=1, le=254)
+    # RFC 5082 GTSM: send with TTL 255, accept only TTL >= 256 - hops; None: off. Off by default: ExaBGP
+    # 5.0.15 does not set TTL 255 on its listening socket, so the SYN-ACK leaves with the default TTL and a
+    # GTSM peer drops it; no session between two ExaBGP ends would come up (docs/fare.md).
+    ttl_security_hops: int | None = Field(default=None, ge=1, le=254)
     # GPU hosts are stub speakers (originate only); switches re-advertise.
     transit: bool = True
 

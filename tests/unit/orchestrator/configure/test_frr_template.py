@@ -80,8 +80,10 @@ def test_frr_sessions_get_gtsm_and_md5_when_set(tmp_path: Path) -> None:
     config = configs(*shipped("superpod-frr"), tmp_path)["L1"]
     n = config.bgp.neighbors[0]
     lines = render(config)
-    assert f" neighbor {n.address} ttl-security hops 1" in lines  # GTSM on by default
+    assert not any("ttl-security" in line for line in lines)  # GTSM off by default (config.py says why)
     assert not any(" password " in line for line in lines)  # no secret, no password line
+    gtsm = config.model_copy(update={"bgp": config.bgp.model_copy(update={"ttl_security_hops": 1})})
+    assert f" neighbor {n.address} ttl-security hops 1" in render(gtsm)
     secured = config.model_copy(
         update={
             "bgp": config.bgp.model_copy(
