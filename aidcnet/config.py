@@ -31,7 +31,6 @@ CONFIG_VERSION = 1
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-
 def _has_node_file(role: Role) -> Role:
     if role is Role.LINUX:
         with_files = ", ".join(r for r in Role if r is not Role.LINUX)
@@ -119,6 +118,24 @@ class BierMembership(_Model):
     interfaces: list[IfName] = Field(min_length=1)
 
 
+class BierHostBfir(_Model):
+    """A host the plan makes a BFIR behind a host port (RFC 8296 §6)."""
+
+    bfr_id: int = Field(ge=1, le=65535)
+    # BFR-ids it may address; None: the whole domain.
+    allowed: list[int] | None = None
+
+
+class BierPortPolicy(_Model):
+    """RFC 8296 §6 ingress policy of one port (docs/bier.md "Edge policy")."""
+
+    kind: Literal["host", "fabric"]
+    # The port's IPv4 prefix: the Python dataplane's one socket knows sources, not ingress interfaces.
+    subnet: ipaddress.IPv4Network
+    hosts: dict[ipaddress.IPv4Address, BierHostBfir] = Field(default_factory=dict)  # host port
+    neighbors: list[ipaddress.IPv4Address] = Field(default_factory=list)  # fabric port: BFR neighbors
+
+
 class Bier(_Model):
     """BIER settings and static forwarding state of a BFR (RFC 8279, RFC 8296)."""
 
@@ -141,6 +158,8 @@ class Bier(_Model):
     host_ports: list[IfName] = Field(default_factory=list)
     flows: list[BierFlow] = Field(default_factory=list)
     members: list[BierMembership] = Field(default_factory=list)
+    # ifname -> ingress policy; empty: accept BIER from anyone (before issue 18).
+    edge_policy: dict[IfName, BierPortPolicy] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _consistent(self) -> Bier:
@@ -223,11 +242,21 @@ class Igmp(_Model):
 class BgpNeighbor(_Model):
     """One eBGP session, over one link (RFC 7938: sessions on the link addresses)."""
 
+    # A rejected field must not echo its input: it may be the MD5 secret.
+    model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True)
+
     name: str = Field(min_length=1, description="the neighbor node")
     address: ipaddress.IPv4Address
     local_address: ipaddress.IPv4Address
     interface: IfName
     asn: int = Field(ge=1, le=4294967295)
+    # RFC 2385 TCP-MD5 secret of this session; repr=False keeps it out of logs and tracebacks.
+    md5_password: str | None = Field(
+        default=None,
+        repr=False,
+        pattern=r"^[!#-:<-z|~]{1,80}$",
+        description="TCP-MD5 secret: 1-80 printable ASCII, no space, quote, ';', '{' or '}'",
+    )
 
 
 class Bgp(_Model):
@@ -243,6 +272,10 @@ class Bgp(_Model):
     # fare: next-hop weights follow the path bandwidths; ecmp: equal weights (the baseline).
     weights: Literal["fare", "ecmp"] = "fare"
     hold_time: int = Field(default=9, ge=3, le=65535)
+    # RFC 5082 GTSM: send with TTL 255, accept only TTL >= 256 - hops; None: off. Off by default: ExaBGP
+    # 5.0.15 does not set TTL 255 on its listening socket, so the SYN-ACK leaves with the default TTL and a
+    # GTSM peer drops it; no session between two ExaBGP ends would come up (docs/fare.md).
+    ttl_security_hops: int | None = Field(default=None, ge=1, le=254)
     # GPU hosts are stub speakers (originate only); switches re-advertise.
     transit: bool = True
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from aidcnet.agent.control import Handler, Op
 from aidcnet.agent.service import Service
-from aidcnet.bgp import exabgp
+from aidcnet.bgp import exabgp, security
 from aidcnet.bgp.rib import Link, Rib, Selected, advertisements, community_asn, kernel_routes, select
 from aidcnet.fare.bandwidth import bits_to_bytes, format_bandwidth
 
@@ -70,6 +70,9 @@ class BgpService:
         self.rib = Rib()
         self.selected: dict[str, Selected] = {}
         self.sessions: dict[str, str] = {peer: "idle" for peer in self.links}
+        self._md5 = {str(n.address) for n in self.bgp.neighbors if n.md5_password is not None}
+        # The namespace's MD5 counters when we started: growth since then is about our sessions.
+        self._md5_base = self._read_md5_counters()
         self.sent: dict[str, dict[str, str]] = {}  # peer -> prefix -> announce text ExaBGP has
         self.counters: Counter[str] = Counter()
         self.events: list[dict[str, Any]] = []  # recent link events with their convergence timing
@@ -113,11 +116,17 @@ class BgpService:
                 peer_asn=n.asn,
                 router_id=str(self.bgp.router_id),
                 hold_time=self.bgp.hold_time,
+                md5_password=n.md5_password,
+                ttl_security_hops=self.bgp.ttl_security_hops,
             )
             for n in self.bgp.neighbors
         ]
         relay = f"{sys.executable} -m aidcnet.bgp.relay {self.socket_path}"
-        self.config_path.write_text(exabgp.config_text(neighbors, relay))
+        # 0600: the file carries the sessions' TCP-MD5 secrets.
+        fd = os.open(self.config_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(exabgp.config_text(neighbors, relay))
+        os.chmod(self.config_path, 0o600)
         self._write_session_count()
         self._tasks.append(asyncio.create_task(self._supervise()))
         self.recompute()
@@ -378,8 +387,18 @@ class BgpService:
                     have[prefix] = text
 
     # -- inspection --------------------------------------------------------------------------------
+    @staticmethod
+    def _read_md5_counters() -> dict[str, int]:
+        try:
+            with open(security.NETSTAT) as f:
+                return security.parse_netstat(f.read())
+        except (OSError, ValueError):
+            return {}
+
     def status(self) -> dict[str, Any]:
+        md5_deltas = security.md5_deltas(self._read_md5_counters(), self._md5_base)
         return {
+            "tcp_md5_counters": md5_deltas,
             "asn": self.asn,
             "mode": self.bgp.mode,
             "neighbors": [
@@ -391,6 +410,12 @@ class BgpService:
                     "link": "up" if link.up else "down",
                     "bandwidth": format_bandwidth(link.bandwidth),
                     "session": self.sessions.get(peer, "idle"),
+                    # Whether a secret is set, never the secret.
+                    "md5": peer in self._md5,
+                    "gtsm_hops": self.bgp.ttl_security_hops,
+                    "problem": security.session_problem(
+                        self.sessions.get(peer, "idle"), peer in self._md5, md5_deltas
+                    ),
                     "received": len(self.rib.adj_in.get(peer, {})),
                     "advertised": len(self.sent.get(peer, {})),
                 }

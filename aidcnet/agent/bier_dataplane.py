@@ -16,7 +16,9 @@ Counters (:meth:`BierDataplane.counters`, a flat JSON-ready dict), in packets un
   dropped-*``.  Reasons: ``dropped-ttl``, ``dropped-zero-bitstring``,
   ``dropped-unknown-bift-id``, ``dropped-malformed`` (and ``dropped-malformed.<decode reason>``
   from :data:`aidcnet.bier.header.DECODE_REASONS`), ``dropped-null-neighbor``,
-  ``dropped-no-entry``;
+  ``dropped-no-entry``, ``dropped-policy`` (RFC 8296 §6 edge policy, :mod:`aidcnet.bier.edge_policy`;
+  per port and reason ``dropped-policy.<ifname>.<reason>``, ``<ifname>`` ``unknown`` for a source on
+  no policed port's subnet);
 * ``forwarded`` (packets with at least one copy), ``replicated`` (copies beyond the first),
   ``delivered`` (local deliveries), ``deliver-errors`` (the callback raised);
 * ``dropped-bits.<reason>``: BFERs (BitString bits) discarded for a reason, including bits
@@ -34,6 +36,7 @@ is unaffected, IP-underlay ECMP on the UDP source port is.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import select
 import selectors
@@ -44,6 +47,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from aidcnet.bier.bift import Bift, LabelKey, bifts_by_label
 from aidcnet.bier.bitstring import bfr_id_to_si_bit, bitstrings_from_ids
+from aidcnet.bier.edge_policy import POLICY_REASONS, PortPolicy
+from aidcnet.bier.edge_policy import check as policy_check
 from aidcnet.bier.forwarding import DROP_REASONS, ForwardResult, build_copies, forward
 from aidcnet.bier.forwarding import impose as impose_decision
 from aidcnet.bier.header import DECODE_REASONS, BierDecodeError, BierHeader, BierProto, peek_bift_id
@@ -174,6 +179,36 @@ class BierDataplane:
             raise
         self._stop: threading.Event | None = None
         self._thread: threading.Thread | None = None
+        self._policy: dict[str, PortPolicy] = {}
+        self._port_nets: list[tuple[ipaddress.IPv4Network, str]] = []
+        self._port_of: dict[str, str] = {}
+        self._c["dropped-policy"] = 0
+
+    def set_edge_policy(self, policies: Mapping[str, PortPolicy], subnets: Mapping[str, str]) -> None:
+        """Enforce RFC 8296 §6 on received packets: ``policies`` per local ifname, ``subnets`` the
+        ifname's IPv4 prefix.  One UDP socket does not see the ingress interface, so the port is the
+        one whose subnet holds the source address; a source on none of them is dropped on port
+        ``unknown``.  An empty ``policies`` turns the check off."""
+        nets = [(ipaddress.IPv4Interface(net).network, ifname) for ifname, net in subnets.items()]
+        missing = sorted(set(policies) - set(subnets))
+        if missing:
+            raise ValueError(f"edge policy for {missing}: no subnet given for these interfaces")
+        with self._lock:
+            self._policy = dict(policies)
+            self._port_nets = nets
+            self._port_of = {}
+            for ifname in (*policies, "unknown"):
+                for reason in POLICY_REASONS:
+                    self._c.setdefault(f"dropped-policy.{ifname}.{reason}", 0)
+
+    def _policy_port(self, src: str) -> str:
+        port = self._port_of.get(src)
+        if port is None:
+            addr = ipaddress.IPv4Address(src)
+            port = next((ifname for net, ifname in self._port_nets if addr in net), "unknown")
+            if len(self._port_of) < 4096:  # spoofed sources must not grow the cache without limit
+                self._port_of[src] = port
+        return port
 
     def _check_tables(
         self, neighbors: Mapping[str, tuple[str, str]], local_labels: Mapping[LabelKey, int]
@@ -262,6 +297,18 @@ class BierDataplane:
                     c["dropped-malformed"] += 1
                     c["dropped-malformed." + exc.reason] += 1  # preset: DECODE_REASONS is closed
                     continue
+                if self._policy:
+                    port = self._policy_port(src)
+                    policy = self._policy.get(port)
+                    reason = (
+                        policy_check(policy, src, bift.si, f[12], f[11])
+                        if port != "unknown"
+                        else "not-bfr-neighbor"
+                    )
+                    if reason is not None:
+                        c["dropped-policy"] += 1
+                        c[f"dropped-policy.{port}.{reason}"] += 1
+                        continue
                 res = forward(bift, f[12], f[3], f[6])
                 self._dispatch(buf, res, bift, f[11], f[10], f[13], out, out_nbrs, deliveries)
                 if on_forward is not None and f[10] == BierProto.IPV4 and (res.copies or res.local):

@@ -25,6 +25,7 @@ from aidcnet.bgp.bier_attribute import BierAttribute
 from aidcnet.bgp.bier_routes import BgpBirt, BgpPath, bgp_paths, birt_from_bgp, loopback_attribute
 from aidcnet.bier.bift import SELF, Bift, LabelKey, build_bifts
 from aidcnet.bier.bitstring import bfr_id_to_si_bit
+from aidcnet.bier.edge_policy import PortPolicy, from_config
 from aidcnet.bier.header import BierProto
 from aidcnet.config import Bier
 from aidcnet.ipv4 import QP_PORT_BASE, ROCEV2_PORT, Ipv4DecodeError, UdpDatagram, build_udp, parse_udp
@@ -68,6 +69,18 @@ def build_tables(
     return bifts, neighbors, local_labels
 
 
+EDGE_POLICY_NOT_IN_EBPF = (
+    "eBPF dataplane not started, the Python dataplane forwards: bier.edge_policy is set and the tc program "
+    "does not enforce it yet (docs/bier.md, Edge policy)"
+)
+
+
+def edge_policies(bier: Bier) -> tuple[dict[str, PortPolicy], dict[str, str]]:
+    """The node file's ``bier.edge_policy`` as the dataplane takes it: policies and subnets per ifname."""
+    spec = bier.model_dump(mode="json")["edge_policy"]
+    return from_config(spec, bier.bsl), {ifname: p["subnet"] for ifname, p in spec.items()}
+
+
 # Host-BIER wraps application data as IPv4/UDP from the host's loopback to this SSM group and RoCEv2's
 # port, so captures decode as MPLS-in-UDP / BIER / IPv4 / UDP; the UDP source port is the QP.
 HOST_BIER_GROUP = "232.1.0.1"
@@ -96,7 +109,13 @@ class BierService:
         )
         # bier.dataplane: ebpf puts the tc fast path in front; None (and ebpf_error) when the kernel refuses.
         self.ebpf, self.ebpf_error = (None, None)
-        if bier.dataplane == "ebpf":
+        if bier.edge_policy:
+            self.dataplane.set_edge_policy(*edge_policies(bier))
+        if bier.dataplane == "ebpf" and bier.edge_policy:
+            # The tc program does not check the RFC 8296 §6 policy yet: forwarding there would bypass it.
+            self.ebpf_error = EDGE_POLICY_NOT_IN_EBPF
+            log.error("%s", self.ebpf_error)
+        elif bier.dataplane == "ebpf":
             self.ebpf, self.ebpf_error = start_fast_path(self.dataplane)
         self.received: deque[dict[str, Any]] = deque(maxlen=RECEIVED_KEEP)
         self.app = ("127.0.0.1", bier.app_port) if bier.app_port else None

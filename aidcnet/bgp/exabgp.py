@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from aidcnet.bgp.rib import Path, RawAttribute
 from aidcnet.fare.linkbw import LinkBandwidthDecodeError, effective_bandwidth
@@ -52,6 +52,7 @@ EXABGP_ENV = {
 }
 
 PROCESS_NAME = "aidcnet"
+_MD5_SAFE = re.compile(r"[!#-:<-z|~]{1,80}")
 _UNKNOWN_ATTR = re.compile(r"^attribute-0x(?P<code>[0-9a-f]{2})-0x(?P<flags>[0-9a-f]{2})$", re.IGNORECASE)
 
 
@@ -63,6 +64,29 @@ class Neighbor:
     peer_asn: int
     router_id: str
     hold_time: int = 9
+    # RFC 2385 TCP-MD5 secret; repr=False so a logged Neighbor never shows it.
+    md5_password: str | None = field(default=None, repr=False)
+    # RFC 5082 GTSM radius in hops (1: directly connected); None: off.
+    ttl_security_hops: int | None = None
+
+
+GTSM_TTL = 255
+
+
+def _security_lines(n: Neighbor) -> list[str]:
+    lines = []
+    if n.md5_password is not None:
+        if not _MD5_SAFE.fullmatch(n.md5_password):
+            # The message must not contain the secret itself.
+            raise ValueError(
+                f"neighbor {n.address}: the md5 secret must be 1-80 printable ASCII characters without "
+                "space, '\"', ';', '{' or '}' (fix md5_password in the node file)"
+            )
+        lines.append(f'    md5-password "{n.md5_password}";')
+    if n.ttl_security_hops is not None:
+        # RFC 5082 §3: send with TTL 255, accept only what arrives with TTL >= 256 - hops (IP_MINTTL).
+        lines += [f"    outgoing-ttl {GTSM_TTL};", f"    incoming-ttl {GTSM_TTL + 1 - n.ttl_security_hops};"]
+    return lines
 
 
 def config_text(neighbors: Iterable[Neighbor], api_command: str) -> str:
@@ -81,6 +105,7 @@ def config_text(neighbors: Iterable[Neighbor], api_command: str) -> str:
             f"    local-as {n.local_asn};",
             f"    peer-as {n.peer_asn};",
             f"    hold-time {n.hold_time};",
+            *_security_lines(n),
             # Both ends connect and listen (on the local link address); BGP's collision rule keeps one.
             "    listen 179;",
             "    connect 179;",

@@ -31,13 +31,16 @@ def apply(plan: LabPlan, ctx: Context) -> LabPlan:
     bsl, bsl_src = ctx.setting("bier.bsl")
     bift, _ = ctx.setting("bier.bift")
     dataplane, _ = ctx.setting("bier.dataplane")
+    edge_policy, _ = ctx.setting("bier.edge_policy")
     if bsl not in BSLS:
         raise problem(
             bsl_src,
             f"BSL {bsl} is not a BitString length RFC 8296 §2.1.2 defines "
             f"(one of {', '.join(map(str, BSLS))})",
         )
-    plan.bier = PlanBier(sub_domain=sub_domain, bsl=bsl, bift=bift, dataplane=dataplane)
+    plan.bier = PlanBier(
+        sub_domain=sub_domain, bsl=bsl, bift=bift, dataplane=dataplane, edge_policy=edge_policy
+    )
 
     owner: dict[int, tuple[Source, str]] = {}
     for name, node_vars in ctx.vars.nodes.items():

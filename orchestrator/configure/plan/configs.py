@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import ipaddress
+
 from aidcnet.config import (
     CONFIG_VERSION,
     Bgp,
     BgpNeighbor,
     Bier,
     BierFlow,
+    BierHostBfir,
     BierMembership,
     BierNeighbor,
+    BierPortPolicy,
     Interface,
     NextHop,
     NodeConfig,
@@ -19,7 +23,7 @@ from aidcnet.roles import Role
 from orchestrator.configure.plan.context import natural_key
 from orchestrator.configure.plan.igmp import igmp_config
 from orchestrator.configure.plan.ina import ina_config
-from orchestrator.configure.plan.model import LabPlan, PlanError
+from orchestrator.configure.plan.model import LabPlan, PlanError, PlanNode
 
 
 def node_config(plan: LabPlan, name: str) -> NodeConfig:
@@ -107,6 +111,20 @@ def bgp_config(plan: LabPlan, name: str) -> Bgp | None:
 HOST_APP_PORT = 4791
 
 
+def port_policy(
+    role: str, peer: PlanNode, local: ipaddress.IPv4Interface, peer_addr: ipaddress.IPv4Address
+) -> BierPortPolicy:
+    """RFC 8296 §6: a BFR's port to a GPU host that is a BFIR is a host port (that host, its own BFR-id,
+    the whole domain); any other port is a fabric port, open only to a BFR neighbour (none if the peer is
+    not a BFR)."""
+    if role != Role.GPU_HOST and peer.role == Role.GPU_HOST and peer.bfr_id is not None:
+        return BierPortPolicy(
+            kind="host", subnet=local.network, hosts={peer_addr: BierHostBfir(bfr_id=peer.bfr_id)}
+        )
+    nbrs = [peer_addr] if peer.bfr_id is not None and peer.bier_label_base is not None else []
+    return BierPortPolicy(kind="fabric", subnet=local.network, neighbors=nbrs)
+
+
 def bier_config(plan: LabPlan, name: str) -> Bier | None:
     """BIER settings plus the static BIRT: a BFER's next hops are the unicast next hops toward its
     loopback (BIER follows the underlay's routing, RFC 8279 §6.4), restricted to BFR neighbors."""
@@ -114,9 +132,12 @@ def bier_config(plan: LabPlan, name: str) -> Bier | None:
     if node.bfr_id is None or node.bier_label_base is None:
         return None
     neighbors: dict[str, BierNeighbor] = {}
+    edge_policy: dict[str, BierPortPolicy] = {}
     for link in plan.links:
         for local, remote in ((link.a, link.b), (link.b, link.a)):
             peer = plan.nodes[remote.node]
+            if plan.bier.edge_policy and local.node == name and local.address and remote.address:
+                edge_policy[local.interface] = port_policy(node.role, peer, local.address, remote.address.ip)
             if (
                 local.node != name
                 or peer.bfr_id is None
@@ -168,6 +189,7 @@ def bier_config(plan: LabPlan, name: str) -> Bier | None:
         neighbors=sorted(neighbors.values(), key=lambda n: natural_key(n.name)),
         birt=dict(sorted(birt.items())),
         host_ports=host_ports,
+        edge_policy=dict(sorted(edge_policy.items(), key=lambda kv: natural_key(kv[0]))),
         app_port=HOST_APP_PORT if node.role == Role.GPU_HOST else None,
         flows=flows,
         members=members,

@@ -114,3 +114,25 @@ def test_updates_reach_the_rib_and_the_kernel_view(tmp_path) -> None:
         assert (tmp_path / "bgp-sessions").read_text() == "0 4\n"
 
     asyncio.run(run())
+
+
+def test_status_names_the_peer_whose_md5_session_stays_down(tmp_path, monkeypatch) -> None:
+    import copy
+
+    import aidcnet.agent.bgp_service as bgp_service
+
+    conf = copy.deepcopy(G1)
+    conf["bgp"]["neighbors"][0]["md5_password"] = "right-Key1"
+    counters = {"TCPMD5Failure": 5}
+    monkeypatch.setattr(bgp_service.BgpService, "_read_md5_counters", staticmethod(lambda: dict(counters)))
+    svc = BgpService(parse_config(conf), run_dir=tmp_path)
+    svc.sessions["10.0.0.3"] = "up"
+    by_peer = {n["peer"]: n for n in svc.status()["neighbors"]}
+    assert all(n["problem"] is None for n in by_peer.values())  # nothing grew since start
+    counters["TCPMD5Failure"] = 8
+    status = svc.status()
+    by_peer = {n["peer"]: n for n in status["neighbors"]}
+    assert by_peer["10.0.0.1"]["md5"] is True and by_peer["10.0.0.1"]["gtsm_hops"] is None
+    assert "TCPMD5Failure +3" in by_peer["10.0.0.1"]["problem"] and by_peer["10.0.0.1"]["name"] == "L1"
+    assert by_peer["10.0.0.3"]["problem"] is None  # up
+    assert "right-Key1" not in json.dumps(status)

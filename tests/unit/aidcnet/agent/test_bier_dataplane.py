@@ -21,13 +21,14 @@ import pytest
 from aidcnet.agent.bier_dataplane import DROP_COUNTERS, BierDataplane
 from aidcnet.agent.bier_host import BierHost
 from aidcnet.bier.bift import build_bifts
+from aidcnet.bier.edge_policy import FABRIC, HOST, HostBfir, PortPolicy
 from aidcnet.bier.header import BierHeader, BierProto
 from aidcnet.bier.routing import compute_birts, undirected
 
 BSL = 64
 EDGES = [("A", "B"), ("B", "C"), ("B", "D"), ("C", "E"), ("D", "E")]
 IDS = {"A": 1, "C": 3, "D": 4, "E": 5, "Z": 9}
-WHOLE_DROPS = ("dropped-malformed", *DROP_COUNTERS.values())
+WHOLE_DROPS = ("dropped-malformed", "dropped-policy", *DROP_COUNTERS.values())
 
 Delivered = list[tuple[bytes, int, int, bytes]]
 
@@ -446,3 +447,53 @@ def test_fuzz_100k_datagrams_into_the_running_dataplane(lab: Lab) -> None:
     assert lab.dps["A"].impose(b"after-fuzz", [3], 4, 0) == 1
     lab.settle()
     assert b.counters()["forwarded"] == before + 1
+
+
+def test_edge_policy_drops_and_counts_per_port_and_reason(lab: Lab) -> None:
+    """RFC 8296 §6 at B: a host port with one BFIR (BFR-id 7, may reach C only), fabric ports to A/C/D;
+    each violation is dropped and counted on its port, the legitimate host and the neighbors still work."""
+    b = lab.dps["B"]
+    label = lab.labels["B"][(0, BSL, 0)]
+    net = lab.addrs["B"].rsplit(".", 1)[0]
+    host, stranger, rogue = f"{net}.200", f"{net}.201", f"{net}.202"
+    fabric = {f"eth{j + 1}": nb for j, nb in enumerate(lab.adj["B"])}
+    subnets = {ifname: f"{lab.addrs[nb]}/32" for ifname, nb in fabric.items()}
+    subnets |= {"host0": f"{host}/32", "host1": f"{stranger}/32", "eth9": f"{rogue}/32"}
+    policies = {
+        ifname: PortPolicy(FABRIC, neighbors=frozenset({lab.addrs[nb]})) for ifname, nb in fabric.items()
+    }
+    policies["host0"] = PortPolicy(HOST, hosts={host: HostBfir.reaching(7, [3], BSL)})
+    policies["host1"] = PortPolicy(HOST, hosts={host: HostBfir.reaching(7, [3], BSL)})
+    policies["eth9"] = PortPolicy(FABRIC, neighbors=frozenset({lab.addrs["A"]}))
+    b.set_edge_policy(policies, subnets)
+    sends = {
+        host: [
+            raw(label, bitstring=0b100, bfir_id=7) + b"legit",
+            raw(label, bitstring=0b100, bfir_id=1) + b"forged",
+            raw(label, bitstring=0b10100, bfir_id=7) + b"outside",
+        ],
+        stranger: [raw(label, bitstring=0b100, bfir_id=7) + b"stranger"],
+        rogue: [raw(label, bitstring=0b100, bfir_id=1) + b"rogue"],
+        f"{net}.203": [raw(label, bitstring=0b100, bfir_id=1) + b"nowhere"],
+    }
+    for src, pkts in sends.items():
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.bind((src, 0))
+            for pkt in pkts:
+                s.sendto(pkt, (lab.addrs["B"], 6635))
+    lab.settle()
+    assert lab.dps["A"].impose(b"from-a", [3], BierProto.IPV4, 0) == 1  # a neighbor BFR on its fabric port
+    lab.settle()
+    c = b.counters()
+    expected = {
+        "host0.forged-bfir-id": 1,
+        "host0.bitstring-outside-set": 1,
+        "host1.not-bfir": 1,
+        "eth9.not-bfr-neighbor": 1,
+        "unknown.not-bfr-neighbor": 1,
+    }
+    for key, n in expected.items():
+        assert c[f"dropped-policy.{key}"] == n, key
+    assert c["dropped-policy"] == sum(expected.values())
+    assert sorted(p for p, *_ in lab.got["C"]) == [b"from-a", b"legit"]
+    check_accounting(lab)

@@ -104,3 +104,39 @@ def test_exabgp_accepts_the_generated_config(tmp_path) -> None:
     # The validator can fail: a typo in one keyword is rejected.
     conf.write_text(text.replace("hold-time 3;", "hold-tim 3;"))
     assert _validate(conf).returncode != 0
+
+
+SECRET = "s3cr3t-Key!"
+
+
+def test_md5_and_gtsm_rendered_per_neighbor() -> None:
+    n = Neighbor("10.0.0.1", "10.0.0.0", 65000, 65100, "10.255.0.5", md5_password=SECRET, ttl_security_hops=1)
+    text = config_text([n], "/bin/cat")
+    assert f'    md5-password "{SECRET}";' in text.splitlines()
+    # RFC 5082 §3, one hop: send 255, accept >= 255
+    assert "    outgoing-ttl 255;" in text.splitlines()
+    assert "    incoming-ttl 255;" in text.splitlines()
+    assert SECRET not in repr(n)
+    plain = config_text([Neighbor("10.0.0.1", "10.0.0.0", 65000, 65100, "10.255.0.5")], "/bin/cat")
+    assert "md5" not in plain and "ttl" not in plain
+    two = config_text([Neighbor("10.0.0.1", "10.0.0.0", 1, 2, "1.1.1.1", ttl_security_hops=2)], "/bin/cat")
+    assert "    incoming-ttl 254;" in two.splitlines()
+
+
+@pytest.mark.parametrize("bad", ["", "has space", 'q"uote', "semi;colon", "x" * 81, "br{ace"])
+def test_unsafe_md5_secret_rejected_without_echo(bad: str) -> None:
+    n = Neighbor("10.0.0.1", "10.0.0.0", 65000, 65100, "10.255.0.5", md5_password=bad)
+    with pytest.raises(ValueError, match=r"10\.0\.0\.1") as err:
+        config_text([n], "/bin/cat")
+    assert not bad or bad not in str(err.value)
+
+
+def test_exabgp_accepts_md5_and_gtsm(tmp_path) -> None:
+    conf = tmp_path / "exabgp.conf"
+    n = Neighbor("10.0.0.1", "10.0.0.0", 65000, 65100, "10.255.0.5", md5_password=SECRET, ttl_security_hops=1)
+    text = config_text([n], "/bin/cat")
+    conf.write_text(text)
+    result = _validate(conf)
+    assert result.returncode == 0, result.stdout + result.stderr
+    conf.write_text(text.replace("incoming-ttl 255;", "incoming-ttl x;"))
+    assert _validate(conf).returncode != 0

@@ -74,3 +74,26 @@ def test_without_bgp_an_frr_node_keeps_the_static_routes(tmp_path: Path) -> None
     assert config.routes and not any(line.startswith("router bgp") for line in lines)
     hop = config.routes[0].nexthops[0]
     assert f"ip route {config.routes[0].prefix} {hop.via} {hop.dev}" in lines
+
+
+def test_frr_sessions_get_gtsm_and_md5_when_set(tmp_path: Path) -> None:
+    config = configs(*shipped("superpod-frr"), tmp_path)["L1"]
+    n = config.bgp.neighbors[0]
+    lines = render(config)
+    assert not any("ttl-security" in line for line in lines)  # GTSM off by default (config.py says why)
+    assert not any(" password " in line for line in lines)  # no secret, no password line
+    gtsm = config.model_copy(update={"bgp": config.bgp.model_copy(update={"ttl_security_hops": 1})})
+    assert f" neighbor {n.address} ttl-security hops 1" in render(gtsm)
+    secured = config.model_copy(
+        update={
+            "bgp": config.bgp.model_copy(
+                update={
+                    "neighbors": [n.model_copy(update={"md5_password": "k3y"})],
+                    "ttl_security_hops": None,
+                }
+            )
+        }
+    )
+    lines = render(secured)
+    assert f" neighbor {n.address} password k3y" in lines
+    assert not any("ttl-security" in line for line in lines)
