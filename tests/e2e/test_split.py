@@ -3,7 +3,8 @@
 The unsplit lab replays a small trace first; then ``aidclab split`` cuts it in two, each part is
 deployed with its own underlay namespace (two stand-in hosts, orchestrator.lab.vxlan.local_underlay),
 the whole lab is configured and replayed through the manifest, and delivery and every link's counters
-must equal the unsplit run's. The underlay's own counters show the VXLAN overhead: 50 bytes per inner
+must equal the unsplit run's (apart from whole ARP frames the kernel sends on its own schedule). The
+underlay's own counters show the VXLAN overhead: 50 bytes per inner
 frame on the cut links. Destroying both parts leaves no VXLAN device, veth, netns or container.
 """
 
@@ -38,6 +39,27 @@ def link_counts(run) -> dict[str, tuple[int, int, int, int]]:
     return {
         lc.link: (lc.a_to_b_packets, lc.a_to_b_bytes, lc.b_to_a_packets, lc.b_to_a_bytes) for lc in run.links
     }
+
+
+# An ARP frame on a veth (no padding, no FCS). The kernel re-validates a stale neighbour entry with one,
+# on its own timer, whichever run happens to be going: a run may carry one more or one fewer than another.
+ARP_FRAME = 42
+
+
+def arp_only_differences(got: dict, want: dict) -> dict:
+    """The links whose counters differ by anything other than whole ARP frames (at most 2 per direction),
+    with both sides: the replay's own frames must match exactly."""
+    bad = {}
+    for link in got.keys() | want.keys():
+        a, b = got.get(link), want.get(link)
+        if a is None or b is None:
+            bad[link] = (a, b)
+            continue
+        for i in (0, 2):
+            frames, octets = a[i] - b[i], a[i + 1] - b[i + 1]
+            if octets != ARP_FRAME * frames or abs(frames) > 2:
+                bad[link] = (a, b)
+    return bad
 
 
 def ul0_bytes(netns: str) -> int:
@@ -113,7 +135,7 @@ def test_split_leaf_spine_replays_like_the_whole(runtime: DockerRuntime, tmp_pat
     # Same delivery, same counters on every link, cut or not.
     assert parted.metrics.delivery.ok and parted.metrics.delivery.duplicates == 0  # type: ignore[union-attr]
     assert parted.metrics.delivery == whole.metrics.delivery  # type: ignore[union-attr]
-    assert link_counts(parted) == link_counts(whole)
+    assert arp_only_differences(link_counts(parted), link_counts(whole)) == {}
     # The cut links' inner frames crossed the underlay with 50 bytes each of outer headers; the
     # underlay also carries its own ARP/ND, a few small frames.
     counts = link_counts(parted)
