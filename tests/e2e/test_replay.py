@@ -24,6 +24,18 @@ def _replay(topo_path: Path, mode: str, results: Path, trace: Path = TRACE):
     return load_run(new)
 
 
+def _timed_replay(topo_path: Path, mode: str, results: Path, trace: Path = TRACE):
+    """A replay whose time is asserted: one judged unfaithful by the drain check is replayed once. The
+    verdict is the product's own (a shaper that drained below its rate while backlogged): on this shared
+    2-core machine one moment of load can starve TBF's softirq once (CI saw 7% below for 0.2 s); an
+    emulator too slow for the scale fails both runs."""
+    run = _replay(topo_path, mode, results, trace)
+    if run.timing is not None and not run.timing.faithful:
+        print(f"{mode} {trace.name}: not faithful ({run.timing.reasons}); replaying once")
+        run = _replay(topo_path, mode, results, trace)
+    return run
+
+
 def receivers_records(session: LabSession, ops) -> dict[int, set[str]]:
     """Message id -> hosts holding one good copy, from the receivers' own records (not the driver's)."""
     got: dict[int, set[str]] = {}
@@ -54,7 +66,7 @@ def lab(runtime: DockerRuntime, tmp_path_factory):
 @pytest.fixture(scope="module")
 def moe_runs(runtime: DockerRuntime, lab, ops):
     topo, results = lab
-    runs = {mode: _replay(topo.path, mode, results) for mode in ("unicast", "host-bier")}
+    runs = {mode: _timed_replay(topo.path, mode, results) for mode in ("unicast", "host-bier")}
     # The receivers' own records, not only the driver's summary: one good copy of each message.
     assert receivers_records(LabSession.open(topo, runtime), ops) == {op.id: set(op.dst) for op in ops}
     return runs
@@ -65,7 +77,7 @@ def test_replay_unicast_and_host_bier(runtime: DockerRuntime, lab, moe_runs, ops
     assert fanout is not None and fanout > 2
     topo, results = lab
     runs = moe_runs
-    dist = {mode: _replay(topo.path, mode, results, MODEL_DIST) for mode in ("unicast", "host-bier")}
+    dist = {mode: _timed_replay(topo.path, mode, results, MODEL_DIST) for mode in ("unicast", "host-bier")}
 
     # The demo's four runs on the default shaped fabric (400G at 1:20000): faithful, and their times follow
     # the bytes on the busiest link (docs/time-and-fidelity.md).
