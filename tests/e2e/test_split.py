@@ -105,31 +105,22 @@ def test_split_leaf_spine_replays_like_the_whole(runtime: DockerRuntime, tmp_pat
     cuts = yaml.safe_load(manifest.read_text())["cuts"]
     cut_links = {c["link"].replace(" <-> ", "<->") for c in cuts}  # the replay's link ids
     assert len(cut_links) == 4
+
+    def on_part(verb: str, part: dict, *args: str, check: bool = True) -> None:
+        """``aidclab VERB PART_FILE ARGS`` with the part's own underlay namespace (the stand-in host)."""
+        path = str(tmp_path / "parts" / part["file"])
+        aidclab(verb, path, *args, "--underlay-netns", underlay[part["host"]], cwd=tmp_path, check=check)
+
     try:
         for part in split.parts:
-            aidclab(
-                "deploy",
-                str(tmp_path / "parts" / part["file"]),
-                "-q",
-                "--underlay-netns",
-                underlay[part["host"]],
-                cwd=tmp_path,
-            )
+            on_part("deploy", part, "-q")
         aidclab("configure", str(manifest), cwd=tmp_path)
         ul_before = ul0_bytes(underlay["a"])
         parted = replay(str(manifest), results, tmp_path)
         ul_delta = ul0_bytes(underlay["a"]) - ul_before
     finally:
         for part in split.parts:
-            aidclab(
-                "destroy",
-                str(tmp_path / "parts" / part["file"]),
-                "--cleanup",
-                "--underlay-netns",
-                underlay[part["host"]],
-                cwd=tmp_path,
-                check=False,
-            )
+            on_part("destroy", part, "--cleanup", check=False)
         remove_local_underlay(UNDERLAY, [p["host"] for p in split.parts])
 
     # Same delivery, same counters on every link, cut or not.
