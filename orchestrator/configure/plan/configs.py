@@ -24,6 +24,7 @@ from orchestrator.configure.plan.context import natural_key
 from orchestrator.configure.plan.igmp import igmp_config
 from orchestrator.configure.plan.ina import ina_config
 from orchestrator.configure.plan.model import LabPlan, PlanError, PlanNode
+from orchestrator.configure.plan.routes import collapsed as collapsed_routes
 
 
 def node_config(plan: LabPlan, name: str) -> NodeConfig:
@@ -50,8 +51,8 @@ def node_config(plan: LabPlan, name: str) -> NodeConfig:
             )
     interfaces.sort(key=lambda i: natural_key(i.name))
     routes = [
-        Route(prefix=r.prefix, nexthops=[NextHop(via=h.via, dev=h.dev) for h in r.nexthops])
-        for r in node.routes
+        Route(prefix=prefix, nexthops=[NextHop(via=via, dev=dev) for via, dev in hops])
+        for prefix, hops in collapsed_routes(node.routes)
     ]
     bgp = bgp_config(plan, name)
     bier = bier_config(plan, name)
