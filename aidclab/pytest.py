@@ -126,13 +126,24 @@ class Capture:
     stderr: list[str] = field(default_factory=list)
 
     def lines(self, expression: str = "") -> list[str]:
-        """The capture decoded by the host's tcpdump, one line per packet, optionally filtered by a BPF
-        expression such as ``udp dst port 6635`` (BIER in MPLS-in-UDP)."""
-        cmd = ["tcpdump", "-n", "-r", str(self.path), *expression.split()]
+        """The capture as the host's tcpdump prints it (``-n``; a packet may take more than one line),
+        optionally filtered by a BPF expression such as ``udp dst port 6635`` (BIER in MPLS-in-UDP)."""
+        return self._read("-n", expression).splitlines()
+
+    def count(self, expression: str = "") -> int:
+        """How many captured packets match a BPF expression (all of them without one)."""
+        out = self._read("--count", expression).strip()
+        match = re.fullmatch(r"(\d+) packets?", out)
+        if match is None:
+            raise LabError(f"tcpdump --count -r {self.path} printed {out!r}, not 'N packets'")
+        return int(match.group(1))
+
+    def _read(self, option: str, expression: str) -> str:
+        cmd = ["tcpdump", option, "-r", str(self.path), *expression.split()]
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if proc.returncode != 0:
-            raise LabError(f"tcpdump -r {self.path} {expression} failed: {proc.stderr.strip()}")
-        return proc.stdout.splitlines()
+            raise LabError(f"{' '.join(cmd)} failed: {proc.stderr.strip()}")
+        return proc.stdout
 
 
 @dataclass
@@ -142,6 +153,8 @@ class Lab:
     topo: Topology
     workdir: Path
     runtime: DockerRuntime
+    # Relative paths a test gives (traces) are taken from here: pytest's rootdir for lab_fixture.
+    root: Path = field(default_factory=Path.cwd)
     _captures: int = 0
 
     @property
@@ -206,12 +219,13 @@ class Lab:
         self, trace: str | Path, mode: str, results_dir: str | Path | None = None, **options: Any
     ) -> RunOutcome:
         """``aidclab replay``: the run's outcome (``.ok``, ``.missing``, ``.result.metrics``, ``.run_dir``).
-        ``options`` are RunOptions fields (drain_s, timeout_s, gap_us, qps, ps_host, ...); runs go to
-        ``results/`` in the lab's work dir unless ``results_dir`` says where."""
+        ``options`` are RunOptions fields (drain_s, timeout_s, gap_us, qps, ps_host, ...); a relative
+        ``trace`` is taken from :attr:`root`; runs go to ``results/`` in the lab's work dir unless
+        ``results_dir`` says where."""
         from orchestrator.experiment.driver import run_experiment
         from orchestrator.experiment.modes.base import RunOptions
 
-        trace = Path(trace).resolve()
+        trace = (self.root / trace).resolve()
         results = Path(results_dir).resolve() if results_dir else self.workdir / "results"
         with working_dir(self.workdir):
             return run_experiment(
@@ -242,14 +256,16 @@ class Lab:
         pcap = Path(path) if path else self.workdir / f"{endpoint.replace(':', '-')}-{self._captures}.pcap"
         cap = Capture(endpoint, pcap)
         cmd = tcpdump_command(node_netns(container), interface, count, str(pcap))
-        proc = _start_tcpdump(cmd, cap, timeout)
+        proc, reader = _start_tcpdump(cmd, cap, timeout)
         try:
             yield cap
         finally:
-            _stop_tcpdump(proc, cap, wait=timeout if count else settle)
+            _stop_tcpdump(proc, reader, cap, wait=timeout if count else settle)
 
 
-def _start_tcpdump(cmd: list[str], cap: Capture, timeout: float) -> subprocess.Popen[str]:
+def _start_tcpdump(
+    cmd: list[str], cap: Capture, timeout: float
+) -> tuple[subprocess.Popen[str], threading.Thread]:
     """tcpdump started and armed (it said it is listening), its stderr kept in ``cap.stderr``."""
     try:
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -267,16 +283,20 @@ def _start_tcpdump(cmd: list[str], cap: Capture, timeout: float) -> subprocess.P
                 settled.set()
         settled.set()
 
-    threading.Thread(target=read, daemon=True).start()
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
     settled.wait(timeout)
     if not listening:
         proc.kill()
         proc.wait()
+        reader.join(5)
         raise LabError(f"capture on {cap.endpoint} did not start: {' '.join(cmd)}: " + " / ".join(cap.stderr))
-    return proc
+    return proc, reader
 
 
-def _stop_tcpdump(proc: subprocess.Popen[str], cap: Capture, wait: float) -> None:
+def _stop_tcpdump(
+    proc: subprocess.Popen[str], reader: threading.Thread, cap: Capture, wait: float
+) -> None:
     """Give tcpdump ``wait`` s (a counted capture ends by itself), then stop it as Ctrl-C would: it
     flushes the file and prints its count."""
     import signal
@@ -290,10 +310,7 @@ def _stop_tcpdump(proc: subprocess.Popen[str], cap: Capture, wait: float) -> Non
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
-    if proc.stderr is not None:
-        with contextlib.suppress(ValueError):
-            for line in proc.stderr:  # what the reader thread had not consumed yet
-                cap.stderr.append(line.rstrip())
+    reader.join(5)  # it reads to tcpdump's last line (the count)
     for line in cap.stderr:
         match = _CAPTURED.search(line)
         if match:
@@ -310,10 +327,12 @@ def deployed_lab(
     edit: Callable[[dict], None] | None = None,
     configure: bool = True,
     runtime: DockerRuntime | None = None,
+    root: Path | None = None,
 ) -> Iterator[Lab]:
     """Deploy ``lab`` (a name in ``labs/`` or a ``*.clab.yml`` file) from ``workdir``, configure it unless
     told not to, yield its handle, and destroy it whatever happens (a failed deploy or configure, a failing
-    test, KeyboardInterrupt). See :func:`topology_file` for ``name``, ``vars`` and ``edit``."""
+    test, KeyboardInterrupt). See :func:`topology_file` for ``name``, ``vars`` and ``edit``; ``root``
+    (default: the working directory) is where the handle finds relative trace paths."""
     from orchestrator.lab.deploy import deploy, destroy
     from orchestrator.lab.runtime.docker import DockerRuntime
     from orchestrator.lab.topology import load_topology
@@ -330,7 +349,7 @@ def deployed_lab(
             f"a lab it did not deploy: pass name= for a copy under another name, or `aidclab destroy "
             f"{topo.name}` first"
         )
-    handle = Lab(topo, workdir, runtime)
+    handle = Lab(topo, workdir, runtime, Path(root or Path.cwd()).resolve())
     try:
         with working_dir(workdir):
             deploy(topo, runtime)
@@ -356,16 +375,34 @@ def lab_fixture(
     configure: bool = True,
 ) -> Any:
     """A pytest fixture that deploys ``lab`` once per ``scope`` (module by default; ``session`` shares it
-    with every module that uses the fixture), configures it, yields its :class:`Lab` and destroys it.
+    with every module that uses the fixture), configures it, yields its :class:`Lab` and destroys it. A lab
+    name or relative path is found from pytest's rootdir (``leaf-spine``: ``labs/leaf-spine.clab.yml``).
     Assign it to the name your tests use: ``lab = lab_fixture("leaf-spine")``. Arguments: see
     :func:`deployed_lab`."""
     if scope not in SCOPES:
         raise ValueError(f"lab_fixture({lab!r}, scope={scope!r}): scope is one of {', '.join(SCOPES)}")
 
-    def fixture(aidclab_runtime: DockerRuntime, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-        workdir = tmp_path_factory.mktemp(f"aidclab-{name or Path(str(lab)).name.split('.')[0]}")
+    def fixture(
+        aidclab_runtime: DockerRuntime,
+        tmp_path_factory: pytest.TempPathFactory,
+        request: pytest.FixtureRequest,
+    ) -> Iterator[Lab]:
+        from orchestrator.lab.topology import resolve_lab
+
+        # "leaf-spine" is labs/leaf-spine.clab.yml in the project pytest runs in (its rootdir), wherever
+        # the working directory happens to be when the fixture is set up.
+        path = resolve_lab(str(lab))
+        path = path if path.is_absolute() else request.config.rootpath / path
+        workdir = tmp_path_factory.mktemp(f"aidclab-{name or path.name.split('.')[0]}")
         with deployed_lab(
-            lab, workdir, name=name, vars=vars, edit=edit, configure=configure, runtime=aidclab_runtime
+            path,
+            workdir,
+            name=name,
+            vars=vars,
+            edit=edit,
+            configure=configure,
+            runtime=aidclab_runtime,
+            root=request.config.rootpath,
         ) as handle:
             yield handle
 

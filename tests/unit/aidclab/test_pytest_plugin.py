@@ -149,6 +149,18 @@ def test_session_scope_is_shared_by_every_module_and_destroyed_once_at_the_end(p
     assert rec.names() == [("deploy", "shared"), ("configure", "shared"), ("destroy", "shared")]
 
 
+def test_a_lab_name_is_found_in_labs_under_the_rootdir(pytester, rec):
+    (pytester.path / "labs").mkdir()
+    mini = LEAF_SPINE.read_text().replace("leaf-spine", "mini")
+    (pytester.path / "labs" / "mini.clab.yml").write_text(mini)
+    pytester.makepyfile(test_a=module("lab = lab_fixture('mini')\ndef test_x(lab):\n    pass\n"))
+    pytester.mkdir("elsewhere")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(pytester.path / "elsewhere")
+        run(pytester, "--rootdir", str(pytester.path), str(pytester.path)).assert_outcomes(passed=1)
+    assert rec.names() == [("deploy", "mini"), ("configure", "mini"), ("destroy", "mini")]
+
+
 def test_configure_false_deploys_without_configuring(pytester, rec):
     pytester.makepyfile(test_a=module("lab = lab_fixture(LAB, name='raw', configure=False)\n"
                                       "def test_x(lab):\n    pass\n"))
@@ -205,7 +217,7 @@ def test_the_handle_forwards_to_the_project_functions(pytester, rec, tmp_path):
     rec.replies["exit 3"] = (3, "boom\n")
     rec.replies["aidcnet ctl health"] = (0, '{"ok": true, "configured": true}\n')
     rec.replies["aidcnet ctl show bift"] = (0, "BIFT table\n")
-    trace = tmp_path / "t.jsonl"
+    trace = pytester.path / "t.jsonl"
     trace.write_text("")
     out = tmp_path / "calls.json"
     pytester.makepyfile(test_a=module(f"""
@@ -229,7 +241,7 @@ def test_the_handle_forwards_to_the_project_functions(pytester, rec, tmp_path):
             with pytest.raises(LabError, match="no node 'h99'; its nodes: spine1, spine2"):
                 lab.exec("h99", "true")
             assert lab.link_set("h1:eth1", "loss", "5%", "burst", "4", one_way=True) == ["h1:eth1 loss"]
-            assert lab.replay({str(trace)!r}, "host-bier", drain_s=1.5, qps=2) == "outcome"
+            assert lab.replay("t.jsonl", "host-bier", drain_s=1.5, qps=2) == "outcome"  # from the rootdir
             assert lab.agent("leaf2") == ("agent", "clab-fw-leaf2")
             where = {{"lab_dir": str(lab.lab_dir), "workdir": str(lab.workdir)}}
             Path({str(out)!r}).write_text(json.dumps(where))
@@ -257,9 +269,9 @@ def test_the_handle_forwards_to_the_project_functions(pytester, rec, tmp_path):
 
 FAKE_TCPDUMP = """\
 import pathlib, signal, sys, time
+signal.signal(signal.SIGINT, lambda *_: (print("7 packets captured", file=sys.stderr), sys.exit(0)))
 pathlib.Path(sys.argv[1]).write_bytes(b"pcap")
 print("tcpdump: listening on eth1, link-type EN10MB", file=sys.stderr, flush=True)
-signal.signal(signal.SIGINT, lambda *_: (print("7 packets captured", file=sys.stderr), sys.exit(0)))
 time.sleep(30)
 """
 
@@ -345,3 +357,28 @@ def test_an_unknown_scope_is_refused_at_definition():
 def test_pyproject_registers_the_plugin_under_its_module_name():
     doc = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert doc["project"]["entry-points"]["pytest11"] == {"aidclab.pytest": "aidclab.pytest"}
+
+
+SEND_THREE = """\
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+for i in range(3):
+    s.sendto(b"bier?", (sys.argv[1], 6635))
+"""
+
+
+def test_capture_with_the_hosts_tcpdump_in_a_namespace(veth_pair, tmp_path, monkeypatch):
+    """The real thing, without a lab: the host's tcpdump (through nsenter) in one end of a veth pair, armed
+    before three datagrams leave and stopped after them, with its own count and a filter on reading."""
+    import orchestrator.lab.capture as capture
+    from orchestrator.lab.topology import load_topology
+
+    monkeypatch.setattr(capture, "capture_target", lambda lab_dir, endpoint: (veth_pair.a, veth_pair.a_if))
+    lab = plugin.Lab(load_topology(LEAF_SPINE), tmp_path, runtime=None)  # type: ignore[arg-type]
+    with lab.capture("leaf1:eth1") as cap:
+        sent = veth_pair.run_in(veth_pair.a, SEND_THREE, veth_pair.b_ip)
+        assert sent.returncode == 0, sent.stderr
+    assert cap.path == tmp_path / "leaf1-eth1-1.pcap"
+    assert cap.count("udp dst port 6635") == 3, cap.lines()
+    assert cap.packets == cap.count() >= 3 + 3, cap.stderr  # the datagrams, ICMP unreachables, maybe ARP
+    assert "10.99.0.1.6635: MPLS" in cap.lines("udp dst port 6635")[0]
