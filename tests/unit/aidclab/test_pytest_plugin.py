@@ -382,3 +382,31 @@ def test_capture_with_the_hosts_tcpdump_in_a_namespace(veth_pair, tmp_path, monk
     assert cap.count("udp dst port 6635") == 3, cap.lines()
     assert cap.packets == cap.count() >= 3 + 3, cap.stderr  # the datagrams, ICMP unreachables, maybe ARP
     assert "10.99.0.1.6635: MPLS" in cap.lines("udp dst port 6635")[0]
+
+
+def test_our_e2e_suite_deploys_through_the_plugin(rec, tmp_path):
+    """tests/e2e/conftest.py's deployed(): the plugin's lifecycle, with the suite's conventions kept (a
+    renamed copy with vars and node edits, the lab's work dir as the working directory while it is up)."""
+    import os
+
+    from tests.e2e.conftest import deployed
+
+    runtime = FakeRuntime(rec)
+    before = Path.cwd()
+    frr = {"spine2": {"kind": "linux", "image": "aidclab/frr:latest"}}
+    mgmt = {"network": "e2e-x"}
+    with deployed(runtime, tmp_path, "leaf-spine", "e2e-x", {"time": {"scale": 100}}, nodes=frr,
+                  configured=True, edit=lambda doc: doc.update(mgmt=mgmt)) as topo:  # fmt: skip
+        assert Path.cwd() == tmp_path.resolve() and topo.name == "e2e-x"
+        doc = yaml.safe_load((tmp_path / "e2e-x.clab.yml").read_text())
+        assert doc["topology"]["nodes"]["spine2"]["image"] == "aidclab/frr:latest"
+        assert doc["mgmt"] == {"network": "e2e-x"}
+        assert yaml.safe_load((tmp_path / "e2e-x.vars.yml").read_text()) == {"time": {"scale": 100}}
+    assert Path.cwd() == before
+    (tmp_path / "y").mkdir()
+    assert rec.names() == [("deploy", "e2e-x"), ("configure", "e2e-x"), ("destroy", "e2e-x")]
+    with pytest.raises(RuntimeError, match="boom"), deployed(runtime, tmp_path / "y", "leaf-spine", "e2e-y"):
+        os.makedirs("inside", exist_ok=True)
+        raise RuntimeError("boom")
+    assert rec.names()[-2:] == [("deploy", "e2e-y"), ("destroy", "e2e-y")]  # unconfigured, destroyed
+    assert yaml.safe_load((tmp_path / "y" / "e2e-y.vars.yml").read_text()) == {}  # every default
