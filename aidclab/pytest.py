@@ -14,7 +14,7 @@ test asks for a fixture made by :func:`lab_fixture`::
 The handle (:class:`Lab`) runs the same code as the ``aidclab`` commands: deploy, configure (Ansible, as
 ``aidclab configure``), ``link set``, ``replay``, ``capture``, and ``exec``/``ctl`` inside a node. The lab is
 destroyed when its scope ends, also when a test fails, deploy or configure fails half way, or the run is
-interrupted with Ctrl-C. A lab that is already running under the same name is refused, never touched.
+interrupted with Ctrl-C or SIGTERM. A lab that is already running under the same name is refused, never touched.
 docs/testing-your-lab.md walks through a complete test.
 """
 
@@ -318,6 +318,26 @@ def _stop_tcpdump(
 
 
 @contextlib.contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """While a lab is up, SIGTERM (a CI job cancelled, ``timeout``) stops the run as Ctrl-C does, so the lab
+    is destroyed on the way out instead of left running. Only the main thread may set signal handlers."""
+    import signal
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum} (SIGTERM): destroying the lab before exiting")
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
 def deployed_lab(
     lab: str | Path,
     workdir: Path,
@@ -331,7 +351,7 @@ def deployed_lab(
 ) -> Iterator[Lab]:
     """Deploy ``lab`` (a name in ``labs/`` or a ``*.clab.yml`` file) from ``workdir``, configure it unless
     told not to, yield its handle, and destroy it whatever happens (a failed deploy or configure, a failing
-    test, KeyboardInterrupt). See :func:`topology_file` for ``name``, ``vars`` and ``edit``; ``root``
+    test, KeyboardInterrupt, SIGTERM). See :func:`topology_file` for ``name``, ``vars`` and ``edit``; ``root``
     (default: the working directory) is where the handle finds relative trace paths."""
     from orchestrator.lab.deploy import deploy, destroy
     from orchestrator.lab.runtime.docker import DockerRuntime
@@ -351,11 +371,12 @@ def deployed_lab(
         )
     handle = Lab(topo, workdir, runtime, Path(root or Path.cwd()).resolve())
     try:
-        with working_dir(workdir):
-            deploy(topo, runtime)
-        if configure:
-            handle.configure()
-        yield handle
+        with _terminate_as_interrupt():
+            with working_dir(workdir):
+                deploy(topo, runtime)
+            if configure:
+                handle.configure()
+            yield handle
     finally:
         try:
             destroy(topo.name, runtime, cleanup=True, lab_dir_root=workdir, quiet=True)

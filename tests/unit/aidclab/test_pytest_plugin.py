@@ -196,6 +196,27 @@ def test_ctrl_c_during_deploy_or_a_test_still_destroys(pytester, rec, where):
     assert rec.names()[-1] == ("destroy", "ki")
 
 
+def test_sigterm_while_a_lab_is_up_stops_the_run_and_destroys(pytester, rec):
+    import signal
+
+    before = signal.getsignal(signal.SIGTERM)
+    pytester.makepyfile(test_a=module("""
+        import os, signal
+
+        lab = lab_fixture(LAB, name='term')
+
+        def test_x(lab):
+            os.kill(os.getpid(), signal.SIGTERM)
+
+        def test_never_runs(lab):
+            pass
+    """))
+    reprec = pytester.inline_run(*ARGS, no_reraise_ctrlc=True)
+    assert reprec.ret == pytest.ExitCode.INTERRUPTED
+    assert rec.names()[-1] == ("destroy", "term")
+    assert signal.getsignal(signal.SIGTERM) == before  # restored once the lab is gone
+
+
 def test_a_lab_already_running_under_that_name_is_refused_and_never_touched(pytester, rec):
     rec.running["mine"] = 3
     pytester.makepyfile(test_a=module("lab = lab_fixture(LAB, name='mine')\ndef test_x(lab):\n    pass\n"))
