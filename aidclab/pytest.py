@@ -14,8 +14,8 @@ test asks for a fixture made by :func:`lab_fixture`::
 The handle (:class:`Lab`) runs the same code as the ``aidclab`` commands: deploy, configure (Ansible, as
 ``aidclab configure``), ``link set``, ``replay``, ``capture``, and ``exec``/``ctl`` inside a node. The lab is
 destroyed when its scope ends, also when a test fails, deploy or configure fails half way, or the run is
-interrupted with Ctrl-C or SIGTERM. A lab that is already running under the same name is refused, never touched.
-docs/testing-your-lab.md walks through a complete test.
+interrupted with Ctrl-C or SIGTERM. A lab that is already running under the same name is refused, never
+touched. docs/testing-your-lab.md walks through a complete test.
 """
 
 from __future__ import annotations
