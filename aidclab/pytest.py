@@ -358,6 +358,7 @@ def deployed_lab(
     from orchestrator.lab.topology import load_topology
 
     workdir = Path(workdir).resolve()
+    workdir.mkdir(parents=True, exist_ok=True)
     path = topology_file(lab, workdir, name, vars, edit).resolve()
     topo = load_topology(path)
     runtime = runtime or DockerRuntime()
