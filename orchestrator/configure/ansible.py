@@ -74,6 +74,8 @@ def write_lab_plan(topo: Topology, plan=None, path: Path | None = None) -> PlanF
         if not target.exists() or target.read_text() != text:
             target.write_text(text)
             changed.append(topo.container_name(node))
+        if config.bgp is not None and any(n.md5_password for n in config.bgp.neighbors):
+            target.chmod(0o600)  # it carries TCP-MD5 secrets (plan.yml never does)
     for stale in host_vars.glob("*.yml"):
         if stale.name not in wanted:
             stale.unlink()

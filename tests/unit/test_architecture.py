@@ -13,7 +13,7 @@ from aidcnet.modes import Mode
 from aidcnet.roles import Role
 from orchestrator.paths import ROOT
 
-PACKAGES = ("orchestrator", "aidcnet")
+PACKAGES = ("aidclab", "orchestrator", "aidcnet")
 MAX_FUNCTION_LINES = 80
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import ipaddress
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_serializer, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SecretStr, field_serializer, model_validator
 
 PLAN_VERSION = 1
 MAX_ASN = 4294967295
@@ -23,8 +23,9 @@ class PlanError(ValueError):
 
 
 class _Vars(BaseModel):
-    # Unknown keys in a vars file are typos until proven otherwise.
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Unknown keys in a vars file are typos until proven otherwise. Errors never echo a value: the vars
+    # hold secrets (bgp.md5).
+    model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True)
 
 
 class Pools(_Vars):
@@ -105,6 +106,25 @@ class IgmpVars(_Vars):
     max_groups: int | None = Field(default=None, ge=1)
 
 
+class SecretRef(_Vars):
+    """A secret kept out of the vars file: read from an environment variable or a file (a path relative
+    to the vars file; its trailing newline dropped) when the plan is computed."""
+
+    env: str | None = Field(default=None, min_length=1)
+    file: str | None = Field(default=None, min_length=1)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> SecretRef:
+        if (self.env is None) == (self.file is None):
+            raise ValueError("give the secret's source as exactly one of {env: VARIABLE} or {file: PATH}")
+        return self
+
+
+# A TCP-MD5 secret in the vars: the secret itself (SecretStr: never shown by repr or in errors), or where
+# to read it. Pydantic's messages name the key, never the value.
+Md5Secret = SecretStr | SecretRef
+
+
 class BgpVars(_Vars):
     """BGP underlay with FARE (docs/fare.md); off means the plan's static routes."""
 
@@ -113,6 +133,8 @@ class BgpVars(_Vars):
     link_bandwidth: Literal["transitive", "non-transitive"] | None = None
     weights: Literal["fare", "ecmp"] | None = None
     hold_time: int | None = Field(default=None, ge=3, le=65535)
+    # RFC 2385 TCP-MD5 on every session, with this secret; links.<end>.md5 overrides it per session.
+    md5: Md5Secret | None = None
 
 
 class NodeVars(_Vars):
@@ -126,6 +148,8 @@ class LinkVars(_Vars):
     bandwidth: BandwidthText | None = None
     sublinks: int | None = Field(default=None, ge=1, le=64)
     queue: str | int | None = None
+    # The TCP-MD5 secret of this link's BGP session (overrides bgp.md5), or false: this session unsigned.
+    md5: Literal[False] | Md5Secret | None = None
 
 
 class InaJobVars(_Vars):
@@ -253,6 +277,10 @@ class PlanLink(_Plan):
     shaped_bps: int = 0
     queue_bytes: int = 0
     plane: int | None = None
+    # TCP-MD5 on this link's BGP session. The secret goes only into the two node files: exclude keeps it
+    # out of plan.yml (a plan read back from there has md5 set and no secret, and cannot render sessions).
+    md5: bool = False
+    md5_secret: SecretStr | None = Field(default=None, exclude=True, repr=False)
 
     def endpoint(self, node: str, interface: str) -> PlanEndpoint | None:
         for ep in (self.a, self.b):

@@ -16,6 +16,7 @@ In check mode the agent only validates.
 
 import json
 import os
+import re
 import socket
 import tempfile
 
@@ -71,6 +72,23 @@ def ask(path, op, **fields):
     return json.loads(data)
 
 
+# A TCP-MD5 secret in the node file (bgp.neighbors[].md5_password), as to_nice_yaml writes it.
+MD5_LINE = re.compile(r"^\s*md5_password:\s*(.+?)\s*$", re.M)
+
+
+def secrets_in(text):
+    """Every TCP-MD5 secret in a node file, as written and unquoted: Ansible masks each of them wherever it
+    would show one (the diff, messages), since the secret must never reach output or logs."""
+    found = set()
+    for raw in MD5_LINE.findall(text or ""):
+        found.add(raw)
+        if len(raw) > 1 and raw[0] == raw[-1] == "'":
+            found.add(raw[1:-1].replace("''", "'"))
+        elif len(raw) > 1 and raw[0] == raw[-1] == '"':
+            found.add(raw[1:-1])
+    return found
+
+
 def explain(reply, tmp, dest):
     lines = [str(reply.get("error", "")).replace(tmp, dest)]
     lines += ["  - " + p for p in reply.get("problems", [])]
@@ -99,6 +117,8 @@ def main():
             current = f.read()
     except FileNotFoundError:
         current = None
+    secrets = secrets_in(content) | secrets_in(current)
+    module.no_log_values.update(secrets)
     if current == content:
         module.exit_json(changed=False, dest=dest)
     diff = {"before": current or "", "after": content, "before_header": dest, "after_header": dest}
@@ -117,7 +137,7 @@ def main():
             )
         if module.check_mode:
             module.exit_json(changed=True, diff=diff)
-        os.chmod(tmp, 0o644)
+        os.chmod(tmp, 0o600 if secrets_in(content) else 0o644)
         os.replace(tmp, dest)
     finally:
         if os.path.exists(tmp):
