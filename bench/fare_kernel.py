@@ -1,9 +1,9 @@
 """FARE's reaction cost per prefix count, in network namespaces (no Docker, no lab): the agent's own code path
 after a link event (RIB recompute + kernel apply) for 4, 16, 64 and 256 prefixes.
 
-Topology: ``f64-<pid>`` is a GPU with four uplinks up0..up3 (100G each) to ``f64-<pid>-p``, which holds the
-four leaves' ends dn0..dn3; every prefix (a peer GPU's loopback) is learned from all four leaves. Per
-prefix count and round:
+Topology: ``f64-<pid>-<n>`` is a GPU with four uplinks up0..up3 (100G each) to ``f64-<pid>-<n>-p``, which
+holds the four leaves' ends dn0..dn3; every prefix (a peer GPU's loopback) is learned from all four leaves.
+Per prefix count and round:
   install    the route set from an empty table (select + one apply);
   link-down  dn3 goes down in the leaves' namespace, so up3 loses carrier (the bench/fare.py local-down
              event); once the kernel shows it, the agent's path is timed: the link marked down, select,
@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -34,6 +33,7 @@ from aidcnet.bgp.rib import Link, Rib, kernel_routes, select  # noqa: E402
 from aidcnet.bgp.rib import Path as BgpPath  # noqa: E402
 from aidcnet.netstate import KernelState, NextHops, diff_state  # noqa: E402
 from tests.dataplane.netlab import in_netns, sh  # noqa: E402
+from tests.unit.fabric_netns import make_uplinks, wait_carrier  # noqa: E402
 
 PROTO = 186
 UPLINKS = 4
@@ -58,17 +58,6 @@ def leaf_links(down: set[str] = frozenset()) -> dict[str, Link]:
         )
         for i in range(UPLINKS)
     }
-
-
-def wait_carrier(gpu_ns: str, dev: str, want: bool) -> None:
-    # /sys shows the namespace the process was in when sysfs was mounted: ask ip -n instead.
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        out = sh("ip", "-n", gpu_ns, "-o", "link", "show", dev)
-        if ("LOWER_UP" in out) == want:
-            return
-        time.sleep(0.005)
-    raise RuntimeError(f"{gpu_ns}:{dev} carrier never became {'up' if want else 'down'}")
 
 
 class Baseline:
@@ -124,33 +113,6 @@ def one_round(
     return t_install, t_down, t_up
 
 
-def setup(gpu: str, leaves: str) -> None:
-    sh("ip", "netns", "add", gpu)
-    sh("ip", "netns", "add", leaves)
-    for i in range(UPLINKS):
-        sh(
-            "ip",
-            "link",
-            "add",
-            f"up{i}",
-            "netns",
-            gpu,
-            "type",
-            "veth",
-            "peer",
-            "name",
-            f"dn{i}",
-            "netns",
-            leaves,
-        )
-        sh("ip", "-n", gpu, "addr", "add", f"10.64.{i}.0/31", "dev", f"up{i}")
-        sh("ip", "-n", leaves, "addr", "add", f"10.64.{i}.1/31", "dev", f"dn{i}")
-        sh("ip", "-n", gpu, "link", "set", f"up{i}", "up")
-        sh("ip", "-n", leaves, "link", "set", f"dn{i}", "up")
-    for i in range(UPLINKS):
-        wait_carrier(gpu, f"up{i}", True)
-
-
 def med(values: list[float]) -> float:
     return statistics.median(values)
 
@@ -166,9 +128,7 @@ def main() -> int:
         print("bench/fare_kernel.py creates network namespaces: run it as root", file=sys.stderr)
         return 2
     counts = [int(c) for c in args.counts.split(",")]
-    gpu, leaves = f"f64-{os.getpid()}", f"f64-{os.getpid()}-p"
-    try:
-        setup(gpu, leaves)
+    with make_uplinks("f64", UPLINKS) as (gpu, leaves):
         new_down: dict[int, float] = {}
         for count in counts:
             rows: dict[str, list[tuple[float, float, float]]] = {"new": [], "baseline": []}
@@ -192,9 +152,6 @@ def main() -> int:
             f"({new_down[hi]:.2f} ms / {new_down[lo]:.2f} ms; per extra prefix "
             f"{1000 * (new_down[hi] - new_down[lo]) / (hi - lo):.1f} us)"
         )
-    finally:
-        for ns in (gpu, leaves):
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
     return 0
 
 
