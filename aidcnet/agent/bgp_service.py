@@ -361,9 +361,17 @@ class BgpService:
         wanted = advertisements(self.selected, self.links, self.asn, self.originate, self.bgp.transit)
         transitive = self.bgp.link_bandwidth == "transitive"
         gadmin = community_asn(self.asn)
+        # A learned route goes to every peer as one Announcement object: its text is made once, not once
+        # per peer (a leaf of 256 GPUs holds 256 x 256 of them).
+        text_of: dict[int, str] = {}
         for peer in self.links:
             have = self.sent.setdefault(peer, {})
-            want = {p: a.text(gadmin, transitive) for p, a in wanted.get(peer, {}).items()}
+            want = {}
+            for prefix, ann in wanted.get(peer, {}).items():
+                text = text_of.get(id(ann))
+                if text is None:
+                    text = text_of[id(ann)] = ann.text(gadmin, transitive)
+                want[prefix] = text
             for prefix in sorted(have.keys() - want.keys()):
                 self._send(exabgp.withdraw_command(peer, prefix))
                 del have[prefix]
