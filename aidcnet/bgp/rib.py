@@ -175,16 +175,14 @@ def select(
     # the same peers with the same received bandwidths (a GPU's 63 peer loopbacks, behind the same four
     # leaves) share one FARE computation, so a recompute costs little more per prefix than reading it.
     tables = [rib.adj_in[peer] for peer in sorted(rib.adj_in, key=_peer_key)]
+    usable = {peer for peer, link in links.items() if link.usable}
     fare: dict[tuple[tuple[str, float | None], ...], tuple[tuple[str, str, int], ...] | None] = {}
     advertised_of: dict[tuple[tuple[str, float | None], ...], float | None] = {}
     for prefix in sorted(rib.prefixes()):
         candidates = [
             p
             for t in tables
-            if (p := t.get(prefix)) is not None
-            and p.peer in links
-            and links[p.peer].usable
-            and local_asn not in p.as_path
+            if (p := t.get(prefix)) is not None and p.peer in usable and local_asn not in p.as_path
         ]
         if not candidates:
             continue
