@@ -103,11 +103,12 @@ def _create_pair(ipr: IPRoute, link: Link, pids: dict[str, int]) -> None:
 
 def _prepare_netns(node: str, pid: int, interfaces: list[str]) -> None:
     with NetNS(f"/proc/{pid}/ns/net") as ns:
+        # One dump for all: link_lookup(ifname=) dumps every link per call, and a SuperPoD leaf has 64.
+        index = {link.get_attr("IFLA_IFNAME"): link["index"] for link in ns.get_links()}
         for name in interfaces:
-            found = ns.link_lookup(ifname=name)
-            if not found:
+            if name not in index:
                 raise WiringError(f"node {node}: interface {name} vanished right after it was created")
-            ns.link("set", index=found[0], state="up")
+            ns.link("set", index=index[name], state="up")
         for family in (socket.AF_INET, socket.AF_INET6):
             for route in ns.get_default_routes(family=family):
                 ns.route("del", family=family, dst="default", gateway=route.get_attr("RTA_GATEWAY"))
