@@ -401,10 +401,7 @@ def membership_table(c: Comparison) -> TableBlock | None:
         rows.append(
             [
                 f"{kind} (packets / bytes)",
-                *(
-                    f"{o[kind]['packets']} / {fmt_bytes(o[kind]['bytes'])}" if kind in o else "0"
-                    for o in control
-                ),
+                *(_packets_bytes(o.get(kind)) for o in control),
             ]
         )
     rows.append(["control bytes", *(fmt_bytes(o["total"]["bytes"]) for o in control)])
@@ -416,6 +413,13 @@ def membership_table(c: Comparison) -> TableBlock | None:
         ]
     )
     return TableBlock(header=["memberships", *(col.label for col in cols)], rows=rows)
+
+
+def _packets_bytes(counted: dict[str, int] | None) -> str:
+    if not counted:
+        return "0"
+    # The FHR counts the proxy reports it took, not their bytes (those are in the hosts' IGMP).
+    return f"{counted['packets']} / {fmt_bytes(counted['bytes'])}" if counted["bytes"] else str(counted["packets"])
 
 
 def links_table(c: Comparison) -> TableBlock:
