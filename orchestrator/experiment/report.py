@@ -419,7 +419,9 @@ def _packets_bytes(counted: dict[str, int] | None) -> str:
     if not counted:
         return "0"
     # The FHR counts the proxy reports it took, not their bytes (those are in the hosts' IGMP).
-    return f"{counted['packets']} / {fmt_bytes(counted['bytes'])}" if counted["bytes"] else str(counted["packets"])
+    if not counted["bytes"]:
+        return str(counted["packets"])
+    return f"{counted['packets']} / {fmt_bytes(counted['bytes'])}"
 
 
 def links_table(c: Comparison) -> TableBlock:
