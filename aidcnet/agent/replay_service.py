@@ -416,14 +416,10 @@ class ReplayService:
             self.send_errors = {}
             self.start_ns = self.finished_ns = None
         self.ops.sort(key=lambda op: (op[1], op[0]))
-        return {
-            "ok": True,
-            "ops": len(self.ops),
-            "mode": self.mode,
-            "groups": len(self.groups),
-            "memberships": len(self.memberships),
-            "reports": sum(len(v) for v in self.reports.values()),
-        }
+        out = {"ok": True, "ops": len(self.ops), "mode": self.mode, "groups": len(self.groups)}
+        if self.mode in (Mode.IGMP, Mode.PROXY):
+            out.update(memberships=len(self.memberships), reports=sum(len(v) for v in self.reports.values()))
+        return out
 
     def _configure_reliable(self, mode: Mode, raw: dict[str, Any]) -> None:
         from aidcnet.agent.reliable_node import ReliableSettings
