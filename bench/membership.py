@@ -9,6 +9,10 @@ all in one process on one deployed lab, so each ratio is against the other mode 
   orchestrator/experiment/membership.py ``next_stretch``), and the rate is the run's changes over its
   span (first op to the last op's data, fabric seconds).
 
+With --search-lead, a mode whose lead is > 0 (igmp) first gets the shortest lead with exact delivery at the
+trace's own pace (the same search over a factor of the lead): how long a source must wait for its
+receivers' joins to reach the BFIRs; the rate search then runs at that lead.
+
 Deploys its own lab (``bench-membership``, igmp enabled, every host a proxy source, the shipped
 time.scale) and destroys it. The lead (--lead-igmp, --lead-proxy, wall ms) is fixed per mode for the
 whole search.
@@ -96,6 +100,24 @@ def trial(topo, runtime, header, ops, mode: Mode, lead_s: float, stretch: float,
     return r
 
 
+def shortest_lead(topo, runtime, header, ops, mode: Mode, lead_s: float, tmp: Path, max_runs: int) -> float:
+    """The shortest lead (a factor of ``lead_s``, same search as the stretch) with exact delivery at the
+    trace's own pace: how long a source must wait for receivers' joins to reach the BFIRs."""
+    trials: list[RateTrial] = []
+    factor = 1.0
+    while True:
+        r = trial(topo, runtime, header, ops, mode, lead_s * factor, 1.0, tmp)
+        trials.append(RateTrial(factor, r["exact"], 1, factor))
+        nxt = next_stretch(trials)
+        if nxt is None or len(trials) >= max_runs:
+            break
+        factor = nxt
+    exact = [t.stretch for t in trials if t.exact]
+    found = lead_s * min(exact) if exact else lead_s * max(t.stretch for t in trials)
+    print(f"  {mode} shortest exact lead {found * 1e3:.3f} ms (wall) after {len(trials)} runs", flush=True)
+    return found
+
+
 def fmt_ms(v: Any) -> str:
     return "n/a" if v is None else f"{v * 1e3:.3f} ms"
 
@@ -107,6 +129,11 @@ def main() -> int:
     parser.add_argument("--lead-igmp", type=float, default=DEFAULT_LEAD_S[Mode.IGMP] * 1e3, metavar="MS")
     parser.add_argument("--lead-proxy", type=float, default=DEFAULT_LEAD_S[Mode.PROXY] * 1e3, metavar="MS")
     parser.add_argument("--max-runs", type=int, default=6, help="runs per mode in the rate search")
+    parser.add_argument(
+        "--search-lead",
+        action="store_true",
+        help="first find the shortest lead with exact delivery for a mode whose lead is > 0 (igmp)",
+    )
     args = parser.parse_args()
     leads = {Mode.IGMP: args.lead_igmp / 1e3, Mode.PROXY: args.lead_proxy / 1e3}
     with TraceReader(TRACE) as reader:
@@ -126,6 +153,10 @@ def main() -> int:
                 print(f"bench membership: configure {LAB} failed", file=sys.stderr)
                 return 1
             for mode in MODES:
+                if leads[mode] > 0 and args.search_lead:
+                    leads[mode] = shortest_lead(
+                        topo, runtime, header, ops, mode, leads[mode], tmp, args.max_runs
+                    )
                 r = trial(topo, runtime, header, ops, mode, leads[mode], 1.0, tmp)
                 first[mode] = r
                 trials = [r["trial"]]
