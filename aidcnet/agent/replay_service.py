@@ -9,7 +9,7 @@ Receivers join their groups on the replay port. The membership modes (docs/igmp.
 does, the BitString learned at run time: ``igmp`` receivers join each op's (S,G) through their kernel
 when its receivers are known and leave once they have the message; a ``proxy`` source sends its
 first-hop router a Receiver Proxy Report naming the receivers before a group's first op and an empty
-one after its last. Both send the data ``lead_s`` after the receivers are known. The reliable modes
+one ``hold_s`` after its last. Both send the data ``lead_s`` after the receivers are known. The reliable modes
 (``aidcnet.modes.RELIABLE``) send each op as one flow of the reliable transport (one sequence per
 fragment; docs/reliability.md) through the agent's reliable service, over host-BIER or per receiver
 over unicast, and complete when every receiver has acknowledged every flow (or was declared failed).
@@ -289,6 +289,13 @@ class ReplayService:
             # On the wire: IPv4 with Router Alert (24 octets) and the IGMPv3 message.
             self.proxy_report_bytes_sent += 24 + len(data)
 
+    async def _withdraw_later(self, sock: socket.socket | None, op_id: int) -> None:
+        """The empty report, ``hold_s`` after the group's last data: an FHR reads reports before each
+        lookup (before_lookup), so one sent right behind the data could overtake packets still waiting
+        for its edge and leave them without a BitString."""
+        await asyncio.sleep(self.hold_s)
+        self._send_reports(sock, op_id, False)
+
     def _open_report_socket(self) -> socket.socket:
         """A raw IGMP socket out of the fabric interface: TTL 1 and Router Alert, as reports go."""
         from aidcnet.igmp.node import ROUTER_ALERT
@@ -527,6 +534,7 @@ class ReplayService:
         qp_tasks: list[asyncio.Task[None]] = []
         member_task: asyncio.Task[None] | None = None
         report_sock: socket.socket | None = None
+        withdrawals: list[asyncio.Task[None]] = []
         # The membership modes: an op's receivers are known at t, its data leaves at t + lead.
         lead = self.lead_s if self.mode in (Mode.IGMP, Mode.PROXY) else 0.0
         try:
@@ -569,7 +577,7 @@ class ReplayService:
                     for frag in frags:
                         await self._sendto(loop, self._send_socks[0], frag, addr)
                     if (msg_id, False) in self.reports:
-                        self._send_reports(report_sock, msg_id, False)
+                        withdrawals.append(loop.create_task(self._withdraw_later(report_sock, msg_id)))
                 else:
                     bits = [self.receivers[name][1] for name in dst]
                     assert self.bier is not None
@@ -594,6 +602,7 @@ class ReplayService:
             await asyncio.gather(*qp_tasks)
             if member_task is not None:
                 await member_task
+            await asyncio.gather(*withdrawals)
             if self.mode in RELIABLE:
                 # Done when every receiver acknowledged every flow (or was declared failed).
                 assert self.reliable is not None
@@ -607,6 +616,8 @@ class ReplayService:
                 task.cancel()
             if member_task is not None:
                 member_task.cancel()
+            for task in withdrawals:
+                task.cancel()
             if report_sock is not None:
                 report_sock.close()
             self._close_send_sockets()

@@ -65,7 +65,7 @@ def host_reports(
 ) -> dict[str, list[list[Any]]]:
     """proxy: per source host, ``[op id, before, group, [receiver loopbacks]]``: a report naming the
     receivers before the first op of a group (sent at the op's ``t``), an empty one withdrawing them
-    right after the group's last op was sent (:func:`igmp_plan.plan_reports`)."""
+    after the group's last op was sent (the agent waits ``hold_s`` first; :func:`igmp_plan.plan_reports`)."""
     out: dict[str, list[list[Any]]] = {}
     for step in plan_reports(ops, op_group):
         receivers = [loopbacks[h] for h in step.receivers]

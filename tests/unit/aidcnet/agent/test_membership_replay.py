@@ -25,6 +25,17 @@ def _free_udp_port() -> int:
         return s.getsockname()[1]
 
 
+def _ours(packet: bytes) -> bool:
+    """Only this test's packets: other tests may join groups or send IGMP on lo meanwhile."""
+    if packet[9] == 17:
+        return socket.inet_ntoa(packet[16:20]) == GROUP
+    try:
+        report = proxy_report(decode(packet[(packet[0] & 0xF) * 4 :]))
+    except Exception:
+        return False
+    return report is not None and str(report.group) == GROUP
+
+
 def _sender() -> socket.socket:
     tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     tx.bind((SOURCE, 0))
@@ -146,9 +157,12 @@ def test_proxy_source_reports_before_its_data_and_withdraws_after(monkeypatch) -
                     "receivers": {"h2": ["10.0.0.2", None], "h3": ["10.0.0.3", None]},
                     "interface": "lo",
                     "reports": [[0, True, GROUP, receivers], [0, False, GROUP, []]],
+                    "hold_s": 0.1,
                 }
             )
             svc.start({"start_ns": time.time_ns()})
+            await asyncio.sleep(0.1)
+            assert not svc.status()["done"]  # the withdrawal waits hold_s behind the data
             await asyncio.sleep(0.2)
             assert svc.status()["done"] and not svc.send_errors, svc.send_errors
             return svc.results(), (svc.proxy_reports_sent, svc.proxy_report_bytes_sent)
@@ -160,9 +174,7 @@ def test_proxy_source_reports_before_its_data_and_withdraws_after(monkeypatch) -
     try:
         while len(seen) < 3:
             packet, addr = cap.recvfrom(65536)
-            if addr[2] == PACKET_OUTGOING and packet[9] in (2, 17):
-                if packet[9] == 17 and socket.inet_ntoa(packet[16:20]) != GROUP:
-                    continue
+            if addr[2] == PACKET_OUTGOING and packet[9] in (2, 17) and _ours(packet):
                 seen.append((packet[9], packet))
     except TimeoutError:
         pass
@@ -175,6 +187,7 @@ def test_proxy_source_reports_before_its_data_and_withdraws_after(monkeypatch) -
     # What the agent counts is what went out, and what the pure planner says a report costs.
     sizes = [len(seen[0][1]), len(seen[2][1])]
     assert [e[:2] for e in out["reports"]] == [[0, True], [0, False]]
+    assert (out["reports"][1][2] - out["reports"][0][2]) / 1e9 >= 0.1
     from ipaddress import IPv4Address
 
     addresses = {"h2": IPv4Address("10.0.0.2"), "h3": IPv4Address("10.0.0.3")}
