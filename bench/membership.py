@@ -59,8 +59,8 @@ def lab_file(tmp: Path) -> Path:
     doc["name"] = LAB
     path = tmp / f"{LAB}.clab.yml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    lab_vars = {"igmp": {"enabled": True, "proxy_hosts": "all"}}
-    (tmp / f"{LAB}.vars.yml").write_text(yaml.safe_dump(lab_vars))
+    # IGMP at the leaves, every host allowed to send Receiver Proxy Reports (docs/igmp.md).
+    (tmp / f"{LAB}.vars.yml").write_text("igmp: {enabled: true, proxy_hosts: all}\n")
     return path
 
 

@@ -289,6 +289,46 @@ class ReplayService:
             # On the wire: IPv4 with Router Alert (24 octets) and the IGMPv3 message.
             self.proxy_report_bytes_sent += 24 + len(data)
 
+    # -- the membership modes' signalling around the sends ---------------------------------------
+    def _signals_start(self, loop: asyncio.AbstractEventLoop) -> None:
+        """igmp: this receiver's joins and leaves run beside the sends; proxy: the report socket."""
+        self._member_task: asyncio.Task[None] | None = None
+        self._report_sock: socket.socket | None = None
+        self._withdrawals: list[asyncio.Task[None]] = []
+        if self.mode == Mode.IGMP and self.memberships:
+            self._member_task = loop.create_task(self._memberships())
+        if self.mode == Mode.PROXY and self.reports:
+            self._report_sock = self._open_report_socket()
+
+    async def _signals_before(self, msg_id: int, t: float) -> None:
+        """proxy: the reports due before op ``msg_id``, at its t (when its receivers are known)."""
+        if (msg_id, True) in self.reports:
+            assert self.start_ns is not None
+            delay = (self.start_ns + int(t * 1e9) - time.time_ns()) / 1e9
+            if delay > 0:
+                await asyncio.sleep(delay)
+            self._send_reports(self._report_sock, msg_id, True)
+
+    def _signals_after(self, loop: asyncio.AbstractEventLoop, msg_id: int) -> None:
+        if (msg_id, False) in self.reports:
+            self._withdrawals.append(loop.create_task(self._withdraw_later(self._report_sock, msg_id)))
+
+    async def _signals_finish(self) -> None:
+        if self._member_task is not None:
+            await self._member_task
+        await asyncio.gather(*self._withdrawals)
+
+    def _signals_close(self) -> None:
+        task = getattr(self, "_member_task", None)
+        if task is not None:
+            task.cancel()
+        for task in getattr(self, "_withdrawals", []):
+            task.cancel()
+        sock = getattr(self, "_report_sock", None)
+        if sock is not None:
+            sock.close()
+        self._report_sock = None
+
     async def _withdraw_later(self, sock: socket.socket | None, op_id: int) -> None:
         """The empty report, ``hold_s`` after the group's last data: an FHR reads reports before each
         lookup (before_lookup), so one sent right behind the data could overtake packets still waiting
@@ -373,12 +413,7 @@ class ReplayService:
         bad = [g for g in joins if not _is_multicast(g)]
         if bad:
             raise ValueError(f"groups: {', '.join(bad)} not multicast")
-        memberships = _memberships(request.get("memberships", []))
-        reports = _reports(request.get("reports", []))
-        if memberships and mode != Mode.IGMP:
-            raise ValueError(f"memberships: only igmp receivers join per op, not {mode}")
-        if reports and mode != Mode.PROXY:
-            raise ValueError(f"reports: only proxy sources send Receiver Proxy Reports, not {mode}")
+        memberships, reports = _membership_fields(request, mode)
         interface = request.get("interface")
         if mode in MCAST_MODES and not request.get("append"):
             if not interface:
@@ -392,9 +427,7 @@ class ReplayService:
                 raise ValueError(f"append in mode {mode} to a schedule loaded in mode {self.mode}")
             self.receivers.update(receivers)
             self.ops.extend(ops)
-            self.memberships.extend(memberships)
-            for key, items in reports.items():
-                self.reports.setdefault(key, []).extend(items)
+            self._add_membership(memberships, reports, None)
             if joins:
                 if self.interface is None:
                     raise ValueError("groups to join in a schedule without a net-bier interface")
@@ -404,12 +437,7 @@ class ReplayService:
             self.interface = str(interface) if mode in MCAST_MODES else None
             # A new run's groups replace the last run's (or none for other modes).
             self.leave()
-            self.memberships, self.reports = memberships, reports
-            self.join_events, self.report_events = {}, []
-            self.lead_s = float(request.get("lead_s", 0.0))
-            self.hold_s = float(request.get("hold_s", 2.0))
-            if self.lead_s < 0 or self.hold_s <= 0:
-                raise ValueError(f"lead_s {self.lead_s} must be >= 0 and hold_s {self.hold_s} > 0")
+            self._add_membership(memberships, reports, request)
             if self.interface is not None and joins:
                 self.join(joins, self.interface)
             self.max_datagram = int(request.get("max_datagram", DEFAULT_MAX_DATAGRAM))
@@ -427,6 +455,25 @@ class ReplayService:
         if self.mode in (Mode.IGMP, Mode.PROXY):
             out.update(memberships=len(self.memberships), reports=sum(len(v) for v in self.reports.values()))
         return out
+
+    def _add_membership(
+        self,
+        memberships: list[list[Any]],
+        reports: dict[tuple[int, bool], list[tuple[str, list[str]]]],
+        new_run: dict[str, Any] | None,
+    ) -> None:
+        """igmp joins and proxy reports of a load: a new run's (``new_run``: its request) replace the
+        last run's, with its lead and hold; an append's are added."""
+        if new_run is not None:
+            lead_s, hold_s = float(new_run.get("lead_s", 0.0)), float(new_run.get("hold_s", 2.0))
+            if lead_s < 0 or hold_s <= 0:
+                raise ValueError(f"lead_s {lead_s} must be >= 0 and hold_s {hold_s} > 0")
+            self.lead_s, self.hold_s = lead_s, hold_s
+            self.memberships, self.reports = [], {}
+            self.join_events, self.report_events = {}, []
+        self.memberships.extend(memberships)
+        for key, items in reports.items():
+            self.reports.setdefault(key, []).extend(items)
 
     def _configure_reliable(self, mode: Mode, raw: dict[str, Any]) -> None:
         from aidcnet.agent.reliable_node import ReliableSettings
@@ -532,16 +579,10 @@ class ReplayService:
         # path is backed up must not hold back the others (they may leave on other planes).
         qp_queues: list[asyncio.Queue[tuple[bytes, tuple[str, int]] | None]] = []
         qp_tasks: list[asyncio.Task[None]] = []
-        member_task: asyncio.Task[None] | None = None
-        report_sock: socket.socket | None = None
-        withdrawals: list[asyncio.Task[None]] = []
         # The membership modes: an op's receivers are known at t, its data leaves at t + lead.
         lead = self.lead_s if self.mode in (Mode.IGMP, Mode.PROXY) else 0.0
         try:
-            if self.mode == Mode.IGMP and self.memberships:
-                member_task = loop.create_task(self._memberships())
-            if self.mode == Mode.PROXY and self.reports:
-                report_sock = self._open_report_socket()
+            self._signals_start(loop)
             if self.mode == Mode.UNICAST:
                 self._open_send_sockets()
                 qp_queues = [asyncio.Queue() for _ in self._send_socks]
@@ -552,11 +593,7 @@ class ReplayService:
             elif self.mode in MCAST_MODES:
                 self._open_mcast_socket()
             for msg_id, t, size, dst, *group in self.ops:
-                if (msg_id, True) in self.reports:
-                    delay = (self.start_ns + int(t * 1e9) - time.time_ns()) / 1e9
-                    if delay > 0:
-                        await asyncio.sleep(delay)
-                    self._send_reports(report_sock, msg_id, True)
+                await self._signals_before(msg_id, t)
                 due = self.start_ns + int((t + lead) * 1e9)
                 delay = (due - time.time_ns()) / 1e9
                 if delay > 0:
@@ -576,8 +613,7 @@ class ReplayService:
                     addr = (group[0], ROCEV2_PORT)
                     for frag in frags:
                         await self._sendto(loop, self._send_socks[0], frag, addr)
-                    if (msg_id, False) in self.reports:
-                        withdrawals.append(loop.create_task(self._withdraw_later(report_sock, msg_id)))
+                    self._signals_after(loop, msg_id)
                 else:
                     bits = [self.receivers[name][1] for name in dst]
                     assert self.bier is not None
@@ -600,9 +636,7 @@ class ReplayService:
             for queue in qp_queues:
                 queue.put_nowait(None)
             await asyncio.gather(*qp_tasks)
-            if member_task is not None:
-                await member_task
-            await asyncio.gather(*withdrawals)
+            await self._signals_finish()
             if self.mode in RELIABLE:
                 # Done when every receiver acknowledged every flow (or was declared failed).
                 assert self.reliable is not None
@@ -614,12 +648,7 @@ class ReplayService:
         finally:
             for task in qp_tasks:
                 task.cancel()
-            if member_task is not None:
-                member_task.cancel()
-            for task in withdrawals:
-                task.cancel()
-            if report_sock is not None:
-                report_sock.close()
+            self._signals_close()
             self._close_send_sockets()
             self.finished_ns = time.time_ns()
 
@@ -698,6 +727,18 @@ def _interface_address(ifname: str) -> bytes:
             return fcntl.ioctl(s.fileno(), SIOCGIFADDR, struct.pack("256s", ifname.encode()))[20:24]
         except OSError as exc:
             raise OSError(exc.errno, f"interface {ifname} has no IPv4 address to join on") from exc
+
+
+def _membership_fields(
+    request: dict[str, Any], mode: Mode
+) -> tuple[list[list[Any]], dict[tuple[int, bool], list[tuple[str, list[str]]]]]:
+    memberships = _memberships(request.get("memberships", []))
+    reports = _reports(request.get("reports", []))
+    if memberships and mode != Mode.IGMP:
+        raise ValueError(f"memberships: only igmp receivers join per op, not {mode}")
+    if reports and mode != Mode.PROXY:
+        raise ValueError(f"reports: only proxy sources send Receiver Proxy Reports, not {mode}")
+    return memberships, reports
 
 
 def _memberships(raw: list[Any]) -> list[list[Any]]:

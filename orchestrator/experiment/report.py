@@ -415,6 +415,21 @@ def membership_table(c: Comparison) -> TableBlock | None:
     return TableBlock(header=["memberships", *(col.label for col in cols)], rows=rows)
 
 
+def membership_blocks(c: Comparison) -> list[Block]:
+    """The Memberships section of a group, or nothing when it has no igmp or proxy run."""
+    mt = membership_table(c)
+    if mt is None:
+        return []
+    note = (
+        "Membership latency: from the moment an op's receivers are known at the source (igmp: the "
+        "receivers' joins issued; proxy: the Receiver Proxy Report sent) to the first packet at each new "
+        "receiver, in fabric time when the lab is shaped. Wrong: packets received outside a membership; "
+        "missed: members that never got theirs. Control traffic is counted by the agents (IGMP heard on "
+        "host ports, queries, IGMP over BIER to the BFIRs), never estimated (docs/igmp.md)."
+    )
+    return [Heading(3, "Memberships"), mt, Para(note)]
+
+
 def _packets_bytes(counted: dict[str, int] | None) -> str:
     if not counted:
         return "0"
@@ -748,20 +763,7 @@ def build_blocks(
             blocks.append(Bullets(ratio_sentences(c)))
         blocks.append(Heading(3, "Time"))
         blocks.append(Bullets(time_sentences(c)))
-        mt = membership_table(c)
-        if mt is not None:
-            blocks.append(Heading(3, "Memberships"))
-            blocks.append(mt)
-            blocks.append(
-                Para(
-                    "Membership latency: from the moment an op's receivers are known at the source (igmp: "
-                    "the receivers' joins issued; proxy: the Receiver Proxy Report sent) to the first packet "
-                    "at each new receiver, in fabric time when the lab is shaped. Wrong: packets received "
-                    "outside a membership; missed: members that never got theirs. Control traffic is "
-                    "counted by the agents (IGMP heard on host ports, queries, IGMP over BIER to the BFIRs), "
-                    "never estimated (docs/igmp.md)."
-                )
-            )
+        blocks += membership_blocks(c)
         blocks.append(Heading(3, "Plots"))
         blocks.append(
             Image(

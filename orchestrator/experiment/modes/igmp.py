@@ -15,8 +15,9 @@ the groups, the lead and the judgement of membership windows
 from __future__ import annotations
 
 import ipaddress
-from typing import Any
+from typing import Any, ClassVar
 
+from aidcnet.igmp.leaf import GROUP_SOURCES
 from aidcnet.modes import Mode
 from orchestrator.experiment import membership
 from orchestrator.experiment.modes import register
@@ -27,10 +28,15 @@ from orchestrator.workloads.trace import TraceOp
 
 # Away from net-bier's 239.100.0.0/16 (its static groups may still be on the leaves).
 POOL = ipaddress.IPv4Network("239.101.0.0/16")
+# Where a leaf's BitStrings may come from (igmp.groups): each mode needs its own one kept.
+_STATIC, LEARNED, PROXIED = GROUP_SOURCES
 
 
 class MembershipMode(MessageMode):
     """The membership modes' common steps; subclasses say what each host is told."""
+
+    # The igmp.groups source the leaves must keep for this mode's signalling to count.
+    group_source: ClassVar[str]
 
     def lead_s(self) -> float:
         lead = self.options.lead_s
@@ -47,7 +53,7 @@ class MembershipMode(MessageMode):
                 f"lab {lab}: {self.name} replay needs IGMP on the leaves; set igmp.enabled: true in the "
                 "lab's vars file and run aidclab configure (docs/igmp.md)"
             )
-        source = "igmp" if self.name == Mode.IGMP else "proxy"
+        source = self.group_source
         if source not in igmp.groups:
             raise ExperimentError(
                 f"lab {lab}: igmp.groups {igmp.groups} leaves out {source!r}, so the leaves would ignore "
@@ -120,6 +126,7 @@ def _scale(session: LabSession) -> int | None:
 @register
 class Igmp(MembershipMode):
     name = Mode.IGMP
+    group_source = LEARNED
     summary = (
         "plain IP multicast as net-bier, the BitString learned from IGMP: receivers join each op's (S,G) "
         "through their kernels when it is known and leave once they have it; the data follows --lead later"

@@ -18,7 +18,7 @@ from orchestrator.experiment import membership
 from orchestrator.experiment.groups import groups_received
 from orchestrator.experiment.modes import register
 from orchestrator.experiment.modes.base import Say
-from orchestrator.experiment.modes.igmp import MembershipMode
+from orchestrator.experiment.modes.igmp import PROXIED, MembershipMode
 from orchestrator.experiment.session import ExperimentError, LabSession
 from orchestrator.workloads.trace import TraceOp
 
@@ -26,6 +26,7 @@ from orchestrator.workloads.trace import TraceOp
 @register
 class Proxy(MembershipMode):
     name = Mode.PROXY
+    group_source = PROXIED
     summary = (
         "plain IP multicast as net-bier, the BitString from the source: it sends its first-hop router a "
         "Receiver Proxy Report naming the receivers before each new receiver set (igmp.proxy_hosts)"
