@@ -4,8 +4,11 @@ per op that leave once the message is complete, and Receiver Proxy Reports aroun
 from __future__ import annotations
 
 import asyncio
+import os
+import shutil
 import socket
 import struct
+import subprocess
 import time
 
 import pytest
@@ -135,7 +138,27 @@ def test_igmp_receiver_leaves_at_the_hold_deadline_without_its_message(monkeypat
     assert out["records"] == []
 
 
-def test_proxy_source_reports_before_its_data_and_withdraws_after(monkeypatch) -> None:
+@pytest.fixture
+def private_lo():
+    """A network namespace of our own: its lo carries nothing but this test's packets (the machine's lo
+    is shared with every other process, whose traffic could overflow the capture)."""
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        pytest.skip("needs root and iproute2 for a network namespace (and AF_PACKET to capture)")
+    from tests.unit.aidcnet.agent.test_net_bier import netns
+
+    name = f"igR-lo{os.getpid()}"
+    subprocess.run(["ip", "netns", "add", name], check=True, capture_output=True, timeout=15)
+    try:
+        subprocess.run(
+            ["ip", "-n", name, "link", "set", "lo", "up"], check=True, capture_output=True, timeout=15
+        )
+        with netns(name):
+            yield
+    finally:
+        subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=15)
+
+
+def test_proxy_source_reports_before_its_data_and_withdraws_after(monkeypatch, private_lo) -> None:
     from aidcnet.agent import replay_service as rs
     from orchestrator.experiment.igmp_plan import ReportStep, report_bytes
 
