@@ -113,13 +113,17 @@ def _quantile(values: list[float], q: float) -> float | None:
     return values[max(0, math.ceil(q * len(values)) - 1)]
 
 
-def igmp_windows(joins: Mapping[str, Iterable[list[Any]]], start_ns: int, scale: int | None) -> list[Window]:
-    """Windows from the receivers' own accounts ``[op id, join ns, leave ns or None]``."""
+def igmp_windows(
+    joins: Mapping[str, Iterable[list[Any]]], op_t: Mapping[int, float], start_ns: int, scale: int | None
+) -> list[Window]:
+    """Windows from the receivers' own accounts ``[op id, join ns, leave ns or None]``: from the op's
+    ``t`` (when its receivers are known; the join is issued then, and the time a host takes to issue it
+    is part of the receiver-driven cost) to the leave. A join the host never made has no window."""
     out = []
     for host, events in joins.items():
-        for op_id, join_ns, leave_ns in events:
+        for op_id, _join_ns, leave_ns in events:
             left = None if leave_ns is None else _seconds(leave_ns - start_ns, scale)
-            out.append(Window(int(op_id), host, _seconds(join_ns - start_ns, scale), left))
+            out.append(Window(int(op_id), host, _seconds(int(op_t[int(op_id)] * 1e9), scale), left))
     return out
 
 
@@ -131,9 +135,10 @@ def proxy_windows(
     scale: int | None,
 ) -> tuple[list[Window], set[tuple[int, str]]]:
     """Windows from the sources' accounts ``[op id, before, sent ns]`` of their reports: every op of a
-    group is expected at its receivers from the group's report to its withdrawal. Also returns the
-    (op, receiver) pairs that are changes (the group's first op), the only ones whose latency counts:
-    later ops of the group reuse an installed set."""
+    group is expected at its receivers from the group's first op's ``t`` (when the receivers are known;
+    the report is issued then) to the withdrawal. A group whose report was never sent has no windows.
+    Also returns the (op, receiver) pairs that are changes (the group's first op), the only ones whose
+    latency counts: later ops of the group reuse an installed set."""
     sent: dict[tuple[str, int, bool], int] = {}
     for src, events in reports.items():
         for op_id, before, sent_ns in events:
@@ -148,13 +153,12 @@ def proxy_windows(
     for op in ops:
         group = op_group[op.id]
         head, tail = first[group], last[group]
-        report = sent.get((op.src, head.id, True))
-        if report is None:
+        if (op.src, head.id, True) not in sent:
             continue  # never reported: whatever arrives is wrong, whatever does not is not expected
         withdrawn = sent.get((op.src, tail.id, False))
         left = None if withdrawn is None else _seconds(withdrawn - start_ns, scale)
         for host in dict.fromkeys(op.dst):
-            windows.append(Window(op.id, host, _seconds(report - start_ns, scale), left))
+            windows.append(Window(op.id, host, _seconds(int(head.t * 1e9), scale), left))
             if op.id == head.id:
                 changes.add((op.id, host))
     return windows, changes

@@ -421,8 +421,8 @@ def membership_blocks(c: Comparison) -> list[Block]:
     if mt is None:
         return []
     note = (
-        "Membership latency: from the moment an op's receivers are known at the source (igmp: the "
-        "receivers' joins issued; proxy: the Receiver Proxy Report sent) to the first packet at each new "
+        "Membership latency: from the moment an op's receivers are known at the source (its scheduled t, "
+        "when the igmp receivers join or the proxy source reports) to the first packet at each new "
         "receiver, in fabric time when the lab is shaped. Wrong: packets received outside a membership; "
         "missed: members that never got theirs. Control traffic is counted by the agents (IGMP heard on "
         "host ports, queries, IGMP over BIER to the BFIRs), never estimated (docs/igmp.md)."

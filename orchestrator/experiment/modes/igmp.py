@@ -143,4 +143,5 @@ class Igmp(MembershipMode):
 
     def windows(self, ops: list[TraceOp]) -> tuple[list[membership.Window], set[tuple[int, str]] | None]:
         joins = {n: rep.get("joins", []) for n, rep in self.replies.items()}
-        return membership.igmp_windows(joins, self.start_ns, self.scale), None
+        op_t = {op.id: op.t for op in ops}
+        return membership.igmp_windows(joins, op_t, self.start_ns, self.scale), None

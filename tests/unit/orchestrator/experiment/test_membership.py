@@ -99,11 +99,12 @@ def test_every_group_is_reported_before_its_first_op_and_withdrawn_after_its_las
 
 def test_igmp_windows_and_latency_in_fabric_time() -> None:
     start = 1_000 * MS
-    # h2 joined op 0 at 1 ms, left at 9 ms; its first packet came at 5 ms: 4 ms wall, 4 µs fabric at 1000.
-    joins = {"h2": [[0, start + 1 * MS, start + 9 * MS]], "h3": [[0, start + 1 * MS, None]]}
+    # Op 0's receivers are known at t = 1 ms (h2's join went out 0.5 ms later: a cost of the receiver
+    # side, inside the latency); h2 left at 9 ms, its first packet came at 5 ms: 4 ms wall, 4 µs fabric.
+    joins = {"h2": [[0, start + 1_500_000, start + 9 * MS]], "h3": [[0, start + 1 * MS, None]]}
     records = {"h2": {0: {"first_ns": start + 5 * MS}}, "h3": {}}
     for scale, want in ((None, 0.004), (1000, 4e-6)):
-        windows = igmp_windows(joins, start, scale)
+        windows = igmp_windows(joins, {0: 0.001}, start, scale)
         r = judge(windows, deliveries_from(records, start, scale), 2, scale)
         assert r.latencies == pytest.approx((want,))
         assert (r.wrong, r.missed) == (0, 1)  # h3 joined and never got its packet
@@ -113,22 +114,26 @@ def test_igmp_windows_and_latency_in_fabric_time() -> None:
 
 
 def test_a_packet_after_the_leave_or_for_an_op_never_joined_is_wrong() -> None:
-    joins = {"h2": [[0, 1 * MS, 3 * MS]]}
+    joins = {"h2": [[0, 1 * MS, 3 * MS]]}  # op 1: h2 never joined
     records = {"h2": {0: {"first_ns": 4 * MS}, 1: {"first_ns": 2 * MS}}}
-    r = judge(igmp_windows(joins, 0, None), deliveries_from(records, 0, None), 1, None)
+    r = judge(igmp_windows(joins, {0: 0.001, 1: 0.001}, 0, None), deliveries_from(records, 0, None), 1, None)
     assert (r.wrong, r.missed, r.latencies) == (2, 1, ())
 
 
 def test_proxy_latency_counts_only_the_groups_first_op() -> None:
-    ops = [op(0, "h1", ["h2"], t=0.0), op(1, "h1", ["h2"], t=0.01)]
+    ops = [op(0, "h1", ["h2"], t=0.001), op(1, "h1", ["h2"], t=0.01)]
     _, og = derive_groups(ops)
-    reports = {"h1": [[0, True, 1 * MS], [1, False, 20 * MS]]}
+    # The report went out 0.2 ms after t (the source's own delay: inside the latency), withdrawn at 20 ms.
+    reports = {"h1": [[0, True, 1_200_000], [1, False, 20 * MS]]}
     windows, keys = proxy_windows(ops, og, reports, 0, None)
     assert keys == {(0, "h2")}
     assert [(w.op, w.known, w.left) for w in windows] == [(0, 0.001, 0.02), (1, 0.001, 0.02)]
     records = {"h2": {0: {"first_ns": 2 * MS}, 1: {"first_ns": 12 * MS}}}
     r = judge(windows, deliveries_from(records, 0, None), 1, None, keys)
     assert r.latencies == pytest.approx((0.001,)) and (r.wrong, r.missed) == (0, 0)
+    # A packet after the withdrawal is wrong.
+    late = judge(windows, deliveries_from({"h2": {1: {"first_ns": 21 * MS}}}, 0, None), 1, None, keys)
+    assert (late.wrong, late.missed) == (1, 2)  # and neither op arrived in its window
 
 
 def test_a_group_never_reported_has_no_window_so_its_packets_are_wrong() -> None:
