@@ -113,6 +113,11 @@ class _LabProgress:
     def deadline(self, started: float) -> Callable[[], float]:
         return lambda: max(started, self.last) + HEALTH_TIMEOUT_S
 
+    def started(self) -> Callable[[], float]:
+        """A node started now (progress too): its deadline."""
+        self.mark()
+        return self.deadline(time.monotonic())
+
 
 def _health(
     runtime: DockerRuntime, topo: Topology, node: str, pid: int, deadline: Callable[[], float],
@@ -234,10 +239,9 @@ def deploy(
                         continue
                     link_netns(topo.container_name(node), pids[node])
                     wiring.node_started(node, pids[node])
-                    progress.mark()
                     # Each node's deadline runs from its own start (on a large lab the last containers
                     # start a minute after the first) or the lab's last progress, whichever is later.
-                    deadline = progress.deadline(time.monotonic())
+                    deadline = progress.started()
                     check = health_pool.submit(_health, runtime, topo, node, pids[node], deadline, progress)
                     health[check] = node
                     counter.step(node)
