@@ -327,7 +327,14 @@ def _terminate_as_interrupt() -> Iterator[None]:
         yield
         return
 
+    owner = os.getpid()
+
     def interrupt(signum: int, _frame: object) -> None:
+        if os.getpid() != owner:
+            # A child forked while the lab is up (pyroute2 forks one per namespace handle and stops it with
+            # SIGTERM) inherits this handler; raising there sent the child back into the parent's code and
+            # hung the deploy waiting for it. A child just ends, as SIGTERM's default would.
+            os._exit(128 + signum)
         raise KeyboardInterrupt(f"signal {signum} (SIGTERM): destroying the lab before exiting")
 
     previous = signal.signal(signal.SIGTERM, interrupt)

@@ -5,6 +5,7 @@ that the handle's methods reach the project's functions with the right arguments
 from __future__ import annotations
 
 import json
+import os
 import sys
 import textwrap
 import tomllib
@@ -431,3 +432,24 @@ def test_our_e2e_suite_deploys_through_the_plugin(rec, tmp_path):
         raise RuntimeError("boom")
     assert rec.names()[-2:] == [("deploy", "e2e-y"), ("destroy", "e2e-y")]  # unconfigured, destroyed
     assert yaml.safe_load((tmp_path / "y" / "e2e-y.vars.yml").read_text()) == {}  # every default
+
+
+def test_a_child_forked_while_a_lab_is_up_ends_on_sigterm_instead_of_raising():
+    # pyroute2 forks a child per namespace handle and stops it with SIGTERM; a child that raised
+    # KeyboardInterrupt ran on in the parent's code and hung the deploy waiting for it.
+    import signal
+    import time
+
+    from aidclab.pytest import _terminate_as_interrupt
+
+    with _terminate_as_interrupt():
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(5)
+                os._exit(0)
+            except KeyboardInterrupt:
+                os._exit(7)
+        _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 128 + signal.SIGTERM
