@@ -24,8 +24,12 @@ from tests.e2e.conftest import ROOT, aidclab, deployed
 LAB = "t-igmp-replay"
 TRACE = ROOT / "workloads" / "moe-sample.jsonl"
 LAB_VARS = {"igmp": {"enabled": True, "proxy_hosts": "all"}}
-# Wall milliseconds from an op's receivers being known to its data (the CLI's --lead).
-LEAD_MS = {"igmp": "50", "proxy": "0"}
+# Wall milliseconds from an op's receivers being known to its data (the CLI's --lead). The sample's 230
+# ops start within 2 ms, so 803 kernel joins arrive at the leaves at once: on this machine the last of
+# them reached the BFIRs' BitStrings 2-3 s later (lead 50 ms: 30/803 delivered, 500 ms: 626, 2 s: 801,
+# 3 s: 803), so the igmp run gets 5 s. That time is our agents' IGMP processing of the burst, not a
+# fabric-time figure (docs/igmp.md says so).
+LEAD_MS = {"igmp": "5000", "proxy": "0"}
 
 
 @pytest.fixture(scope="module")
@@ -101,7 +105,8 @@ def test_membership_latency_per_mode(runs, ops) -> None:
     groups = {(op.src, frozenset(op.dst)) for op in ops}
     assert proxy["changes"] == len(groups)
     assert proxy["latency_samples"] == sum(len(dst) for _src, dst in groups)
-    # The seeds' claim, measured: the source-driven report beats receiver joins.
+    # The source-driven report needs no lead; the igmp run needs the one it was given (LEAD_MS), so this
+    # holds by the runs' setup: the protocol comparison is the lead igmp needs (bench/membership.py).
     assert proxy["latency_p50_s"] < igmp["latency_p50_s"]
 
 
