@@ -79,7 +79,9 @@ class Senders:
         got: list[list[bytes]] = [[] for _ in range(lab.n)]
         for start in range(0, len(frames), CHUNK):
             for link, src, payload in frames[start : start + CHUNK]:
-                f = udp_frame(lab.dut_mac[link], lab.nbr_mac[link], src, lab.dut_addr[link], 6635, 6635, payload)
+                f = udp_frame(
+                    lab.dut_mac[link], lab.nbr_mac[link], src, lab.dut_addr[link], 6635, 6635, payload
+                )
                 self.socks[link].send(f)
                 # one frame at a time: copies then leave in the order the pure code lists them
                 for i, fs in enumerate(lab.capture(settle=0.005, poll=dut.poll)):
@@ -160,7 +162,9 @@ def test_edge_policy_same_drops_on_both_dataplanes(lab: NetLab, bier_obj: Path) 
     ebpf, py = results["ebpf"], results["python"]
     assert ebpf.pop("ebpf.punted") == 0  # the program judged every frame itself
     diff = {
-        k: (ebpf.get(k, 0), py.get(k, 0)) for k in sorted(set(ebpf) | set(py)) if ebpf.get(k, 0) != py.get(k, 0)
+        k: (ebpf.get(k, 0), py.get(k, 0))
+        for k in sorted(set(ebpf) | set(py))
+        if ebpf.get(k, 0) != py.get(k, 0)
     }
     assert not diff, f"counters differ (ebpf, python): {diff}"
     assert py["rx.packets"] == len(frames)

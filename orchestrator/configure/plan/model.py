@@ -259,8 +259,8 @@ class PlanBier(_Plan):
     bsl: int = 256
     bift: Literal["static", "bgp"] = "static"
     dataplane: Literal["ebpf", "python"] = "ebpf"
-    # RFC 8296 §6 ingress policy on every BFR port (docs/bier.md, Edge policy).
-    edge_policy: bool = False
+    # RFC 8296 §6 ingress policy on every BFR port (docs/bier.md, Edge policy); bier.yml turns it on.
+    edge_policy: bool = True
     # How many SIs the BFR-ids use: (max BFR-id - 1) // BSL + 1; each BFR gets that many labels.
     si_count: int = 1
     groups: list[PlanGroup] = Field(default_factory=list)
