@@ -76,3 +76,33 @@ def test_every_shipped_labs_bier_passes_its_policy(name: str) -> None:
                 assert why is None, f"{name}: {node} drops {nbr.name}'s BIER on {port}: {why}"
                 checked += 1
     assert checked >= len(bfrs)
+
+
+def test_tenant_hosts_may_address_only_their_tenant() -> None:
+    cs = configs({"bier": {"tenants": {"red": ["h3", "h1"]}}})
+    ids = {h: cs[h].bier.bfr_id for h in ("h1", "h2", "h3", "h4")}
+    leaf1 = cs["leaf1"].bier
+    by_nbr = {n.name: n for n in leaf1.neighbors}
+    policies, _ = edge_policies(leaf1)
+    h1, h2 = by_nbr["h1"], by_nbr["h2"]
+    bit = {h: 1 << (i - 1) for h, i in ids.items()}  # all in SI 0 at BSL 256
+    assert check(policies[h1.interface], str(h1.address), 0, bit["h3"] | bit["h1"], ids["h1"]) is None
+    assert check(policies[h1.interface], str(h1.address), 0, bit["h4"], ids["h1"]) == "bitstring-outside-set"
+    # h2 is in no tenant: the whole domain
+    assert check(policies[h2.interface], str(h2.address), 0, bit["h4"] | bit["h1"], ids["h2"]) is None
+
+
+@pytest.mark.parametrize(
+    ("tenants", "message"),
+    [
+        ({"red": ["spine1"]}, "tenant red: 'spine1' is not a gpu-host node"),
+        ({"red": ["nohost"]}, "tenant red: 'nohost' is not a gpu-host node"),
+        ({"red": ["h1"], "blue": ["h1", "h2"]}, "h1 is in tenants red and blue"),
+    ],
+)
+def test_tenants_name_the_fault(tenants: dict, message: str) -> None:
+    from orchestrator.configure.plan.model import PlanError
+
+    with pytest.raises(PlanError, match=message) as err:
+        configs({"bier": {"tenants": tenants}})
+    assert "bier.tenants" in str(err.value)
