@@ -1,6 +1,7 @@
 """RFC 8296 §6 edge policy on a running leaf-spine, on both dataplanes, with the plan's default (on):
-a host's BIER with a forged BFIR-id and BIER from a non-BFR source on a fabric port are each dropped
-and counted per port and reason at the leaf; a legitimate host still delivers.
+a host's BIER with a forged BFIR-id or with a BitString outside its tenant, and BIER from a non-BFR
+source on a fabric port, are each dropped and counted per port and reason at the leaf; a legitimate
+host still delivers.
 
 The crafted packets are sent with a plain UDP socket from inside the containers, so they take the path
 an attacker's would.  Not run by the helper that wrote it (e2e needs the shared images): the lead runs it.
@@ -15,7 +16,8 @@ import pytest
 from .conftest import DATAPLANES, agent, deployed, on_dataplane
 
 LAB = "t-edge"
-LAB_VARS = {"bier": {"bsl": 64}}  # edge_policy left to the default
+# edge_policy left to the default (on); h1 and h3 form tenant red: h1 may address only h1 and h3
+LAB_VARS = {"bier": {"bsl": 64, "tenants": {"red": ["h1", "h3"]}}}
 
 
 @pytest.fixture(scope="module")
@@ -64,13 +66,16 @@ def test_edge_policy_drops_and_counts_and_legit_host_delivers(runtime, lab):
     leaf = bier_conf(runtime, topo, "leaf1")
     assert leaf["edge_policy"], "the plan did not turn the edge policy on at leaf1 (default on)"
     nbrs = {n["name"]: n for n in leaf["neighbors"]}
-    h2_id, h3_id = (bier_conf(runtime, topo, h)["bfr_id"] for h in ("h2", "h3"))
+    h1_id, h2_id, h3_id, h4_id = (bier_conf(runtime, topo, h)["bfr_id"] for h in ("h1", "h2", "h3", "h4"))
+    h1_pol = leaf["edge_policy"][nbrs["h1"]["interface"]]
+    assert list(h1_pol["hosts"].values()) == [{"bfr_id": h1_id, "allowed": sorted([h1_id, h3_id])}], h1_pol
     # where h1 and spine1 send to: leaf1's address on their link, leaf1's SI-0 label
     h1_leaf = next(n for n in bier_conf(runtime, topo, "h1")["neighbors"] if n["name"] == "leaf1")
     s1_leaf = next(n for n in bier_conf(runtime, topo, "spine1")["neighbors"] if n["name"] == "leaf1")
     label = leaf["label_base"]
     host_port, fabric_port = nbrs["h1"]["interface"], nbrs["spine1"]["interface"]
     agent(runtime, topo, "h3").bier_received(clear=True)
+    agent(runtime, topo, "h4").bier_received(clear=True)
     before = agent(runtime, topo, "leaf1").counters()
 
     def delta(c: dict[str, int], key: str) -> int:
@@ -78,15 +83,18 @@ def test_edge_policy_drops_and_counts_and_legit_host_delivers(runtime, lab):
 
     # a forged BFIR-id (h2's) from h1, then a non-BFR source (the spine's loopback) on a fabric port
     send_raw(runtime, topo, "h1", h1_leaf["address"], label, h2_id, 1 << (h3_id - 1))
+    send_raw(runtime, topo, "h1", h1_leaf["address"], label, h1_id, 1 << (h4_id - 1))  # outside red
     lo = str(agent(runtime, topo, "spine1").config()["loopback"]).split("/")[0]
     send_raw(runtime, topo, "spine1", s1_leaf["address"], label, 1, 1 << (h3_id - 1), src=lo)
-    c = wait_for(runtime, topo, "bier.dropped-policy", before.get("bier.dropped-policy", 0) + 2)
+    c = wait_for(runtime, topo, "bier.dropped-policy", before.get("bier.dropped-policy", 0) + 3)
     assert delta(c, f"bier.dropped-policy.{host_port}.forged-bfir-id") == 1, c
+    assert delta(c, f"bier.dropped-policy.{host_port}.bitstring-outside-set") == 1, c
     # the tc program sees the ingress port; the Python socket only the source, on no port's subnet
     stranger_port = fabric_port if dataplane == "ebpf" else "unknown"
     assert delta(c, f"bier.dropped-policy.{stranger_port}.not-bfr-neighbor") == 1, c
-    assert delta(c, "bier.dropped-policy") == 2, c
+    assert delta(c, "bier.dropped-policy") == 3, c
     assert agent(runtime, topo, "h3").bier_received(clear=True) == []
+    assert agent(runtime, topo, "h4").bier_received(clear=True) == []
 
     # the legitimate host, with its own BFR-id, still delivers
     reply = agent(runtime, topo, "h1").bier_send([h3_id], count=3, tag="legit")
@@ -97,7 +105,7 @@ def test_edge_policy_drops_and_counts_and_legit_host_delivers(runtime, lab):
         got += agent(runtime, topo, "h3").bier_received(clear=True)
         time.sleep(0.2)
     assert len(got) == 3, got
-    assert delta(agent(runtime, topo, "leaf1").counters(), "bier.dropped-policy") == 2
+    assert delta(agent(runtime, topo, "leaf1").counters(), "bier.dropped-policy") == 3
     # on ebpf the program held the table (and so judged the packets), not a Python fallback
     rows = agent(runtime, topo, "leaf1").bift()
     assert (rows.get("dataplane"), rows.get("dataplane_error")) == (dataplane, None), rows
