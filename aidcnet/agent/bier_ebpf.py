@@ -370,6 +370,8 @@ class BierMaps:
         Python dataplane forwards and checks instead."""
         bpf, fd = self.bpf, self.fd
         if "bier_pol_cfg" not in fd:
+            if not policies:
+                return []  # an older bier.o: nothing to enforce, nothing to program
             raise EbpfUnavailable("this bier.o has no edge-policy maps (bier_pol_*); rebuild it")
         # a port keeps its counter slot across rewrites, so its counts stay its own
         slot = dict(self.pol_slot)
