@@ -162,7 +162,8 @@ def test_ebpf_fast_path_starts_with_the_policy_on_its_dataplane(monkeypatch) -> 
     finally:
         service.ebpf = None
         service.close()
-    plain = svc.BierService(spine1, host=False)  # without a policy: nothing installed
+    # without a policy (the vars' edge_policy: false): nothing installed
+    plain = svc.BierService(spine1.model_copy(update={"edge_policy": {}}), host=False)
     try:
         assert len(seen) == 2 and seen[1] == {} and plain.ebpf_error is None
     finally:
