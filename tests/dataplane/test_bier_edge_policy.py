@@ -14,6 +14,7 @@ AIDCLAB_NETNS_PREFIX=<yours>- on a shared machine.
 
 from __future__ import annotations
 
+import functools
 import socket
 from pathlib import Path
 
@@ -33,11 +34,16 @@ BSL = 64
 NAMES = ["A", "C", "E"]
 BFIR, WHOLE, RECEIVER, STRANGER = "10.77.0.2", "10.77.0.4", "10.77.0.3", "10.77.0.99"
 FABRIC_STRANGER = "10.77.1.77"
+# BSL 256 with BFR-ids in every 64-bit word: the program compares the BitString word by word
+WIDE_IDS = {"A": 250, "D": 1, "E": 130, "F": 70}
 
 
-def policy(lab: NetLab) -> tuple[dict[str, PortPolicy], dict[str, str]]:
-    """Policies and subnets per DUT interface, as BierService hands them to the dataplane."""
-    host = PortPolicy(HOST, hosts={BFIR: HostBfir.reaching(9, [1, 3], BSL), WHOLE: HostBfir(10)})
+def policy(lab: NetLab, bsl: int = BSL, ids=FIG1_IDS) -> tuple[dict[str, PortPolicy], dict[str, str]]:
+    """Policies and subnets per DUT interface, as BierService hands them to the dataplane; BFIR may
+    address D and E only."""
+    host = PortPolicy(
+        HOST, hosts={BFIR: HostBfir.reaching(9, [ids["D"], ids["E"]], bsl), WHOLE: HostBfir(10)}
+    )
     policies = {
         lab.dut_if[0]: host,
         lab.dut_if[1]: PortPolicy(FABRIC, neighbors=frozenset({lab.nbr_addr[1]})),
@@ -46,19 +52,23 @@ def policy(lab: NetLab) -> tuple[dict[str, PortPolicy], dict[str, str]]:
     return policies, {lab.dut_if[i]: f"{lab.dut_addr[i]}/24" for i in range(3)}
 
 
-def frame(bits: int, bfir: int) -> bytes:
-    return BierHeader(bift_id=500, bitstring=bits, bsl=BSL, ttl=64, entropy=bits, bfir_id=bfir).encode() + (
-        b"pl%d.%d" % (bits, bfir)
-    )
+def frame(bits: int, bfir: int, bsl: int = BSL) -> bytes:
+    return BierHeader(
+        bift_id=500, bitstring=bits, bsl=bsl, ttl=64, entropy=bits % 0xFFFFF, bfir_id=bfir
+    ).encode() + (b"pl%d.%d" % (bits, bfir))
 
 
-def traffic(lab: NetLab) -> list[tuple[int, str, bytes]]:
+def traffic(lab: NetLab, bsl: int = BSL, ids=FIG1_IDS) -> list[tuple[int, str, bytes]]:
     """(link, source address, UDP payload): every BitString of the 4 BFR-ids from each sender."""
     out = []
-    for bits in range(1, 16):
-        out += [(0, BFIR, frame(bits, 9)), (0, BFIR, frame(bits, 4)), (0, RECEIVER, frame(bits, 9))]
-        out += [(0, WHOLE, frame(bits, 10)), (0, WHOLE, frame(bits, 9)), (0, STRANGER, frame(bits, 9))]
-        out += [(1, lab.nbr_addr[1], frame(bits, 2)), (1, FABRIC_STRANGER, frame(bits, 2))]
+    order = sorted(ids.values())
+    for k in range(1, 16):
+        bits = sum(1 << (order[j] - 1) for j in range(4) if k >> j & 1)
+        pkt = functools.partial(frame, bsl=bsl)
+
+        out += [(0, BFIR, pkt(bits, 9)), (0, BFIR, pkt(bits, 4)), (0, RECEIVER, pkt(bits, 9))]
+        out += [(0, WHOLE, pkt(bits, 10)), (0, WHOLE, pkt(bits, 9)), (0, STRANGER, pkt(bits, 9))]
+        out += [(1, lab.nbr_addr[1], pkt(bits, 2)), (1, FABRIC_STRANGER, pkt(bits, 2))]
     return out
 
 
@@ -103,25 +113,26 @@ def _fold_sources(c: dict[str, int]) -> dict[str, int]:
     return out
 
 
-def _tables(lab: NetLab):
-    birt = compute_birts(undirected(FIG1_EDGES), FIG1_IDS)["B"]
-    bifts = build_bifts(birt, BSL, {n: {(0, BSL, 0): 1000 + 100 * i} for i, n in enumerate(NAMES)})
-    local_labels = {(0, BSL, 0): 500}
+def _tables(lab: NetLab, bsl: int = BSL, ids=FIG1_IDS):
+    birt = compute_birts(undirected(FIG1_EDGES), ids)["B"]
+    bifts = build_bifts(birt, bsl, {n: {(0, bsl, 0): 1000 + 100 * i} for i, n in enumerate(NAMES)})
+    local_labels = {(0, bsl, 0): 500}
     return bifts, local_labels, bifts_by_label(bifts, local_labels)
 
 
 @pytest.mark.parametrize("lab", [3], indirect=True)
-def test_edge_policy_same_drops_on_both_dataplanes(lab: NetLab, bier_obj: Path) -> None:
-    bifts, local_labels, tables = _tables(lab)
+@pytest.mark.parametrize(("bsl", "ids"), [(BSL, FIG1_IDS), (256, WIDE_IDS)], ids=["bsl64", "bsl256-wide"])
+def test_edge_policy_same_drops_on_both_dataplanes(lab: NetLab, bier_obj: Path, bsl: int, ids) -> None:
+    bifts, local_labels, tables = _tables(lab, bsl, ids)
     nbr_index = {n: i for i, n in enumerate(NAMES)}
-    policies, subnets = policy(lab)
-    frames = traffic(lab)
+    policies, subnets = policy(lab, bsl, ids)
+    frames = traffic(lab, bsl, ids)
 
     # what the pure code says: the policy's verdict on the frame's port, then RFC 8279 §6.5 on the rest
     want_reasons: dict[str, int] = {}
     accepted = []
     for link, src, payload in frames:
-        f = parse_fields(payload, 0, BSL)
+        f = parse_fields(payload, 0, bsl)
         port = lab.dut_if[link]
         why = check(policies[port], src, 0, f[12], f[11])
         if why is None:
@@ -142,7 +153,7 @@ def test_edge_policy_same_drops_on_both_dataplanes(lab: NetLab, bier_obj: Path) 
     results = {}
     try:
         for mode in ("ebpf", "python"):
-            dut = Dut(lab, None, BSL, bifts, NAMES, local_labels)
+            dut = Dut(lab, None, bsl, bifts, NAMES, local_labels)
             try:
                 dut.dp.set_edge_policy(policies, subnets)
                 if mode == "ebpf":
