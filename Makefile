@@ -55,7 +55,7 @@ destroy:
 	$(AIDCLAB) destroy $(LAB) --cleanup
 
 lint: setup
-	$(VENV)/bin/ruff check orchestrator aidcnet tests bench
+	$(VENV)/bin/ruff check aidclab orchestrator aidcnet tests bench
 
 unit: setup
 	$(PYTEST) -q tests/unit
@@ -72,12 +72,16 @@ test: images lint
 
 bench: images
 	$(PY) bench/deploy.py
-	$(PY) bench/configure.py
+	$(PY) bench/deploy.py --lab bsl256
+	$(PY) bench/configure.py leaf-spine superpod bsl256
+	$(PY) bench/memory.py
 	$(PY) bench/bier_forwarding.py
 	$(PY) bench/bier_forwarding_netns.py
 	$(PY) bench/replay.py
 	$(PY) bench/allreduce.py
 	$(PY) bench/fare.py
+	$(PY) bench/fare.py --gpus 64
+	$(PY) bench/fare_kernel.py
 	$(PY) bench/fidelity.py
 	$(PY) bench/reliable.py
 

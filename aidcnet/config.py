@@ -455,6 +455,20 @@ def load_config(path: str | Path) -> NodeConfig:
     return parse_config(data, str(path))
 
 
+# What `aidcnet ctl show config` prints in place of a TCP-MD5 secret: set, not shown (issue 18).
+SECRET_SHOWN = "<set, not shown>"
+
+
+def shown_config(config: NodeConfig) -> dict[str, Any]:
+    """The config as the agent shows it (``show config``): every TCP-MD5 secret replaced by SECRET_SHOWN,
+    so status output, logs and anything that records it never carry one."""
+    data = config.model_dump(mode="json", exclude_none=True)
+    for neighbor in (data.get("bgp") or {}).get("neighbors", []):
+        if "md5_password" in neighbor:
+            neighbor["md5_password"] = SECRET_SHOWN
+    return data
+
+
 def dump_config(config: NodeConfig) -> str:
     """Canonical YAML: the same config always gives the same bytes, so Ansible sees no change."""
     return yaml.safe_dump(config.model_dump(mode="json", exclude_none=True), sort_keys=False)

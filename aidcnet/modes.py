@@ -16,6 +16,11 @@ class Mode(StrEnum):
     UNICAST = "unicast"
     HOST_BIER = "host-bier"
     NET_BIER = "net-bier"
+    # the same messages over network BIER, the BitString learned instead of configured
+    # (docs/igmp.md): receivers join through their kernels around each op (IGMPv3 and the overlay to
+    # the BFIRs), or the source names its receivers to its first-hop router (Receiver Proxy Report)
+    IGMP = "igmp"
+    PROXY = "proxy"
     # the same messages, delivered reliably (docs/reliability.md): unicast with end-to-end ACKs per
     # receiver, host-BIER with end-to-end ACKs from every receiver (the implosion), host-BIER with ACKs
     # aggregated in the BFRs
@@ -40,3 +45,7 @@ RELIABLE: dict[Mode, str] = {
     Mode.RELIABLE_HOST_BIER_E2E: "e2e",
     Mode.RELIABLE_HOST_BIER: "hop",
 }
+
+# The modes whose BitStrings come from memberships learned at run time (docs/igmp.md): their runs carry
+# ``settings.membership`` (latency, wrong and missed deliveries) and their control overhead is counted.
+MEMBERSHIP: frozenset[Mode] = frozenset({Mode.IGMP, Mode.PROXY})

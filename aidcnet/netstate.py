@@ -89,6 +89,20 @@ def diff_state(desired: KernelState, current: KernelState, managed: set[str]) ->
     return out
 
 
+UNKNOWN: NextHops = ()  # a route's next hops as far as we know after the kernel changed it on its own
+
+
+def forget_routes_on(routes: dict[str, NextHops], devs: set[str]) -> dict[str, NextHops]:
+    """Our record of installed routes after links ``devs`` changed state: the kernel flushes or marks
+    routes through a downed link by itself, so every route with a next hop on one of them becomes
+    :data:`UNKNOWN`. Diffed against, such a route is replaced if still wanted and deleted if not (a delete
+    of a route already gone is no error), which costs what the change itself costs and no table dump."""
+    return {
+        prefix: UNKNOWN if any(dev in devs for _via, dev, _w in hops) else hops
+        for prefix, hops in routes.items()
+    }
+
+
 def link_peers(config: NodeConfig) -> list[tuple[str, str, str]]:
     """``(ifname, own address, peer address)`` of each point-to-point data link (a /31, RFC 3021: the
     other address of the pair is the peer): the neighbours whose ARP entries a run needs resolved."""

@@ -36,8 +36,8 @@ FLOOR_PLAY = """\
 def bench_lab(runtime: DockerRuntime, lab: str, workdir: Path) -> list[str]:
     topo = load_topology(ROOT / "labs" / f"{lab}.clab.yml")
     destroy(topo.name, runtime, quiet=True)
-    deploy(topo, runtime)
     try:
+        deploy(topo, runtime)
         floor_play = workdir / "floor.yml"
         floor_play.write_text(FLOOR_PLAY)
         inventory = lab_dir(topo) / "ansible-inventory.yml"

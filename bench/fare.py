@@ -103,9 +103,9 @@ def wait_weights(
 
 def ip_link(netns: str, dev: str, state: str) -> float:
     """Set a link state in a namespace; returns t0 taken just before the netlink request goes out."""
-    from pyroute2 import NetNS
+    from orchestrator.lab.netns import netlink
 
-    with NetNS(netns) as ns:
+    with netlink(netns) as ns:
         index = ns.link_lookup(ifname=dev)[0]
         t0 = time.time()
         ns.link("set", index=index, state=state)

@@ -34,10 +34,10 @@ HOSTS = [f"h{i}" for i in range(1, 9)]
 MODES = (Mode.UNICAST, Mode.HOST_BIER)
 
 
-def make_trace(path: Path, steps: int, tokens_per_host: int, seed: int) -> None:
+def make_trace(path: Path, steps: int, tokens_per_host: int, seed: int, hosts: list[str] = HOSTS) -> None:
     subprocess.run(
         [
-            sys.executable, "-m", "orchestrator.cli.workload", "moe", "--hosts", ",".join(HOSTS),
+            sys.executable, "-m", "orchestrator.cli.workload", "moe", "--hosts", ",".join(hosts),
             "--steps", str(steps), "--tokens-per-host", str(tokens_per_host), "--seed", str(seed),
             "-o", str(path),
         ],

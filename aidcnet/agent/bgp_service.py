@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aidcnet.agent.control import Handler, Op
+from aidcnet.agent.kernel import RouteTable
 from aidcnet.agent.service import Service
 from aidcnet.bgp import exabgp, security
 from aidcnet.bgp.rib import Link, Rib, Selected, advertisements, community_asn, kernel_routes, select
@@ -87,7 +88,7 @@ class BgpService:
         self._kernel_events: list[dict[str, Any]] = []
         self._kernel_wanted: dict[str, tuple[tuple[str, str, int], ...]] = {}
         self._kernel_kick = asyncio.Event()
-        self._installed: dict[str, tuple[tuple[str, str, int], ...]] | None = None  # None: read the kernel
+        self._routes = RouteTable(RTPROT_BGP)
 
     # -- lifecycle ---------------------------------------------------------------------------------
     @property
@@ -256,14 +257,14 @@ class BgpService:
     async def _netlink_events(self, ipr: Any) -> None:
         while True:
             try:
-                changed = False
+                changed: set[str] = set()
                 async for msg in ipr.get():
-                    if msg.get("event") == "RTM_NEWLINK":
-                        changed |= self._link_state(msg, time.time())
+                    if msg.get("event") == "RTM_NEWLINK" and self._link_state(msg, time.time()):
+                        changed.add(msg.get_attr("IFLA_IFNAME"))
                 if changed:
-                    # The kernel flushes routes of a downed link itself: after a link event, diff against a
-                    # fresh dump, not against what we installed.
-                    self._installed = None
+                    # The kernel flushes or marks routes of a downed link itself: the routes through these
+                    # links are rewritten (or deleted) whatever we installed, with no dump of the table.
+                    self._routes.links_changed(changed)
                     self.recompute()
             except asyncio.CancelledError:
                 raise
@@ -342,32 +343,17 @@ class BgpService:
             self.events = [*self.events, *events][-20:]
 
     def _program_kernel(self, routes: dict[str, tuple[tuple[str, str, int], ...]]) -> None:
-        """Bring the kernel's proto-bgp routes to ``routes``. The diff is taken against what we installed
-        last (a full netlink dump per UPDATE costs a SuperPoD GPU more than the decision itself); when the
-        kernel refuses a step, e.g. a route it already flushed with a downed link, the real table is read
-        and the diff applied once more."""
-        from aidcnet.agent.kernel import KernelError, apply_diff, read_state
-        from aidcnet.netstate import KernelState, diff_state
-
-        for attempt in (1, 2):
-            if self._installed is None or attempt == 2:
-                self._installed = read_state(set(), proto=RTPROT_BGP).routes
-                self.counters["kernel.dumps"] += 1
-            diff = diff_state(KernelState(routes=routes), KernelState(routes=self._installed), set())
-            if diff.empty:
-                return
-            try:
-                apply_diff(diff, proto=RTPROT_BGP)
-            except KernelError:
-                self._installed = None
-                if attempt == 2:
-                    raise
-                self.counters["kernel.resync"] += 1
-                continue
-            self._installed = dict(routes)
-            self.counters["kernel.routes-replaced"] += len(diff.replace_routes)
-            self.counters["kernel.routes-removed"] += len(diff.remove_routes)
-            return
+        """Bring the kernel's proto-bgp routes to ``routes``: one netlink batch of what changed since the
+        last install (:class:`~aidcnet.agent.kernel.RouteTable`), whatever the number of prefixes."""
+        table = self._routes
+        dumps, resyncs = table.dumps, table.resyncs
+        try:
+            diff = table.program(routes)
+        finally:
+            self.counters["kernel.dumps"] += table.dumps - dumps
+            self.counters["kernel.resync"] += table.resyncs - resyncs
+        self.counters["kernel.routes-replaced"] += len(diff.replace_routes)
+        self.counters["kernel.routes-removed"] += len(diff.remove_routes)
 
     def _advertise(self) -> None:
         if self._writer is None:
@@ -375,9 +361,17 @@ class BgpService:
         wanted = advertisements(self.selected, self.links, self.asn, self.originate, self.bgp.transit)
         transitive = self.bgp.link_bandwidth == "transitive"
         gadmin = community_asn(self.asn)
+        # A learned route goes to every peer as one Announcement object: its text is made once, not once
+        # per peer (a leaf of 256 GPUs holds 256 x 256 of them).
+        text_of: dict[int, str] = {}
         for peer in self.links:
             have = self.sent.setdefault(peer, {})
-            want = {p: a.text(gadmin, transitive) for p, a in wanted.get(peer, {}).items()}
+            want = {}
+            for prefix, ann in wanted.get(peer, {}).items():
+                text = text_of.get(id(ann))
+                if text is None:
+                    text = text_of[id(ann)] = ann.text(gadmin, transitive)
+                want[prefix] = text
             for prefix in sorted(have.keys() - want.keys()):
                 self._send(exabgp.withdraw_command(peer, prefix))
                 del have[prefix]

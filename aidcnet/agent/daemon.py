@@ -202,7 +202,9 @@ class Agent:
     async def show_config(self, _request: dict[str, Any]) -> dict[str, Any]:
         if self.config is None:
             return {"ok": True, "config": None, "note": f"no config applied yet (expects {self.config_path})"}
-        return {"ok": True, "config": self.config.model_dump(mode="json", exclude_none=True)}
+        from aidcnet.config import shown_config
+
+        return {"ok": True, "config": shown_config(self.config)}
 
     def handlers(self) -> dict[Op, Handler]:
         table: dict[Op, Handler] = {

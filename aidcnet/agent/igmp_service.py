@@ -213,6 +213,8 @@ class IgmpService:
             return
         self.counters[f"port.{port}.queries-sent"] += 1
         self.counters["queries-sent"] += 1
+        # On the wire: IPv4 with Router Alert (24 octets) and the query.
+        self.counters["query-bytes-sent"] += 24 + len(data)
 
     def _apply(self, flows: bool) -> None:
         if flows:

@@ -5,11 +5,15 @@ Unicast: one datagram stream per receiver, from the host's loopback to the recei
 destination port 4791 (RoCEv2), source port = QP. Host-BIER: each fragment once through the BIER
 service with the receivers' BFR-ids. Network-BIER: plain IP multicast, one socket bound to the loopback
 (the S of (S,G)) sending each op once to its group out of the fabric interface; the leaves do BIER.
-Receivers join their groups on the replay port. The reliable modes (``aidcnet.modes.RELIABLE``) send
-each op as one flow of the reliable transport (one sequence per fragment; docs/reliability.md) through
-the agent's reliable service, over host-BIER or per receiver over unicast, and complete when every
-receiver has acknowledged every flow (or was declared failed). All modes land in the same
-:class:`~aidcnet.replay.Reassembly`.
+Receivers join their groups on the replay port. The membership modes (docs/igmp.md) send as net-bier
+does, the BitString learned at run time: ``igmp`` receivers join each op's (S,G) through their kernel
+when its receivers are known and leave once they have the message; a ``proxy`` source sends its
+first-hop router a Receiver Proxy Report naming the receivers before a group's first op and an empty
+one ``hold_s`` after its last. Both send the data ``lead_s`` after the receivers are known. The reliable modes
+(``aidcnet.modes.RELIABLE``) send each op as one flow of the reliable transport (one sequence per
+fragment; docs/reliability.md) through the agent's reliable service, over host-BIER or per receiver
+over unicast, and complete when every receiver has acknowledged every flow (or was declared failed).
+All modes land in the same :class:`~aidcnet.replay.Reassembly`.
 The payload format is ``docs/replay-payload.md``; the orchestrator side is
 ``orchestrator/experiment/driver.py``.
 """
@@ -42,7 +46,15 @@ if TYPE_CHECKING:
 log = logging.getLogger("aidcnet.replay")
 
 # The modes whose messages this service sends and receives (collectives are the INA worker's).
-MODES = (Mode.UNICAST, Mode.HOST_BIER, Mode.NET_BIER, *RELIABLE)
+MODES = (Mode.UNICAST, Mode.HOST_BIER, Mode.NET_BIER, Mode.IGMP, Mode.PROXY, *RELIABLE)
+# The modes that send plain IP multicast, one group per op, out of the fabric interface.
+MCAST_MODES = (Mode.NET_BIER, Mode.IGMP, Mode.PROXY)
+# Where IGMPv3 reports go (RFC 3376 §4.2.14): the Receiver Proxy Report too.
+ALL_IGMPV3_ROUTERS = "224.0.0.22"
+IP_OPTIONS = 4
+# Linux: join one source of a group (struct ip_mreq_source), RFC 4604's SSM join.
+IP_ADD_SOURCE_MEMBERSHIP = getattr(socket, "IP_ADD_SOURCE_MEMBERSHIP", 39)
+SIOCGIFADDR = 0x8915
 # How often a reliable run looks whether its flows have completed.
 RELIABLE_CHECK_S = 0.01
 DEFAULT_QPS = 8
@@ -66,7 +78,7 @@ class _Receiver(asyncio.DatagramProtocol):
         self.service = service
 
     def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
-        self.service.reassembly.add(data, time.time_ns(), src=addr[0])
+        self.service.received(data, addr[0])
 
 
 class ReplayService:
@@ -101,6 +113,21 @@ class ReplayService:
         self.interface: str | None = None
         self.groups: list[str] = []
         self._group_socks: list[socket.socket] = []
+        # igmp: this host's joins as a receiver ([op id, t, group, source]); per (group, source) the
+        # socket holding the join and how many ops need it; per op the join and leave times (wall ns)
+        # and the future a complete message resolves.
+        self.lead_s = 0.0
+        self.hold_s = 2.0
+        self.memberships: list[list[Any]] = []
+        self._member_socks: dict[tuple[str, str], list[Any]] = {}
+        self.join_events: dict[int, list[int | None]] = {}
+        self._complete_waiters: dict[int, asyncio.Future[None]] = {}
+        # proxy: this host's reports as a source, by (op id, before the op), and when each was sent.
+        self.reports: dict[tuple[int, bool], list[tuple[str, list[str]]]] = {}
+        self.report_events: list[list[Any]] = []
+        # Cumulative, as agent counters are (the driver takes deltas over a run).
+        self.proxy_reports_sent = 0
+        self.proxy_report_bytes_sent = 0
 
     # -- receiving -------------------------------------------------------------------------------------
     async def listen(self) -> None:
@@ -152,7 +179,183 @@ class ReplayService:
             except OSError as exc:
                 log.warning("group socket receive failed: %s", exc)
                 return
-            self.reassembly.add(data, time.time_ns(), src=addr[0])
+            self.received(data, addr[0])
+
+    def received(self, data: bytes, src: str) -> None:
+        """Account one replay datagram; a message now complete frees its igmp receiver to leave."""
+        rec = self.reassembly.add(data, time.time_ns(), src=src)
+        if rec is not None and rec.complete and self._complete_waiters:
+            fut = self._complete_waiters.pop(rec.msg_id, None)
+            if fut is not None and not fut.done():
+                fut.set_result(None)
+
+    # -- igmp memberships --------------------------------------------------------------------------
+    def member_join(self, group: str, source: str) -> None:
+        """Join (S,G) on the fabric interface through the kernel (IGMPv3 INCLUDE {S}); one socket per
+        (S,G) however many ops need it, so a message reaches the reassembly once."""
+        held = self._member_socks.get((group, source))
+        if held is not None:
+            held[1] += 1
+            return
+        assert self.interface is not None
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.setsockopt(socket.IPPROTO_IP, IP_MULTICAST_ALL, 0)
+            set_socket_buffer(sock, socket.SO_RCVBUF, RCVBUF)
+            sock.bind(("0.0.0.0", ROCEV2_PORT))
+            mreq = socket.inet_aton(group) + _interface_address(self.interface) + socket.inet_aton(source)
+            sock.setsockopt(socket.IPPROTO_IP, IP_ADD_SOURCE_MEMBERSHIP, mreq)
+            sock.setblocking(False)
+        except OSError:
+            sock.close()
+            raise
+        asyncio.get_running_loop().add_reader(sock.fileno(), self._drain_group_socket, sock)
+        self._member_socks[(group, source)] = [sock, 1]
+
+    def member_leave(self, group: str, source: str) -> None:
+        """The last op needing (S,G) is over: closing the socket makes the kernel report the leave."""
+        held = self._member_socks.get((group, source))
+        if held is None:
+            return
+        held[1] -= 1
+        if held[1] > 0:
+            return
+        del self._member_socks[(group, source)]
+        asyncio.get_running_loop().remove_reader(held[0].fileno())
+        held[0].close()
+
+    async def _memberships(self) -> None:
+        assert self.start_ns is not None
+        loop = asyncio.get_running_loop()
+        leaving: list[asyncio.Task[None]] = []
+        for op_id, t, group, source in sorted(self.memberships, key=lambda m: (m[1], m[0])):
+            delay = (self.start_ns + int(t * 1e9) - time.time_ns()) / 1e9
+            if delay > 0:
+                await asyncio.sleep(delay)
+            fut: asyncio.Future[None] = loop.create_future()
+            self._complete_waiters[op_id] = fut
+            try:
+                self.member_join(group, source)
+            except OSError as exc:
+                self._complete_waiters.pop(op_id, None)
+                self._error(f"join {group}: {exc.strerror or exc}")
+                continue
+            self.join_events[op_id] = [time.time_ns(), None]
+            deadline = self.start_ns + int((t + self.lead_s + self.hold_s) * 1e9)
+            leaving.append(loop.create_task(self._leave_when_done(op_id, group, source, fut, deadline)))
+        await asyncio.gather(*leaving)
+
+    async def _leave_when_done(
+        self, op_id: int, group: str, source: str, fut: asyncio.Future[None], deadline_ns: int
+    ) -> None:
+        try:
+            await asyncio.wait_for(fut, max(0.0, (deadline_ns - time.time_ns()) / 1e9))
+        except TimeoutError:
+            self._complete_waiters.pop(op_id, None)
+        self.member_leave(group, source)
+        self.join_events[op_id][1] = time.time_ns()
+
+    def _leave_members(self) -> None:
+        if self._member_socks:
+            loop = asyncio.get_running_loop()
+            for sock, _ in self._member_socks.values():
+                loop.remove_reader(sock.fileno())
+                sock.close()
+        self._member_socks = {}
+
+    # -- proxy reports -----------------------------------------------------------------------------
+    def _send_reports(self, sock: socket.socket | None, op_id: int, before: bool) -> None:
+        from ipaddress import IPv4Address
+
+        from aidcnet.igmp.codec import encode
+        from aidcnet.igmp.extensions import ProxyReport
+
+        for group, receivers in self.reports.get((op_id, before), []):
+            report = ProxyReport(
+                IPv4Address(group), IPv4Address(self.loopback), tuple(map(IPv4Address, receivers))
+            )
+            data = encode(report.to_report())
+            if sock is None:
+                self._error("no proxy report socket")
+                continue
+            try:
+                sock.sendto(data, (ALL_IGMPV3_ROUTERS, 0))
+            except OSError as exc:
+                self._error(f"proxy report: {exc.strerror or exc}")
+                continue
+            self.report_events.append([op_id, before, time.time_ns()])
+            self.proxy_reports_sent += 1
+            # On the wire: IPv4 with Router Alert (24 octets) and the IGMPv3 message.
+            self.proxy_report_bytes_sent += 24 + len(data)
+
+    # -- the membership modes' signalling around the sends ---------------------------------------
+    def _signals_start(self, loop: asyncio.AbstractEventLoop) -> None:
+        """igmp: this receiver's joins and leaves run beside the sends; proxy: the report socket."""
+        self._member_task: asyncio.Task[None] | None = None
+        self._report_sock: socket.socket | None = None
+        self._withdrawals: list[asyncio.Task[None]] = []
+        if self.mode == Mode.IGMP and self.memberships:
+            self._member_task = loop.create_task(self._memberships())
+        if self.mode == Mode.PROXY and self.reports:
+            self._report_sock = self._open_report_socket()
+
+    async def _signals_before(self, msg_id: int, t: float) -> None:
+        """proxy: the reports due before op ``msg_id``, at its t (when its receivers are known)."""
+        if (msg_id, True) in self.reports:
+            assert self.start_ns is not None
+            delay = (self.start_ns + int(t * 1e9) - time.time_ns()) / 1e9
+            if delay > 0:
+                await asyncio.sleep(delay)
+            self._send_reports(self._report_sock, msg_id, True)
+
+    def _signals_after(self, loop: asyncio.AbstractEventLoop, msg_id: int) -> None:
+        if (msg_id, False) in self.reports:
+            self._withdrawals.append(loop.create_task(self._withdraw_later(self._report_sock, msg_id)))
+
+    async def _signals_finish(self) -> None:
+        if self._member_task is not None:
+            await self._member_task
+        await asyncio.gather(*self._withdrawals)
+
+    def _signals_close(self) -> None:
+        task = getattr(self, "_member_task", None)
+        if task is not None:
+            task.cancel()
+        for task in getattr(self, "_withdrawals", []):
+            task.cancel()
+        sock = getattr(self, "_report_sock", None)
+        if sock is not None:
+            sock.close()
+        self._report_sock = None
+
+    async def _withdraw_later(self, sock: socket.socket | None, op_id: int) -> None:
+        """The empty report, ``hold_s`` after the group's last data: an FHR reads reports before each
+        lookup (before_lookup), so one sent right behind the data could overtake packets still waiting
+        for its edge and leave them without a BitString."""
+        await asyncio.sleep(self.hold_s)
+        self._send_reports(sock, op_id, False)
+
+    def _open_report_socket(self) -> socket.socket:
+        """A raw IGMP socket out of the fabric interface: TTL 1 and Router Alert, as reports go."""
+        from aidcnet.igmp.node import ROUTER_ALERT
+
+        assert self.interface is not None
+        sock = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_IGMP)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, self.interface.encode())
+            sock.setsockopt(socket.IPPROTO_IP, IP_OPTIONS, ROUTER_ALERT)
+            sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, 1)
+            sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_LOOP, 0)
+            sock.setsockopt(
+                socket.IPPROTO_IP,
+                socket.IP_MULTICAST_IF,
+                _mreqn("0.0.0.0", socket.if_nametoindex(self.interface)),
+            )
+        except OSError:
+            sock.close()
+            raise
+        return sock
 
     def leave(self) -> None:
         """Drop every group joined for the run (closing a socket leaves its groups)."""
@@ -163,12 +366,13 @@ class ReplayService:
                 sock.close()
         self._group_socks = []
         self.groups = []
+        self._leave_members()
 
     def on_bier_datagram(self, datagram: UdpDatagram) -> bool:
         """BIER service hook: take host-BIER deliveries to the replay port; others stay with the service."""
         if datagram.dport != ROCEV2_PORT:
             return False
-        self.reassembly.add(datagram.payload, time.time_ns(), src=datagram.src)
+        self.received(datagram.payload, datagram.src)
         return True
 
     # -- control ops -----------------------------------------------------------------------------------
@@ -192,9 +396,9 @@ class ReplayService:
         for raw in request.get("ops", []):
             i, t, size, dst = raw[:4]
             op: list[Any] = [int(i), float(t), int(size), [str(d) for d in dst]]
-            if mode == Mode.NET_BIER:
+            if mode in MCAST_MODES:
                 if len(raw) < 5 or not _is_multicast(raw[4]):
-                    raise ValueError(f"net-bier op {i} needs a multicast group as its fifth element")
+                    raise ValueError(f"{mode} op {i} needs a multicast group as its fifth element")
                 op.append(str(raw[4]))
             ops.append(op)
         for op in ops:
@@ -209,10 +413,11 @@ class ReplayService:
         bad = [g for g in joins if not _is_multicast(g)]
         if bad:
             raise ValueError(f"groups: {', '.join(bad)} not multicast")
+        memberships, reports = _membership_fields(request, mode)
         interface = request.get("interface")
-        if mode == Mode.NET_BIER and not request.get("append"):
+        if mode in MCAST_MODES and not request.get("append"):
             if not interface:
-                raise ValueError("net-bier needs the fabric interface (interface)")
+                raise ValueError(f"{mode} needs the fabric interface (interface)")
             try:
                 socket.if_nametoindex(str(interface))
             except OSError:
@@ -222,15 +427,17 @@ class ReplayService:
                 raise ValueError(f"append in mode {mode} to a schedule loaded in mode {self.mode}")
             self.receivers.update(receivers)
             self.ops.extend(ops)
+            self._add_membership(memberships, reports, None)
             if joins:
                 if self.interface is None:
                     raise ValueError("groups to join in a schedule without a net-bier interface")
                 self.join([*self.groups, *joins], self.interface)
         else:
             self.mode, self.receivers, self.ops = mode, receivers, ops
-            self.interface = str(interface) if mode == Mode.NET_BIER else None
+            self.interface = str(interface) if mode in MCAST_MODES else None
             # A new run's groups replace the last run's (or none for other modes).
             self.leave()
+            self._add_membership(memberships, reports, request)
             if self.interface is not None and joins:
                 self.join(joins, self.interface)
             self.max_datagram = int(request.get("max_datagram", DEFAULT_MAX_DATAGRAM))
@@ -244,7 +451,29 @@ class ReplayService:
             self.send_errors = {}
             self.start_ns = self.finished_ns = None
         self.ops.sort(key=lambda op: (op[1], op[0]))
-        return {"ok": True, "ops": len(self.ops), "mode": self.mode, "groups": len(self.groups)}
+        out = {"ok": True, "ops": len(self.ops), "mode": self.mode, "groups": len(self.groups)}
+        if self.mode in (Mode.IGMP, Mode.PROXY):
+            out.update(memberships=len(self.memberships), reports=sum(len(v) for v in self.reports.values()))
+        return out
+
+    def _add_membership(
+        self,
+        memberships: list[list[Any]],
+        reports: dict[tuple[int, bool], list[tuple[str, list[str]]]],
+        new_run: dict[str, Any] | None,
+    ) -> None:
+        """igmp joins and proxy reports of a load: a new run's (``new_run``: its request) replace the
+        last run's, with its lead and hold; an append's are added."""
+        if new_run is not None:
+            lead_s, hold_s = float(new_run.get("lead_s", 0.0)), float(new_run.get("hold_s", 2.0))
+            if lead_s < 0 or hold_s <= 0:
+                raise ValueError(f"lead_s {lead_s} must be >= 0 and hold_s {hold_s} > 0")
+            self.lead_s, self.hold_s = lead_s, hold_s
+            self.memberships, self.reports = [], {}
+            self.join_events, self.report_events = {}, []
+        self.memberships.extend(memberships)
+        for key, items in reports.items():
+            self.reports.setdefault(key, []).extend(items)
 
     def _configure_reliable(self, mode: Mode, raw: dict[str, Any]) -> None:
         from aidcnet.agent.reliable_node import ReliableSettings
@@ -280,6 +509,7 @@ class ReplayService:
             "received_messages": len(self.reassembly.records),
             "received_complete": self.reassembly.complete_good(),
             "groups": len(self.groups),
+            "proxy_reports_sent": self.proxy_reports_sent,
         } | self._reliable_status()
 
     def _reliable_status(self) -> dict[str, Any]:
@@ -295,7 +525,12 @@ class ReplayService:
         # receiver has no task of its own whose end could leave them). The records stay.
         if self.task is None or self.task.done():
             self.leave()
-        return {"ok": True, **self.reassembly.to_dict()}
+        out = {"ok": True, **self.reassembly.to_dict()}
+        if self.mode == Mode.IGMP:
+            out["joins"] = [[op, j, left] for op, (j, left) in sorted(self.join_events.items())]
+        if self.mode == Mode.PROXY:
+            out["reports"] = list(self.report_events)
+        return out
 
     # -- sending ---------------------------------------------------------------------------------------
     def _open_send_sockets(self) -> None:
@@ -344,7 +579,10 @@ class ReplayService:
         # path is backed up must not hold back the others (they may leave on other planes).
         qp_queues: list[asyncio.Queue[tuple[bytes, tuple[str, int]] | None]] = []
         qp_tasks: list[asyncio.Task[None]] = []
+        # The membership modes: an op's receivers are known at t, its data leaves at t + lead.
+        lead = self.lead_s if self.mode in (Mode.IGMP, Mode.PROXY) else 0.0
         try:
+            self._signals_start(loop)
             if self.mode == Mode.UNICAST:
                 self._open_send_sockets()
                 qp_queues = [asyncio.Queue() for _ in self._send_socks]
@@ -352,10 +590,11 @@ class ReplayService:
                     loop.create_task(self._qp_sender(loop, sock, queue))
                     for sock, queue in zip(self._send_socks, qp_queues, strict=True)
                 ]
-            elif self.mode == Mode.NET_BIER:
+            elif self.mode in MCAST_MODES:
                 self._open_mcast_socket()
             for msg_id, t, size, dst, *group in self.ops:
-                due = self.start_ns + int(t * 1e9)
+                await self._signals_before(msg_id, t)
+                due = self.start_ns + int((t + lead) * 1e9)
                 delay = (due - time.time_ns()) / 1e9
                 if delay > 0:
                     await asyncio.sleep(delay)
@@ -370,10 +609,11 @@ class ReplayService:
                         addr = (self.receivers[name][0], ROCEV2_PORT)
                         for frag in frags:
                             queue.put_nowait((frag, addr))
-                elif self.mode == Mode.NET_BIER:
+                elif self.mode in MCAST_MODES:
                     addr = (group[0], ROCEV2_PORT)
                     for frag in frags:
                         await self._sendto(loop, self._send_socks[0], frag, addr)
+                    self._signals_after(loop, msg_id)
                 else:
                     bits = [self.receivers[name][1] for name in dst]
                     assert self.bier is not None
@@ -396,6 +636,7 @@ class ReplayService:
             for queue in qp_queues:
                 queue.put_nowait(None)
             await asyncio.gather(*qp_tasks)
+            await self._signals_finish()
             if self.mode in RELIABLE:
                 # Done when every receiver acknowledged every flow (or was declared failed).
                 assert self.reliable is not None
@@ -407,6 +648,7 @@ class ReplayService:
         finally:
             for task in qp_tasks:
                 task.cancel()
+            self._signals_close()
             self._close_send_sockets()
             self.finished_ns = time.time_ns()
 
@@ -474,6 +716,60 @@ async def _writable(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> Non
         await fut
     finally:
         loop.remove_writer(fd)
+
+
+def _interface_address(ifname: str) -> bytes:
+    """The IPv4 address of ``ifname``: struct ip_mreq_source names its interface by address."""
+    import fcntl
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            return fcntl.ioctl(s.fileno(), SIOCGIFADDR, struct.pack("256s", ifname.encode()))[20:24]
+        except OSError as exc:
+            raise OSError(exc.errno, f"interface {ifname} has no IPv4 address to join on") from exc
+
+
+def _membership_fields(
+    request: dict[str, Any], mode: Mode
+) -> tuple[list[list[Any]], dict[tuple[int, bool], list[tuple[str, list[str]]]]]:
+    memberships = _memberships(request.get("memberships", []))
+    reports = _reports(request.get("reports", []))
+    if memberships and mode != Mode.IGMP:
+        raise ValueError(f"memberships: only igmp receivers join per op, not {mode}")
+    if reports and mode != Mode.PROXY:
+        raise ValueError(f"reports: only proxy sources send Receiver Proxy Reports, not {mode}")
+    return memberships, reports
+
+
+def _memberships(raw: list[Any]) -> list[list[Any]]:
+    """igmp joins ``[op id, t, group, source]``, checked."""
+    out = []
+    for k, item in enumerate(raw):
+        try:
+            op_id, t, group, source = item
+            ipaddress.IPv4Address(str(source))
+        except ValueError as exc:
+            raise ValueError(f"memberships.{k}: want [op id, t, group, source address]: {exc}") from None
+        if not _is_multicast(group):
+            raise ValueError(f"memberships.{k}: group {group!r} is not multicast")
+        out.append([int(op_id), float(t), str(group), str(source)])
+    return out
+
+
+def _reports(raw: list[Any]) -> dict[tuple[int, bool], list[tuple[str, list[str]]]]:
+    """proxy reports ``[op id, before, group, [receiver addresses]]`` keyed by (op id, before)."""
+    out: dict[tuple[int, bool], list[tuple[str, list[str]]]] = {}
+    for k, item in enumerate(raw):
+        try:
+            op_id, before, group, receivers = item
+            receivers = [str(ipaddress.IPv4Address(str(r))) for r in receivers]
+        except (TypeError, ValueError) as exc:
+            want = "[op id, before, group, [receiver addresses]]"
+            raise ValueError(f"reports.{k}: want {want}: {exc}") from None
+        if not _is_multicast(group):
+            raise ValueError(f"reports.{k}: group {group!r} is not multicast")
+        out.setdefault((int(op_id), bool(before)), []).append((str(group), receivers))
+    return out
 
 
 def _mreqn(group: str, ifindex: int) -> bytes:
@@ -546,6 +842,15 @@ class ReplayPart(Service):
 
     async def results(self, _request: dict[str, Any]) -> dict[str, Any]:
         return (await self._service()).results()
+
+    def counters(self) -> dict[str, int]:
+        c = self.current
+        if c is None or not c.proxy_reports_sent:
+            return {}
+        return {
+            "replay.proxy-reports-sent": c.proxy_reports_sent,
+            "replay.proxy-report-bytes-sent": c.proxy_report_bytes_sent,
+        }
 
     def handlers(self) -> dict[Op, Handler]:
         return {

@@ -51,6 +51,7 @@ ATTR_FLAG_PARTIAL = 0x20
 ATTR_TYPE_BIER = 41
 
 
+@functools.lru_cache(maxsize=4096)
 def _peer_key(peer: str) -> tuple[int, str]:
     try:
         return (int(ipaddress.IPv4Address(peer)), peer)
@@ -170,42 +171,65 @@ def select(
     "ecmp": every next hop with bandwidth left gets weight 1 (equal-cost, the baseline FARE is measured
     against); what is advertised does not change."""
     out: dict[str, Selected] = {}
+    # Peers are ordered once per recompute, not once per prefix; prefixes whose multipath sets come from
+    # the same peers with the same received bandwidths (a GPU's 63 peer loopbacks, behind the same four
+    # leaves) share one FARE computation, so a recompute costs little more per prefix than reading it.
+    tables = [rib.adj_in[peer] for peer in sorted(rib.adj_in, key=_peer_key)]
+    usable = {peer for peer, link in links.items() if link.usable}
+    fare: dict[tuple[tuple[str, float | None], ...], tuple[tuple[str, str, int], ...] | None] = {}
+    advertised_of: dict[tuple[tuple[str, float | None], ...], float | None] = {}
     for prefix in sorted(rib.prefixes()):
         candidates = [
             p
-            for p in rib.paths(prefix)
-            if p.peer in links and links[p.peer].usable and local_asn not in p.as_path
+            for t in tables
+            if (p := t.get(prefix)) is not None and p.peer in usable and local_asn not in p.as_path
         ]
         if not candidates:
             continue
         shortest = min(len(p.as_path) for p in candidates)
         multipath = [p for p in candidates if len(p.as_path) == shortest]
-        # FARE per neighbor node: its parallel links add up; a node that advertised several bandwidths over
-        # several sessions is held to the lowest (they describe the same path behind it).
-        by_node: dict[str, list[Path]] = {}
-        for p in multipath:
-            by_node.setdefault(links[p.peer].neighbor, []).append(p)
-        node_bw: dict[str, float] = {}
-        for node, paths in by_node.items():
-            received = [p.link_bw for p in paths if p.link_bw is not None]
-            node_bw[node] = path_bandwidth(
-                sum(links[p.peer].bandwidth for p in paths), min(received) if received else None
-            )
-        advertised = advertised_bandwidth(node_bw)
-        link_share: dict[str, float] = {}
-        for node, paths in by_node.items():
-            total = sum(links[p.peer].bandwidth for p in paths)
-            for p in paths:
-                link_share[p.peer] = node_bw[node] * links[p.peer].bandwidth / total
-        weights = kernel_weights(link_share, max_weight)
-        if weighting == "ecmp":
-            weights = dict.fromkeys(weights, 1)
-        if not weights:
+        key = tuple((p.peer, p.link_bw) for p in multipath)
+        if key not in fare:
+            fare[key], advertised_of[key] = _fare(multipath, links, max_weight, weighting)
+        nexthops = fare[key]
+        if nexthops is None:
             continue
-        kept = tuple(p for p in multipath if p.peer in weights)
-        nexthops = tuple(sorted((p.peer, links[p.peer].dev, weights[p.peer]) for p in kept))
-        out[prefix] = Selected(prefix=prefix, paths=kept, nexthops=nexthops, advertised_bw=advertised)
+        kept_peers = {via for via, _dev, _w in nexthops}
+        kept = tuple(p for p in multipath if p.peer in kept_peers)
+        out[prefix] = Selected(prefix=prefix, paths=kept, nexthops=nexthops, advertised_bw=advertised_of[key])
     return out
+
+
+def _fare(
+    multipath: list[Path], links: Mapping[str, Link], max_weight: int, weighting: str
+) -> tuple[tuple[tuple[str, str, int], ...] | None, float | None]:
+    """Kernel next hops (None: no weight left) and the bandwidth to advertise for one multipath set."""
+    # FARE per neighbor node: its parallel links add up; a node that advertised several bandwidths over
+    # several sessions is held to the lowest (they describe the same path behind it).
+    by_node: dict[str, list[Path]] = {}
+    for p in multipath:
+        by_node.setdefault(links[p.peer].neighbor, []).append(p)
+    node_bw: dict[str, float] = {}
+    for node, paths in by_node.items():
+        received = [p.link_bw for p in paths if p.link_bw is not None]
+        node_bw[node] = path_bandwidth(
+            sum(links[p.peer].bandwidth for p in paths), min(received) if received else None
+        )
+    advertised = advertised_bandwidth(node_bw)
+    link_share: dict[str, float] = {}
+    for node, paths in by_node.items():
+        total = sum(links[p.peer].bandwidth for p in paths)
+        for p in paths:
+            link_share[p.peer] = node_bw[node] * links[p.peer].bandwidth / total
+    weights = kernel_weights(link_share, max_weight)
+    if weighting == "ecmp":
+        weights = dict.fromkeys(weights, 1)
+    if not weights:
+        return None, advertised
+    nexthops = tuple(
+        sorted((p.peer, links[p.peer].dev, weights[p.peer]) for p in multipath if p.peer in weights)
+    )
+    return nexthops, advertised
 
 
 def kernel_routes(selected: Mapping[str, Selected]) -> dict[str, tuple[tuple[str, str, int], ...]]:

@@ -118,6 +118,8 @@ class IgmpLeaf:
         """One IPv4 packet carrying IGMP heard on a host port (what a raw IGMP socket returns)."""
         out = Sends()
         self.counters["rx"] += 1
+        # Control overhead is counted, never estimated (the replay's membership modes report it).
+        self.counters["rx-bytes"] += len(packet)
         try:
             info = parse_ipv4(packet)
         except Ipv4Error as exc:

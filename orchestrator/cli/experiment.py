@@ -66,6 +66,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         gap_us=args.gap_us,
         qps=args.qps,
         ps_host=args.ps_host,
+        lead_s=None if args.lead is None else args.lead / 1e3,
     )
     if args.find_scale:
         return cmd_find_scale(args, options)
@@ -130,6 +131,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("trace", help="trace file (JSON Lines, docs/trace-format.md)")
     p.add_argument("--mode", required=True, choices=list(Mode), help="transport mode (see above)")
     p.add_argument("--ps-host", metavar="HOST", help="parameter server host for --mode ps")
+    p.add_argument(
+        "--lead",
+        type=float,
+        metavar="MS",
+        help="igmp/proxy: milliseconds (wall) from the moment an op's receivers are known (joins or "
+        "proxy report issued) to its data; default 50 for igmp, 0 for proxy (docs/igmp.md)",
+    )
     p.add_argument("--results-dir", default=DEFAULT_RESULTS_DIR, metavar="DIR", help="where runs are written")
     p.add_argument(
         "--max-datagram",

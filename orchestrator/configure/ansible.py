@@ -22,7 +22,8 @@ from typing import Any
 
 import yaml
 
-from orchestrator.lab.labdir import lab_dir
+from orchestrator.lab.labdir import lab_dir, write_plan_groups
+from orchestrator.lab.roles.base import FABRIC_SYSCTLS
 from orchestrator.lab.topology import Topology
 from orchestrator.paths import ANSIBLE_CFG, PLAYBOOKS
 from orchestrator.progress import Phases, console
@@ -60,7 +61,8 @@ def write_lab_plan(topo: Topology, plan=None, path: Path | None = None) -> PlanF
     host_vars.mkdir(exist_ok=True)
     wanted = set()
     changed = []
-    for node, config in node_configs(plan).items():
+    configs = node_configs(plan)
+    for node, config in configs.items():
         name = f"{topo.container_name(node)}.yml"
         wanted.add(name)
         body = {"aidclab_node": config.model_dump(mode="json", exclude_none=True)}
@@ -72,15 +74,37 @@ def write_lab_plan(topo: Topology, plan=None, path: Path | None = None) -> PlanF
         if not target.exists() or target.read_text() != text:
             target.write_text(text)
             changed.append(topo.container_name(node))
+        if config.bgp is not None and any(n.md5_password for n in config.bgp.neighbors):
+            target.chmod(0o600)  # it carries TCP-MD5 secrets (plan.yml never does)
     for stale in host_vars.glob("*.yml"):
         if stale.name not in wanted:
             stale.unlink()
+    if (path / "ansible-inventory.yml").exists():  # `aidclab plan` before any deploy has none yet
+        write_plan_groups(path, plan_groups(topo, configs))
     group_vars = path / "group_vars"
     group_vars.mkdir(exist_ok=True)
     (group_vars / "all.yml").write_text(
-        yaml.safe_dump({"aidclab_lab": topo.name, "aidclab_plan_file": str((path / "plan.yml").resolve())})
+        yaml.safe_dump(
+            {
+                "aidclab_lab": topo.name,
+                "aidclab_plan_file": str((path / "plan.yml").resolve()),
+                # What `aidclab deploy` set on every node; configure checks it before installing a file.
+                "aidclab_forwarding_sysctls": {
+                    key.removeprefix("net.").replace(".", "/"): value for key, value in FABRIC_SYSCTLS.items()
+                },
+            },
+            sort_keys=False,
+        )
     )
     return PlanFiles(path, changed)
+
+
+def plan_groups(topo: Topology, configs: dict[str, Any]) -> dict[str, list[str]]:
+    """The inventory groups of the plan's features, by container name (playbooks/site.yml uses them)."""
+    return {
+        "aidclab_igmp": [topo.container_name(n) for n, c in configs.items() if c.igmp is not None],
+        "aidclab_bgp": [topo.container_name(n) for n, c in configs.items() if c.bgp and c.bgp.neighbors],
+    }
 
 
 def shape_fabric(topo: Topology, plan, path: Path) -> None:

@@ -31,7 +31,7 @@ from matplotlib.colors import Normalize
 from rich.console import Console
 from rich.table import Table
 
-from aidcnet.modes import Mode
+from aidcnet.modes import MEMBERSHIP, Mode
 from aidcnet.roles import Role
 from orchestrator.experiment.metrics import (
     Comparison,
@@ -368,6 +368,77 @@ def collective_sentence(label: str, run: RunResult, baseline: str, base_run: Run
     )
 
 
+def membership_table(c: Comparison) -> TableBlock | None:
+    """The membership modes side by side (docs/igmp.md): how fast a new receiver got its first packet,
+    what was delivered outside a membership, and the control traffic counted against the data. net-bier
+    stands beside them as the configured reference (its groups are pushed before the run)."""
+    from orchestrator.experiment.membership import control_overhead
+
+    cols = [col for col in c.columns if col.run.meta.mode in {*MEMBERSHIP, Mode.NET_BIER}]
+    if not any(col.run.meta.mode in MEMBERSHIP for col in cols):
+        return None
+
+    def ms(v: float | None) -> str:
+        return "–" if v is None else f"{v * 1e3:.3f} ms"
+
+    rows: list[list[str]] = []
+    members = [col.run.meta.settings.get("membership") or {} for col in cols]
+    control = [control_overhead(col.run.agents) for col in cols]
+    data = [col.metrics.source_egress_bytes for col in cols]
+    rows.append(["receiver-set changes", *(str(m.get("changes", "–")) for m in members)])
+    rows.append(["lead (wall)", *(ms(col.run.meta.settings.get("lead_s")) for col in cols)])
+    for key, name in (("latency_p50_s", "p50"), ("latency_p99_s", "p99"), ("latency_max_s", "max")):
+        rows.append(
+            [
+                f"membership latency {name}",
+                *(f"{ms(m.get(key))} {m['time']}" if m.get(key) is not None else "–" for m in members),
+            ]
+        )
+    rows.append(["new receivers timed", *(str(m.get("latency_samples", "–")) for m in members)])
+    rows.append(["wrong deliveries", *(str(m.get("wrong", "–")) for m in members)])
+    rows.append(["missed deliveries", *(str(m.get("missed", "–")) for m in members)])
+    for kind in ("igmp from hosts", "queries", "overlay reports", "proxy reports"):
+        rows.append(
+            [
+                f"{kind} (packets / bytes)",
+                *(_packets_bytes(o.get(kind)) for o in control),
+            ]
+        )
+    rows.append(["control bytes", *(fmt_bytes(o["total"]["bytes"]) for o in control)])
+    rows.append(["source data bytes", *(fmt_bytes(d) for d in data)])
+    rows.append(
+        [
+            "control ÷ data",
+            *(fmt_pct(o["total"]["bytes"] / d) if d else "–" for o, d in zip(control, data, strict=True)),
+        ]
+    )
+    return TableBlock(header=["memberships", *(col.label for col in cols)], rows=rows)
+
+
+def membership_blocks(c: Comparison) -> list[Block]:
+    """The Memberships section of a group, or nothing when it has no igmp or proxy run."""
+    mt = membership_table(c)
+    if mt is None:
+        return []
+    note = (
+        "Membership latency: from the moment an op's receivers are known at the source (its scheduled t, "
+        "when the igmp receivers join or the proxy source reports) to the first packet at each new "
+        "receiver, in fabric time when the lab is shaped. Wrong: packets received outside a membership; "
+        "missed: members that never got theirs. Control traffic is counted by the agents (IGMP heard on "
+        "host ports, queries, IGMP over BIER to the BFIRs), never estimated (docs/igmp.md)."
+    )
+    return [Heading(3, "Memberships"), mt, Para(note)]
+
+
+def _packets_bytes(counted: dict[str, int] | None) -> str:
+    if not counted:
+        return "0"
+    # The FHR counts the proxy reports it took, not their bytes (those are in the hosts' IGMP).
+    if not counted["bytes"]:
+        return str(counted["packets"])
+    return f"{counted['packets']} / {fmt_bytes(counted['bytes'])}"
+
+
 def links_table(c: Comparison) -> TableBlock:
     per_link: dict[str, list[int | None]] = {}
     for i, col in enumerate(c.columns):
@@ -692,6 +763,7 @@ def build_blocks(
             blocks.append(Bullets(ratio_sentences(c)))
         blocks.append(Heading(3, "Time"))
         blocks.append(Bullets(time_sentences(c)))
+        blocks += membership_blocks(c)
         blocks.append(Heading(3, "Plots"))
         blocks.append(
             Image(

@@ -26,10 +26,13 @@ def tcpdump_command(
     netns: str, interface: str, count: int | None = None, write: str | None = None, snaplen: int = 0
 ) -> list[str]:
     """tcpdump in ``netns`` on ``interface``: to a pcap file (``-w``, flushed per packet so a capture cut
-    short with Ctrl-C is still readable) or decoded to stdout, line-buffered; ``-c`` stops after N packets."""
+    short with Ctrl-C is still readable) or decoded to stdout, line-buffered; ``-c`` stops after N packets.
+    Immediate mode: without it libpcap hands packets over in blocks up to a second late, and a stop in that
+    second loses them (the closing count says "0 packets captured", "6 received by filter")."""
     if count is not None and count < 1:
         raise ValueError(f"-c {count}: capture at least one packet (or leave -c out to run until Ctrl-C)")
-    cmd = ["nsenter", f"--net={netns}", "tcpdump", "-i", interface, "-n", "-s", str(snaplen)]
+    cmd = ["nsenter", f"--net={netns}", "tcpdump", "-i", interface, "-n", "--immediate-mode"]
+    cmd += ["-s", str(snaplen)]
     if count is not None:
         cmd += ["-c", str(count)]
     cmd += ["-U", "-w", write] if write else ["-l"]

@@ -5,7 +5,9 @@ from __future__ import annotations
 import ipaddress
 import shutil
 import sys
+import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
@@ -94,9 +96,45 @@ def _check_images(runtime: DockerRuntime, topo: Topology) -> None:
         raise DeployError(f"{topo.path}: images not built: {lines}; run `make images`")
 
 
-def _health(runtime: DockerRuntime, topo: Topology, node: str, pid: int, deadline: float) -> tuple[bool, str]:
-    """Poll until the node's agent answers. Our agents are asked straight through their control socket
-    (seen from the host under /proc/PID/root), which costs microseconds instead of a ``docker exec``."""
+class _LabProgress:
+    """When a node's health check gives up: ``HEALTH_TIMEOUT_S`` after the later of its own start and the
+    last time any node of the lab started or became healthy. On two cores shared with other work, 68
+    agents importing Python at once can take longer than a minute each while the lab as a whole keeps
+    coming up; a node that never answers still fails a minute after the lab stopped making progress."""
+
+    def __init__(self) -> None:
+        self.last = time.monotonic()
+        self.lock = threading.Lock()
+
+    def mark(self) -> None:
+        with self.lock:
+            self.last = time.monotonic()
+
+    def deadline(self, started: float) -> Callable[[], float]:
+        return lambda: max(started, self.last) + HEALTH_TIMEOUT_S
+
+    def started(self) -> Callable[[], float]:
+        """A node started now (progress too): its deadline."""
+        self.mark()
+        return self.deadline(time.monotonic())
+
+
+def _health(
+    runtime: DockerRuntime, topo: Topology, node: str, pid: int, deadline: Callable[[], float],
+    progress: _LabProgress | None = None,
+) -> tuple[bool, str]:
+    """Poll until the node's agent answers (marking the lab's progress when it does). Our agents are asked
+    straight through their control socket (seen from the host under /proc/PID/root), which costs
+    microseconds instead of a ``docker exec``."""
+    ok, detail = _poll_health(runtime, topo, node, pid, deadline)
+    if ok and progress is not None:
+        progress.mark()
+    return ok, detail
+
+
+def _poll_health(
+    runtime: DockerRuntime, topo: Topology, node: str, pid: int, deadline: Callable[[], float]
+) -> tuple[bool, str]:
     role = role_of(topo.nodes[node])
     container = topo.container_name(node)
     agent = AgentClient.for_pid(pid, node, timeout=2.0)
@@ -115,7 +153,7 @@ def _health(runtime: DockerRuntime, topo: Topology, node: str, pid: int, deadlin
             if code == 0:
                 return True, "healthy"
             detail = out.strip().splitlines()[-1] if out.strip() else f"exit {code}"
-        if time.monotonic() > deadline:
+        if time.monotonic() > deadline():
             state = runtime.inspect(container)["State"]
             if not state.get("Running"):
                 return False, f"container exited with code {state.get('ExitCode')} (docker logs {container})"
@@ -188,6 +226,7 @@ def deploy(
             "containers", f"{len(topo.nodes)} in parallel ({PARALLEL} at a time), links as both ends come up"
         ):
             counter = Counter("started", len(topo.nodes))
+            progress = _LabProgress()
             with ThreadPoolExecutor(max_workers=PARALLEL) as pool:
                 futures = {pool.submit(runtime.run, _spec(topo, n)): n for n in topo.nodes}
                 errors = []
@@ -200,11 +239,11 @@ def deploy(
                         continue
                     link_netns(topo.container_name(node), pids[node])
                     wiring.node_started(node, pids[node])
-                    health[health_pool.submit(
-                        # Each node's deadline runs from its own start: on a large lab the last containers
-                        # start a minute after the first, and must not fail "after 0.00 s".
-                        _health, runtime, topo, node, pids[node], time.monotonic() + HEALTH_TIMEOUT_S
-                    )] = node
+                    # Each node's deadline runs from its own start (on a large lab the last containers
+                    # start a minute after the first) or the lab's last progress, whichever is later.
+                    deadline = progress.started()
+                    check = health_pool.submit(_health, runtime, topo, node, pids[node], deadline, progress)
+                    health[check] = node
                     counter.step(node)
             counter.close()
             if errors:

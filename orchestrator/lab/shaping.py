@@ -23,6 +23,7 @@ from pyroute2.netlink.exceptions import NetlinkError
 
 from aidcnet.ebpf.link_fault import FaultStats, LinkFault
 from orchestrator.lab.fabric import FABRIC_FILE, EndShaper, Fabric, FabricError
+from orchestrator.lab.netns import open_handle
 
 NETNS_DIR = Path("/run/netns")
 # TBF is the root qdisc at handle 1: (tc's "1:").
@@ -42,7 +43,7 @@ def node_netns(container: str) -> str:
 def open_netns(netns: str) -> NetNS:
     """A netlink handle inside an existing namespace (never creates one: flags=0)."""
     try:
-        return NetNS(netns, flags=0)
+        return open_handle(netns)
     except FileNotFoundError:
         raise FabricIOError(f"{netns} does not exist: is the lab deployed (aidclab deploy)?") from None
 

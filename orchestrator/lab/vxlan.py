@@ -23,9 +23,10 @@ import ipaddress
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from pyroute2 import IPRoute, NetNS, netns
+from pyroute2 import IPRoute, netns
 from pyroute2.netlink.exceptions import NetlinkError
 
+from orchestrator.lab.netns import netlink
 from orchestrator.lab.topology import VxlanLink
 
 ALIAS_PREFIX = "aidclab:"
@@ -38,7 +39,11 @@ class VxlanError(RuntimeError):
 
 @contextmanager
 def _underlay(name: str | None) -> Iterator[IPRoute]:
-    ns = NetNS(name) if name else IPRoute()
+    if name:
+        with netlink(name, create=True) as ns:
+            yield ns
+        return
+    ns = IPRoute()
     try:
         yield ns
     finally:
@@ -104,7 +109,7 @@ def create_end(lab: str, vx: VxlanLink, pid: int, underlay_netns: str | None = N
                     )
                 ul.link("set", index=host_idx, state="up")
                 ul.link("set", index=tunnel_idx, state="up")
-        with NetNS(f"/proc/{pid}/ns/net") as ns:
+        with netlink(f"/proc/{pid}/ns/net") as ns:
             ns.link("set", index=ns.link_lookup(ifname=moved)[0], ifname=vx.endpoint.interface)
     except NetlinkError as exc:
         raise VxlanError(
@@ -141,7 +146,7 @@ def local_underlay(parts: dict[str, str], prefix: str, mtu: int = 9500) -> dict[
     hub = f"{prefix}-ul"
     netns.create(hub)
     out = {}
-    with NetNS(hub) as h:
+    with netlink(hub, create=True) as h:
         h.link("add", ifname="br0", kind="bridge", mtu=mtu)
         br = h.link_lookup(ifname="br0")[0]
         h.link("set", index=br, state="up")
@@ -158,7 +163,7 @@ def local_underlay(parts: dict[str, str], prefix: str, mtu: int = 9500) -> dict[
             )
             idx = h.link_lookup(ifname=port)[0]
             h.link("set", index=idx, master=br, state="up")
-            with NetNS(name) as ns:
+            with netlink(name, create=True) as ns:
                 ul0 = ns.link_lookup(ifname="ul0")[0]
                 addr = ipaddress.ip_address(address)
                 ns.addr("add", index=ul0, address=str(addr), prefixlen=24 if addr.version == 4 else 64)

@@ -12,9 +12,10 @@ from __future__ import annotations
 import socket
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from pyroute2 import IPRoute, NetNS
+from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
+from orchestrator.lab.netns import netlink
 from orchestrator.lab.topology import Link, Topology
 from orchestrator.lab.vxlan import VxlanError, create_end
 
@@ -102,12 +103,13 @@ def _create_pair(ipr: IPRoute, link: Link, pids: dict[str, int]) -> None:
 
 
 def _prepare_netns(node: str, pid: int, interfaces: list[str]) -> None:
-    with NetNS(f"/proc/{pid}/ns/net") as ns:
+    with netlink(f"/proc/{pid}/ns/net") as ns:
+        # One dump for all: link_lookup(ifname=) dumps every link per call, and a SuperPoD leaf has 64.
+        index = {link.get_attr("IFLA_IFNAME"): link["index"] for link in ns.get_links()}
         for name in interfaces:
-            found = ns.link_lookup(ifname=name)
-            if not found:
+            if name not in index:
                 raise WiringError(f"node {node}: interface {name} vanished right after it was created")
-            ns.link("set", index=found[0], state="up")
+            ns.link("set", index=index[name], state="up")
         for family in (socket.AF_INET, socket.AF_INET6):
             for route in ns.get_default_routes(family=family):
                 ns.route("del", family=family, dst="default", gateway=route.get_attr("RTA_GATEWAY"))
@@ -119,7 +121,7 @@ ETH_HLEN = 14
 def link_state(pid: int) -> dict[str, dict[str, int | str]]:
     """Interface name → operstate, mtu and kernel byte/packet counters, read inside one namespace."""
     out: dict[str, dict[str, int | str]] = {}
-    with NetNS(f"/proc/{pid}/ns/net") as ns:
+    with netlink(f"/proc/{pid}/ns/net") as ns:
         for msg in ns.get_links():
             name = msg.get_attr("IFLA_IFNAME")
             stats = msg.get_attr("IFLA_STATS64") or {}

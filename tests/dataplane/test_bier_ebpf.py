@@ -107,8 +107,7 @@ def run_ebpf_raw(
                 i, _ifindex(lab, i), lab.dut_addr[i], lab.nbr_addr[i], lab.dut_mac[i], lab.nbr_mac[i]
             )
         maps.write_tables(tables, nbr_index)
-        for ifname in lab.dut_if:
-            attach(ifname, PIN, run)
+        attach(lab.dut_if, PIN, run)
         got: list[list[bytes]] = [[] for _ in range(lab.n)]
         delivered: list[bytes] = []
         for start in range(0, len(packets), CHUNK):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import os
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -12,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from aidclab.pytest import deployed_lab, working_dir
 from aidcnet.agent.client import AgentClient
 from orchestrator.lab.runtime.docker import DockerRuntime
 from orchestrator.lab.topology import Topology
@@ -46,6 +46,12 @@ def lab_copy(tmp_path: Path, lab: str, name: str, mgmt: dict | None = None) -> P
     return path
 
 
+@pytest.fixture(scope="session")
+def aidclab_runtime(runtime: DockerRuntime) -> DockerRuntime:
+    """The plugin's labs deploy with the runtime that checked the images."""
+    return runtime
+
+
 @contextlib.contextmanager
 def deployed(
     runtime: DockerRuntime,
@@ -57,34 +63,26 @@ def deployed(
     configured: bool = False,
     edit: Callable[[dict], None] | None = None,
 ) -> Iterator[Topology]:
-    """A copy of a shipped lab (optionally with vars and replaced nodes) deployed from ``tmp`` as the
-    working directory, destroyed afterwards whatever happens."""
-    from orchestrator.configure.ansible import configure
-    from orchestrator.lab.deploy import deploy, destroy
-    from orchestrator.lab.topology import load_topology
+    """A copy of a shipped lab (optionally with vars and replaced nodes) deployed by the aidclab.pytest
+    plugin from ``tmp``, destroyed afterwards whatever happens. ``tmp`` stays the working directory while
+    the lab is up: the modules read ``clab-<lab>/`` relative to it."""
 
-    path = lab_copy(tmp, lab, name)
-    if edit is not None:  # e.g. scale a shipped lab down for CI (tests/e2e/test_fare.py)
-        doc = yaml.safe_load(path.read_text())
-        edit(doc)
-        path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    if nodes:
-        doc = yaml.safe_load(path.read_text())
-        doc["topology"]["nodes"].update(nodes)
-        path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    if lab_vars:
-        (tmp / f"{name}.vars.yml").write_text(yaml.safe_dump(lab_vars))
-    old = Path.cwd()
-    os.chdir(tmp)
-    topo = load_topology(path)
-    try:
-        deploy(topo, runtime)
-        if configured:
-            assert configure(topo).ok
-        yield topo
-    finally:
-        destroy(name, runtime, cleanup=True, quiet=True)
-        os.chdir(old)
+    def change(doc: dict) -> None:
+        if edit is not None:  # e.g. scale a shipped lab down for CI (tests/e2e/test_fare.py)
+            edit(doc)
+        if nodes:
+            doc["topology"]["nodes"].update(nodes)
+
+    with working_dir(tmp), deployed_lab(
+        ROOT / "labs" / f"{lab}.clab.yml",
+        tmp,
+        name=name,
+        vars=lab_vars or {},
+        edit=change,
+        configure=configured,
+        runtime=runtime,
+    ) as handle:
+        yield handle.topo
 
 
 # Both BIER dataplanes run every BIER, network-BIER, BIER-over-BGP and INA-dissemination suite (issue 13):

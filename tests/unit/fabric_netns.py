@@ -136,3 +136,42 @@ def paced_run(
         print(f"drained at {rate_of(result) / 1e6:.2f} Mbit/s, below {rate_bps / 1e6:.2f}: measuring again")
         result = measure()
     return result
+
+
+@contextmanager
+def make_uplinks(prefix: str, count: int = 4) -> Iterator[tuple[str, str]]:
+    """A node ``<prefix>-<pid>-<n>`` with ``count`` uplinks up0.. (10.64.i.0/31) to a namespace ``...-p``
+    holding their far ends dn0.. (10.64.i.1/31), as a GPU's links to its leaves; removed after."""
+    require_root()
+    require_tool("ip", "iproute2")
+    n = next(_serial)
+    node, far = f"{prefix}-{os.getpid()}-{n}", f"{prefix}-{os.getpid()}-{n}-p"
+    try:
+        sh("ip", "netns", "add", node)
+        sh("ip", "netns", "add", far)
+        for i in range(count):
+            sh("ip", "link", "add", f"up{i}", "netns", node, "type", "veth", "peer", "name", f"dn{i}",
+               "netns", far)
+            sh("ip", "-n", node, "addr", "add", f"10.64.{i}.0/31", "dev", f"up{i}")
+            sh("ip", "-n", far, "addr", "add", f"10.64.{i}.1/31", "dev", f"dn{i}")
+            sh("ip", "-n", node, "link", "set", f"up{i}", "up")
+            sh("ip", "-n", far, "link", "set", f"dn{i}", "up")
+        for i in range(count):
+            wait_carrier(node, f"up{i}", True)
+        yield node, far
+    finally:
+        for ns in (node, far):
+            sh("ip", "netns", "del", ns, check=False)
+
+
+def wait_carrier(ns: str, dev: str, want: bool, timeout: float = 10.0) -> None:
+    """Until ``dev`` in ``ns`` has carrier (``want``) or not, as the kernel reports it."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        out = sh("ip", "-n", ns, "-o", "link", "show", dev).stdout
+        if ("LOWER_UP" in out) == want:
+            return
+        time.sleep(0.005)
+    raise RuntimeError(f"{ns}:{dev} carrier never became {'up' if want else 'down'} within {timeout} s")

@@ -13,7 +13,7 @@ from aidcnet.modes import Mode
 from aidcnet.roles import Role
 from orchestrator.paths import ROOT
 
-PACKAGES = ("orchestrator", "aidcnet")
+PACKAGES = ("aidclab", "orchestrator", "aidcnet")
 MAX_FUNCTION_LINES = 80
 
 
@@ -112,6 +112,17 @@ OTHER_VOCABULARIES = {
     ("linux", "orchestrator/lab/topology.py"),
     ("linux", "aidcnet/udpio.py"),
     ("linux", "bench/bier_forwarding.py"),
+    # The agent's `igmp` control operation, the node file's and lab vars' `igmp` section, and the
+    # sources a leaf's BitStrings come from (igmp.groups: static, igmp, proxy), defined with IGMP.
+    ("igmp", "aidcnet/agent/control.py"),
+    ("igmp", "aidcnet/config.py"),
+    ("proxy", "aidcnet/config.py"),
+    ("igmp", "aidcnet/igmp/leaf.py"),
+    ("proxy", "aidcnet/igmp/leaf.py"),
+    ("igmp", "aidcnet/igmp/node.py"),
+    ("proxy", "aidcnet/igmp/node.py"),
+    ("igmp", "orchestrator/configure/plan/model.py"),
+    ("proxy", "orchestrator/configure/plan/model.py"),
 }
 
 

@@ -6,12 +6,23 @@ with the ASNs of :mod:`orchestrator.configure.plan.asn`. The sessions themselves
 
 ``bier.bift: bgp`` (BIER over BGP, RFC 9793) needs the BGP underlay, so it turns ``bgp.enabled`` on unless
 the vars say ``false`` explicitly, which is a contradiction and an error naming both keys.
+
+TCP-MD5 (RFC 2385) per session: ``links.<end>.md5`` (a secret, or false), else ``bgp.md5``. A secret may be
+written in the vars or read from an environment variable or a file the vars name, so the vars file can be
+shared without it. The secret is checked here against what the node file accepts, and every message names
+the key, never the value; the plan keeps it out of plan.yml (``PlanLink.md5_secret`` is excluded).
 """
 
 from __future__ import annotations
 
-from orchestrator.configure.plan.context import Context, clash
-from orchestrator.configure.plan.model import LabPlan, PlanBgp
+import os
+import re
+from pathlib import Path
+
+from pydantic import SecretStr
+
+from orchestrator.configure.plan.context import Context, Source, clash, link_pins, problem
+from orchestrator.configure.plan.model import LabPlan, Md5Secret, PlanBgp, SecretRef
 
 
 def apply(plan: LabPlan, ctx: Context) -> LabPlan:
@@ -25,4 +36,45 @@ def apply(plan: LabPlan, ctx: Context) -> LabPlan:
             raise clash(ctx.vars_source("bgp.enabled"), False, bift_src, "bgp", why)
         values["enabled"] = True
     plan.bgp = PlanBgp(**values)
+    if plan.bgp.enabled:
+        _plan_md5(plan, ctx)
     return plan
+
+
+def _plan_md5(plan: LabPlan, ctx: Context) -> None:
+    default, default_src = ctx.setting("bgp.md5")
+    pins = link_pins(ctx, "md5")
+    secrets: dict[Source, SecretStr] = {}  # each secret read once, however many links use it
+    for index, link in enumerate(plan.links):
+        value, src = pins.get(index, (default, default_src))
+        if value is None or value is False:
+            continue
+        if src not in secrets:
+            secrets[src] = read_secret(value, src, ctx)
+        link.md5, link.md5_secret = True, secrets[src]
+
+
+def read_secret(value: Md5Secret, src: Source, ctx: Context) -> SecretStr:
+    """The secret a vars value stands for, checked as the node file will check it."""
+    from aidcnet.config import BgpNeighbor
+
+    if isinstance(value, SecretRef):
+        if value.env is not None:
+            text = os.environ.get(value.env)
+            if text is None:
+                raise problem(src, f"the environment variable {value.env} is not set (export it, then retry)")
+        else:
+            assert value.file is not None
+            vars_file = Path(ctx.vars_file)
+            path = Path(value.file) if Path(value.file).is_absolute() else vars_file.parent / value.file
+            try:
+                text = path.read_text().rstrip("\n")
+            except OSError as exc:
+                raise problem(src, f"cannot read the secret file {path}: {exc.strerror}") from None
+        value = SecretStr(text)
+    # The node file's own rule (aidcnet.config.BgpNeighbor), so the plan never writes one it refuses.
+    field = BgpNeighbor.model_fields["md5_password"]
+    pattern = next(m.pattern for m in field.metadata if getattr(m, "pattern", None))
+    if not re.fullmatch(pattern, value.get_secret_value()):
+        raise problem(src, f"not a valid secret: {field.description}")
+    return value

@@ -23,7 +23,8 @@ from aidcnet.roles import Role
 from orchestrator.configure.plan.context import natural_key
 from orchestrator.configure.plan.igmp import igmp_config
 from orchestrator.configure.plan.ina import ina_config
-from orchestrator.configure.plan.model import LabPlan, PlanError, PlanNode
+from orchestrator.configure.plan.model import LabPlan, PlanError, PlanLink, PlanNode
+from orchestrator.configure.plan.routes import collapsed as collapsed_routes
 
 
 def node_config(plan: LabPlan, name: str) -> NodeConfig:
@@ -50,8 +51,8 @@ def node_config(plan: LabPlan, name: str) -> NodeConfig:
             )
     interfaces.sort(key=lambda i: natural_key(i.name))
     routes = [
-        Route(prefix=r.prefix, nexthops=[NextHop(via=h.via, dev=h.dev) for h in r.nexthops])
-        for r in node.routes
+        Route(prefix=prefix, nexthops=[NextHop(via=via, dev=dev) for via, dev in hops])
+        for prefix, hops in collapsed_routes(node.routes)
     ]
     bgp = bgp_config(plan, name)
     bier = bier_config(plan, name)
@@ -92,6 +93,7 @@ def bgp_config(plan: LabPlan, name: str) -> Bgp | None:
                     local_address=local.address.ip,
                     interface=local.interface,
                     asn=peer.asn,
+                    md5_password=md5_password(plan, link),
                 )
             )
     neighbors.sort(key=lambda n: natural_key(n.interface))
@@ -105,6 +107,20 @@ def bgp_config(plan: LabPlan, name: str) -> Bgp | None:
         hold_time=plan.bgp.hold_time,
         transit=node.role != Role.GPU_HOST,
     )
+
+
+def md5_password(plan: LabPlan, link: PlanLink) -> str | None:
+    """The TCP-MD5 secret of the link's session (None: unsigned). It lives only in a plan computed from
+    the vars: plan.yml never holds it, so a plan read back from there cannot render a signed session."""
+    if not link.md5:
+        return None
+    if link.md5_secret is None:
+        raise PlanError(
+            f"{plan.topology}: link {link.a.node}:{link.a.interface} -- {link.b.node}:{link.b.interface} is "
+            "signed (TCP-MD5) but this plan has no secret: it was read from plan.yml, which never holds "
+            "secrets; compute the plan from the vars (aidclab plan / configure)"
+        )
+    return link.md5_secret.get_secret_value()
 
 
 # Host-BIER hands delivered payloads to the host's application on the RoCEv2 port (DESIGN.md §3).

@@ -64,10 +64,15 @@ def problem(src: Source, message: str) -> PlanError:
 
 
 def validation_problems(exc: ValidationError) -> list[str]:
-    out = []
+    """One line per problem: the key's path and pydantic's message (never the value: it may be a secret).
+    A union's branch names (``literal[False]``, ``function-after[...]``) are pydantic's, not the user's
+    keys: they are left out, and a message repeated for the branches of one key is said once."""
+    out: list[str] = []
     for err in exc.errors():
-        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        out.append(f"{where}: {err['msg'].removeprefix('Value error, ')}")
+        where = ".".join(str(p) for p in err["loc"] if "[" not in str(p)) or "(top level)"
+        line = f"{where}: {err['msg'].removeprefix('Value error, ')}"
+        if line not in out:
+            out.append(line)
     return out
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import ipaddress
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SecretStr, field_serializer, model_validator
 
 PLAN_VERSION = 1
 MAX_ASN = 4294967295
@@ -23,8 +23,9 @@ class PlanError(ValueError):
 
 
 class _Vars(BaseModel):
-    # Unknown keys in a vars file are typos until proven otherwise.
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Unknown keys in a vars file are typos until proven otherwise. Errors never echo a value: the vars
+    # hold secrets (bgp.md5).
+    model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True)
 
 
 class Pools(_Vars):
@@ -107,6 +108,25 @@ class IgmpVars(_Vars):
     max_groups: int | None = Field(default=None, ge=1)
 
 
+class SecretRef(_Vars):
+    """A secret kept out of the vars file: read from an environment variable or a file (a path relative
+    to the vars file; its trailing newline dropped) when the plan is computed."""
+
+    env: str | None = Field(default=None, min_length=1)
+    file: str | None = Field(default=None, min_length=1)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> SecretRef:
+        if (self.env is None) == (self.file is None):
+            raise ValueError("give the secret's source as exactly one of {env: VARIABLE} or {file: PATH}")
+        return self
+
+
+# A TCP-MD5 secret in the vars: the secret itself (SecretStr: never shown by repr or in errors), or where
+# to read it. Pydantic's messages name the key, never the value.
+Md5Secret = SecretStr | SecretRef
+
+
 class BgpVars(_Vars):
     """BGP underlay with FARE (docs/fare.md); off means the plan's static routes."""
 
@@ -115,6 +135,8 @@ class BgpVars(_Vars):
     link_bandwidth: Literal["transitive", "non-transitive"] | None = None
     weights: Literal["fare", "ecmp"] | None = None
     hold_time: int | None = Field(default=None, ge=3, le=65535)
+    # RFC 2385 TCP-MD5 on every session, with this secret; links.<end>.md5 overrides it per session.
+    md5: Md5Secret | None = None
 
 
 class NodeVars(_Vars):
@@ -128,6 +150,8 @@ class LinkVars(_Vars):
     bandwidth: BandwidthText | None = None
     sublinks: int | None = Field(default=None, ge=1, le=64)
     queue: str | int | None = None
+    # The TCP-MD5 secret of this link's BGP session (overrides bgp.md5), or false: this session unsigned.
+    md5: Literal[False] | Md5Secret | None = None
 
 
 class InaJobVars(_Vars):
@@ -211,6 +235,25 @@ class PlanNode(_Plan):
     planes: list[int] = Field(default_factory=list)
     routes: list[PlanRoute] = Field(default_factory=list)
 
+    # In plan.yml the routes are grouped by next-hop set, each group naming its destination nodes (whose
+    # loopbacks are the prefixes): a leaf of the 256-GPU lab reaches 240 remote hosts over the same 8
+    # spines, and one route per destination made the file 11 MB and a replay's load of it 45 s. In
+    # memory they stay one route per destination, in plan node order (LabPlan expands them).
+    @field_serializer("routes", when_used="json")
+    def _routes_by_next_hops(self, routes: list[PlanRoute]) -> list[dict[str, object]]:
+        groups: dict[tuple[tuple[str, str, str], ...], dict[str, list[object]]] = {}
+        singles: list[dict[str, object]] = []
+        for route in routes:
+            if route.prefix.prefixlen != 32:  # not a loopback route: kept whole
+                singles.append(route.model_dump(mode="json"))
+                continue
+            key = tuple((str(h.via), h.dev, h.neighbor) for h in route.nexthops)
+            group = groups.setdefault(
+                key, {"nexthops": [{"via": v, "dev": d, "neighbor": n} for v, d, n in key], "to": []}
+            )
+            group["to"].append(route.to)
+        return [*groups.values(), *singles]
+
 
 class PlanEndpoint(_Plan):
     node: str
@@ -236,6 +279,10 @@ class PlanLink(_Plan):
     shaped_bps: int = 0
     queue_bytes: int = 0
     plane: int | None = None
+    # TCP-MD5 on this link's BGP session. The secret goes only into the two node files: exclude keeps it
+    # out of plan.yml (a plan read back from there has md5 set and no secret, and cannot render sessions).
+    md5: bool = False
+    md5_secret: SecretStr | None = Field(default=None, exclude=True, repr=False)
 
     def endpoint(self, node: str, interface: str) -> PlanEndpoint | None:
         for ep in (self.a, self.b):
@@ -349,3 +396,41 @@ class LabPlan(_Plan):
     ina: list[PlanInaJob] = Field(default_factory=list)
     igmp: PlanIgmp = Field(default_factory=PlanIgmp)
     unreachable: Unreachable = Field(default_factory=Unreachable)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _routes_per_destination(cls, data: object) -> object:
+        """Expand plan.yml's route groups (PlanNode) to one route per destination node, whose loopback
+        is the prefix; a group naming a node without a loopback is left for validation to refuse."""
+        if not isinstance(data, dict) or not isinstance(data.get("nodes"), dict):
+            return data
+        nodes = data["nodes"]
+        loopbacks = {
+            name: str(ipaddress.ip_interface(node["loopback"]).network)
+            for name, node in nodes.items()
+            if isinstance(node, dict) and node.get("loopback")
+        }
+        for node in nodes.values():
+            if not isinstance(node, dict) or not isinstance(node.get("routes"), list):
+                continue
+            routes: list[object] = []
+            for item in node["routes"]:
+                if isinstance(item, dict) and isinstance(item.get("to"), list):
+                    # The group's next hops are validated once and shared by its routes: 8 spines
+                    # times 240 hosts on each leaf of the 256-GPU lab.
+                    hops = item.get("nexthops")
+                    if isinstance(hops, list):
+                        hops = [PlanNextHop.model_validate(h) for h in hops]
+                    routes += [{"to": to, "prefix": loopbacks.get(to), "nexthops": hops} for to in item["to"]]
+                else:
+                    routes.append(item)
+            node["routes"] = routes
+        return data
+
+    @model_validator(mode="after")
+    def _routes_in_node_order(self) -> LabPlan:
+        # plan.yml groups routes by next hops (PlanNode); the plan computes them in destination node order.
+        order = {name: i for i, name in enumerate(self.nodes)}
+        for node in self.nodes.values():
+            node.routes.sort(key=lambda r: order.get(r.to, len(order)))
+        return self

@@ -80,3 +80,25 @@ def apply(plan: LabPlan, ctx: Context) -> LabPlan:
             plan.nodes[src].routes.append(route)
     plan.unreachable = Unreachable(count=len(missing), pairs=missing[:UNREACHABLE_SHOWN])
     return plan
+
+
+def collapsed(routes: list[PlanRoute]) -> list[tuple[ipaddress.IPv4Network, tuple[tuple[str, str], ...]]]:
+    """The node's routes as its kernel needs them: destinations with the same next-hop set merged into
+    the fewest prefixes that cover exactly those destinations (``ipaddress.collapse_addresses``), as
+    ``(prefix, ((via, dev), ...))`` in address order.
+
+    Nothing new is routed: only prefixes that tile a larger one are merged, and the plan's loopbacks are
+    disjoint, so each address still takes the next hops its own route had. On a 256-GPU leaf-spine a
+    host's 279 loopback routes, all via its leaf, become about ten; the node files, Ansible's payload
+    and the agent's netlink work shrink with them. The plan itself keeps one route per destination node
+    (the BIFT, INA trees and the exact model read it by ``to``)."""
+    by_hops: dict[tuple[tuple[str, str], ...], list[ipaddress.IPv4Network]] = {}
+    for route in routes:
+        hops = tuple((str(h.via), h.dev) for h in route.nexthops)
+        by_hops.setdefault(hops, []).append(route.prefix)
+    merged = [
+        (prefix, hops)
+        for hops, prefixes in by_hops.items()
+        for prefix in ipaddress.collapse_addresses(prefixes)
+    ]
+    return sorted(merged, key=lambda item: (item[0].network_address, item[0].prefixlen))

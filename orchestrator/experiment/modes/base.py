@@ -42,6 +42,9 @@ class RunOptions:
     # Unicast flows (QPs, UDP source ports) per sending host: what per-flow ECMP or FARE hashes over.
     qps: int = 8
     ps_host: str | None = None
+    # igmp/proxy: seconds from the moment an op's receivers are known to its data (None: the mode's own
+    # default, orchestrator/experiment/membership.py).
+    lead_s: float | None = None
     seed: int = 1
 
 

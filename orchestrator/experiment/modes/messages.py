@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from aidcnet.agent.control import Op
 from orchestrator.experiment.modes.base import ExperimentMode, Family, ModeOutcome, Say
 from orchestrator.experiment.records import MessageResult
 from orchestrator.experiment.session import ExperimentError, HostInfo, LabSession
@@ -173,12 +174,19 @@ class MessageMode(ExperimentMode):
         if self.send_errors:
             say(f"send errors: {self.send_errors}")
 
-    def collect(self, session: LabSession, ops: list[TraceOp]) -> ModeOutcome:
-        records: dict[str, dict[int, dict[str, Any]]] = {}
+    def results(self, session: LabSession) -> dict[str, dict[str, Any]]:
+        """Every host's ``replay_results`` reply (empty for a host that stopped answering)."""
+        replies: dict[str, dict[str, Any]] = {}
         for name in self.all_hosts:
             agent = session.agent(name)
-            reply = session.lost.call(name, lambda a=agent: {"records": a.replay_results(timeout=30.0)})
-            records[name] = {int(r["id"]): r for r in reply["records"]} if reply is not None else {}
+            reply = session.lost.call(name, lambda a=agent: a.call(Op.REPLAY_RESULTS, 30.0))
+            replies[name] = reply if reply is not None else {}
+        return replies
+
+    def collect(self, session: LabSession, ops: list[TraceOp]) -> ModeOutcome:
+        self.replies = self.results(session)
+        records = {n: {int(r["id"]): r for r in rep.get("records", [])} for n, rep in self.replies.items()}
+        self.records = records
         messages, missing, wrong = build_messages(ops, records, self.start_ns)
         self.settings.update(
             drain_s=self.options.drain_s,

@@ -157,3 +157,19 @@ def test_igmp_section_is_checked_against_bier_and_the_wire():
     assert problem.startswith("igmp.groups.1")
     (problem,) = bad(bier=bier, igmp={"bfirs": [0]})
     assert "outside 1..65535" in problem
+
+
+def test_show_config_never_carries_a_tcp_md5_secret():
+    from aidcnet.config import SECRET_SHOWN, shown_config
+
+    neighbor = {"name": "spine1", "address": "10.0.0.1", "local_address": "10.0.0.0", "interface": "eth1",
+                "asn": 65000}  # fmt: skip
+    bgp = {"asn": 65100, "router_id": "10.255.0.3"}
+    signed = {**neighbor, "md5_password": "s3cret-Bgp!"}
+    config = parse_config({**GOOD, "bgp": {**bgp, "neighbors": [signed]}})
+    shown = shown_config(config)
+    assert shown["bgp"]["neighbors"][0]["md5_password"] == SECRET_SHOWN
+    assert "s3cret-Bgp!" not in repr(shown) and "s3cret-Bgp!" not in repr(config)
+    assert config.bgp.neighbors[0].md5_password == "s3cret-Bgp!"  # the agent still has it
+    unsigned = parse_config({**GOOD, "bgp": {**bgp, "neighbors": [neighbor]}})
+    assert shown_config(unsigned) == unsigned.model_dump(mode="json", exclude_none=True)

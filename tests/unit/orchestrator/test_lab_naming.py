@@ -117,6 +117,7 @@ def test_tcpdump_command():
         "-i",
         "eth1",
         "-n",
+        "--immediate-mode",
         "-s",
         "0",
         "-c",

@@ -136,3 +136,47 @@ def test_status_names_the_peer_whose_md5_session_stays_down(tmp_path, monkeypatc
     assert "TCPMD5Failure +3" in by_peer["10.0.0.1"]["problem"] and by_peer["10.0.0.1"]["name"] == "L1"
     assert by_peer["10.0.0.3"]["problem"] is None  # up
     assert "right-Key1" not in json.dumps(status)
+
+
+class LinkMessage(dict):
+    """An RTM_NEWLINK as pyroute2 delivers it, for the fields the service reads."""
+
+    def __init__(self, name: str, flags: int) -> None:
+        super().__init__(event="RTM_NEWLINK", flags=flags)
+        self.name = name
+
+    def get_attr(self, attr: str) -> str:
+        assert attr == "IFLA_IFNAME"
+        return self.name
+
+
+class Netlink:
+    def __init__(self, batches: list[list[LinkMessage]]) -> None:
+        self.batches = batches
+
+    async def get(self):
+        if not self.batches:
+            await asyncio.Event().wait()  # nothing more: block as a quiet socket does
+        for msg in self.batches.pop(0):
+            yield msg
+
+
+def test_a_link_event_hands_its_link_to_the_route_table_instead_of_a_dump(tmp_path) -> None:
+    """After a link event the kernel table is not read back: the route table learns which link changed
+    (and rewrites the routes through it, test_kernel_routes_netns.py) and keeps what it installed."""
+
+    async def run() -> None:
+        svc, _writer = service(tmp_path)
+        installed = {"10.255.0.6/32": (("10.0.0.1", "eth1", 1), ("10.0.0.5", "eth3", 1))}
+        svc._routes.installed = dict(installed)
+        down = LinkMessage("eth3", 0x1)  # admin up, no carrier
+        task = asyncio.create_task(svc._netlink_events(Netlink([[down, LinkMessage("eth9", 0x1)]])))
+        for _ in range(5):
+            await asyncio.sleep(0)
+        task.cancel()
+        assert not svc.links["10.0.0.5"].up
+        assert svc._routes._changed_devs == {"eth3"}  # eth9 carries no session
+        assert svc._routes.installed == installed
+        assert svc._kernel_events[-1]["event"] == "eth3 down"
+
+    asyncio.run(run())

@@ -123,6 +123,9 @@ def test_kernel_joins_reach_the_bfir(lab: IgmpLab) -> None:
     assert set(status["ports"]["hp1"]["groups"]) == {G1, G2}
     assert status["member_ports"] == {G1: ["hp1", "hp2"], G2: ["hp1"]}
     assert status["counters"]["bier-reports-out"] >= 1 and status["counters"].get("dropped", 0) == 0
+    # Queries are counted to the byte: IPv4 with Router Alert (24) and at least the 12-octet v3 query.
+    sent, octets = status["counters"]["shell.queries-sent"], status["counters"]["shell.query-bytes-sent"]
+    assert sent >= 1 and octets >= 36 * sent
     lab.reset()
     lab.send(b"igmp-g1")
     lab.pump(lambda: all(lab.got[(h, G1)] for h in ("hB", "hC", "hD")))

@@ -34,7 +34,8 @@ def bgp_view(configs, node: str, dead: frozenset[str] = frozenset()) -> dict[str
     for other in configs.values():
         if other.bier is None or other.node == node:
             continue
-        route = next((r for r in me.routes if r.prefix == other.loopback.network), None)
+        # node files carry collapsed routes (disjoint prefixes): the one holding the loopback
+        route = next((r for r in me.routes if other.loopback.ip in r.prefix), None)
         if route is None:
             continue
         hops = tuple(str(h.via) for h in route.nexthops if addr_of.get(str(h.via)) not in dead)

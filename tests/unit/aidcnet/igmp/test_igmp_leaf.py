@@ -230,3 +230,16 @@ def test_max_groups_refuses_more() -> None:
     bfer.receive("h1", from_host(HOST1, join(G2)), 1.0)
     assert bfer.members(1.0) == {G: ["h1"]}
     assert bfer.counters["port.h1.dropped.too-many-groups"] == 1
+
+
+def test_bytes_heard_on_host_ports_and_sent_over_bier_are_counted() -> None:
+    """The replay's membership modes report control overhead from these counters, never estimates."""
+    bfer = leaf(3)
+    packets = [from_host(HOST1, join(G, S1)), from_host(HOST1, join(G2))]
+    sent = [bfer.receive("h1", p, 1.0 + k).over_bier for k, p in enumerate(packets)]
+    c = bfer.all_counters()
+    assert (c["rx"], c["rx-bytes"]) == (2, sum(map(len, packets)))
+    assert (c["bier-reports-out"], c["bier-report-bytes-out"]) == (
+        sum(map(len, sent)),
+        sum(len(p) for out in sent for p in out),
+    )

@@ -83,3 +83,18 @@ def test_deploy_counts_the_containers_other_labs_attached():
     msg = str(info.value)
     assert "x.clab.yml: 10 nodes do not fit management network 'clab'" in msg
     assert "244 attached by other labs" in msg and "ipv4-subnet: 172.17.0.0/28" in msg
+
+
+def test_a_node_health_deadline_moves_with_the_lab_progress(monkeypatch):
+    from orchestrator.lab import deploy as deploy_module
+
+    now = [100.0]
+    monkeypatch.setattr(deploy_module.time, "monotonic", lambda: now[0])
+    progress = deploy_module._LabProgress()
+    deadline = progress.deadline(100.0)
+    assert deadline() == 100.0 + deploy_module.HEALTH_TIMEOUT_S
+    now[0] = 150.0
+    progress.mark()  # another node became healthy: the lab is still coming up
+    assert deadline() == 150.0 + deploy_module.HEALTH_TIMEOUT_S
+    now[0] = 150.0 + deploy_module.HEALTH_TIMEOUT_S + 1  # nothing since: this node now fails
+    assert now[0] > deadline()

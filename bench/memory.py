@@ -1,0 +1,170 @@
+"""Memory per node, idle and under a replay, so a user can size a machine for a lab.
+
+Deploys a copy of a lab (default leaf-spine), configures it, and reads every container's memory as
+`docker stats` does (the cgroup's usage less its page cache) three times while idle, then sampled twice a
+second through a MoE replay in host-BIER and in unicast, keeping each node's peak. The baseline, measured
+in the same run, is a bare container of the GPU-host image that only sleeps: what Docker and the image
+cost before our agent runs. Per role it prints the median and the largest node, and the ratio to that
+floor; the lab's total is what to budget (plus the page cache, which the kernel gives back).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from aidcnet.modes import Mode  # noqa: E402
+from aidcnet.roles import Role  # noqa: E402
+from bench.replay import make_trace  # noqa: E402
+from orchestrator.configure.ansible import configure  # noqa: E402
+from orchestrator.experiment.driver import run_experiment  # noqa: E402
+from orchestrator.experiment.modes.base import RunOptions  # noqa: E402
+from orchestrator.lab.deploy import deploy, destroy  # noqa: E402
+from orchestrator.lab.roles import role_of  # noqa: E402
+from orchestrator.lab.runtime.docker import DockerRuntime  # noqa: E402
+from orchestrator.lab.topology import load_topology  # noqa: E402
+
+MIB = 1 << 20
+FLOOR_NAME = "aidclab-bench-memory-floor"
+
+
+def used_bytes(stats: dict) -> int:
+    """`docker stats`' MEM USAGE: the cgroup's usage without its page cache (v1 total_inactive_file or
+    cache, v2 inactive_file)."""
+    mem = stats.get("memory_stats") or {}
+    detail = mem.get("stats") or {}
+    cache = detail.get("total_inactive_file", detail.get("inactive_file", detail.get("cache", 0)))
+    return int(mem.get("usage", 0)) - int(cache)
+
+
+def sample(runtime: DockerRuntime, containers: dict[str, str]) -> dict[str, int]:
+    api = runtime.api
+    return {
+        node: used_bytes(api.stats(name, stream=False, one_shot=True)) for node, name in containers.items()
+    }
+
+
+def floor_bytes(runtime: DockerRuntime, image: str) -> int:
+    api = runtime.api
+    for old in api.containers(all=True, filters={"name": FLOOR_NAME}):
+        api.remove_container(old["Id"], force=True)
+    cid = api.create_container(image, name=FLOOR_NAME, entrypoint=["sleep", "infinity"])["Id"]
+    try:
+        api.start(cid)
+        time.sleep(2)
+        return min(used_bytes(api.stats(cid, stream=False, one_shot=True)) for _ in range(3))
+    finally:
+        api.remove_container(cid, force=True)
+
+
+class PeakSampler(threading.Thread):
+    def __init__(self, runtime: DockerRuntime, containers: dict[str, str]):
+        super().__init__(daemon=True)
+        self.runtime, self.containers = runtime, containers
+        self.peak: dict[str, int] = defaultdict(int)
+        self.samples = 0
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            for node, used in sample(self.runtime, self.containers).items():
+                self.peak[node] = max(self.peak[node], used)
+            self.samples += 1
+            self.stop.wait(0.5)
+
+
+def by_role(topo, values: dict[str, int]) -> dict[str, list[int]]:
+    roles: dict[str, list[int]] = defaultdict(list)
+    for node, value in values.items():
+        roles[role_of(topo.nodes[node]).name].append(value)
+    return roles
+
+
+def lab_copy(tmp: Path, lab: str) -> Path:
+    doc = yaml.safe_load((ROOT / "labs" / f"{lab}.clab.yml").read_text())
+    doc["name"] = f"bench-mem-{lab}"
+    path = tmp / f"{doc['name']}.clab.yml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    vars_file = ROOT / "labs" / f"{lab}.vars.yml"
+    if vars_file.exists():
+        (tmp / f"{doc['name']}.vars.yml").write_text(vars_file.read_text())
+    return path
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "lab", nargs="?", default="leaf-spine", help="a lab in labs/ (its GPU hosts are h1..hN)"
+    )
+    parser.add_argument("--steps", type=int, default=4, help="MoE steps of the replayed trace")
+    parser.add_argument("--tokens-per-host", type=int, default=128)
+    args = parser.parse_args()
+    runtime = DockerRuntime()
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        old = Path.cwd()
+        os.chdir(tmp)
+        topo = load_topology(lab_copy(tmp, args.lab))
+        destroy(topo.name, runtime, quiet=True)
+        try:
+            floor = floor_bytes(runtime, "aidclab/gpu-host:latest")
+            deploy(topo, runtime)
+            if not configure(topo).ok:
+                print(f"bench memory: configure {topo.name} failed", file=sys.stderr)
+                return 1
+            containers = {n: topo.container_name(n) for n in topo.nodes}
+            hosts = [n for n in topo.nodes if role_of(topo.nodes[n]).name == Role.GPU_HOST]
+            trace = tmp / "moe.jsonl"
+            make_trace(trace, args.steps, args.tokens_per_host, 1, hosts=hosts)
+            idle_samples = [sample(runtime, containers) for _ in range(3)]
+            idle = {n: int(statistics.median(s[n] for s in idle_samples)) for n in containers}
+            sampler = PeakSampler(runtime, containers)
+            sampler.start()
+            try:
+                for mode in (Mode.HOST_BIER, Mode.UNICAST):
+                    run_experiment(
+                        topo, trace, mode, RunOptions(), runtime=runtime, results_dir=tmp / "results"
+                    )
+            finally:
+                sampler.stop.set()
+                sampler.join()
+        finally:
+            destroy(topo.name, runtime, cleanup=True, quiet=True)
+            os.chdir(old)
+    print(
+        f"bench memory {args.lab}: {len(containers)} nodes; floor (a sleeping gpu-host container) "
+        f"{floor / MIB:.1f} MiB; peaks over {sampler.samples} samples of a MoE replay "
+        "in host-bier and unicast"
+    )
+    idle_roles, peak_roles = by_role(topo, idle), by_role(topo, dict(sampler.peak))
+    for role in sorted(idle_roles):
+        i, p = idle_roles[role], peak_roles[role]
+        print(
+            f"  {role:11s} x{len(i):3d}: idle median {statistics.median(i) / MIB:6.1f} MiB "
+            f"(max {max(i) / MIB:6.1f}), under replay median {statistics.median(p) / MIB:6.1f} MiB "
+            f"(max {max(p) / MIB:6.1f}); ratio to the floor {statistics.median(i) / floor:.1f}x idle, "
+            f"{statistics.median(p) / floor:.1f}x under replay"
+        )
+    print(
+        f"  lab total: idle {sum(idle.values()) / MIB:.0f} MiB, under replay (sum of peaks) "
+        f"{sum(sampler.peak.values()) / MIB:.0f} MiB"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

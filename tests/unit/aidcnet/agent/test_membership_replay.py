@@ -1,0 +1,238 @@
+"""The host agent's side of the igmp and proxy replay modes, on the loopback interface: kernel joins
+per op that leave once the message is complete, and Receiver Proxy Reports around the data."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import socket
+import struct
+import subprocess
+import time
+
+import pytest
+
+from aidcnet.igmp.codec import decode
+from aidcnet.igmp.extensions import proxy_report
+from aidcnet.replay import build_fragments
+
+GROUP, SOURCE = "239.101.0.7", "127.0.0.1"
+ETH_P_ALL = 0x0003
+PACKET_OUTGOING = 4
+
+
+def _free_udp_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _ours(packet: bytes) -> bool:
+    """Only this test's packets: other tests may join groups or send IGMP on lo meanwhile."""
+    if packet[9] == 17:
+        return socket.inet_ntoa(packet[16:20]) == GROUP
+    try:
+        report = proxy_report(decode(packet[(packet[0] & 0xF) * 4 :]))
+    except Exception:
+        return False
+    return report is not None and str(report.group) == GROUP
+
+
+def _sender() -> socket.socket:
+    tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    tx.bind((SOURCE, 0))
+    tx.setsockopt(
+        socket.IPPROTO_IP,
+        socket.IP_MULTICAST_IF,
+        struct.pack("4s4si", b"\0" * 4, b"\0" * 4, socket.if_nametoindex("lo")),
+    )
+    tx.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_LOOP, 1)
+    return tx
+
+
+def test_igmp_receiver_joins_at_t_and_leaves_once_the_message_is_complete(monkeypatch) -> None:
+    from aidcnet.agent import replay_service as rs
+
+    port = _free_udp_port()
+    monkeypatch.setattr(rs, "ROCEV2_PORT", port)
+
+    async def run() -> tuple[dict, dict]:
+        svc = rs.ReplayService("127.0.0.1")
+        await svc.listen()
+        try:
+            # Ops 0 and 1 share the group: one socket (no duplicate copies), left after both.
+            reply = svc.load(
+                {
+                    "mode": "igmp",
+                    "ops": [],
+                    "receivers": {},
+                    "interface": "lo",
+                    "memberships": [[0, 0.05, GROUP, SOURCE], [1, 0.05, GROUP, SOURCE]],
+                    "lead_s": 0.05,
+                    "hold_s": 1.0,
+                }
+            )
+            assert reply["memberships"] == 2
+            t0 = time.time_ns()
+            svc.start({"start_ns": t0})
+            tx = _sender()
+            for frag in build_fragments(9, 100, t0):  # before the join: nobody receives it
+                tx.sendto(frag, (GROUP, port))
+            await asyncio.sleep(0.1)
+            assert len(svc._member_socks) == 1 and svc._member_socks[(GROUP, SOURCE)][1] == 2
+            for msg in (0, 1):
+                for frag in build_fragments(msg, 20000, t0):
+                    tx.sendto(frag, (GROUP, port))
+            await asyncio.sleep(0.1)
+            status = svc.status()
+            assert status["done"], svc.reassembly.to_dict()  # both complete: both left, long before hold_s
+            assert svc._member_socks == {}
+            for frag in build_fragments(2, 100, t0):  # after the leave: not received
+                tx.sendto(frag, (GROUP, port))
+            await asyncio.sleep(0.05)
+            tx.close()
+            return svc.results(), status
+        finally:
+            svc.close()
+
+    out, _ = asyncio.run(run())
+    recs = {r["id"]: r for r in out["records"]}
+    assert sorted(recs) == [0, 1]
+    assert all(r["checksum_ok"] and r["duplicates"] == 0 for r in recs.values())
+    joins = {op: (j, left) for op, j, left in out["joins"]}
+    for op in (0, 1):
+        join_ns, leave_ns = joins[op]
+        assert join_ns <= recs[op]["first_ns"] <= recs[op]["complete_ns"] <= leave_ns
+
+
+def test_igmp_receiver_leaves_at_the_hold_deadline_without_its_message(monkeypatch) -> None:
+    from aidcnet.agent import replay_service as rs
+
+    monkeypatch.setattr(rs, "ROCEV2_PORT", _free_udp_port())
+
+    async def run() -> dict:
+        svc = rs.ReplayService("127.0.0.1")
+        await svc.listen()
+        try:
+            svc.load(
+                {
+                    "mode": "igmp",
+                    "ops": [],
+                    "receivers": {},
+                    "interface": "lo",
+                    "memberships": [[0, 0.0, GROUP, SOURCE]],
+                    "hold_s": 0.1,
+                }
+            )
+            svc.start({"start_ns": time.time_ns()})
+            await asyncio.sleep(0.3)
+            assert svc.status()["done"] and svc._member_socks == {}
+            return svc.results()
+        finally:
+            svc.close()
+
+    out = asyncio.run(run())
+    ((op, join_ns, leave_ns),) = out["joins"]
+    assert op == 0 and 0.09 < (leave_ns - join_ns) / 1e9 < 0.3
+    assert out["records"] == []
+
+
+@pytest.fixture
+def private_lo():
+    """A network namespace of our own: its lo carries nothing but this test's packets (the machine's lo
+    is shared with every other process, whose traffic could overflow the capture)."""
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        pytest.skip("needs root and iproute2 for a network namespace (and AF_PACKET to capture)")
+    from tests.unit.aidcnet.agent.test_net_bier import netns
+
+    name = f"igR-lo{os.getpid()}"
+    subprocess.run(["ip", "netns", "add", name], check=True, capture_output=True, timeout=15)
+    try:
+        subprocess.run(
+            ["ip", "-n", name, "link", "set", "lo", "up"], check=True, capture_output=True, timeout=15
+        )
+        with netns(name):
+            yield
+    finally:
+        subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=15)
+
+
+def test_proxy_source_reports_before_its_data_and_withdraws_after(monkeypatch, private_lo) -> None:
+    from aidcnet.agent import replay_service as rs
+    from orchestrator.experiment.igmp_plan import ReportStep, report_bytes
+
+    port = _free_udp_port()
+    monkeypatch.setattr(rs, "ROCEV2_PORT", port)
+    cap = socket.socket(socket.AF_PACKET, socket.SOCK_DGRAM, socket.htons(ETH_P_ALL))
+    cap.bind(("lo", 0))
+    cap.settimeout(0.5)
+    receivers = ["10.0.0.2", "10.0.0.3"]
+
+    async def run() -> tuple[dict, tuple[int, int]]:
+        svc = rs.ReplayService("127.0.0.1")
+        await svc.listen()
+        try:
+            svc.load(
+                {
+                    "mode": "proxy",
+                    "ops": [[0, 0.0, 100, ["h2", "h3"], GROUP]],
+                    "receivers": {"h2": ["10.0.0.2", None], "h3": ["10.0.0.3", None]},
+                    "interface": "lo",
+                    "reports": [[0, True, GROUP, receivers], [0, False, GROUP, []]],
+                    "hold_s": 0.1,
+                }
+            )
+            svc.start({"start_ns": time.time_ns()})
+            await asyncio.sleep(0.1)
+            assert not svc.status()["done"]  # the withdrawal waits hold_s behind the data
+            await asyncio.sleep(0.2)
+            assert svc.status()["done"] and not svc.send_errors, svc.send_errors
+            return svc.results(), (svc.proxy_reports_sent, svc.proxy_report_bytes_sent)
+        finally:
+            svc.close()
+
+    out, counted = asyncio.run(run())
+    seen = []  # (protocol, packet) of what left on lo, in order
+    try:
+        while len(seen) < 3:
+            packet, addr = cap.recvfrom(65536)
+            if addr[2] == PACKET_OUTGOING and packet[9] in (2, 17) and _ours(packet):
+                seen.append((packet[9], packet))
+    except TimeoutError:
+        pass
+    finally:
+        cap.close()
+    assert [p for p, _ in seen] == [2, 17, 2]
+    first, last = (proxy_report(decode(pkt[(pkt[0] & 0xF) * 4 :])) for p, pkt in (seen[0], seen[2]))
+    assert [str(r) for r in first.receivers] == receivers and str(first.source) == SOURCE
+    assert last.receivers == ()
+    # What the agent counts is what went out, and what the pure planner says a report costs.
+    sizes = [len(seen[0][1]), len(seen[2][1])]
+    assert [e[:2] for e in out["reports"]] == [[0, True], [0, False]]
+    assert (out["reports"][1][2] - out["reports"][0][2]) / 1e9 >= 0.1
+    from ipaddress import IPv4Address
+
+    addresses = {"h2": IPv4Address("10.0.0.2"), "h3": IPv4Address("10.0.0.3")}
+    step = ReportStep(0, "h1", GROUP, ("h2", "h3"), True)
+    assert sizes[0] == report_bytes(step, IPv4Address(SOURCE), addresses)
+    assert counted == (2, sum(sizes))
+
+
+def test_membership_fields_are_checked_and_belong_to_their_mode() -> None:
+    from aidcnet.agent.replay_service import ReplayService
+
+    svc = ReplayService("127.0.0.1")
+    base = {"receivers": {}, "interface": "lo", "ops": []}
+    with pytest.raises(ValueError, match="only igmp receivers"):
+        svc.load({**base, "mode": "net-bier", "memberships": [[0, 0.0, GROUP, SOURCE]]})
+    with pytest.raises(ValueError, match="only proxy sources"):
+        svc.load({**base, "mode": "igmp", "reports": [[0, True, GROUP, []]]})
+    with pytest.raises(ValueError, match=r"memberships\.0: group"):
+        svc.load({**base, "mode": "igmp", "memberships": [[0, 0.0, "10.0.0.1", SOURCE]]})
+    with pytest.raises(ValueError, match=r"reports\.0: want"):
+        svc.load({**base, "mode": "proxy", "reports": [[0, True, GROUP, ["not-an-address"]]]})
+    with pytest.raises(ValueError, match="igmp needs the fabric interface"):
+        svc.load({**base, "mode": "igmp", "interface": None})
+    with pytest.raises(ValueError, match="proxy op 3 needs a multicast group"):
+        svc.load({**base, "mode": "proxy", "ops": [[3, 0.0, 10, []]]})

@@ -1,0 +1,75 @@
+"""The report's membership table: igmp and proxy side by side with net-bier (docs/results-format.md)."""
+
+from __future__ import annotations
+
+from orchestrator.experiment.metrics import compare_runs
+from orchestrator.experiment.records import RunResult
+from orchestrator.experiment.report import membership_table
+from tests.unit.orchestrator.experiment import results_fixtures as fx
+
+IGMP_COUNTERS = {
+    "leaf1": {
+        "igmp.rx": 6,
+        "igmp.rx-bytes": 240,
+        "igmp.bier-reports-out": 3,
+        "igmp.bier-report-bytes-out": 120,
+    },
+    "leaf2": {"igmp.shell.queries-sent": 1, "igmp.shell.query-bytes-sent": 36},
+}
+PROXY_COUNTERS = {
+    "leaf1": {"igmp.rx": 2, "igmp.rx-bytes": 112, "igmp.proxy-reports": 2},
+    "h1": {"replay.proxy-reports-sent": 2, "replay.proxy-report-bytes-sent": 112},
+}
+
+
+def _with(run: RunResult, settings: dict, agents: dict) -> RunResult:
+    meta = run.meta.model_copy(update={"settings": {**run.meta.settings, **settings}})
+    return run.model_copy(update={"meta": meta, "agents": agents})
+
+
+def _membership(changes: int, p50: float, wrong: int = 0) -> dict:
+    return {
+        "changes": changes,
+        "latency_samples": changes,
+        "latency_p50_s": p50,
+        "latency_p99_s": 2 * p50,
+        "latency_max_s": 3 * p50,
+        "wrong": wrong,
+        "missed": 0,
+        "time": "fabric",
+    }
+
+
+def test_membership_modes_side_by_side_with_counted_control_against_data() -> None:
+    topo = fx.topology()
+    runs = [
+        fx.run("net-bier", topo),
+        _with(fx.run("igmp", topo), {"lead_s": 0.05, "membership": _membership(6, 0.004)}, IGMP_COUNTERS),
+        _with(
+            fx.run("proxy", topo), {"lead_s": 0.0, "membership": _membership(2, 0.0001, 1)}, PROXY_COUNTERS
+        ),
+    ]
+    (c,) = compare_runs(runs)
+    table = membership_table(c)
+    assert table is not None
+    assert table.header == ["memberships", "net-bier", "igmp", "proxy"]
+    rows = {r[0]: r[1:] for r in table.rows}
+    assert rows["receiver-set changes"] == ["–", "6", "2"]
+    assert rows["lead (wall)"] == ["–", "50.000 ms", "0.000 ms"]
+    assert rows["membership latency p50"] == ["–", "4.000 ms fabric", "0.100 ms fabric"]
+    assert rows["membership latency max"] == ["–", "12.000 ms fabric", "0.300 ms fabric"]
+    assert rows["wrong deliveries"] == ["–", "0", "1"]
+    assert rows["igmp from hosts (packets / bytes)"][1:] == ["6 / 240 B", "2 / 112 B"]
+    assert rows["overlay reports (packets / bytes)"] == ["0", "3 / 120 B", "0"]
+    assert rows["proxy reports (packets / bytes)"] == ["0", "0", "2"]
+    # igmp: hosts' IGMP + queries + overlay; proxy: its reports are in the hosts' IGMP, counted once
+    assert rows["control bytes"][1:] == ["396 B", "112 B"]
+    data = [col.metrics.source_egress_bytes for col in c.columns]
+    assert data[1] > 0
+    assert rows["control ÷ data"][1] == f"{396 / data[1] * 100:.1f}%"
+
+
+def test_no_membership_table_without_a_membership_mode() -> None:
+    topo = fx.topology()
+    (c,) = compare_runs([fx.run("net-bier", topo), fx.run("unicast", topo)])
+    assert membership_table(c) is None
