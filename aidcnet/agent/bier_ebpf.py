@@ -685,7 +685,11 @@ class EbpfBier:
         """Copy the dataplane's edge policy into the maps (after BierDataplane.set_edge_policy too)."""
         assert self.maps is not None
         pols = getattr(self.dp, "edge_policies", {})
-        return self.maps.write_policy(pols, {p: link_info(p, self.run)[0] for p in pols})
+        links = NeighborView.read(self.run).links if pols else {}
+        missing = sorted(set(pols) - set(links))
+        if missing:
+            raise EbpfUnavailable(f"edge-policy port(s) {', '.join(missing)} do not exist")
+        return self.maps.write_policy(pols, {p: links[p][0] for p in pols})
 
     def resolve_neighbors(self, solicit_missing: bool = False) -> list[str]:
         """Fill bier_nbr from the kernel's links, addresses and neighbour table; returns the unresolved
