@@ -201,6 +201,11 @@ class BierDataplane:
                 for reason in POLICY_REASONS:
                     self._c.setdefault(f"dropped-policy.{ifname}.{reason}", 0)
 
+    @property
+    def edge_policies(self) -> dict[str, PortPolicy]:
+        """The installed policy per ifname (empty: off); the eBPF fast path programs the same."""
+        return self._policy
+
     def _policy_port(self, src: str) -> str:
         port = self._port_of.get(src)
         if port is None:

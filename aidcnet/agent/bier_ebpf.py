@@ -44,6 +44,7 @@ from pathlib import Path
 
 from aidcnet.agent.bier_dataplane import SOCKET_BUFFER
 from aidcnet.bier.bift import Bift
+from aidcnet.bier.edge_policy import FABRIC, HOST, REASON_CODE, PortPolicy
 from aidcnet.bier.header import BierDecodeError, parse_fields, peek_bift_id
 from aidcnet.udpio import set_socket_buffer
 
@@ -61,6 +62,7 @@ DELIVER_PORT = 16635
 """Local UDP port the program hands own-bit packets to (not 6635, or the Python dataplane would
 forward them again)."""
 SUPPORTED_BSLS = (64, 128, 256)
+POL_MAX_SI = 8  # bier.h BIER_POL_MAX_SI
 PIN_DIR = Path("/sys/fs/bpf/aidcnet")
 PROGRAM = "bier_rx"
 MISSING_HINT = "the image build compiles it (orchestrator/lab/images.py build_ebpf); rebuild the images"
@@ -97,6 +99,7 @@ COUNTERS: tuple[str, ...] = (
     "dropped-bits.zero-bitstring",
     "ebpf.punted",
     "imposed",
+    "dropped-policy",
 )
 NBR_COUNTERS = ("rx.nbr.{}.packets", "rx.nbr.{}.bytes", "tx.nbr.{}.packets", "tx.nbr.{}.bytes")
 
@@ -116,7 +119,7 @@ class TableInfo(ctypes.Structure):
         ("bsl", ctypes.c_uint16),
         ("nwords", ctypes.c_uint16),
         ("ecmp_seed", ctypes.c_uint32),
-        ("pad", ctypes.c_uint32),
+        ("si", ctypes.c_uint32),
         ("own", ctypes.c_uint64 * WORDS),
     ]
 
@@ -154,6 +157,30 @@ class Flow(ctypes.Structure):
         ("pad", ctypes.c_uint16),
         ("bits", ctypes.c_uint64 * WORDS),
     ]
+
+
+class PolCfg(ctypes.Structure):
+    _fields_ = [("on", ctypes.c_uint32), ("pad", ctypes.c_uint32)]
+
+
+class PolPort(ctypes.Structure):
+    _fields_ = [("index", ctypes.c_uint32), ("kind", ctypes.c_uint32)]
+
+
+class PolKey(ctypes.Structure):
+    _fields_ = [("port", ctypes.c_uint32), ("saddr", ctypes.c_uint8 * 4)]
+
+
+class PolSrc(ctypes.Structure):
+    _fields_ = [
+        ("bfr_id", ctypes.c_uint16),
+        ("any", ctypes.c_uint16),
+        ("pad", ctypes.c_uint32),
+        ("allowed", (ctypes.c_uint64 * WORDS) * POL_MAX_SI),
+    ]
+
+
+POL_KIND = {HOST: 1, FABRIC: 2}  # bier.h enum bier_pol_kind
 
 
 def _words(bits: int) -> ctypes.Array:
@@ -209,6 +236,9 @@ class Libbpf:
 # enum bier_edge_counter in bier.h, in order: NetBierEdge's names (flat and per port).
 EDGE_COUNTERS = ("captured", "captured-bytes", "imposed", "csum-completed", "ebpf.edge-punted")
 MAX_PORTS = 64
+# bier.h BIER_POL_*: the RFC 8296 §6 edge policy maps (aidcnet.bier.edge_policy decides the same).
+POL_NREASONS = 5
+POL_MAP_NAMES = ("bier_pol_cfg", "bier_pol_port", "bier_pol_src", "bier_pol_cnt")
 IMPOSE_PROGRAM = "bier_impose"
 
 MAP_NAMES = (
@@ -262,12 +292,15 @@ class BierMaps:
         self.bpf = libbpf or Libbpf()
         self.pin_dir = pin_dir
         self.fd = {name: self.bpf.obj_get(pin_dir / "maps" / name) for name in MAP_NAMES}
-        for name in EDGE_MAP_NAMES:
+        for name in (*EDGE_MAP_NAMES, *POL_MAP_NAMES):
             if (pin_dir / "maps" / name).exists():
                 self.fd[name] = self.bpf.obj_get(pin_dir / "maps" / name)
         # labels written per generation, so the next write of that generation can remove them
         self._labels: dict[int, list[int]] = {0: [], 1: []}
         self._slots: dict[int, int] = {0: 0, 1: 0}
+        self.pol_slot: dict[str, int] = {}  # ifname -> its bier_pol_cnt slot, never reused
+        self._pol_keys: list[PolKey] = []
+        self._pol_ifindexes: list[int] = []
 
     def close(self) -> None:
         for fd in self.fd.values():
@@ -308,7 +341,7 @@ class BierMaps:
             for fbm, idx in fbm_index.items():
                 bpf.update(fd["bier_fbm"], ctypes.c_uint32(base * MAX_FBM + idx), Fbm(_words(fbm)))
             info = TableInfo(
-                1, bift.bsl, bift.bsl // 64, bift.ecmp_seed & 0xFFFFFFFF, 0, _words(bift.own_mask)
+                1, bift.bsl, bift.bsl // 64, bift.ecmp_seed & 0xFFFFFFFF, bift.si, _words(bift.own_mask)
             )
             bpf.update(fd["bier_table"], ctypes.c_uint32(base), info)
             bpf.update(fd["bier_label"], ctypes.c_uint32((gen << 20) | label), ctypes.c_uint32(slot))
@@ -332,6 +365,57 @@ class BierMaps:
         self.bpf.update(self.fd["bier_nbr"], ctypes.c_uint32(index), nbr)
         self.bpf.update(self.fd["bier_nbr_addr"], _addr_key(daddr), ctypes.c_uint32(index))
 
+    def write_policy(self, policies: Mapping[str, PortPolicy], ifindex: Mapping[str, int]) -> list[str]:
+        """Program the edge policy, ``{ifname: PortPolicy}`` as the Python dataplane takes it (empty: off);
+        ``ifindex`` maps those ifnames to interface indexes.  Returns the ports it wrote.
+
+        A host allowed BFERs past SI 7 cannot be written (the map holds 8 SIs): EbpfUnavailable, and the
+        Python dataplane forwards and checks instead."""
+        bpf, fd = self.bpf, self.fd
+        if "bier_pol_cfg" not in fd:
+            if not policies:
+                return []  # an older bier.o: nothing to enforce, nothing to program
+            raise EbpfUnavailable("this bier.o has no edge-policy maps (bier_pol_*); rebuild it")
+        # a port keeps its counter slot across rewrites, so its counts stay its own
+        slot = dict(self.pol_slot)
+        for ifname in sorted(policies):
+            slot.setdefault(ifname, len(slot))
+        if len(slot) > MAX_PORTS:
+            raise EbpfUnavailable(f"edge policy on {len(slot)} ports; the eBPF maps hold {MAX_PORTS}")
+        for ifname, pol in policies.items():
+            for addr, h in pol.hosts.items():
+                far = [si for si in (h.allowed or {}) if si >= POL_MAX_SI]
+                if far:
+                    raise EbpfUnavailable(
+                        f"edge policy {ifname}: host {addr} may address SI {far[0]}; the eBPF map holds "
+                        f"SIs 0..{POL_MAX_SI - 1}"
+                    )
+        # off while rewriting, so no packet meets half a policy
+        bpf.update(fd["bier_pol_cfg"], ctypes.c_uint32(0), PolCfg(0, 0))
+        for key in self._pol_keys:
+            bpf.delete(fd["bier_pol_src"], key)
+        for idx in self._pol_ifindexes:
+            bpf.delete(fd["bier_pol_port"], ctypes.c_uint32(idx))
+        self._pol_keys, self._pol_ifindexes = [], []
+        self.pol_slot = slot
+        for ifname, pol in policies.items():
+            i = slot[ifname]
+            bpf.update(fd["bier_pol_port"], ctypes.c_uint32(ifindex[ifname]), PolPort(i, POL_KIND[pol.kind]))
+            self._pol_ifindexes.append(ifindex[ifname])
+            entries: list[tuple[str, PolSrc]] = [(a, PolSrc(0, 0, 0)) for a in sorted(pol.neighbors)]
+            for addr, h in pol.hosts.items():
+                src = PolSrc(h.bfr_id, 1 if h.allowed is None else 0, 0)
+                for si, bits in (h.allowed or {}).items():
+                    src.allowed[si] = _words(bits)
+                entries.append((addr, src))
+            for addr, src in entries:
+                key = PolKey(i, _addr_key(addr))
+                bpf.update(fd["bier_pol_src"], key, src)
+                self._pol_keys.append(key)
+        if policies:
+            bpf.update(fd["bier_pol_cfg"], ctypes.c_uint32(0), PolCfg(1, 0))
+        return sorted(policies)
+
     def set_local(self, addrs: Sequence[str]) -> None:
         for addr in addrs:
             self.bpf.update(self.fd["bier_local"], _addr_key(addr), ctypes.c_uint32(1))
@@ -347,6 +431,12 @@ class BierMaps:
     def counters(self, neighbors: Mapping[str, tuple[int, str]]) -> dict[str, int]:
         """``neighbors``: ``{name: (index, ifname)}``.  Names as the Python dataplane's counters."""
         out = dict(zip(COUNTERS, self._percpu("bier_cnt", len(COUNTERS)), strict=True))
+        if self.pol_slot:
+            # the Python dataplane's names; codes as aidcnet.bier.edge_policy.REASON_CODE (0: accepted)
+            values = self._percpu("bier_pol_cnt", MAX_PORTS * POL_NREASONS)
+            for port, i in self.pol_slot.items():
+                for reason, code in REASON_CODE.items():
+                    out[f"dropped-policy.{port}.{reason}"] = values[i * POL_NREASONS + code]
         per_nbr = self._percpu("bier_nbr_cnt", MAX_NBR * len(NBR_COUNTERS))
         for name, (idx, ifname) in neighbors.items():
             values = per_nbr[idx * len(NBR_COUNTERS) : (idx + 1) * len(NBR_COUNTERS)]
@@ -543,7 +633,11 @@ class EbpfBier:
         names = sorted(dataplane.neighbors)
         self.nbr_index = {name: i for i, name in enumerate(names)}
         # BIER arrives from BFR-NBRs, so their interfaces by default (a bench adds its source's)
-        self.interfaces = sorted(interfaces or {ifname for _addr, ifname in dataplane.neighbors.values()})
+        # ... and, under an edge policy, on every port it judges (RFC 8296 §6: strangers are dropped there)
+        pol_ports = set(getattr(dataplane, "edge_policies", {}))
+        self.interfaces = sorted(
+            interfaces or {ifname for _addr, ifname in dataplane.neighbors.values()} | pol_ports
+        )
         self.unresolved: list[str] = []
         self.maps: BierMaps | None = None
         self.sock: socket.socket | None = None
@@ -560,6 +654,7 @@ class EbpfBier:
             self.maps.set_local(self.local_addrs)
             self.resolve_neighbors(solicit_missing=True)
             self.write_tables()
+            self.write_policy()
             if self._bind_socket:
                 self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
                 # The program delivers at kernel speed; a default-sized buffer overflows on a burst.
@@ -585,6 +680,16 @@ class EbpfBier:
     def write_tables(self) -> int:
         assert self.maps is not None
         return self.maps.write_tables(self.dp.tables, self.nbr_index, deliver_port=self.deliver_port)
+
+    def write_policy(self) -> list[str]:
+        """Copy the dataplane's edge policy into the maps (after BierDataplane.set_edge_policy too)."""
+        assert self.maps is not None
+        pols = getattr(self.dp, "edge_policies", {})
+        links = NeighborView.read(self.run).links if pols else {}
+        missing = sorted(set(pols) - set(links))
+        if missing:
+            raise EbpfUnavailable(f"edge-policy port(s) {', '.join(missing)} do not exist")
+        return self.maps.write_policy(pols, {p: links[p][0] for p in pols})
 
     def resolve_neighbors(self, solicit_missing: bool = False) -> list[str]:
         """Fill bier_nbr from the kernel's links, addresses and neighbour table; returns the unresolved

@@ -69,12 +69,6 @@ def build_tables(
     return bifts, neighbors, local_labels
 
 
-EDGE_POLICY_NOT_IN_EBPF = (
-    "eBPF dataplane not started, the Python dataplane forwards: bier.edge_policy is set and the tc program "
-    "does not enforce it yet (docs/bier.md, Edge policy)"
-)
-
-
 def edge_policies(bier: Bier) -> tuple[dict[str, PortPolicy], dict[str, str]]:
     """The node file's ``bier.edge_policy`` as the dataplane takes it: policies and subnets per ifname."""
     spec = bier.model_dump(mode="json")["edge_policy"]
@@ -111,11 +105,8 @@ class BierService:
         self.ebpf, self.ebpf_error = (None, None)
         if bier.edge_policy:
             self.dataplane.set_edge_policy(*edge_policies(bier))
-        if bier.dataplane == "ebpf" and bier.edge_policy:
-            # The tc program does not check the RFC 8296 §6 policy yet: forwarding there would bypass it.
-            self.ebpf_error = EDGE_POLICY_NOT_IN_EBPF
-            log.error("%s", self.ebpf_error)
-        elif bier.dataplane == "ebpf":
+        if bier.dataplane == "ebpf":
+            # the tc program enforces the same policy (EbpfBier.write_policy); refused: Python checks it
             self.ebpf, self.ebpf_error = start_fast_path(self.dataplane)
         self.received: deque[dict[str, Any]] = deque(maxlen=RECEIVED_KEEP)
         self.app = ("127.0.0.1", bier.app_port) if bier.app_port else None

@@ -10,7 +10,9 @@ neighbors.  Here that becomes, per ingress port (a local interface):
 * a *fabric* port lists the neighboring BFRs by source address; nothing else may send BIER there.
 
 A port with no policy accepts everything (a BFR configured before this existed keeps working).
-No I/O here: the dataplanes (Python and eBPF) enforce it and count drops per port and reason.
+No I/O here: the dataplanes (Python :mod:`aidcnet.agent.bier_dataplane`, eBPF ``aidcnet/ebpf/bier.c``
+policy_drop, loaded by :meth:`aidcnet.agent.bier_ebpf.BierMaps.write_policy`) enforce it and count
+drops per port and reason under the same names.
 """
 
 from __future__ import annotations
@@ -27,6 +29,9 @@ POLICY_REASONS: tuple[str, ...] = (
     "bitstring-outside-set",  # host port: a BFER outside the host's allowed set
     "not-bfr-neighbor",  # fabric port: the source is no neighboring BFR
 )
+
+# Numeric codes of the eBPF program (bier.h enum bier_pol_reason); 0 there means accepted.
+REASON_CODE: dict[str, int] = {r: i + 1 for i, r in enumerate(POLICY_REASONS)}
 
 HOST = "host"
 FABRIC = "fabric"

@@ -136,6 +136,11 @@ struct scratch {
 	__u32 sum_end;
 	__u32 sum_err;
 	__u32 pad2;
+	/* policy_drop's map keys: here, not on the stack, which bier_rx and its callbacks fill to 512 */
+	__u32 pol_zero;
+	__u32 pol_ifindex;
+	struct bier_pol_key pol_key;
+	__u32 pol_idx;
 };
 
 struct {
@@ -204,6 +209,83 @@ static __always_inline int malformed(__be32 saddr, __u32 len, __u32 reason)
 	cnt(C_DROPPED_MALFORMED, 1);
 	cnt(reason, 1);
 	return TC_ACT_SHOT;
+}
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct bier_pol_cfg);
+} bier_pol_cfg SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, BIER_MAX_PORTS);
+	__type(key, __u32);
+	__type(value, struct bier_pol_port);
+} bier_pol_port SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, BIER_POL_MAX_SRC);
+	__type(key, struct bier_pol_key);
+	__type(value, struct bier_pol_src);
+} bier_pol_src SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, BIER_MAX_PORTS * BIER_POL_NREASONS);
+	__type(key, __u32);
+	__type(value, __u64);
+} bier_pol_cnt SEC(".maps");
+
+/* aidcnet.bier.edge_policy.check, same order of tests; counts and returns 1 to drop */
+static __always_inline int policy_drop(struct scratch *s, __u32 ifindex, __be32 saddr, __u32 len, __u32 bfir,
+				       __u32 si, const __u64 *bits)
+{
+	__u32 why;
+
+	s->pol_zero = 0;
+	s->pol_ifindex = ifindex;
+	struct bier_pol_cfg *pc = bpf_map_lookup_elem(&bier_pol_cfg, &s->pol_zero);
+
+	if (!pc || !pc->on)
+		return 0;
+	struct bier_pol_port *port = bpf_map_lookup_elem(&bier_pol_port, &s->pol_ifindex);
+
+	if (!port)
+		return 0; /* a port without policy accepts everything */
+	s->pol_key.port = port->index;
+	s->pol_key.saddr = saddr;
+	struct bier_pol_src *src = bpf_map_lookup_elem(&bier_pol_src, &s->pol_key);
+
+	if (port->kind == POL_FABRIC) {
+		if (src)
+			return 0;
+		why = POL_NOT_BFR_NEIGHBOR;
+	} else if (!src) {
+		why = POL_NOT_BFIR;
+	} else if (bfir != src->bfr_id) {
+		why = POL_FORGED_BFIR_ID;
+	} else if (src->any) {
+		return 0;
+	} else if (si >= BIER_POL_MAX_SI) {
+		why = POL_BITSTRING_OUTSIDE_SET;
+	} else {
+		const __u64 *ok = src->allowed[si & (BIER_POL_MAX_SI - 1)];
+
+		if (!((bits[0] & ~ok[0]) | (bits[1] & ~ok[1]) | (bits[2] & ~ok[2]) | (bits[3] & ~ok[3])))
+			return 0;
+		why = POL_BITSTRING_OUTSIDE_SET;
+	}
+	rx_count(saddr, len);
+	cnt(C_DROPPED_POLICY, 1);
+	s->pol_idx = (port->index & (BIER_MAX_PORTS - 1)) * BIER_POL_NREASONS + why;
+	__u64 *c = bpf_map_lookup_elem(&bier_pol_cnt, &s->pol_idx);
+
+	if (c)
+		*c += 1;
+	return 1;
 }
 
 /* Wire order: the last octet of the BitString holds bits 1..8 (RFC 8279 §3, RFC 8296 §2). */
@@ -636,6 +718,9 @@ int bier_rx(struct __sk_buff *skb)
 
 	s->ncopies = 0;
 	from_wire(orig->raw, c.bits, nwords);
+	if (policy_drop(s, skb->ingress_ifindex, saddr, len, bpf_ntohl(*(__be32 *)(data + BIER_OFF + 8)) & 0xFFFF,
+			tbl->si, c.bits))
+		return TC_ACT_SHOT;
 	own[0] = c.bits[0] & tbl->own[0];
 	own[1] = c.bits[1] & tbl->own[1];
 	own[2] = c.bits[2] & tbl->own[2];

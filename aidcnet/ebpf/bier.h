@@ -33,7 +33,7 @@ struct bier_table {
 	__u16 bsl;
 	__u16 nwords;       /* bsl / 64 */
 	__u32 ecmp_seed;
-	__u32 pad;
+	__u32 si;          /* the BIFT's SI: places its BitString among BFR-ids for the edge policy */
 	__u64 own[BIER_WORDS]; /* own BFR-id's bit; word 0 holds bits 1..64 */
 };
 
@@ -98,6 +98,7 @@ enum bier_counter {
 	C_BITS_ZERO_BITSTRING,
 	C_PUNTED,           /* eBPF only: passed untouched to the Python dataplane (see docs/bier.md) */
 	C_IMPOSED,          /* BIER packets built as BFIR (bier_impose) */
+	C_DROPPED_POLICY,   /* refused by the RFC 8296 §6 edge policy (per port and reason: bier_pol_cnt) */
 	C_NUM
 };
 
@@ -137,5 +138,45 @@ enum bier_edge_counter {
 	E_NUM
 };
 #define BIER_MAX_PORTS 64
+
+
+/* RFC 8296 §6 edge policy, the decision of aidcnet.bier.edge_policy.check (reason codes: its REASON_CODE,
+ * the order of POLICY_REASONS).  bier_pol_cfg[0].on == 0: accept from anyone (no policy in the node file).
+ * bier_pol_port: ingress ifindex -> its policy (a port missing from it accepts everything);
+ * bier_pol_src: (port index, IPv4 source) -> the host BFIR or BFR neighbour the plan put on that port;
+ * a source missing there is not-bfir on a host port, not-bfr-neighbor on a fabric port.
+ * bier_pol_cnt (per CPU): [port index * BIER_POL_NREASONS + reason]. */
+#define BIER_POL_MAX_SI 8
+#define BIER_POL_MAX_SRC 1024
+#define BIER_POL_NREASONS 5
+enum bier_pol_reason {
+	POL_OK,
+	POL_NOT_BFIR,
+	POL_FORGED_BFIR_ID,
+	POL_BITSTRING_OUTSIDE_SET,
+	POL_NOT_BFR_NEIGHBOR,
+};
+enum bier_pol_kind {
+	POL_HOST = 1,
+	POL_FABRIC = 2,
+};
+struct bier_pol_cfg {
+	__u32 on;
+	__u32 pad;
+};
+struct bier_pol_port {
+	__u32 index;       /* counter slot, < BIER_MAX_PORTS */
+	__u32 kind;        /* enum bier_pol_kind */
+};
+struct bier_pol_key {
+	__u32 port;        /* bier_pol_port.index */
+	__be32 saddr;
+};
+struct bier_pol_src {
+	__u16 bfr_id;      /* host port: the host's BFR-id as BFIR; fabric port: unused */
+	__u16 any;         /* host port: 1 when it may address the whole domain (allowed unused) */
+	__u32 pad;
+	__u64 allowed[BIER_POL_MAX_SI][BIER_WORDS]; /* BFERs it may address, per SI; word 0: bits 1..64 */
+};
 
 #endif

@@ -381,6 +381,8 @@ def test_ctypes_mirrors_match_the_objects_btf(bier_obj: Path) -> None:
     sizes = dict(re.findall(r"STRUCT '(bier_\w+)' size=(\d+)", raw))
     mirrors = {"bier_cfg": m.Cfg, "bier_table": m.TableInfo, "bier_entry": m.Entry, "bier_alt": m.Alt}
     mirrors |= {"bier_fbm": m.Fbm, "bier_nbr": m.Nbr, "bier_flow": m.Flow, "bier_flow_key": m.FlowKey}
+    mirrors |= {"bier_pol_cfg": m.PolCfg, "bier_pol_port": m.PolPort, "bier_pol_key": m.PolKey}
+    mirrors |= {"bier_pol_src": m.PolSrc}
     for name, mirror in mirrors.items():
         assert int(sizes[name]) == ctypes.sizeof(mirror), name
     header = (SRC / "bier.h").read_text()
@@ -398,6 +400,15 @@ def test_ctypes_mirrors_match_the_objects_btf(bier_obj: Path) -> None:
     for cname, pyname in zip(enames, m.EDGE_COUNTERS, strict=False):
         assert cname[2:].lower() == re.sub(r"[.-]", "_", pyname.replace("ebpf.edge-", "")), (cname, pyname)
     assert f"#define BIER_MAX_PORTS {m.MAX_PORTS}" in header
+    assert f"#define BIER_POL_MAX_SI {m.POL_MAX_SI}" in header
+    assert f"#define BIER_POL_NREASONS {m.POL_NREASONS}" in header
+    pol = header.split("enum bier_pol_reason {", 1)[1].split("};", 1)[0]
+    pnames = [ln.strip().split(",")[0] for ln in pol.splitlines() if ln.strip().startswith("POL_")]
+    from aidcnet.bier.edge_policy import REASON_CODE
+
+    assert pnames[0] == "POL_OK" and len(pnames) == m.POL_NREASONS
+    for reason, code in REASON_CODE.items():  # the program's codes are the pure module's
+        assert pnames[code] == "POL_" + reason.upper().replace("-", "_"), reason
 
 
 @pytest.mark.parametrize("lab", [2], indirect=True)

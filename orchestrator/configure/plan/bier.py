@@ -32,6 +32,17 @@ def apply(plan: LabPlan, ctx: Context) -> LabPlan:
     bift, _ = ctx.setting("bier.bift")
     dataplane, _ = ctx.setting("bier.dataplane")
     edge_policy, _ = ctx.setting("bier.edge_policy")
+    tenants, tenants_src = ctx.setting("bier.tenants")
+    tenant_of: dict[str, str] = {}
+    for tenant, hosts in (tenants or {}).items():
+        for host in hosts:
+            if ctx.roles.get(host) != Role.GPU_HOST:
+                raise problem(tenants_src, f"tenant {tenant}: {host!r} is not a gpu-host node of this lab")
+            if host in tenant_of:
+                raise problem(
+                    tenants_src, f"{host} is in tenants {tenant_of[host]} and {tenant}: keep it in one"
+                )
+            tenant_of[host] = tenant
     if bsl not in BSLS:
         raise problem(
             bsl_src,
@@ -39,7 +50,12 @@ def apply(plan: LabPlan, ctx: Context) -> LabPlan:
             f"(one of {', '.join(map(str, BSLS))})",
         )
     plan.bier = PlanBier(
-        sub_domain=sub_domain, bsl=bsl, bift=bift, dataplane=dataplane, edge_policy=edge_policy
+        sub_domain=sub_domain,
+        bsl=bsl,
+        bift=bift,
+        dataplane=dataplane,
+        edge_policy=edge_policy,
+        tenants={t: sorted(hosts, key=natural_key) for t, hosts in (tenants or {}).items()},
     )
 
     owner: dict[int, tuple[Source, str]] = {}

@@ -128,17 +128,29 @@ HOST_APP_PORT = 4791
 
 
 def port_policy(
-    role: str, peer: PlanNode, local: ipaddress.IPv4Interface, peer_addr: ipaddress.IPv4Address
+    role: str,
+    peer: PlanNode,
+    local: ipaddress.IPv4Interface,
+    peer_addr: ipaddress.IPv4Address,
+    allowed: list[int] | None = None,
 ) -> BierPortPolicy:
     """RFC 8296 §6: a BFR's port to a GPU host that is a BFIR is a host port (that host, its own BFR-id,
-    the whole domain); any other port is a fabric port, open only to a BFR neighbour (none if the peer is
-    not a BFR)."""
+    ``allowed`` BFR-ids: its tenant's, None for the whole domain); any other port is a fabric port, open
+    only to a BFR neighbour (none if the peer is not a BFR)."""
     if role != Role.GPU_HOST and peer.role == Role.GPU_HOST and peer.bfr_id is not None:
-        return BierPortPolicy(
-            kind="host", subnet=local.network, hosts={peer_addr: BierHostBfir(bfr_id=peer.bfr_id)}
-        )
+        bfir = BierHostBfir(bfr_id=peer.bfr_id, allowed=allowed)
+        return BierPortPolicy(kind="host", subnet=local.network, hosts={peer_addr: bfir})
     nbrs = [peer_addr] if peer.bfr_id is not None and peer.bier_label_base is not None else []
     return BierPortPolicy(kind="fabric", subnet=local.network, neighbors=nbrs)
+
+
+def tenant_ids(plan: LabPlan, host: str) -> list[int] | None:
+    """The BFR-ids ``host`` may address under the edge policy: its tenant's hosts', None (the whole
+    domain) when it is in no tenant."""
+    for hosts in plan.bier.tenants.values():
+        if host in hosts:
+            return sorted(i for h in hosts if (i := plan.nodes[h].bfr_id) is not None)
+    return None
 
 
 def bier_config(plan: LabPlan, name: str) -> Bier | None:
@@ -153,7 +165,9 @@ def bier_config(plan: LabPlan, name: str) -> Bier | None:
         for local, remote in ((link.a, link.b), (link.b, link.a)):
             peer = plan.nodes[remote.node]
             if plan.bier.edge_policy and local.node == name and local.address and remote.address:
-                edge_policy[local.interface] = port_policy(node.role, peer, local.address, remote.address.ip)
+                edge_policy[local.interface] = port_policy(
+                    node.role, peer, local.address, remote.address.ip, tenant_ids(plan, remote.node)
+                )
             if (
                 local.node != name
                 or peer.bfr_id is None

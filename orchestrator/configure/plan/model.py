@@ -88,6 +88,8 @@ class BierVars(_Vars):
     bift: Literal["static", "bgp"] | None = None
     dataplane: Literal["ebpf", "python"] | None = None
     edge_policy: bool | None = None
+    # tenant -> its gpu hosts: under the edge policy each may address only its tenant's BFERs
+    tenants: dict[str, list[str]] | None = None
     groups: list[GroupVars] = Field(default_factory=list)
 
 
@@ -306,8 +308,10 @@ class PlanBier(_Plan):
     bsl: int = 256
     bift: Literal["static", "bgp"] = "static"
     dataplane: Literal["ebpf", "python"] = "ebpf"
-    # RFC 8296 §6 ingress policy on every BFR port (docs/bier.md, Edge policy).
-    edge_policy: bool = False
+    # RFC 8296 §6 ingress policy on every BFR port (docs/bier.md, Edge policy); bier.yml turns it on.
+    edge_policy: bool = True
+    # tenant -> its gpu hosts (sorted); a host in none may address the whole domain
+    tenants: dict[str, list[str]] = Field(default_factory=dict)
     # How many SIs the BFR-ids use: (max BFR-id - 1) // BSL + 1; each BFR gets that many labels.
     si_count: int = 1
     groups: list[PlanGroup] = Field(default_factory=list)

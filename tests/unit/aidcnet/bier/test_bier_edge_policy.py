@@ -132,7 +132,9 @@ def test_node_file_section_reaches_the_dataplane_form() -> None:
     assert check(policies["eth2"], "10.1.0.0", 0, 1, 3) == "not-bfr-neighbor"
 
 
-def test_policy_keeps_forwarding_in_python_until_ebpf_enforces_it(monkeypatch) -> None:
+def test_ebpf_fast_path_starts_with_the_policy_on_its_dataplane(monkeypatch) -> None:
+    """The tc program enforces the policy too (EbpfBier.write_policy reads BierDataplane.edge_policies), so
+    a BFR with dataplane: ebpf and a policy starts its fast path, the policy installed before it starts."""
     import functools
 
     import aidcnet.agent.bier_service as svc
@@ -140,8 +142,10 @@ def test_policy_keeps_forwarding_in_python_until_ebpf_enforces_it(monkeypatch) -
     from tests.unit.aidcnet.bgp.test_bier_bgp import leaf_spine
 
     monkeypatch.setattr(svc, "BierDataplane", functools.partial(BierDataplane, bind_addr="127.0.0.1", port=0))
-    started = []
-    monkeypatch.setattr(svc, "start_fast_path", lambda dp: started.append(dp) or (object(), None))
+    seen = []
+    monkeypatch.setattr(
+        svc, "start_fast_path", lambda dp: seen.append(dict(dp.edge_policies)) or (object(), None)
+    )
     spine1 = leaf_spine("static")["spine1"].bier
     assert spine1.dataplane == "ebpf"
     nbr = spine1.neighbors[0]
@@ -151,13 +155,17 @@ def test_policy_keeps_forwarding_in_python_until_ebpf_enforces_it(monkeypatch) -
     guarded = spine1.model_copy(update={"edge_policy": port_policies(policy)})
     service = svc.BierService(guarded, host=False)
     try:
-        assert service.ebpf is None and service.ebpf_error == svc.EDGE_POLICY_NOT_IN_EBPF and not started
+        assert service.ebpf_error is None and len(seen) == 1
+        assert seen[0][nbr.interface].kind == "fabric"
+        assert seen[0][nbr.interface].neighbors == frozenset({str(nbr.address)})
         assert f"dropped-policy.{nbr.interface}.not-bfr-neighbor" in service.dataplane.counters()
     finally:
+        service.ebpf = None
         service.close()
-    plain = svc.BierService(spine1, host=False)  # without a policy the fast path starts as before
+    # without a policy (the vars' edge_policy: false): nothing installed
+    plain = svc.BierService(spine1.model_copy(update={"edge_policy": {}}), host=False)
     try:
-        assert len(started) == 1 and plain.ebpf_error is None
+        assert len(seen) == 2 and seen[1] == {} and plain.ebpf_error is None
     finally:
         plain.ebpf = None
         plain.close()
@@ -167,3 +175,18 @@ def port_policies(spec: dict) -> dict:
     from aidcnet.config import BierPortPolicy
 
     return {k: BierPortPolicy.model_validate(v) for k, v in spec.items()}
+
+
+def test_reason_codes_are_the_ebpf_programs() -> None:
+    """bier.h's enum bier_pol_reason lists the reasons in REASON_CODE's order, POL_OK first: the eBPF
+    counters are read back under the pure module's names by code."""
+    from pathlib import Path
+
+    from aidcnet.bier.edge_policy import POLICY_REASONS, REASON_CODE
+
+    header = (Path(__file__).parents[4] / "aidcnet/ebpf/bier.h").read_text()
+    enum = header.split("enum bier_pol_reason {", 1)[1].split("};", 1)[0]
+    names = [ln.strip().rstrip(",") for ln in enum.splitlines() if ln.strip().startswith("POL_")]
+    assert names == ["POL_OK", *("POL_" + r.upper().replace("-", "_") for r in POLICY_REASONS)]
+    assert sorted(REASON_CODE.values()) == list(range(1, len(POLICY_REASONS) + 1))
+    assert f"#define BIER_POL_NREASONS {len(POLICY_REASONS) + 1}" in header

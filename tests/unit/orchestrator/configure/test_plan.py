@@ -211,7 +211,8 @@ def test_ina_fig1_workers_are_bits_1_to_8():
         "bsl": 256,
         "bift": "static",
         "dataplane": "ebpf",
-        "edge_policy": False,
+        "edge_policy": True,
+        "tenants": {},
         "si_count": 1,
         "groups": [],
     }
@@ -251,7 +252,13 @@ def test_bfr_id_pins_honoured_and_skipped():
 def test_bier_settings_from_vars():
     bier_vars = {"sub_domain": 3, "bsl": 64, "bift": "bgp", "dataplane": "python"}
     plan = plan_of(leaf_spine_doc(1, 1, 1), {"bier": bier_vars})
-    assert plan.bier.model_dump() == {**bier_vars, "edge_policy": False, "si_count": 1, "groups": []}
+    assert plan.bier.model_dump() == {
+        **bier_vars,
+        "edge_policy": True,
+        "tenants": {},
+        "si_count": 1,
+        "groups": [],
+    }
     config = node_configs(plan)["h1"]
     assert config.bier is not None
     assert (config.bier.sub_domain, config.bier.bsl, config.bier.bift, config.bier.dataplane) == (
