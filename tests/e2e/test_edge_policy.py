@@ -48,7 +48,7 @@ def send_raw(runtime, topo, node: str, dst: str, label: int, bfir_id: int, bits:
         f"s.bind(({src!r}, 0))\n"
         f"s.sendto(pkt + b'edge-policy-test', ({dst!r}, 6635))\n"
     )
-    code, out = runtime.exec(topo.container_name(node), ["python3", "-c", script])
+    code, out = runtime.exec(topo.container_name(node), ["/opt/aidcnet/bin/python3", "-c", script])
     assert code == 0, f"sending from {node} failed: {out}"
 
 
