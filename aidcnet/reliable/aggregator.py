@@ -129,6 +129,9 @@ class AckAggregator:
                 max_rto=max(cfg.partial_after, cfg.lifetime / 2),
             )
             self.timers[key] = timer
+            if len(self.timers) > max(1, self.config.budget):
+                # Every op is a flow in the lab: forget the flow heard of longest ago, not grow forever.
+                del self.timers[next(iter(self.timers))]
         return timer
 
     def on_data(self, data: Data, downstream: int, upstream: Hashable | None, now: float) -> None:

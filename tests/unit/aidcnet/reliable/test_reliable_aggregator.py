@@ -192,3 +192,12 @@ def test_a_repaired_window_gives_no_sample() -> None:
     a.on_feedback(ack(5, 1), 0.6)
     assert a.entries == 0
     assert a.partial_wait((1, 7)) == 0.01 and a.timers[(1, 7)].ignored == 1
+
+
+def test_learnt_timers_are_bounded_by_the_budget() -> None:
+    a = agg(budget=2)
+    for flow in (1, 2, 3):
+        d = Data(bfir_id=1, flow_id=flow, seq=0, payload=b"x")
+        a.on_data(d, id_mask([2]), "up", 0.0)
+        a.on_feedback(Ack(bfir_id=1, flow_id=flow, cum=1, reporter=2, highest=1), 0.05)
+    assert list(a.timers) == [(1, 2), (1, 3)]
