@@ -13,6 +13,12 @@ so every ACK and AGG-ACK from below passes this BFR:
   can retransmit to the missing BFERs only, before its own timer would resend to everyone; a partial
   from below whose missing BFERs are all that is left here is passed on at once instead of waiting
   for this BFR's own timer;
+* with ``adaptive`` (the default) ``partial_after`` is only the floor and the first guess: each flow's
+  timer then follows the time its windows take from first DATA to last ACK here, as RFC 6298 makes an
+  RTO follow round trips (SRTT + 4 RTTVAR, at most ``lifetime`` / 2). A fixed timer shorter than a
+  queue's delay sends a partial for windows that are only queued, and the BFIR answers it with
+  retransmissions and its own extra ACK (the lab's 1.038 ACKs per packet for 1 branch). Karn's rule:
+  a window that got DATA again after its first partial (a repair) gives no sample;
 * an ACK this BFR cannot account for (no entry of its flow expects the reporter at that point: the
   entry was never made because the budget was full, expired, or the ACK is stale) is passed upstream
   unchanged: end-to-end acknowledgment is the fallback, so losing state here never loses data;
@@ -34,6 +40,7 @@ from dataclasses import dataclass
 from aidcnet.bier.bitstring import BSL_CODES
 from aidcnet.reliable import serial
 from aidcnet.reliable.header import Ack, AggAck, Data, agg_acks
+from aidcnet.rto import RtoEstimator
 
 FlowKey = tuple[int, int]
 Out = tuple[Hashable | None, Ack | AggAck]
@@ -48,6 +55,7 @@ class AggregatorConfig:
     budget: int = 4096  # entries
     max_backoff: int = 5  # partials of one entry come after partial_after × 2**k, k capped here
     bsl: int = 64  # BitString length of the AGG-ACKs it sends
+    adaptive: bool = True  # per-flow partial timer from window completion times (floor partial_after)
 
     def __post_init__(self) -> None:
         if self.window < 1 or self.window & (self.window - 1) or self.window > 1 << 16:
@@ -63,25 +71,31 @@ class AggregatorConfig:
 class _Entry:
     __slots__ = (
         "acked",
+        "born",
         "deadline",
         "end",
         "expected",
         "expires",
         "partials",
+        "repaired",
         "reported_missing",
         "start",
         "upstream",
     )
 
-    def __init__(self, start: int, end: int, upstream: Hashable | None, now: float, cfg: AggregatorConfig):
+    def __init__(
+        self, start: int, end: int, upstream: Hashable | None, now: float, cfg: AggregatorConfig, wait: float
+    ):
         self.start = start
+        self.born = now
+        self.repaired = False
         self.end = end
         self.expected = 0
         self.acked = 0
         self.reported_missing = 0
         self.partials = 0
         self.upstream = upstream
-        self.deadline = now + cfg.partial_after
+        self.deadline = now + wait
         self.expires = now + cfg.lifetime
 
     def covers(self, cum: int) -> bool:
@@ -98,6 +112,27 @@ class AckAggregator:
         self.flows: dict[FlowKey, dict[int, _Entry]] = {}
         self.entries = 0
         self.counters: Counter[str] = Counter()
+        self.timers: dict[FlowKey, RtoEstimator] = {}
+
+    def partial_wait(self, key: FlowKey) -> float:
+        """How long a new window of flow ``key`` waits before its first partial AGG-ACK."""
+        timer = self.timers.get(key)
+        return timer.current() if timer is not None else self.config.partial_after
+
+    def _timer(self, key: FlowKey) -> RtoEstimator:
+        timer = self.timers.get(key)
+        if timer is None:
+            cfg = self.config
+            timer = RtoEstimator(
+                initial=cfg.partial_after,
+                min_rto=cfg.partial_after,
+                max_rto=max(cfg.partial_after, cfg.lifetime / 2),
+            )
+            self.timers[key] = timer
+            if len(self.timers) > max(1, self.config.budget):
+                # Every op is a flow in the lab: forget the flow heard of longest ago, not grow forever.
+                del self.timers[next(iter(self.timers))]
+        return timer
 
     def on_data(self, data: Data, downstream: int, upstream: Hashable | None, now: float) -> None:
         """DATA this BFR forwarded (or delivered) to the BFERs of id-mask ``downstream``.
@@ -115,12 +150,15 @@ class AckAggregator:
                 self.counters["over-budget"] += 1
                 return
             end = serial.add(data.seq, 1) if data.fin else serial.add(start, self.config.window)
-            entry = _Entry(start, end, upstream, now, self.config)
+            entry = _Entry(start, end, upstream, now, self.config, self.partial_wait(key))
             self.flows.setdefault(key, {})[start] = entry
             self.entries += 1
             self.counters["entries-made"] += 1
-        elif data.fin:
-            entry.end = serial.add(data.seq, 1)
+        else:
+            if entry.partials:
+                entry.repaired = True
+            if data.fin:
+                entry.end = serial.add(data.seq, 1)
         entry.expected |= downstream
         entry.upstream = upstream
 
@@ -157,7 +195,7 @@ class AckAggregator:
                 elif now >= entry.deadline:
                     entry.partials += 1
                     backoff = 1 << min(entry.partials, self.config.max_backoff)
-                    entry.deadline = now + self.config.partial_after * backoff
+                    entry.deadline = now + self.partial_wait(key) * backoff
                     due.append(entry)
             for entry in due:
                 # The latest due window's partial speaks for the earlier ones with no other BFERs: its
@@ -203,6 +241,8 @@ class AckAggregator:
         for start, entry in done:
             del flow[start]
             self.entries -= 1
+            if self.config.adaptive:
+                self._timer(key).sample(now - entry.born, retransmitted=entry.repaired)
             # One AGG-ACK with a later cumulative point for a superset of BFERs says all this one says.
             if any(serial.lt(entry.end, o.end) and entry.expected & ~o.expected == 0 for _, o in done):
                 self.counters["agg-coalesced"] += 1
@@ -213,7 +253,7 @@ class AckAggregator:
                 # Everyone below has answered or been reported missing by a BFR below: no point waiting.
                 out.extend(self._agg(key, entry, entry.reported_missing, "partial-sent"))
                 entry.reported_missing = 0
-                entry.deadline = now + self.config.partial_after
+                entry.deadline = now + self.partial_wait(key)
         if not flow:
             self.flows.pop(key, None)
         return out

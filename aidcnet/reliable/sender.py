@@ -63,10 +63,18 @@ class SenderConfig:
     max_backoff: int = 6  # cap of the exponent of the RTO backoff
     fail_after: float = 5.0  # seconds without feedback from a receiver that owes something
     nack_holdoff: float = 0.5  # fraction of the RTO during which a repeated request is not answered again
+    # Congestion window (None: only ``window`` limits what is in flight). Sequences in flight are at most
+    # min(window, cwnd); cwnd starts here, grows by one per sequence every receiver acknowledged (slow
+    # start) up to ssthresh and by 1/cwnd each above it, and halves (a timeout: drops to 1) once per loss
+    # event, i.e. per window of sequences sent after the loss was seen (RFC 5681 §3.1, RFC 6582's
+    # "recover"). A fixed window larger than a shaped path's queue keeps packets queued past the RTO.
+    initial_cwnd: int | None = None
 
     def __post_init__(self) -> None:
         if not 1 <= self.window <= serial.MAX_SPAN:
             raise ValueError(f"window {self.window} must be 1..{serial.MAX_SPAN}")
+        if self.initial_cwnd is not None and not 1 <= self.initial_cwnd <= self.window:
+            raise ValueError(f"initial_cwnd {self.initial_cwnd} must be 1..window ({self.window})")
         if self.fail_after <= 0 or self.nack_holdoff < 0 or self.max_backoff < 0:
             raise ValueError("fail_after must be > 0, nack_holdoff and max_backoff >= 0")
 
@@ -142,6 +150,9 @@ class Sender:
         self._heard: dict[int, float] = {}  # receiver bit -> last feedback (or first send) time
         self.completed_at: float | None = None
         self.counters: Counter[str] = Counter()
+        self.cwnd = float(self.config.initial_cwnd or self.config.window)
+        self.ssthresh = float(self.config.window)
+        self._recover = self.base  # loss signals for sequences before this belong to a loss event already met
 
     # -- application side -------------------------------------------------------------------------
 
@@ -172,8 +183,9 @@ class Sender:
         for seq, slot in self._slots.items():
             if slot.owing and now >= slot.deadline and slot.last_sent != now:
                 self.counters["timeouts"] += 1
+                self._congestion(seq, timeout=True)
                 out.append(self._send(seq, slot, slot.owing, now, rto))
-        while self._queue and serial.distance(self.base, self.next_seq) < self.config.window:
+        while self._queue and serial.distance(self.base, self.next_seq) < self.window:
             payload, fin = self._queue.popleft()
             slot = _Slot(payload, fin)
             slot.owing = self.alive
@@ -185,7 +197,7 @@ class Sender:
 
     def next_deadline(self) -> float | None:
         """Earliest time :meth:`poll` has work (None: only feedback can change anything)."""
-        if self._pending or (self._queue and serial.distance(self.base, self.next_seq) < self.config.window):
+        if self._pending or (self._queue and serial.distance(self.base, self.next_seq) < self.window):
             return 0.0
         times = [s.deadline for s in self._slots.values() if s.owing]
         times.extend(t + self.config.fail_after for b, t in self._heard.items() if b & self.alive)
@@ -218,6 +230,19 @@ class Sender:
         self._advance(now)
 
     # -- internals ---------------------------------------------------------------------------------
+
+    @property
+    def window(self) -> int:
+        """Sequences that may be in flight now."""
+        return max(1, min(self.config.window, int(self.cwnd)))
+
+    def _congestion(self, seq: int, timeout: bool = False) -> None:
+        if self.config.initial_cwnd is None or serial.lt(seq, self._recover):
+            return
+        self._recover = self.next_seq
+        self.counters["cwnd-reductions"] += 1
+        self.ssthresh = max(2.0, self.cwnd / 2)
+        self.cwnd = 1.0 if timeout else self.ssthresh
 
     def _send(self, seq: int, slot: _Slot, bits: int, now: float, rto: float) -> Transmission:
         retransmit = slot.attempts > 0
@@ -264,6 +289,9 @@ class Sender:
         slot.owing &= ~bits
         if slot.attempts == 1:
             self.rto.observe(now - slot.first_sent)
+        if not slot.owing and self.config.initial_cwnd is not None:
+            self.cwnd += 1.0 if self.cwnd < self.ssthresh else 1.0 / self.cwnd
+            self.cwnd = min(self.cwnd, float(self.config.window))
 
     def _clear_before(self, cum: int, bits: int, now: float) -> None:
         if not bits:
@@ -291,6 +319,7 @@ class Sender:
             self.counters["request-held-off"] += 1
             bits &= ~slot.last_bits
         if bits:
+            self._congestion(seq)
             self._pending[seq] = self._pending.get(seq, 0) | bits
 
     def _request_oldest(self, cum: int, bits: int, now: float) -> None:

@@ -28,6 +28,7 @@ from aidcnet.reliable.aggregator import AckAggregator, AggregatorConfig
 from aidcnet.reliable.header import Ack, AggAck, Data, decode
 from aidcnet.reliable.receiver import Receiver, ReceiverConfig
 from aidcnet.reliable.sender import FixedRto, Sender, SenderConfig, mask_ids
+from aidcnet.rto import RtoEstimator
 
 BSL = 64
 TTL = 64
@@ -42,6 +43,11 @@ class SimConfig:
     size: int = 1000  # payload octets per sequence
     loss: float = 0.0  # per link and packet
     delay: float = 50e-6  # per link
+    # Shaped links (None: unlimited): each direction of a link sends at ``rate`` bit/s from a FIFO of at
+    # most ``queue_bytes`` octets, and drops the tail beyond it, as the lab's shaped veths do.
+    rate: float | None = None
+    queue_bytes: int = 64_000
+    host_rate: float | None = None  # links toward hosts, if slower (queues below the BFRs, as in the lab)
     tick: float = 100e-6
     aggregate: bool = True
     seed: int = 1
@@ -51,6 +57,7 @@ class SimConfig:
     dead_hosts: tuple[str, ...] = ()  # hosts whose link drops everything (a receiver that died)
     sender: SenderConfig = field(default_factory=lambda: SenderConfig(window=32, fail_after=2.0))
     rto: float = 0.006
+    adaptive_rto: bool = False  # RFC 6298 estimator (aidcnet.rto) with ``rto`` as first guess and floor
     receiver: ReceiverConfig = field(default_factory=ReceiverConfig)
     aggregator: AggregatorConfig = field(default_factory=lambda: AggregatorConfig(partial_after=0.003))
 
@@ -112,6 +119,7 @@ class _Net:
         }
         self.counters: Counter[str] = Counter()
         self.at_source: Counter[str] = Counter()
+        self.busy_until: dict[tuple[str, str], float] = {}  # per link direction: when its FIFO drains
 
     def send(
         self, frm: str, to: str, kind: str, payload: object, size: int, retransmit: bool = False
@@ -122,12 +130,25 @@ class _Net:
                 self.counters["retx-link-bytes"] += size
         else:
             self.counters["feedback-link-msgs"] += 1
+        wire = size if kind == "data" else len(payload) if isinstance(payload, bytes | bytearray) else 64
+        departs = self.now
+        rate = self.cfg.host_rate if self.cfg.host_rate and to in self.bfr_id else self.cfg.rate
+        if rate is not None:
+            start = max(self.now, self.busy_until.get((frm, to), self.now))
+            backlog = (start - self.now) * rate / 8
+            if backlog + wire > self.cfg.queue_bytes:
+                self.counters["queue-drops"] += 1
+                if kind == "data":
+                    self.counters["dropped-bytes"] += size
+                return
+            departs = start + wire * 8 / rate
+            self.busy_until[(frm, to)] = departs
         if self.rng.random() < self.cfg.loss or frm in self.cfg.dead_hosts or to in self.cfg.dead_hosts:
             if kind == "data":
                 self.counters["dropped-bytes"] += size
             return
         self.n += 1
-        heapq.heappush(self.events, (self.now + self.cfg.delay, self.n, to, frm, (kind, payload)))
+        heapq.heappush(self.events, (departs + self.cfg.delay, self.n, to, frm, (kind, payload)))
 
 
 def simulate(cfg: SimConfig) -> SimResult:
@@ -137,7 +158,8 @@ def simulate(cfg: SimConfig) -> SimResult:
     src_id = net.bfr_id[source]
     receivers = {net.bfr_id[h]: Receiver(net.bfr_id[h], cfg.receiver, cfg.isn) for h in net.hosts[1:]}
     delivered: dict[int, list[tuple[int, bytes]]] = {r: [] for r in receivers}
-    sender = Sender(src_id, cfg.flow_id, receivers, FixedRto(cfg.rto), cfg.sender, cfg.isn)
+    rto = RtoEstimator(cfg.rto, min_rto=cfg.rto, max_rto=1.0) if cfg.adaptive_rto else FixedRto(cfg.rto)
+    sender = Sender(src_id, cfg.flow_id, receivers, rto, cfg.sender, cfg.isn)
     for i in range(cfg.messages):
         sender.offer(i.to_bytes(4, "big") * (cfg.size // 4), fin=i == cfg.messages - 1)
     branches = len(impose(net.bift[source], sum(1 << (r - 1) for r in receivers), TTL).copies)

@@ -139,3 +139,65 @@ def test_entries_expire() -> None:
 def test_bad_config_is_refused(cfg: dict) -> None:
     with pytest.raises(ValueError):
         agg(**cfg)
+
+
+def _complete(a: AckAggregator, k: int, sent: float, acked: float) -> list:
+    a.on_data(data(k), DOWN, "up", sent)
+    out = []
+    for r in (2, 3, 5):
+        out += a.on_feedback(ack(r, k + 1), acked)
+    return out
+
+
+def test_partial_timer_follows_the_window_completion_times_it_observes() -> None:
+    # Windows here take 50 ms from DATA to the last ACK (a queue below), five times the 10 ms floor:
+    # after a few of them the timer waits longer than that, so a queued window gets no partial.
+    a = agg()
+    key = (1, 7)
+    assert a.partial_wait(key) == 0.01
+    t = 0.0
+    for k in range(8):
+        assert [m.partial for _, m in _complete(a, k, t, t + 0.05)] == [False]
+        t += 0.1
+    assert a.partial_wait(key) > 0.05
+    a.on_data(data(8), DOWN, "up", t)
+    assert a.poll(t + 0.05) == []  # still within the learnt timer: no partial for a queued window
+    assert a.counters["partial-sent"] == 0
+
+
+def test_fixed_partial_timer_when_not_adaptive() -> None:
+    a = agg(adaptive=False)
+    for k in range(8):
+        _complete(a, k, k * 0.1, k * 0.1 + 0.05)
+    assert a.partial_wait((1, 7)) == 0.01
+    a.on_data(data(8), DOWN, "up", 1.0)
+    assert [m.partial for _, m in a.poll(1.011)] == [True]
+
+
+def test_partial_timer_is_capped_below_the_entry_lifetime() -> None:
+    a = agg(lifetime=0.2)
+    for k in range(8):
+        _complete(a, k, k * 1.0, k * 1.0 + 0.5)  # no poll: the entries live on to complete
+    assert a.partial_wait((1, 7)) == pytest.approx(0.1)
+
+
+def test_a_repaired_window_gives_no_sample() -> None:
+    # Karn: DATA again after the partial is the BFIR's repair; its completion time says nothing of the path.
+    a = agg()
+    a.on_data(data(0), DOWN, "up", 0.0)
+    a.on_feedback(ack(2, 1), 0.001)
+    assert [m.partial for _, m in a.poll(0.011)] == [True]
+    a.on_data(data(0), id_mask([3, 5]), "up", 0.5)
+    a.on_feedback(ack(3, 1), 0.6)
+    a.on_feedback(ack(5, 1), 0.6)
+    assert a.entries == 0
+    assert a.partial_wait((1, 7)) == 0.01 and a.timers[(1, 7)].ignored == 1
+
+
+def test_learnt_timers_are_bounded_by_the_budget() -> None:
+    a = agg(budget=2)
+    for flow in (1, 2, 3):
+        d = Data(bfir_id=1, flow_id=flow, seq=0, payload=b"x")
+        a.on_data(d, id_mask([2]), "up", 0.0)
+        a.on_feedback(Ack(bfir_id=1, flow_id=flow, cum=1, reporter=2, highest=1), 0.05)
+    assert list(a.timers) == [(1, 2), (1, 3)]

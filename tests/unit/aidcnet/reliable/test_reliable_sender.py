@@ -131,3 +131,31 @@ def test_feedback_for_unknown_receiver_is_counted() -> None:
     s.poll(0.0)
     s.on_feedback(ack(9, 2), 0.1)
     assert s.counters["feedback-unknown-receiver"] == 1
+
+
+def test_congestion_window_slow_starts_and_halves_once_per_loss_event() -> None:
+    s = sender(n=40, window=32, initial_cwnd=2)
+    assert len(s.poll(0.0)) == 2
+    for r in RX:
+        s.on_feedback(ack(r, 2), 0.01)
+    assert s.cwnd == 4  # slow start: one more per sequence every receiver acknowledged
+    assert len(s.poll(0.01)) == 4
+    # Two NACKs in one loss event (sequences sent before the first was seen): one halving, not two.
+    s.on_feedback(ack(2, 2, 4, ranges=((2, 2),), nack=True), 0.02)
+    s.on_feedback(ack(3, 2, 5, ranges=((3, 3),), nack=True), 0.02)
+    assert s.cwnd == 2 and s.counters["cwnd-reductions"] == 1
+    assert [t.data.seq for t in s.poll(0.02)] == [serial.add(ISN, 2), serial.add(ISN, 3)]  # resends only
+
+
+def test_timeout_drops_the_congestion_window_to_one() -> None:
+    s = sender(n=10, window=8, initial_cwnd=4)
+    assert len(s.poll(0.0)) == 4
+    assert len(s.poll(1.0)) == 4  # every sequence timed out; the first timeout is the loss event
+    assert s.cwnd == 1 and s.window == 1 and s.counters["cwnd-reductions"] == 1
+
+
+def test_without_initial_cwnd_only_the_fixed_window_limits() -> None:
+    s = sender(n=10, window=8)
+    assert len(s.poll(0.0)) == 8
+    s.poll(1.0)
+    assert s.window == 8 and s.counters["cwnd-reductions"] == 0
