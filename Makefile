@@ -84,6 +84,7 @@ bench: images
 	$(PY) bench/fare_kernel.py
 	$(PY) bench/fidelity.py
 	$(PY) bench/reliable.py
+	$(PY) bench/reliable_shaped.py
 
 # The main job, from a fresh machine: everything is set up on the way. Deploy, check, configure, replay the
 # sample MoE dispatch and model-distribution traces under unicast and host-BIER on shaped links, destroy,
