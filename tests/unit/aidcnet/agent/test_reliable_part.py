@@ -159,3 +159,26 @@ def test_the_agents_udp_ports_are_distinct() -> None:
         "eBPF own-bit delivery": DELIVER_PORT,
     }
     assert len(set(ports.values())) == len(ports), ports
+
+
+def test_an_idle_endpoint_sleeps_long_and_an_event_wakes_it_at_once():
+    import asyncio
+
+    from aidcnet.agent import reliable_service
+    from aidcnet.agent.reliable_service import ReliableEndpoint
+
+    loop = asyncio.new_event_loop()
+    ep = ReliableEndpoint(1, lambda _bfr: None, bind="127.0.0.1", port=0)
+    try:
+        ep.attach(loop)  # nothing pending: one wake-up a second, not every 10 ms
+        assert ep._idle and ep._timer.when() - loop.time() > reliable_service.MAX_SLEEP_S * 10
+        kicks = []
+        ep.kick = lambda: kicks.append(1)  # type: ignore[method-assign]
+        ep.nudge()  # within MIN_KICK_S of the last kick, but idle: kicked anyway
+        assert kicks == [1]
+        ep._idle = False
+        ep.nudge()  # busy and kicked just now: the ≤10 ms timer covers it
+        assert kicks == [1]
+    finally:
+        ep.close()
+        loop.close()
