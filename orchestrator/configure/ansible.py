@@ -100,7 +100,8 @@ def write_lab_plan(topo: Topology, plan=None, path: Path | None = None) -> PlanF
 
 
 def plan_groups(topo: Topology, configs: dict[str, Any]) -> dict[str, list[str]]:
-    """The inventory groups of the plan's features, by container name (playbooks/site.yml uses them)."""
+    """The inventory groups of the plan's features, by container name (playbooks/site.yml uses them,
+    intersected with our node groups: an FRR, GoBGP or BIRD peer has BGP in its plan but no agent)."""
     return {
         "aidclab_igmp": [topo.container_name(n) for n, c in configs.items() if c.igmp is not None],
         "aidclab_bgp": [topo.container_name(n) for n, c in configs.items() if c.bgp and c.bgp.neighbors],
