@@ -73,6 +73,20 @@ RECV_SIZE = 65536
 ENOBUFS_BACKOFF_S = (0.0002, 0.01)
 
 
+
+def _group_socket() -> socket.socket:
+    """A socket on the replay port that receives only the groups it joins itself (IP_MULTICAST_ALL 0)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.IPPROTO_IP, IP_MULTICAST_ALL, 0)
+        set_socket_buffer(sock, socket.SO_RCVBUF, RCVBUF)
+        sock.bind(("0.0.0.0", ROCEV2_PORT))
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
 class _Receiver(asyncio.DatagramProtocol):
     def __init__(self, service: ReplayService) -> None:
         self.service = service
@@ -153,12 +167,8 @@ class ReplayService:
         per_socket = _max_memberships()
         loop = asyncio.get_running_loop()
         for i in range(0, len(groups), per_socket):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            sock = _group_socket()
             try:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                sock.setsockopt(socket.IPPROTO_IP, IP_MULTICAST_ALL, 0)
-                set_socket_buffer(sock, socket.SO_RCVBUF, RCVBUF)
-                sock.bind(("0.0.0.0", ROCEV2_PORT))
                 for group in groups[i : i + per_socket]:
                     sock.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP, _mreqn(group, ifindex))
                 sock.setblocking(False)
@@ -198,12 +208,8 @@ class ReplayService:
             held[1] += 1
             return
         assert self.interface is not None
-        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        sock = _group_socket()
         try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.setsockopt(socket.IPPROTO_IP, IP_MULTICAST_ALL, 0)
-            set_socket_buffer(sock, socket.SO_RCVBUF, RCVBUF)
-            sock.bind(("0.0.0.0", ROCEV2_PORT))
             mreq = socket.inet_aton(group) + _interface_address(self.interface) + socket.inet_aton(source)
             sock.setsockopt(socket.IPPROTO_IP, IP_ADD_SOURCE_MEMBERSHIP, mreq)
             sock.setblocking(False)
