@@ -163,7 +163,10 @@ class LabSession:
 
     # -- counters -------------------------------------------------------------------------------------
     def interface_snapshot(self) -> Snapshot:
-        """Kernel counters of every data interface of every node, read from the host through each netns."""
+        """Kernel counters of every data interface of every node, read on the host from each node's
+        /proc/PID/net/dev; a node with a VXLAN device (a cut link) through netlink, which knows the device's
+        kind and adds the Ethernet header a VXLAN device does not count."""
+        from orchestrator.lab.netns import net_dev
         from orchestrator.lab.wiring import link_state
 
         wanted: dict[str, set[str]] = {}
@@ -171,10 +174,12 @@ class LabSession:
             for ep in link.endpoints:
                 if ep.interface not in MGMT_INTERFACES:
                     wanted.setdefault(ep.node, set()).add(ep.interface)
+        vxlan_nodes = {vx.endpoint.node for vx in self.topo.vxlan_links if not vx.stitched}
 
         def one(node: str) -> Snapshot:
+            read = link_state if node in vxlan_nodes else net_dev
             try:
-                state = link_state(self.pids[node])
+                state = read(self.pids[node])
             except OSError:
                 # A stopped container has no namespace left; metrics fall back to the peers' counters.
                 return {}

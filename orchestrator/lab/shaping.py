@@ -23,7 +23,7 @@ from pyroute2.netlink.exceptions import NetlinkError
 
 from aidcnet.ebpf.link_fault import FaultStats, LinkFault
 from orchestrator.lab.fabric import FABRIC_FILE, EndShaper, Fabric, FabricError
-from orchestrator.lab.netns import open_handle
+from orchestrator.lab.netns import open_handle, parse_net_dev
 
 NETNS_DIR = Path("/run/netns")
 # TBF is the root qdisc at handle 1: (tc's "1:").
@@ -195,7 +195,7 @@ def node_drop_counters(pid: int, interfaces: Iterable[str], proc: Path = Path("/
     base = proc / str(pid) / "net"
     try:
         snmp = (base / "snmp").read_text().splitlines()
-        dev = (base / "dev").read_text().splitlines()
+        dev = (base / "dev").read_text()
     except OSError as exc:
         raise FabricIOError(f"pid {pid}: cannot read its /proc/net ({exc}); did the node stop?") from None
     udp = [line.split()[1:] for line in snmp if line.startswith("Udp:")]
@@ -203,15 +203,11 @@ def node_drop_counters(pid: int, interfaces: Iterable[str], proc: Path = Path("/
         fields = dict(zip(udp[0], udp[1], strict=False))
         for name in UDP_DROP_COUNTERS:
             out[f"udp {name}"] = int(fields.get(name, 0))
-    wanted = set(interfaces)
-    for line in dev[2:]:
-        name, _, rest = line.partition(":")
-        name = name.strip()
-        if name in wanted:
-            cols = rest.split()
-            # /proc/net/dev: rx bytes packets errs drop ... (8 columns), then tx bytes packets errs drop
-            out[f"{name} rx drop"] = int(cols[3])
-            out[f"{name} tx drop"] = int(cols[11])
+    counters = parse_net_dev(dev)
+    for name in interfaces:
+        if name in counters:
+            out[f"{name} rx drop"] = counters[name]["rx_drop"]
+            out[f"{name} tx drop"] = counters[name]["tx_drop"]
     return out
 
 
