@@ -41,6 +41,7 @@ import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from aidcnet.agent.bier_dataplane import SOCKET_BUFFER
 from aidcnet.bier.bift import Bift
@@ -110,7 +111,24 @@ class EbpfUnavailable(RuntimeError):
 
 # -- ctypes mirrors of bier.h -------------------------------------------------------------------
 class Cfg(ctypes.Structure):
-    _fields_ = [("gen", ctypes.c_uint32), ("deliver_port", ctypes.c_uint16), ("ip_ttl", ctypes.c_uint16)]
+    _fields_ = [
+        ("gen", ctypes.c_uint32),
+        ("deliver_port", ctypes.c_uint16),
+        ("ip_ttl", ctypes.c_uint16),
+        ("direct_port", ctypes.c_uint16),
+        ("pad", ctypes.c_uint16),
+        ("direct_group", ctypes.c_uint8 * 4),
+        ("direct_addr", ctypes.c_uint8 * 4),
+    ]
+
+
+class Direct(NamedTuple):
+    """Direct delivery (bier_cfg.direct_*): own-bit packets carrying IPv4/UDP to ``group``:``port`` are
+    decapsulated by the program and re-addressed to ``address``, for an application socket on the port."""
+
+    port: int
+    group: str
+    address: str
 
 
 class TableInfo(ctypes.Structure):
@@ -318,6 +336,7 @@ class BierMaps:
         nbr_index: Mapping[str, int],
         deliver_port: int = DELIVER_PORT,
         ip_ttl: int = 64,
+        direct: Direct | None = None,
     ) -> int:
         """Write ``{our label: Bift}`` into the inactive generation, then make it active; returns it."""
         check_tables(tables, nbr_index)
@@ -348,7 +367,9 @@ class BierMaps:
             self._labels[gen].append(label)
         self._slots[gen] = len(tables)
         # the flip: one array element, written last
-        bpf.update(fd["bier_cfg"], ctypes.c_uint32(0), Cfg(gen, deliver_port, ip_ttl))
+        port, group, addr = direct or (0, "0.0.0.0", "0.0.0.0")
+        cfg = Cfg(gen, deliver_port, ip_ttl, port, 0, _addr_key(group), _addr_key(addr))
+        bpf.update(fd["bier_cfg"], ctypes.c_uint32(0), cfg)
         return gen
 
     def set_neighbor(
@@ -357,8 +378,8 @@ class BierMaps:
         """``dmac`` None: not resolved yet; packets that need this neighbour go to the Python path."""
         nbr = Nbr(
             ifindex if dmac else 0,
-            (ctypes.c_uint8 * 4)(*ipaddress.IPv4Address(saddr).packed),
-            (ctypes.c_uint8 * 4)(*ipaddress.IPv4Address(daddr).packed),
+            _addr_key(saddr),
+            _addr_key(daddr),
             (ctypes.c_uint8 * 6)(*smac),
             (ctypes.c_uint8 * 6)(*(dmac or bytes(6))),
         )
@@ -623,8 +644,10 @@ class EbpfBier:
         deliver_port: int = DELIVER_PORT,
         bind_socket: bool = True,
         interfaces: Sequence[str] | None = None,
+        direct: Direct | None = None,
     ) -> None:
         self.dp = dataplane
+        self.direct = direct
         self.obj = obj
         self.pin_dir = pin_dir
         self.run = run or run_cmd()
@@ -679,7 +702,9 @@ class EbpfBier:
 
     def write_tables(self) -> int:
         assert self.maps is not None
-        return self.maps.write_tables(self.dp.tables, self.nbr_index, deliver_port=self.deliver_port)
+        return self.maps.write_tables(
+            self.dp.tables, self.nbr_index, deliver_port=self.deliver_port, direct=self.direct
+        )
 
     def write_policy(self) -> list[str]:
         """Copy the dataplane's edge policy into the maps (after BierDataplane.set_edge_policy too)."""
@@ -792,9 +817,11 @@ def local_addresses(run: Runner) -> list[str]:
     return out
 
 
-def start_fast_path(dataplane, obj: Path | None = None) -> tuple[EbpfBier | None, str | None]:
+def start_fast_path(
+    dataplane, obj: Path | None = None, direct: Direct | None = None
+) -> tuple[EbpfBier | None, str | None]:
     """Start the eBPF dataplane in front of ``dataplane``; on refusal log why and return (None, why):
-    the Python dataplane, already running, then forwards everything."""
+    the Python dataplane, already running, then forwards everything. ``direct``: see :data:`Direct`."""
     from aidcnet.ebpf import OBJECT_DIR
 
     obj = obj or OBJECT_DIR / "bier.o"
@@ -803,7 +830,7 @@ def start_fast_path(dataplane, obj: Path | None = None) -> tuple[EbpfBier | None
             raise EbpfUnavailable(f"{obj} is missing: {MISSING_HINT}")
         ensure_bpffs()
         run = run_cmd()
-        fast = EbpfBier(dataplane, obj, local_addresses(run), run=run)
+        fast = EbpfBier(dataplane, obj, local_addresses(run), run=run, direct=direct)
         fast.start()
     except (EbpfUnavailable, OSError) as exc:
         why = f"eBPF dataplane not started, the Python dataplane forwards: {exc}"

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from aidcnet.agent.bier_dataplane import BierDataplane, ForwardFn
-from aidcnet.agent.bier_ebpf import start_fast_path, start_net_fast_path
+from aidcnet.agent.bier_ebpf import Direct, start_fast_path, start_net_fast_path
 from aidcnet.agent.bier_host import BierHost
 from aidcnet.agent.control import Handler, Op
 from aidcnet.agent.net_bier import NetBierEdge
@@ -78,6 +78,10 @@ def edge_policies(bier: Bier) -> tuple[dict[str, PortPolicy], dict[str, str]]:
 # Host-BIER wraps application data as IPv4/UDP from the host's loopback to this SSM group and RoCEv2's
 # port, so captures decode as MPLS-in-UDP / BIER / IPv4 / UDP; the UDP source port is the QP.
 HOST_BIER_GROUP = "232.1.0.1"
+# The replay's host-BIER data: a group of its own, which the hosts' eBPF program decapsulates and hands
+# straight to the replay's socket (bier_cfg.direct_*) as a unicast datagram is handed, while `bier send`
+# datagrams to HOST_BIER_GROUP still reach the agent (aidcnet ctl bier received).
+REPLAY_BIER_GROUP = "232.1.0.2"
 
 
 class BierService:
@@ -107,7 +111,10 @@ class BierService:
             self.dataplane.set_edge_policy(*edge_policies(bier))
         if bier.dataplane == "ebpf":
             # the tc program enforces the same policy (EbpfBier.write_policy); refused: Python checks it
-            self.ebpf, self.ebpf_error = start_fast_path(self.dataplane)
+            direct = None
+            if host and loopback != "0.0.0.0":  # a host's replay data goes straight to its replay socket
+                direct = Direct(ROCEV2_PORT, REPLAY_BIER_GROUP, loopback)
+            self.ebpf, self.ebpf_error = start_fast_path(self.dataplane, direct=direct)
         self.received: deque[dict[str, Any]] = deque(maxlen=RECEIVED_KEEP)
         self.app = ("127.0.0.1", bier.app_port) if bier.app_port else None
         self.app_dropped = 0
@@ -209,10 +216,10 @@ class BierService:
         return self.host.send_many(datagrams, receivers)
 
     def send_message(
-        self, fragments: list[bytes], receivers: list[int], flow: int, group: str = HOST_BIER_GROUP
+        self, fragments: list[bytes], receivers: list[int], flow: int, group: str = REPLAY_BIER_GROUP
     ) -> int:
-        """One message's fragments on one QP: every datagram carries ``flow`` as its Entropy and source
-        port, so the whole message takes one path, and all of them leave in one batch."""
+        """One replay message's fragments on one QP: every datagram carries ``flow`` as its Entropy and
+        source port, so the whole message takes one path, and all of them leave in one batch."""
         if self.host is None:
             raise ValueError("bier send is the host-BIER API: only gpu-host nodes are BFIRs for applications")
         flow &= 0xFFFFF

@@ -33,6 +33,7 @@
 #define IP_DF 0x4000
 #define ECMP_GOLDEN 0x9E3779B1u
 #define DEFAULT_DELIVER_PORT 16635
+#define BIER_PROTO_IPV4 4 /* RFC 8296 §2.1.2 Proto: IPv4 */
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -120,6 +121,16 @@ struct hdr {
 	__u64 raw[BIER_WORDS]; /* BitString, wire order; unused tail words stay zero */
 };
 
+/* the BIER payload's IPv4 header and UDP header, as deliver_direct reads them */
+struct direct_hdr {
+	__u8 ver_ihl, tos;
+	__be16 tot_len, id, frag_off;
+	__u8 ttl, protocol;
+	__be16 check;
+	__be32 saddr, daddr;
+	__be16 sport, dport, ulen, ucheck;
+};
+
 struct scratch {
 	struct copy copy[BIER_MAX_NBR];
 	/* in the map, not in struct dctx: a count on the stack would make the verifier walk the bpf_loop
@@ -141,6 +152,9 @@ struct scratch {
 	__u32 pol_ifindex;
 	struct bier_pol_key pol_key;
 	__u32 pol_idx;
+	/* deliver_direct's view of the payload's headers (the stack is full here too) */
+	__be32 direct_w2;
+	struct direct_hdr direct;
 };
 
 struct {
@@ -527,6 +541,38 @@ struct ectx {
 	__u32 deliver_port;
 };
 
+/* The own bit's packet, when its payload is IPv4/UDP to the configured direct group and port (bier_cfg): strip the
+ * outer IPv4/UDP and the BIER header (RFC 8296 §3: the BFER passes the payload to the overlay), put the
+ * payload's destination to this host's address and let the stack deliver it to the application's socket.
+ * 0: done; nonzero: not such a packet, or the kernel refused, and nothing was changed. */
+static __always_inline int deliver_direct(struct ectx *e, struct scratch *s, const struct bier_cfg *cfg)
+{
+	struct __sk_buff *skb = e->skb;
+	__u32 off = BITS_OFF + e->nwords * 8;
+	struct direct_hdr *in = &s->direct;
+
+	if (bpf_skb_load_bytes(skb, BIER_OFF + 8, &s->direct_w2, 4) ||
+	    ((bpf_ntohl(s->direct_w2) >> 16) & 0x3F) != BIER_PROTO_IPV4)
+		return 1;
+	if (off > BITS_OFF + BIER_MAX_BSL / 8 || bpf_skb_load_bytes(skb, off, in, sizeof(*in)))
+		return 1;
+	if (in->ver_ihl != 0x45 || in->protocol != IPPROTO_UDP || in->frag_off & bpf_htons(0x3FFF) ||
+	    in->daddr != cfg->direct_group || in->dport != bpf_htons(cfg->direct_port))
+		return 1;
+	if (bpf_skb_adjust_room(skb, -(__s32)(off - IP_OFF), BPF_ADJ_ROOM_MAC, 0))
+		return 1;
+	/* from here the payload's IPv4 header is at IP_OFF; the new address goes in through the scratch map */
+	__be32 old = in->daddr;
+
+	in->daddr = cfg->direct_addr;
+	if (bpf_l3_csum_replace(skb, IP_OFF + 10, old, in->daddr, 4) ||
+	    (in->ucheck &&
+	     bpf_l4_csum_replace(skb, IP_OFF + 26, old, in->daddr, BPF_F_PSEUDO_HDR | BPF_F_MARK_MANGLED_0 | 4)) ||
+	    bpf_skb_store_bytes(skb, IP_OFF + 16, &in->daddr, 4, 0))
+		e->err = 1; /* already stripped: a packet that cannot be re-addressed is dropped, not passed up */
+	return 0;
+}
+
 /* Copy i: rewrite the packet for its BFR-NBR and clone it out of the neighbour's interface.  The last
  * copy of a packet that is not also delivered locally is the packet itself (bpf_redirect after the
  * program returns): no clone, and no head copy for it. */
@@ -542,6 +588,10 @@ static long emit(__u32 i, void *data)
 		/* RFC 8279 §6.5 step 4: up to the agent's delivery socket, as received (here, not in
 		 * bier_rx, so that one frame holds the rewrite's stack) */
 		if (e->local) {
+			struct bier_cfg *cfg = bpf_map_lookup_elem(&bier_cfg, &zero);
+
+			if (cfg && cfg->direct_port && !deliver_direct(e, s, cfg))
+				return 1;
 			s->orig.dport = bpf_htons(e->deliver_port);
 			if (rewrite(e->skb, &s->cur, &s->orig, e->nwords))
 				e->err = 1;
@@ -850,7 +900,6 @@ struct {
 } bier_edge_cnt SEC(".maps");
 
 #define IPPROTO_IGMP_ 2
-#define BIER_PROTO_IPV4 4
 #define IMPOSE_TTL 64 /* BierDataplane.impose's default */
 #define IMPOSE_MAX_LEN 9216 /* longer inner packets (jumbo frames) go to the Python edge */
 

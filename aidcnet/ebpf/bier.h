@@ -25,6 +25,14 @@ struct bier_cfg {
 	__u32 gen;          /* active table generation, 0 or 1: written last */
 	__u16 deliver_port; /* own-bit packets go up to this local UDP port (the agent's delivery socket) */
 	__u16 ip_ttl;       /* outer IPv4 TTL of every copy, as the Python dataplane's socket sends */
+	/* direct_port 0: off. Otherwise an own-bit packet whose payload is IPv4/UDP to direct_group:direct_port
+	 * is decapsulated here and its payload passed up the stack, re-addressed to direct_addr: an application
+	 * socket on the port receives it as it would a unicast datagram (the host's replay receiver), with no
+	 * agent in the way */
+	__u16 direct_port;
+	__u16 pad;
+	__be32 direct_group;
+	__be32 direct_addr;
 };
 
 /* bier_table[gen * BIER_MAX_BIFT + slot]: one BIFT; bier_label maps its BIFT-id to the slot */

@@ -16,6 +16,7 @@ import ctypes
 import random
 import re
 import socket
+import struct
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from aidcnet.agent.bier_dataplane import BierDataplane
 from aidcnet.agent.bier_ebpf import (
     DELIVER_PORT,
     BierMaps,
+    Direct,
     EbpfBier,
     EbpfUnavailable,
     attach,
@@ -38,6 +40,7 @@ from aidcnet.bier.bift import NULL, SELF, Bift, bifts_by_label, build_bifts
 from aidcnet.bier.forwarding import build_copies, forward_packet
 from aidcnet.bier.header import BierDecodeError, BierHeader, parse_fields
 from aidcnet.bier.routing import compute_birts, undirected
+from aidcnet.ipv4 import build_udp, checksum16
 from tests.dataplane.netlab import PREFIX, NetLab, in_netns
 from tests.unit.aidcnet.bier.test_bier_forwarding import FIG1_EDGES, FIG1_IDS, FIG6_EDGES
 from tests.unit.aidcnet.bier.test_bier_fuzz import N_PACKETS, mutate, node_tables, valid_packet
@@ -89,24 +92,34 @@ def run_ebpf_raw(
     nbr_index: Mapping[str, int],
     packets: list[bytes],
     send: Callable[[list[bytes]], None] | None = None,
+    direct: Direct | None = None,
+    direct_got: list[tuple[bytes, str]] | None = None,
 ) -> tuple[list[list[bytes]], list[bytes], dict[str, int]]:
     """The program with maps written straight from ``tables`` (no BierDataplane: any mix of BSLs).
-    ``send`` puts UDP payloads on the wire (default: frames from neighbour 0, full checksums)."""
+    ``send`` puts UDP payloads on the wire (default: frames from neighbour 0, full checksums).
+    ``direct``: direct delivery on, what an application socket on its port receives goes to
+    ``direct_got`` as (payload, source address)."""
     run = run_cmd(lab.run_prefix())
     load(obj, PIN, run)
     maps = BierMaps(PIN)
+    app = None
     with in_netns(lab.dut):
         delivery = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         delivery.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 << 20)
         delivery.bind(("0.0.0.0", DELIVER_PORT))
         delivery.setblocking(False)
+        if direct is not None:
+            app = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            app.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 << 20)
+            app.bind(("0.0.0.0", direct.port))
+            app.setblocking(False)
     try:
         maps.set_local(lab.dut_addr)
         for i in nbr_index.values():
             maps.set_neighbor(
                 i, _ifindex(lab, i), lab.dut_addr[i], lab.nbr_addr[i], lab.dut_mac[i], lab.nbr_mac[i]
             )
-        maps.write_tables(tables, nbr_index)
+        maps.write_tables(tables, nbr_index, direct=direct)
         attach(lab.dut_if, PIN, run)
         got: list[list[bytes]] = [[] for _ in range(lab.n)]
         delivered: list[bytes] = []
@@ -118,6 +131,12 @@ def run_ebpf_raw(
             for i, frames in enumerate(lab.capture(settle=0.01)):
                 got[i] += frames
             delivered += drain(delivery)
+            while app is not None and direct_got is not None:
+                try:
+                    data, addr = app.recvfrom(65535)
+                except BlockingIOError:
+                    break
+                direct_got.append((data, addr[0]))
         nbrs = {name: (i, lab.dut_if[i]) for name, i in nbr_index.items()}
         return got, delivered, maps.counters(nbrs)
     finally:
@@ -125,6 +144,8 @@ def run_ebpf_raw(
             detach(ifname, run)
         maps.close()
         delivery.close()
+        if app is not None:
+            app.close()
 
 
 def _ifindex(lab: NetLab, i: int) -> int:
@@ -456,3 +477,53 @@ def test_table_swap_is_atomic_between_generations(lab: NetLab, bier_obj: Path) -
         assert dut.ebpf.describe()["ebpf_generation"] == 1 - gen
     finally:
         dut.close()
+
+
+# -- direct delivery: a host's replay data handed to the application's socket by the program ----------
+def _with_udp_checksum(packet: bytes) -> bytes:
+    """``packet`` (IPv4/UDP, checksum 0 as build_udp leaves it) with its UDP checksum filled in."""
+    ulen = len(packet) - 20
+    pseudo = packet[12:20] + struct.pack("!BBH", 0, 17, ulen)
+    csum = checksum16(pseudo + packet[20:]) or 0xFFFF
+    return packet[:26] + struct.pack("!H", csum) + packet[28:]
+
+
+@pytest.mark.parametrize("lab", [3], indirect=True)
+def test_direct_delivery_hands_replay_payloads_to_the_application_socket(lab: NetLab, bier_obj: Path) -> None:
+    """With bier_cfg.direct_* set, an own-bit packet whose payload is IPv4/UDP to the direct group and port
+    reaches a plain socket on that port as the payload's UDP data, from the payload's source address (the
+    program strips the outer headers and BIER, and re-addresses it to the host, a UDP checksum too); every
+    other own-bit packet still goes up to the delivery port whole, and the copies to neighbours stay the
+    pure code's."""
+    rng = random.Random(0xD1EC7)
+    tables = node_tables()  # own BFR-id 5: bit 5 of SI 0 at BSL 64 (label 150) and at BSL 256 (label 250)
+    direct = Direct(4791, "232.1.0.2", lab.dut_addr[0])
+    packets, is_direct, want_direct = [], [], []
+    for i in range(400):
+        label, bsl = rng.choice(((150, 64), (250, 256)))
+        others = rng.getrandbits(bsl) & rng.getrandbits(bsl) & rng.getrandbits(bsl) if i % 2 else 0
+        src = f"10.255.{rng.randrange(256)}.{rng.randrange(1, 255)}"
+        kind = i % 5
+        group = "232.1.0.1" if kind == 1 else "232.1.0.2"  # kind 1: HOST_BIER_GROUP, for the agent
+        dport = 4795 if kind == 2 else 4791  # kind 2: the reliable transport's port, for the agent
+        data = rng.randbytes(rng.randrange(1, 1400))
+        inner = build_udp(src, group, 40000 + i, dport, data, ident=i)
+        if kind == 3:
+            inner = _with_udp_checksum(inner)
+        proto = 6 if kind == 4 else 4  # kind 4: BIER Proto IPv6, never the direct path
+        hdr = BierHeader(bift_id=label, bitstring=others | (1 << 4), bsl=bsl, ttl=9, entropy=i, proto=proto)
+        packets.append(hdr.encode() + inner)
+        is_direct.append(kind in (0, 3))
+        if kind in (0, 3):
+            want_direct.append((data, src))
+    nbr_index = {"B": 0, "C": 1, "D": 2}
+    want, want_local = expected(lab, tables, nbr_index, packets)
+    assert len(want_local) == len(packets)
+    got_direct: list[tuple[bytes, str]] = []
+    got, delivered, c = run_ebpf_raw(
+        lab, bier_obj, tables, nbr_index, packets, direct=direct, direct_got=got_direct
+    )
+    check_frames(got, want)
+    assert sorted(got_direct) == sorted(want_direct)
+    assert delivered == [h + p for (p, _b, _pr, h), d in zip(want_local, is_direct, strict=True) if not d]
+    assert c["delivered"] == len(packets) and c["ebpf.punted"] == 0

@@ -144,7 +144,7 @@ def test_ebpf_fast_path_starts_with_the_policy_on_its_dataplane(monkeypatch) -> 
     monkeypatch.setattr(svc, "BierDataplane", functools.partial(BierDataplane, bind_addr="127.0.0.1", port=0))
     seen = []
     monkeypatch.setattr(
-        svc, "start_fast_path", lambda dp: seen.append(dict(dp.edge_policies)) or (object(), None)
+        svc, "start_fast_path", lambda dp, **_: seen.append(dict(dp.edge_policies)) or (object(), None)
     )
     spine1 = leaf_spine("static")["spine1"].bier
     assert spine1.dataplane == "ebpf"
