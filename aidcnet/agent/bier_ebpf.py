@@ -101,6 +101,7 @@ COUNTERS: tuple[str, ...] = (
     "ebpf.punted",
     "imposed",
     "dropped-policy",
+    "ebpf.delivered-direct",
 )
 NBR_COUNTERS = ("rx.nbr.{}.packets", "rx.nbr.{}.bytes", "tx.nbr.{}.packets", "tx.nbr.{}.bytes")
 

@@ -570,6 +570,8 @@ static __always_inline int deliver_direct(struct ectx *e, struct scratch *s, con
 	     bpf_l4_csum_replace(skb, IP_OFF + 26, old, in->daddr, BPF_F_PSEUDO_HDR | BPF_F_MARK_MANGLED_0 | 4)) ||
 	    bpf_skb_store_bytes(skb, IP_OFF + 16, &in->daddr, 4, 0))
 		e->err = 1; /* already stripped: a packet that cannot be re-addressed is dropped, not passed up */
+	else
+		cnt(C_DELIVERED_DIRECT, 1);
 	return 0;
 }
 

@@ -107,6 +107,7 @@ enum bier_counter {
 	C_PUNTED,           /* eBPF only: passed untouched to the Python dataplane (see docs/bier.md) */
 	C_IMPOSED,          /* BIER packets built as BFIR (bier_impose) */
 	C_DROPPED_POLICY,   /* refused by the RFC 8296 §6 edge policy (per port and reason: bier_pol_cnt) */
+	C_DELIVERED_DIRECT, /* eBPF only: of C_DELIVERED, handed to the stack decapsulated (bier_cfg.direct_*) */
 	C_NUM
 };
 

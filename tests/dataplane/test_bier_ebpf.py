@@ -235,6 +235,7 @@ def both_dataplanes(
         results[mode] = c
     ebpf, py = results["ebpf"], results["python"]
     assert ebpf.pop("ebpf.punted") == 0
+    assert ebpf.pop("ebpf.delivered-direct") == 0  # direct delivery is off here
     keys = set(ebpf) | set(py)
     diff = {k: (ebpf.get(k, 0), py.get(k, 0)) for k in sorted(keys) if ebpf.get(k, 0) != py.get(k, 0)}
     assert not diff, f"counters differ (ebpf, python): {diff}"
@@ -527,3 +528,4 @@ def test_direct_delivery_hands_replay_payloads_to_the_application_socket(lab: Ne
     assert sorted(got_direct) == sorted(want_direct)
     assert delivered == [h + p for (p, _b, _pr, h), d in zip(want_local, is_direct, strict=True) if not d]
     assert c["delivered"] == len(packets) and c["ebpf.punted"] == 0
+    assert c["ebpf.delivered-direct"] == len(want_direct)
