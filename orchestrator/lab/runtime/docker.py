@@ -27,6 +27,8 @@ MANAGED_NETWORK_LABEL = "aidclab.managed"
 NETWORK_LAB_LABEL = "aidclab.lab"
 # Two labs deploying at once can pick the same free subnet; the loser picks again.
 SUBNET_ATTEMPTS = 5
+# Tries, 0.2 s apart, at removing a network Docker says still has endpoints.
+NETWORK_REMOVE_ATTEMPTS = 30
 NETNS_DIR = Path("/run/netns")
 
 
@@ -164,8 +166,11 @@ class DockerRuntime:
         if net is None or (net.attrs.get("Labels") or {}).get(MANAGED_NETWORK_LABEL) != "true":
             return False
         # Docker releases a removed container's endpoint shortly after the removal returns, so a network
-        # that looks empty can still refuse: retry briefly, clearing stale endpoints on the way.
-        for _attempt in range(20):
+        # that looks empty can still refuse: retry briefly, clearing stale endpoints on the way. Halfway,
+        # disconnect every removed container by name, with force: an endpoint that ``inspect`` no longer
+        # lists but the network store still counts goes only that way (or with a dockerd restart).
+        gone = list(gone)
+        for attempt in range(NETWORK_REMOVE_ATTEMPTS):
             self.drop_stale_endpoints(name, gone)
             net.reload()
             if net.attrs.get("Containers"):
@@ -178,7 +183,11 @@ class DockerRuntime:
             except docker.errors.APIError as exc:
                 if "active endpoints" not in str(exc):
                     raise
-                time.sleep(0.2)
+            if attempt == NETWORK_REMOVE_ATTEMPTS // 2:
+                for container in gone:
+                    with contextlib.suppress(docker.errors.APIError):
+                        self.api.disconnect_container_from_network(container, net.id, force=True)
+            time.sleep(0.2)
         return False
 
     def network_endpoints(self, name: str) -> int:

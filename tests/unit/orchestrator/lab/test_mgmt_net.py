@@ -225,3 +225,32 @@ def test_the_own_subnet_pool_is_clear_of_the_plan_pools():
     defaults = yaml.safe_load((Path(addressing.__file__).with_suffix(".yml")).read_text())["pools"]
     for kind in ("loopback", "links"):
         assert not ipaddress.ip_network(MGMT_POOL).overlaps(ipaddress.ip_network(defaults[kind])), kind
+
+
+def test_an_endpoint_the_network_hides_but_still_counts_is_disconnected_by_the_removed_name(monkeypatch):
+    """``docker network rm`` says "has active endpoints" while inspect lists none: destroy disconnects the
+    containers it removed by name, with force, and the network goes."""
+    monkeypatch.setattr("orchestrator.lab.runtime.docker.time.sleep", lambda _s: None)
+    api = FakeAPI()
+    api.endpoints, api.containers = {}, set()
+    hidden = {"clab-mg-a-n0"}
+    net = FakeNetwork(api)
+    net.attrs = {"Labels": {"aidclab.managed": "true"}}
+    removed: list[bool] = []
+
+    def disconnect(container: str, _net: str, force: bool = False) -> None:
+        api.calls.append(("disconnect", container, _net, str(force)))
+        hidden.discard(container)
+
+    def remove() -> None:
+        if hidden:
+            response = SimpleNamespace(status_code=403, reason="", url="")
+            raise docker.errors.APIError("403", response=response, explanation="has active endpoints")
+        removed.append(True)
+
+    api.disconnect_container_from_network = disconnect  # type: ignore[method-assign]
+    net.remove = remove  # type: ignore[attr-defined]
+    client = SimpleNamespace(api=api, networks=SimpleNamespace(list=lambda names=None, **_: [net]))
+    runtime = DockerRuntime(client)  # type: ignore[arg-type]
+    assert runtime.remove_network_if_unused("clab-mg-a", ["clab-mg-a-n0"]) is True
+    assert removed == [True] and ("disconnect", "clab-mg-a-n0", "netid", "True") in api.calls
