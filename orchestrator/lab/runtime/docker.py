@@ -17,6 +17,7 @@ from typing import Any
 
 import docker
 import docker.errors
+import requests.exceptions
 
 from aidcnet.agent.client import AgentClient
 from orchestrator.lab.topology import MGMT_POOL, free_mgmt_subnet, mgmt_prefix_for
@@ -257,6 +258,14 @@ class DockerRuntime:
         except docker.errors.APIError as exc:
             self._discard_failed(cid, spec)
             raise DockerError(f"starting {spec.name}: {exc.explanation or exc}") from exc
+        except requests.exceptions.RequestException as exc:
+            # Under load a start can outlast the client's timeout while dockerd goes on with it: undo it
+            # here rather than leave a half-started container for destroy to race.
+            self._discard_failed(cid, spec)
+            raise DockerError(
+                f"starting {spec.name}: no answer from dockerd ({exc.__class__.__name__}); the machine is "
+                "overloaded, deploy again when it is quieter"
+            ) from exc
         pid = self.api.inspect_container(cid)["State"]["Pid"]
         return cid, pid
 

@@ -207,6 +207,23 @@ def test_a_failed_start_disconnects_the_endpoint_with_force_before_removing_the_
     assert api.endpoints == {} and api.containers == set()
 
 
+def test_a_start_that_times_out_is_undone_too(monkeypatch):
+    import requests.exceptions
+
+    api = FakeAPI()
+
+    def slow_start(cid: str) -> None:
+        raise requests.exceptions.ReadTimeout("read timed out")
+
+    api.start = slow_start  # type: ignore[method-assign]
+    net = FakeNetwork(api)
+    client = SimpleNamespace(api=api, networks=SimpleNamespace(list=lambda names=None, **_: [net]))
+    spec = ContainerSpec(name="clab-mg-a-n0", image="aidclab/bfr:latest", hostname="n0", network="clab-mg-a")
+    with pytest.raises(DockerError, match="no answer from dockerd"):
+        DockerRuntime(client).run(spec)  # type: ignore[arg-type]
+    assert api.calls[:2] == [("disconnect", "cid1", "clab-mg-a", "True"), ("remove", "cid1")]
+
+
 def test_an_endpoint_left_after_the_removal_is_dropped_by_name():
     api = FakeAPI()
     api.endpoints = {"cid1": {"Name": "clab-mg-a-n0"}, "cid9": {"Name": "clab-mg-a-n9"}}
