@@ -35,6 +35,10 @@ from orchestrator.progress import Counter, Phases, console
 # Docker's API server serialises much of container creation; beyond ~8 parallel requests it only queues.
 PARALLEL = 8
 HEALTH_TIMEOUT_S = 60.0
+# Rounds of 0.2 s that destroy waits for Docker to release removed containers' endpoints by itself.
+STALE_WAIT_ROUNDS = 10
+# Listings of a lab's containers destroy removes before it trusts that none is left.
+DESTROY_ROUNDS = 5
 
 
 class DeployError(RuntimeError):
@@ -164,18 +168,36 @@ def _poll_health(
 
 def _check_mgmt_room(runtime: DockerRuntime, topo: Topology) -> None:
     """Refuse, before any container starts, a lab whose nodes do not fit the management subnet next to
-    the containers other labs already attached to it."""
+    the containers other labs already attached to it. A lab's own network whose subnet deploy chooses
+    is sized to the lab, so there is nothing to check."""
+    if topo.mgmt.ipv4_subnet is None:
+        return
     subnet = ipaddress.ip_network(topo.mgmt.ipv4_subnet, strict=False)
     others = runtime.network_endpoints(topo.mgmt.network)
     room = mgmt_capacity(subnet) - others
     if len(topo.nodes) > room:
         free = free_mgmt_subnet(len(topo.nodes), runtime.network_subnets())
+        hint = (
+            "leave out mgmt.network and mgmt.ipv4-subnet, and the lab gets a network of its own sized to "
+            f"it, or set mgmt: {{ipv4-subnet: {free or 'a free subnet'}}}"
+        )
         raise DeployError(
             f"{topo.path}: {len(topo.nodes)} nodes do not fit management network {topo.mgmt.network!r} "
-            f"({subnet}: {mgmt_capacity(subnet)} containers, {others} attached by other labs); give the "
-            f"lab its own in the topology file: mgmt: {{network: {topo.name}-mgmt, ipv4-subnet: "
-            f"{free or 'a free subnet'}}}"
+            f"({subnet}: {mgmt_capacity(subnet)} containers, {others} attached by other labs); {hint}"
         )
+
+
+def _ensure_mgmt(phases: Phases, runtime: DockerRuntime, topo: Topology) -> None:
+    """Create (or reuse) the management network and settle ``topo.mgmt.ipv4_subnet``: a lab's own network
+    whose subnet the file leaves open takes a free one, sized to the nodes; the lab directory records it
+    (topology-data.json), so configure and redeploy agree with this deploy."""
+    mgmt = topo.mgmt
+    what = f"{mgmt.network} {mgmt.ipv4_subnet or 'free subnet'} (internal{', own' if mgmt.own else ''})"
+    with phases.phase("network", what):
+        mgmt.ipv4_subnet = runtime.ensure_mgmt_network(
+            mgmt.network, mgmt.ipv4_subnet, mgmt.bridge,
+            lab=topo.name if mgmt.own else None, containers=len(topo.nodes),
+        )  # fmt: skip
 
 
 def _run_exec(phases: Phases, runtime: DockerRuntime, topo: Topology) -> None:
@@ -214,8 +236,7 @@ def deploy(
     if existing:
         destroy(topo.name, runtime=runtime, quiet=True, underlay_netns=underlay_netns)
     _check_mgmt_room(runtime, topo)
-    with phases.phase("network", f"{topo.mgmt.network} {topo.mgmt.ipv4_subnet} (internal)"):
-        runtime.ensure_mgmt_network(topo.mgmt.network, topo.mgmt.ipv4_subnet, topo.mgmt.bridge)
+    _ensure_mgmt(phases, runtime, topo)
     pids: dict[str, int] = {}
     # Health checks start as each container starts, so they overlap with the rest of the deploy.
     health_pool = ThreadPoolExecutor(max_workers=PARALLEL)
@@ -267,7 +288,7 @@ def deploy(
         health_pool.shutdown(wait=False, cancel_futures=True)
     with phases.phase("lab-dir"):
         addresses = mgmt_addresses(runtime, topo)
-        prefix_len = ipaddress.ip_network(topo.mgmt.ipv4_subnet, strict=False).prefixlen
+        prefix_len = ipaddress.ip_network(str(topo.mgmt.ipv4_subnet), strict=False).prefixlen
         path = labdir.write_lab_dir(topo, addresses, prefix_len)
     phases.summary(f"{len(topo.nodes)} nodes healthy, {len(topo.links)} links up, lab dir {path.name}/")
     return path
@@ -294,14 +315,22 @@ def destroy(
     Works after a crashed deploy because it trusts only labels and interface aliases."""
     runtime = runtime or DockerRuntime()
     phases = Phases(f"destroy {lab or 'all labs'}")
-    containers = runtime.lab_containers(lab)
-    networks = set()
-    names = []
-    for c in containers:
-        names.append(c["Names"][0].lstrip("/"))
-        networks.update((c.get("NetworkSettings") or {}).get("Networks", {}).keys())
-    with phases.phase("containers", f"{len(names)} to remove"), ThreadPoolExecutor(PARALLEL) as pool:
-        list(pool.map(runtime.remove, names))
+    containers: list[dict[str, Any]] = []
+    networks: set[str] = set()
+    names: list[str] = []
+    with phases.phase("containers"), ThreadPoolExecutor(PARALLEL) as pool:
+        # A deploy killed a moment ago leaves requests that dockerd still completes, so a container can
+        # appear after the first listing: list again until a round finds none.
+        for _round in range(DESTROY_ROUNDS):
+            found = runtime.lab_containers(lab)
+            if not found:
+                break
+            containers += found
+            batch = [c["Names"][0].lstrip("/") for c in found]
+            for c in found:
+                networks.update((c.get("NetworkSettings") or {}).get("Networks", {}).keys())
+            list(pool.map(runtime.remove, batch))
+            names += batch
     with phases.phase("netns"):
         removed_ns = sum(unlink_netns(n) for n in names)
         labs = {c["Labels"].get("containerlab") for c in containers}
@@ -317,13 +346,11 @@ def destroy(
             for ns in {None, underlay_netns}
         )
     with phases.phase("network"):
-        for net in networks - {"none", "host", "bridge"}:
-            if not runtime.remove_network_if_unused(net) and not runtime.network_in_use(net):
-                console.print(
-                    f"  network {net}: Docker still reports endpoints of removed containers and refuses to "
-                    f"remove it; it is harmless to the next deploy, and `docker network rm {net}` after a "
-                    "dockerd restart clears it"
-                )
+        # A lab's own network is found by its label too: a deploy killed before its first container
+        # started leaves the network with nothing attached.
+        networks.update(runtime.lab_networks(lab))
+        for net in sorted(networks - {"none", "host", "bridge"}):
+            _remove_network(runtime, net, names)
     if cleanup:
         for lab_name in labs | ({lab} if lab else set()):
             path = (lab_dir_root or Path.cwd()) / lab_dir_name(lab_name)
@@ -334,6 +361,28 @@ def destroy(
             f"removed {len(names)} containers, {removed_ns} netns links and {removed_vx} underlay devices"
         )
     return len(names)
+
+
+def _remove_network(runtime: DockerRuntime, net: str, removed: list[str]) -> None:
+    """Clear the endpoints our removed containers left on ``net`` (shared networks too), then remove it if
+    aidclab made it and nothing live is attached; say what was forced and what could not be removed."""
+    # Docker lets go of a removed container's endpoint a moment after the removal returns: give it that
+    # moment before calling what is left stale.
+    for _attempt in range(STALE_WAIT_ROUNDS):
+        if not runtime.drop_stale_endpoints(net, removed, force=False):
+            break
+        time.sleep(0.2)
+    stale = runtime.drop_stale_endpoints(net, removed)
+    if stale:
+        console.print(
+            f"  network {net}: Docker still listed {len(stale)} endpoint(s) of removed containers "
+            f"({', '.join(stale[:4])}{'...' if len(stale) > 4 else ''}); disconnected them with force"
+        )
+    if not runtime.remove_network_if_unused(net, removed) and not runtime.network_in_use(net):
+        console.print(
+            f"  network {net}: Docker still reports endpoints of removed containers and refuses to remove "
+            f"it even after a forced disconnect; `docker network rm {net}` after a dockerd restart clears it"
+        )
 
 
 def status(runtime: DockerRuntime, lab: str | None) -> list[NodeStatus]:

@@ -113,6 +113,27 @@ def topology_data(topo: Topology, mgmt_addresses: dict[str, str], prefix_len: in
     }
 
 
+def recorded_mgmt_subnet(topo: Topology, root: Path | None = None) -> str | None:
+    """The management subnet the last deploy of the lab gave it, as its topology-data.json records it;
+    None when the lab was not deployed here or its file now names another network."""
+    path = lab_dir(topo, root) / "topology-data.json"
+    try:
+        mgmt = json.loads(path.read_text())["clab"]["config"]["mgmt"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if mgmt.get("network") != topo.mgmt.network:
+        return None
+    return mgmt.get("ipv4-subnet") or None
+
+
+def settle_mgmt(topo: Topology, root: Path | None = None) -> Topology:
+    """Give a topology whose own management subnet is chosen at deploy the subnet that deploy recorded,
+    so a configure in another process plans around the same subnet (unchanged when none is recorded)."""
+    if topo.mgmt.ipv4_subnet is None:
+        topo.mgmt.ipv4_subnet = recorded_mgmt_subnet(topo, root)
+    return topo
+
+
 PLAN_GROUPS = ("aidclab_igmp", "aidclab_bgp")
 
 

@@ -22,8 +22,12 @@ from typing import Any
 import yaml
 
 DEFAULT_PREFIX = "clab"
+# containerlab's shared management network; a lab gets it only by naming it (``mgmt: network: clab``).
+# A lab that names no network gets its own (:func:`own_mgmt_network`), sized to its nodes.
 DEFAULT_MGMT_NETWORK = "clab"
 DEFAULT_MGMT_SUBNET = "172.20.20.0/24"
+# Where a lab's own management subnet is chosen, clear of every Docker network (free_mgmt_subnet).
+MGMT_POOL = "172.16.0.0/12"
 # containerlab's default link MTU; jumbo frames keep a 4 KiB RoCE payload plus BIER in one packet.
 DEFAULT_MTU = 9500
 # Linux IFNAMSIZ is 16 including the terminating NUL.
@@ -123,9 +127,14 @@ class Node:
 
 @dataclass
 class Mgmt:
+    """The management network. ``own``: the topology names no ``mgmt.network``, so the lab has a network
+    of its own that deploy creates and destroy removes. ``ipv4_subnet`` None: not chosen yet; deploy picks
+    a free one sized to the nodes and records it in the lab directory (labdir.recorded_mgmt_subnet)."""
+
     network: str = DEFAULT_MGMT_NETWORK
-    ipv4_subnet: str = DEFAULT_MGMT_SUBNET
+    ipv4_subnet: str | None = DEFAULT_MGMT_SUBNET
     bridge: str | None = None
+    own: bool = False
 
 
 @dataclass
@@ -434,11 +443,12 @@ def _semantic_problems(
                 )
             used.setdefault(ep, link)
     problems += _vxlan_problems(nodes, vxlan_links or [], used)  # type: ignore[arg-type]
+    subnet = None
     try:
-        subnet = ipaddress.ip_network(mgmt.ipv4_subnet, strict=False)
+        if mgmt.ipv4_subnet is not None:
+            subnet = ipaddress.ip_network(mgmt.ipv4_subnet, strict=False)
     except ValueError:
         problems.append(f"mgmt/ipv4-subnet: {mgmt.ipv4_subnet!r} is not an IPv4 prefix")
-        subnet = None
     seen_mgmt: dict[str, str] = {}
     for node in nodes.values():
         if not node.mgmt_ipv4:
@@ -479,14 +489,39 @@ def mgmt_prefix_for(containers: int) -> int:
     return prefix
 
 
+def own_mgmt_network(lab_name: str) -> str:
+    """The name of a lab's own management network: the lab directory's name, ``clab-<lab>`` (containerlab
+    itself has no per-lab default; ``clab-<lab>`` is what the generated large labs already name)."""
+    return lab_dir_name(lab_name)
+
+
 def free_mgmt_subnet(
-    containers: int, taken: Iterable[ipaddress.IPv4Network], pool: str = "172.16.0.0/12"
+    containers: int, taken: Iterable[ipaddress.IPv4Network], pool: str = MGMT_POOL
 ) -> ipaddress.IPv4Network | None:
     """The first subnet of ``pool`` that holds ``containers`` and overlaps none of ``taken``."""
     for candidate in ipaddress.IPv4Network(pool).subnets(new_prefix=mgmt_prefix_for(containers)):
         if not any(candidate.overlaps(t) for t in taken):
             return candidate
     return None
+
+
+def _mgmt(raw: dict[str, Any], lab_name: str, nodes: dict[str, Node]) -> Mgmt:
+    """The topology's ``mgmt`` as deploy acts on it. A named network keeps containerlab's default subnet
+    when none is given (it is shared, as ``clab`` is). A lab's own network takes a free subnet chosen at
+    deploy, unless the file sets one or pins a node's ``mgmt-ipv4``, which only means something in a
+    known subnet: then containerlab's default."""
+    subnet = raw.get("ipv4-subnet")
+    if subnet == "auto":
+        subnet = None
+    own = "network" not in raw
+    if subnet is None and (not own or any(n.mgmt_ipv4 for n in nodes.values())):
+        subnet = DEFAULT_MGMT_SUBNET
+    return Mgmt(
+        network=own_mgmt_network(lab_name) if own else raw["network"],
+        ipv4_subnet=subnet,
+        bridge=raw.get("bridge"),
+        own=own,
+    )
 
 
 def parse_topology(doc: Any, path: str | Path = "<string>") -> Topology:
@@ -497,14 +532,8 @@ def parse_topology(doc: Any, path: str | Path = "<string>") -> Topology:
         raise TopologyError(path, problems)
     topo = doc.get("topology") or {}
     raw_mgmt = doc.get("mgmt") or {}
-    mgmt = Mgmt(
-        network=raw_mgmt.get("network", DEFAULT_MGMT_NETWORK),
-        ipv4_subnet=raw_mgmt.get("ipv4-subnet", DEFAULT_MGMT_SUBNET),
-        bridge=raw_mgmt.get("bridge"),
-    )
-    if mgmt.ipv4_subnet == "auto":
-        mgmt.ipv4_subnet = DEFAULT_MGMT_SUBNET
     nodes = {name: _build_node(name, raw, topo, problems) for name, raw in (topo.get("nodes") or {}).items()}
+    mgmt = _mgmt(raw_mgmt, doc["name"], nodes)
     if not nodes:
         problems.append("topology/nodes: the lab has no nodes")
     vxlan_links: list[VxlanLink] = []

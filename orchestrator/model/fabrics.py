@@ -57,9 +57,7 @@ class _Fabric:
                 "links": [{"endpoints": [a, b]} for a, b in links],
             },
         }
-        if len(nodes) > 250:
-            # The default /24 management network holds ~250 containers (DESIGN.md §5).
-            doc["mgmt"] = {"network": f"clab-{self.name}", "ipv4-subnet": "172.31.0.0/16"}
+        # No mgmt: the lab gets a management network of its own, sized to its nodes at deploy.
         return doc
 
 

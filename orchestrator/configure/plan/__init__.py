@@ -38,6 +38,7 @@ from orchestrator.configure.plan.model import (
     PlanLink,
     PlanNode,
 )
+from orchestrator.lab.labdir import settle_mgmt
 from orchestrator.lab.topology import Topology
 
 __all__ = [
@@ -169,6 +170,7 @@ def build_plan(
     ``aidclab replay --mode net-bier`` adds its groups this way without editing the user's file."""
     if lab_vars is None:
         lab_vars = load_vars(vars_path_for(topo))
+    settle_mgmt(topo)
     extra = [GroupVars.model_validate(g) for g in extra_groups]
     if extra:
         source = lab_vars.source

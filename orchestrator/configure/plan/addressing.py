@@ -63,8 +63,10 @@ class AddressSpace:
 
 def apply(plan: LabPlan, ctx: Context) -> LabPlan:
     space = AddressSpace()
-    mgmt = ipaddress.ip_network(ctx.topo.mgmt.ipv4_subnet, strict=False)
-    space.claim(mgmt, Source(ctx.topo_file, "mgmt.ipv4-subnet"))
+    # None: a lab's own network not deployed yet; deploy picks its subnet in MGMT_POOL, clear of the pools.
+    if ctx.topo.mgmt.ipv4_subnet is not None:
+        mgmt = ipaddress.ip_network(ctx.topo.mgmt.ipv4_subnet, strict=False)
+        space.claim(mgmt, Source(ctx.topo_file, "mgmt.ipv4-subnet"))
 
     for index, (subnet, src) in sorted(link_pins(ctx, "subnet").items()):
         if subnet.prefixlen != 31:

@@ -10,17 +10,26 @@ import contextlib
 import ipaddress
 import os
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import docker
 import docker.errors
+import requests.exceptions
 
 from aidcnet.agent.client import AgentClient
+from orchestrator.lab.topology import MGMT_POOL, free_mgmt_subnet, mgmt_prefix_for
 
 LAB_LABEL = "containerlab"
 MANAGED_NETWORK_LABEL = "aidclab.managed"
+# On a lab's own management network: the lab it belongs to, so destroy finds it with no container left.
+NETWORK_LAB_LABEL = "aidclab.lab"
+# Two labs deploying at once can pick the same free subnet; the loser picks again.
+SUBNET_ATTEMPTS = 5
+# Tries, 0.2 s apart, at removing a network Docker says still has endpoints.
+NETWORK_REMOVE_ATTEMPTS = 30
 NETNS_DIR = Path("/run/netns")
 
 
@@ -62,17 +71,26 @@ class DockerRuntime:
         self.api = self.client.api
 
     # -- networks ---------------------------------------------------------------------------------
-    def ensure_mgmt_network(self, name: str, subnet: str, bridge: str | None = None) -> None:
-        """An ``--internal`` bridge: no NAT and no route out of the machine (DESIGN.md §5)."""
-        existing = self.client.networks.list(names=[name])
-        existing = [n for n in existing if n.name == name]
-        if existing:
-            net = existing[0]
+    def _network(self, name: str) -> Any | None:
+        return next((n for n in self.client.networks.list(names=[name]) if n.name == name), None)
+
+    def ensure_mgmt_network(
+        self, name: str, subnet: str | None, bridge: str | None = None, lab: str | None = None,
+        containers: int = 0,
+    ) -> str:
+        """An ``--internal`` bridge: no NAT and no route out of the machine (DESIGN.md §5); returns its
+        subnet. ``lab``: the lab's own network, labelled with the lab so destroy finds it; its bridge is
+        named by Docker (``br-<id>``, never two labs' names cut to the same 15 characters). ``subnet``
+        None: the network's subnet if it exists, else the first free one holding ``containers``."""
+        net = self._network(name)
+        if net is not None:
             configs = (net.attrs.get("IPAM") or {}).get("Config") or []
-            subnets = {c.get("Subnet") for c in configs}
+            subnets = sorted(c.get("Subnet") for c in configs if c.get("Subnet"))
+            if subnet is None and len(subnets) == 1:
+                subnet = subnets[0]
             if subnet not in subnets:
                 raise DockerError(
-                    f"management network {name!r} exists with subnet {sorted(subnets)}, not {subnet}; "
+                    f"management network {name!r} exists with subnet {subnets}, not {subnet}; "
                     f"set mgmt.ipv4-subnet to match, pick another mgmt.network, or remove it "
                     f"(docker network rm {name})"
                 )
@@ -81,45 +99,105 @@ class DockerRuntime:
                     f"management network {name!r} exists but is not --internal, so lab containers could "
                     f"reach outside the machine; remove it (docker network rm {name}) and deploy again"
                 )
-            return
-        options = {"com.docker.network.bridge.name": bridge or f"br-{name}"[:15]}
-        ipam = docker.types.IPAMConfig(pool_configs=[docker.types.IPAMPool(subnet=subnet)])
-        self.client.networks.create(
-            name,
-            driver="bridge",
-            internal=True,
-            ipam=ipam,
-            options=options,
-            labels={MANAGED_NETWORK_LABEL: "true"},
+            return subnet
+        labels = {MANAGED_NETWORK_LABEL: "true"}
+        options = {}
+        if lab is not None:
+            labels[NETWORK_LAB_LABEL] = lab
+        if bridge or lab is None:
+            options["com.docker.network.bridge.name"] = bridge or f"br-{name}"[:15]
+        for _attempt in range(SUBNET_ATTEMPTS):
+            chosen = subnet or self._free_subnet(name, containers)
+            ipam = docker.types.IPAMConfig(pool_configs=[docker.types.IPAMPool(subnet=chosen)])
+            try:
+                self.client.networks.create(
+                    name, driver="bridge", internal=True, ipam=ipam, options=options, labels=labels
+                )
+                return chosen
+            except docker.errors.APIError as exc:
+                # Another deploy took the subnet between our look and our create: look again.
+                if subnet is not None or "overlap" not in str(exc).lower():
+                    raise DockerError(f"creating management network {name!r} ({chosen}): {exc}") from exc
+        raise DockerError(
+            f"creating management network {name!r}: every free subnet was taken by another deploy "
+            f"{SUBNET_ATTEMPTS} times over; deploy again, or set mgmt.ipv4-subnet in the topology file"
         )
 
-    def remove_network_if_unused(self, name: str) -> bool:
-        for net in self.client.networks.list(names=[name]):
-            if net.name != name or (net.attrs.get("Labels") or {}).get(MANAGED_NETWORK_LABEL) != "true":
-                continue
-            # Docker releases a removed container's endpoint shortly after the removal returns, so a
-            # network that looks empty can still refuse: retry briefly, then leave it for the next destroy.
-            for _attempt in range(20):
-                net.reload()
-                if net.attrs.get("Containers"):
-                    return False
-                try:
-                    net.remove()
-                    return True
-                except docker.errors.APIError as exc:
-                    if "active endpoints" not in str(exc):
-                        raise
-                    time.sleep(0.2)
+    def _free_subnet(self, name: str, containers: int) -> str:
+        free = free_mgmt_subnet(max(containers, 1), self.network_subnets())
+        if free is None:
+            raise DockerError(
+                f"no free /{mgmt_prefix_for(max(containers, 1))} in {MGMT_POOL} for management network "
+                f"{name!r}: Docker networks hold it all; remove unused ones (docker network prune)"
+            )
+        return str(free)
+
+    def lab_networks(self, lab: str | None = None) -> list[str]:
+        """The names of the own management networks of ``lab`` (of every lab if None)."""
+        label = f"{NETWORK_LAB_LABEL}={lab}" if lab else NETWORK_LAB_LABEL
+        return sorted(n.name for n in self.client.networks.list(filters={"label": label}))
+
+    def _container_exists(self, name_or_id: str) -> bool:
+        try:
+            self.api.inspect_container(name_or_id)
+            return True
+        except docker.errors.NotFound:
             return False
+
+    def drop_stale_endpoints(self, name: str, gone: Iterable[str] = (), force: bool = True) -> list[str]:
+        """Force-disconnect, by container name (Docker does not find a stale endpoint by id), every
+        endpoint of network ``name`` whose container no longer exists or is one of ``gone`` (containers
+        just removed); returns their names (only lists them when not ``force``). Docker 20.10 can keep
+        such endpoints after a failed start, and a network holding one refuses removal until dockerd
+        restarts."""
+        net = self._network(name)
+        if net is None:
+            return []
+        net.reload()
+        stale = stale_endpoints(net.attrs.get("Containers") or {}, set(gone), self._container_exists)
+        for endpoint in stale if force else ():
+            with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
+                self.api.disconnect_container_from_network(endpoint, net.id, force=True)
+        return stale
+
+    def remove_network_if_unused(self, name: str, gone: Iterable[str] = ()) -> bool:
+        """Remove a network aidclab created once no live container is attached; endpoints of containers
+        that are gone (``gone``, or unknown to Docker) are force-disconnected first."""
+        net = self._network(name)
+        if net is None or (net.attrs.get("Labels") or {}).get(MANAGED_NETWORK_LABEL) != "true":
+            return False
+        # Docker releases a removed container's endpoint shortly after the removal returns, so a network
+        # that looks empty can still refuse: retry briefly, clearing stale endpoints on the way. Halfway,
+        # disconnect every removed container by name, with force: an endpoint that ``inspect`` no longer
+        # lists but the network store still counts goes only that way (or with a dockerd restart).
+        gone = list(gone)
+        for attempt in range(NETWORK_REMOVE_ATTEMPTS):
+            self.drop_stale_endpoints(name, gone)
+            net.reload()
+            if net.attrs.get("Containers"):
+                return False
+            try:
+                net.remove()
+                return True
+            except docker.errors.NotFound:
+                return True
+            except docker.errors.APIError as exc:
+                if "active endpoints" not in str(exc):
+                    raise
+            if attempt == NETWORK_REMOVE_ATTEMPTS // 2:
+                for container in gone:
+                    with contextlib.suppress(docker.errors.APIError):
+                        self.api.disconnect_container_from_network(container, net.id, force=True)
+            time.sleep(0.2)
         return False
 
     def network_endpoints(self, name: str) -> int:
         """Containers attached to network ``name`` (0 when it does not exist)."""
-        for net in self.client.networks.list(names=[name]):
-            if net.name == name:
-                net.reload()
-                return len(net.attrs.get("Containers") or {})
-        return 0
+        net = self._network(name)
+        if net is None:
+            return 0
+        net.reload()
+        return len(net.attrs.get("Containers") or {})
 
     def network_subnets(self) -> list[ipaddress.IPv4Network]:
         """Every IPv4 subnet a Docker network on this engine holds: what a new one must not overlap."""
@@ -134,10 +212,10 @@ class DockerRuntime:
 
     def network_in_use(self, name: str) -> bool:
         """True when containers are attached (another lab), False when empty or not ours."""
-        for net in self.client.networks.list(names=[name]):
-            if net.name == name and (net.attrs.get("Labels") or {}).get(MANAGED_NETWORK_LABEL) == "true":
-                net.reload()
-                return bool(net.attrs.get("Containers"))
+        net = self._network(name)
+        if net is not None and (net.attrs.get("Labels") or {}).get(MANAGED_NETWORK_LABEL) == "true":
+            net.reload()
+            return bool(net.attrs.get("Containers"))
         return True
 
     # -- containers -------------------------------------------------------------------------------
@@ -178,13 +256,32 @@ class DockerRuntime:
         try:
             self.api.start(cid)
         except docker.errors.APIError as exc:
-            # A created container holds its management endpoint even when it never ran: remove it, or
-            # the network keeps a stale endpoint and can no longer be removed (issue 17).
-            with contextlib.suppress(docker.errors.APIError):
-                self.api.remove_container(cid, force=True, v=True)
+            self._discard_failed(cid, spec)
             raise DockerError(f"starting {spec.name}: {exc.explanation or exc}") from exc
+        except requests.exceptions.RequestException as exc:
+            # Under load a start can outlast the client's timeout while dockerd goes on with it: undo it
+            # here rather than leave a half-started container for destroy to race.
+            self._discard_failed(cid, spec)
+            raise DockerError(
+                f"starting {spec.name}: no answer from dockerd ({exc.__class__.__name__}); the machine is "
+                "overloaded, deploy again when it is quieter"
+            ) from exc
         pid = self.api.inspect_container(cid)["State"]["Pid"]
         return cid, pid
+
+    def _discard_failed(self, cid: str, spec: ContainerSpec) -> None:
+        """Undo a container whose start failed, endpoint first. Docker 20.10 can leave the management
+        endpoint of a start that failed half way (out of addresses, under load) in the network's store
+        after the container is gone, and the network then refuses removal (issues 17, 18): disconnect
+        with force while the container exists, remove it, then drop any endpoint still under its name."""
+        if spec.network not in ("none", "host", "bridge"):
+            with contextlib.suppress(docker.errors.APIError):
+                self.api.disconnect_container_from_network(cid, spec.network, force=True)
+        with contextlib.suppress(docker.errors.APIError):
+            self.api.remove_container(cid, force=True, v=True)
+        if spec.network not in ("none", "host", "bridge"):
+            with contextlib.suppress(docker.errors.APIError):
+                self.drop_stale_endpoints(spec.network, [spec.name])
 
     def lab_containers(self, lab: str | None = None) -> list[dict[str, Any]]:
         """Containers of one lab (or of every lab), found by containerlab's label, running or not."""
@@ -220,6 +317,24 @@ class DockerRuntime:
         output = self.api.exec_start(exec_id).decode(errors="replace")
         code = self.api.exec_inspect(exec_id)["ExitCode"]
         return int(code if code is not None else -1), output
+
+
+def stale_endpoints(
+    endpoints: dict[str, dict[str, Any]], gone: set[str], exists: Callable[[str], bool]
+) -> list[str]:
+    """The container names of a network's endpoints (``docker network inspect``'s ``Containers``: id or
+    ``ep-<endpoint id>`` -> {"Name": ...}) whose container is in ``gone`` or, asked by id and by name,
+    does not exist."""
+    out = []
+    for key, endpoint in sorted(endpoints.items()):
+        name = (endpoint or {}).get("Name") or ""
+        if not name:
+            continue
+        # A key that is a container id is asked by id: a new container may already carry the name.
+        alive = exists(name) if key.startswith("ep-") else exists(key)
+        if name in gone or not alive:
+            out.append(name)
+    return out
 
 
 # -- named network namespaces (so `ip netns exec clab-lab-node ...` works) -----------------------------

@@ -86,8 +86,13 @@ def test_both_ends_of_one_link_disagree():
     assert "links.leaf1:eth1.bandwidth = 100G" in msg and "links.spine1:eth1.bandwidth = 200G" in msg
 
 
+def with_mgmt_subnet(doc: dict[str, Any], subnet: str = "172.20.20.0/24") -> dict[str, Any]:
+    """A lab whose own management subnet the file sets (left open, deploy chooses it)."""
+    return {**doc, "mgmt": {"ipv4-subnet": subnet}}
+
+
 def test_pin_inside_the_management_subnet_names_the_topology_file():
-    msg = error_of(nodes(h1={"loopback": "172.20.20.9"}))
+    msg = error_of(nodes(h1={"loopback": "172.20.20.9"}), with_mgmt_subnet(leaf_spine_doc(2, 2, 2)))
     assert msg == (
         f"{VARS_FILE}: nodes.h1.loopback = 172.20.20.9/32 lies inside mgmt.ipv4-subnet = 172.20.20.0/24 "
         f"({TOPO_FILE})"
@@ -95,10 +100,10 @@ def test_pin_inside_the_management_subnet_names_the_topology_file():
 
 
 def test_pool_overlapping_the_management_subnet_is_stepped_over():
-    plan = plan_of(leaf_spine_doc(1, 1, 0), {"pools": {"links": "172.20.20.0/23"}})
+    plan = plan_of(with_mgmt_subnet(leaf_spine_doc(1, 1, 0)), {"pools": {"links": "172.20.20.0/23"}})
     assert str(plan.links[0].subnet) == "172.20.21.0/31"
     with pytest.raises(PlanError) as info:
-        plan_of(leaf_spine_doc(1, 2, 0), {"pools": {"links": "172.20.20.0/24"}})
+        plan_of(with_mgmt_subnet(leaf_spine_doc(1, 2, 0)), {"pools": {"links": "172.20.20.0/24"}})
     assert str(info.value).startswith(f"{VARS_FILE}: pools.links: 172.20.20.0/24 is exhausted")
 
 

@@ -41,7 +41,8 @@ def shapes_with_pins(draw):
 @given(shapes_with_pins())
 def test_addresses_never_clash_and_switches_are_fully_routed(case):
     (spines, leaves, per_leaf, seed), pins = case
-    plan = plan_of(leaf_spine_doc(spines, leaves, per_leaf, seed=seed), {"nodes": pins})
+    doc = {**leaf_spine_doc(spines, leaves, per_leaf, seed=seed), "mgmt": {"ipv4-subnet": str(MGMT)}}
+    plan = plan_of(doc, {"nodes": pins})
 
     for name, pin in pins.items():
         assert str(plan.nodes[name].loopback) == f"{pin['loopback']}/32"
