@@ -18,7 +18,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-GTSM_TTL = 255
+from aidcnet.bgp.exabgp import GTSM_TTL
 
 
 def install() -> None:
