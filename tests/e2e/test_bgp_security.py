@@ -62,7 +62,7 @@ def test_a_wrong_secret_keeps_its_session_down_and_is_named(runtime, lab) -> Non
     write_lab_plan(topo, compute_plan(topo))
     # Played on G1 only: L1 keeps the lab's secret, so the two ends of G1:eth1 disagree.
     report = run_playbook(
-        lab_dir / "ansible-inventory.yml", limit=topo.container_name("G1"), extra_vars={"fare_bgp_wait_s": 15}
+        lab_dir / "ansible-inventory.yml", limit=topo.container_name("G1"), extra_vars={"fare_bgp_wait_s": 20}
     )
     assert not report.ok
     failure = "\n".join(report.failures)
