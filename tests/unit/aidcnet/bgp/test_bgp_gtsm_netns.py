@@ -1,7 +1,7 @@
 """GTSM (RFC 5082) between real ExaBGP speakers in network namespaces (bgs-*), started the way the agent
 starts them (``python -m aidcnet.bgp.exabgp_main``, config from aidcnet.bgp.exabgp.config_text):
 
-    bgs-a 10.91.0.1 ---- 10.91.0.2 bgs-b                       one hop: GTSM sessions come up, whichever
+    bgs-a 10.91.0.1 ---- 10.91.0.2 bgs-b                       one hop: GTSM (+MD5) sessions come up, whichever
     bgs-a 10.91.2.1 ---- bgs-r ---- 10.91.1.1 bgs-c            side is passive; two hops: refused.
 """
 
@@ -122,10 +122,12 @@ def speakers(tmp_path: Path, fabric: None) -> Iterator[dict[str, Speaker]]:
             p.wait()
 
 
-def neighbor(local: str, peer: str, local_asn: int, peer_asn: int, hops: int | None) -> exabgp.Neighbor:
+def neighbor(
+    local: str, peer: str, local_asn: int, peer_asn: int, hops: int | None, md5: str | None = None
+) -> exabgp.Neighbor:
     return exabgp.Neighbor(
         address=peer, local_address=local, local_asn=local_asn, peer_asn=peer_asn,
-        router_id=local, hold_time=9, ttl_security_hops=hops,
+        router_id=local, hold_time=9, ttl_security_hops=hops, md5_password=md5,
     )
 
 
@@ -139,16 +141,17 @@ def wait_for(cond, seconds: float) -> bool:
 
 
 def pair(sp: dict[str, Speaker], far: str, far_ip: str, a_ip: str, a_passive: bool, hops: int | None,
-         module: str = MAIN) -> tuple[Speaker, Speaker]:
+         module: str = MAIN, md5: str | None = None) -> tuple[Speaker, Speaker]:
     a, other = sp["bgs-a"], sp[far]
-    a.start(neighbor(a_ip, far_ip, 65001, 65002, hops), passive=a_passive, module=module)
-    other.start(neighbor(far_ip, a_ip, 65002, 65001, hops), passive=not a_passive, module=module)
+    a.start(neighbor(a_ip, far_ip, 65001, 65002, hops, md5), passive=a_passive, module=module)
+    other.start(neighbor(far_ip, a_ip, 65002, 65001, hops, md5), passive=not a_passive, module=module)
     return a, other
 
 
 @pytest.mark.parametrize("a_passive", [True, False], ids=["a-passive", "b-passive"])
 def test_gtsm_session_one_hop_comes_up_whichever_side_is_passive(speakers, a_passive: bool) -> None:
-    a, b = pair(speakers, "bgs-b", "10.91.0.2", "10.91.0.1", a_passive, hops=1)
+    # As the plan renders every session by default: GTSM one hop and TCP-MD5.
+    a, b = pair(speakers, "bgs-b", "10.91.0.2", "10.91.0.1", a_passive, hops=1, md5="lab-Secret_1")
     assert wait_for(lambda: a.up() and b.up(), UP_WAIT_S), "GTSM session between bgs-a and bgs-b stayed down"
 
 
