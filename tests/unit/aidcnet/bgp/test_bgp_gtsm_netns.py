@@ -1,8 +1,8 @@
 """GTSM (RFC 5082) between real ExaBGP speakers in network namespaces (bgs-*), started the way the agent
 starts them (``python -m aidcnet.bgp.exabgp_main``, config from aidcnet.bgp.exabgp.config_text):
 
-    bgs-a 10.91.0.1 ---- 10.91.0.2 bgs-b                       one hop: GTSM (+MD5) sessions come up, whichever
-    bgs-a 10.91.2.1 ---- bgs-r ---- 10.91.1.1 bgs-c            side is passive; two hops: refused.
+    bgs-a 10.91.0.1 ---- 10.91.0.2 bgs-b             one hop: GTSM (+MD5) sessions come up, whichever
+    bgs-a 10.91.2.1 ---- bgs-r ---- 10.91.1.1 bgs-c  side is passive; two hops: refused.
 """
 
 from __future__ import annotations
