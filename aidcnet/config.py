@@ -257,6 +257,12 @@ class BgpNeighbor(_Model):
         pattern=r"^[!#-:<-z|~]{1,80}$",
         description="TCP-MD5 secret: 1-80 printable ASCII, no space, quote, ';', '{' or '}'",
     )
+    # RFC 5082 GTSM of this session (overrides bgp.ttl_security_hops): send with TTL 255, accept only
+    # TTL >= 256 - hops. The plan sets it on sessions whose both ends do GTSM (our nodes and FRR).
+    ttl_security_hops: int | None = Field(default=None, ge=1, le=254)
+
+    def gtsm_hops(self, bgp: Bgp) -> int | None:
+        return self.ttl_security_hops if self.ttl_security_hops is not None else bgp.ttl_security_hops
 
 
 class Bgp(_Model):
@@ -272,9 +278,9 @@ class Bgp(_Model):
     # fare: next-hop weights follow the path bandwidths; ecmp: equal weights (the baseline).
     weights: Literal["fare", "ecmp"] = "fare"
     hold_time: int = Field(default=9, ge=3, le=65535)
-    # RFC 5082 GTSM: send with TTL 255, accept only TTL >= 256 - hops; None: off. Off by default: ExaBGP
-    # 5.0.15 does not set TTL 255 on its listening socket, so the SYN-ACK leaves with the default TTL and a
-    # GTSM peer drops it; no session between two ExaBGP ends would come up (docs/fare.md).
+    # RFC 5082 GTSM on every session without a ttl_security_hops of its own: send with TTL 255, accept only
+    # TTL >= 256 - hops; None: off. The agent starts ExaBGP through aidcnet.bgp.exabgp_main, which gives
+    # the listening socket TTL 255 too (ExaBGP 5.0.15 does not, and a GTSM peer drops its SYN-ACK).
     ttl_security_hops: int | None = Field(default=None, ge=1, le=254)
     # GPU hosts are stub speakers (originate only); switches re-advertise.
     transit: bool = True

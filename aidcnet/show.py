@@ -17,13 +17,25 @@ def table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
 def format_bgp(reply: dict[str, Any]) -> str:
     neighbors = reply.get("neighbors") or []
     routes = reply.get("routes") or {}
-    up = sum(1 for n in neighbors if n.get("session") == "established")
+    # The agent says "up" (ExaBGP's word); "established" is BGP's.
+    up = sum(1 for n in neighbors if n.get("session") in ("up", "established"))
     out = [
         f"BGP AS {reply.get('asn', '-')}, FARE mode {reply.get('mode', '-')}: "
         f"{up}/{len(neighbors)} sessions established, {len(routes)} routes selected",
         "",
         table(
-            ["Neighbor", "Name", "Interface", "AS", "Link", "Bandwidth", "Session", "Rcvd", "Sent"],
+            [
+                "Neighbor",
+                "Name",
+                "Interface",
+                "AS",
+                "Link",
+                "Bandwidth",
+                "Session",
+                "Security",
+                "Rcvd",
+                "Sent",
+            ],
             [
                 [
                     n.get("peer"),
@@ -33,6 +45,7 @@ def format_bgp(reply: dict[str, Any]) -> str:
                     n.get("link"),
                     n.get("bandwidth"),
                     n.get("session"),
+                    security(n),
                     n.get("received"),
                     n.get("advertised"),
                 ]
@@ -40,6 +53,17 @@ def format_bgp(reply: dict[str, Any]) -> str:
             ],
         ),
     ]
+    # Named, so an operator (and the fare_bgp role's failure message) sees which session to fix.
+    problems = [
+        f"  {n.get('peer')} ({n.get('name')} via {n.get('interface')}): {n['problem']}"
+        for n in neighbors
+        if n.get("problem")
+    ]
+    if problems:
+        out += ["", "Session problems:", *problems]
+    md5 = {k: v for k, v in (reply.get("tcp_md5_counters") or {}).items() if v}
+    if md5:
+        out += ["TCP-MD5 drops since the agent started: " + ", ".join(f"{k} {v}" for k, v in md5.items())]
     if routes:
         rows = []
         for prefix, route in sorted(routes.items()):
@@ -54,6 +78,14 @@ def format_bgp(reply: dict[str, Any]) -> str:
     if events:
         out += ["", f"{len(events)} recent link event(s); --json shows them with their convergence timing"]
     return "\n".join(out)
+
+
+def security(neighbor: dict[str, Any]) -> str:
+    """``md5`` (RFC 2385) and ``gtsmH`` (RFC 5082, H hops) as the session has them; ``-``: neither."""
+    parts = (["md5"] if neighbor.get("md5") else []) + (
+        [f"gtsm{neighbor['gtsm_hops']}"] if neighbor.get("gtsm_hops") else []
+    )
+    return "+".join(parts) or "-"
 
 
 def format_bift(reply: dict[str, Any]) -> str:

@@ -72,6 +72,7 @@ class BgpService:
         self.selected: dict[str, Selected] = {}
         self.sessions: dict[str, str] = {peer: "idle" for peer in self.links}
         self._md5 = {str(n.address) for n in self.bgp.neighbors if n.md5_password is not None}
+        self._gtsm = {str(n.address): n.gtsm_hops(self.bgp) for n in self.bgp.neighbors}
         # The namespace's MD5 counters when we started: growth since then is about our sessions.
         self._md5_base = self._read_md5_counters()
         self.sent: dict[str, dict[str, str]] = {}  # peer -> prefix -> announce text ExaBGP has
@@ -118,7 +119,7 @@ class BgpService:
                 router_id=str(self.bgp.router_id),
                 hold_time=self.bgp.hold_time,
                 md5_password=n.md5_password,
-                ttl_security_hops=self.bgp.ttl_security_hops,
+                ttl_security_hops=n.gtsm_hops(self.bgp),
             )
             for n in self.bgp.neighbors
         ]
@@ -158,7 +159,7 @@ class BgpService:
                 self._proc = await asyncio.create_subprocess_exec(
                     sys.executable,
                     "-m",
-                    "exabgp",
+                    "aidcnet.bgp.exabgp_main",  # ExaBGP, with GTSM's TTL 255 on its listening socket too
                     "server",
                     str(self.config_path),
                     env=env,
@@ -406,7 +407,7 @@ class BgpService:
                     "session": self.sessions.get(peer, "idle"),
                     # Whether a secret is set, never the secret.
                     "md5": peer in self._md5,
-                    "gtsm_hops": self.bgp.ttl_security_hops,
+                    "gtsm_hops": self._gtsm.get(peer),
                     "problem": security.session_problem(
                         self.sessions.get(peer, "idle"), peer in self._md5, md5_deltas
                     ),

@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from orchestrator.lab.labdir import lab_dir, write_plan_groups
+from orchestrator.lab.labdir import lab_bgp_md5, lab_dir, write_plan_groups
 from orchestrator.lab.roles.base import FABRIC_SYSCTLS
 from orchestrator.lab.topology import Topology
 from orchestrator.paths import ANSIBLE_CFG, PLAYBOOKS
@@ -38,10 +38,17 @@ class ConfigureError(RuntimeError):
 
 def compute_plan(topo: Topology, extra_groups: list[dict[str, Any]] | None = None):
     """The lab plan from the topology and ``labs/<lab>.vars.yml`` (plus ``extra_groups``, network-BIER
-    groups the vars file does not list); raises PlanError naming both sources."""
-    from orchestrator.configure.plan import build_plan, load_vars, vars_path_for
+    groups the vars file does not list); raises PlanError naming both sources. Sessions the vars give no
+    TCP-MD5 secret get the lab's own (clab-<lab>/bgp.md5, made here on first use)."""
+    from orchestrator.configure.plan import PlanError, build_plan, load_vars, vars_path_for
 
-    return build_plan(topo, load_vars(vars_path_for(topo)), extra_groups or ())
+    def lab_md5():
+        try:
+            return lab_bgp_md5(lab_dir(topo))
+        except (OSError, ValueError) as exc:
+            raise PlanError(f"the lab's TCP-MD5 secret: {exc}") from None
+
+    return build_plan(topo, load_vars(vars_path_for(topo)), extra_groups or (), lab_md5=lab_md5)
 
 
 @dataclass

@@ -7,10 +7,14 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+import secrets
 from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import SecretStr
 
 from orchestrator.lab.roles import role_of
 from orchestrator.lab.topology import Topology
@@ -20,6 +24,33 @@ PYTHON_IN_NODES = "/usr/bin/python3"
 
 def lab_dir(topo: Topology, root: Path | None = None) -> Path:
     return (root or Path.cwd()) / topo.lab_dir_name
+
+
+# The lab's own TCP-MD5 secret (RFC 2385), signing the BGP sessions the vars give no secret (docs/fare.md).
+BGP_MD5_FILE = "bgp.md5"
+# secrets.token_urlsafe's alphabet (A-Z a-z 0-9 - _) is inside what every speaker's config accepts.
+_LAB_SECRET = re.compile(r"[A-Za-z0-9_-]{16,80}")
+
+
+def lab_bgp_md5(path: Path) -> SecretStr:
+    """The secret in ``path/bgp.md5``, made on first use (mode 0600) and read back ever after, so every
+    configure of the lab renders the same node files. Destroy removes it with the lab dir."""
+    file = path / BGP_MD5_FILE
+    path.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        text = file.read_text().strip()
+        if not _LAB_SECRET.fullmatch(text):
+            raise ValueError(
+                f"{file}: not a secret aidclab made (16-80 of A-Z a-z 0-9 - _); delete the file to have a "
+                "new one generated, or give bgp.md5 in the vars"
+            ) from None
+        return SecretStr(text)
+    text = secrets.token_urlsafe(24)
+    with os.fdopen(fd, "w") as f:
+        f.write(text + "\n")
+    return SecretStr(text)
 
 
 def container_labels(topo: Topology, node: str) -> dict[str, str]:

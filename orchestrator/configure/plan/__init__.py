@@ -8,11 +8,11 @@ the vars file and writing the plan file.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import yaml
-from pydantic import ValidationError
+from pydantic import SecretStr, ValidationError
 
 from orchestrator.configure.plan import (
     addressing,
@@ -163,11 +163,16 @@ def load_vars(path: str | Path) -> LabVars:
 
 
 def build_plan(
-    topo: Topology, lab_vars: LabVars | None = None, extra_groups: Iterable[GroupVars | dict] = ()
+    topo: Topology,
+    lab_vars: LabVars | None = None,
+    extra_groups: Iterable[GroupVars | dict] = (),
+    lab_md5: Callable[[], SecretStr] | None = None,
 ) -> LabPlan:
     """Compute the plan; ``lab_vars`` defaults to the topology's vars file (or all defaults).
     ``extra_groups`` (``bier.groups`` entries) are appended to the vars' groups for this plan only:
-    ``aidclab replay --mode net-bier`` adds its groups this way without editing the user's file."""
+    ``aidclab replay --mode net-bier`` adds its groups this way without editing the user's file.
+    ``lab_md5`` gives the lab's own TCP-MD5 secret, which signs the sessions the vars give none (called
+    only if one does); without it those sessions are unsigned."""
     if lab_vars is None:
         lab_vars = load_vars(vars_path_for(topo))
     settle_mgmt(topo)
@@ -178,7 +183,7 @@ def build_plan(
         lab_vars = lab_vars.model_copy(
             update={"bier": lab_vars.bier.model_copy(update={"groups": groups})}
         ).with_source(source)
-    ctx = Context(topo=topo, vars=lab_vars)
+    ctx = Context(topo=topo, vars=lab_vars, lab_md5=lab_md5)
     check_pin_targets(ctx)
     plan = LabPlan(
         lab=topo.name,

@@ -7,10 +7,13 @@ with the ASNs of :mod:`orchestrator.configure.plan.asn`. The sessions themselves
 ``bier.bift: bgp`` (BIER over BGP, RFC 9793) needs the BGP underlay, so it turns ``bgp.enabled`` on unless
 the vars say ``false`` explicitly, which is a contradiction and an error naming both keys.
 
-TCP-MD5 (RFC 2385) per session: ``links.<end>.md5`` (a secret, or false), else ``bgp.md5``. A secret may be
+TCP-MD5 (RFC 2385) per session: ``links.<end>.md5`` (a secret, or false), else ``bgp.md5``, else the lab's
+own secret (``Context.lab_md5``, generated once into the lab dir by configure). A secret may be
 written in the vars or read from an environment variable or a file the vars name, so the vars file can be
 shared without it. The secret is checked here against what the node file accepts, and every message names
 the key, never the value; the plan keeps it out of plan.yml (``PlanLink.md5_secret`` is excluded).
+
+GTSM (RFC 5082): ``bgp.ttl_security_hops`` (default 1) on every session whose both ends do GTSM.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from pathlib import Path
 
 from pydantic import SecretStr
 
+from aidcnet.roles import Role
 from orchestrator.configure.plan.context import Context, Source, clash, link_pins, problem
 from orchestrator.configure.plan.model import LabPlan, Md5Secret, PlanBgp, SecretRef
 
@@ -38,6 +42,7 @@ def apply(plan: LabPlan, ctx: Context) -> LabPlan:
     plan.bgp = PlanBgp(**values)
     if plan.bgp.enabled:
         _plan_md5(plan, ctx)
+        _plan_gtsm(plan, ctx)
     return plan
 
 
@@ -47,11 +52,34 @@ def _plan_md5(plan: LabPlan, ctx: Context) -> None:
     secrets: dict[Source, SecretStr] = {}  # each secret read once, however many links use it
     for index, link in enumerate(plan.links):
         value, src = pins.get(index, (default, default_src))
-        if value is None or value is False:
+        if value is False:
             continue
-        if src not in secrets:
+        if value is None:
+            # Unset: the lab's own secret. A plan computed without a lab (models, unit tests) has none to
+            # give and leaves these sessions unsigned; configure always passes the lab's.
+            if ctx.lab_md5 is None:
+                continue
+            if src not in secrets:
+                secrets[src] = ctx.lab_md5()
+        elif src not in secrets:
             secrets[src] = read_secret(value, src, ctx)
         link.md5, link.md5_secret = True, secrets[src]
+
+
+# The speakers whose rendering sends with TTL 255 and checks the minimum (ExaBGP through
+# aidcnet.bgp.exabgp_main, FRR's ttl-security). GoBGP's and BIRD's are not rendered: a session with them
+# stays without GTSM rather than depending on behaviour our tests do not cover.
+GTSM_ROLES = frozenset({Role.BFR, Role.INA_SWITCH, Role.GPU_HOST, Role.FRR})
+
+
+def _plan_gtsm(plan: LabPlan, ctx: Context) -> None:
+    hops, _src = ctx.setting("bgp.ttl_security_hops")
+    if hops is None or hops is False:
+        return
+    plan.bgp.ttl_security_hops = hops
+    for link in plan.links:
+        if plan.nodes[link.a.node].role in GTSM_ROLES and plan.nodes[link.b.node].role in GTSM_ROLES:
+            link.ttl_security_hops = hops
 
 
 def read_secret(value: Md5Secret, src: Source, ctx: Context) -> SecretStr:

@@ -94,6 +94,7 @@ def bgp_config(plan: LabPlan, name: str) -> Bgp | None:
                     interface=local.interface,
                     asn=peer.asn,
                     md5_password=md5_password(plan, link),
+                    ttl_security_hops=link.ttl_security_hops,
                 )
             )
     neighbors.sort(key=lambda n: natural_key(n.interface))

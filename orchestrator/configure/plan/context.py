@@ -5,14 +5,14 @@ source (file and key path) of every value so that a conflict can name both sides
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, SecretStr, ValidationError
 
 from aidcnet.roles import Role
 from orchestrator.configure.plan.model import LabVars, PlanError
@@ -110,6 +110,9 @@ class Context:
     topo: Topology
     vars: LabVars
     defaults: Defaults = field(default_factory=load_defaults)
+    # The lab's generated TCP-MD5 secret, asked for only when a session needs it (bgp.md5 unset); None: the
+    # plan is computed without a lab and such sessions stay unsigned.
+    lab_md5: Callable[[], SecretStr] | None = None
     roles: dict[str, str] = field(init=False)
 
     def __post_init__(self) -> None:

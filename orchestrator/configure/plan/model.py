@@ -135,8 +135,11 @@ class BgpVars(_Vars):
     link_bandwidth: Literal["transitive", "non-transitive"] | None = None
     weights: Literal["fare", "ecmp"] | None = None
     hold_time: int | None = Field(default=None, ge=3, le=65535)
-    # RFC 2385 TCP-MD5 on every session, with this secret; links.<end>.md5 overrides it per session.
-    md5: Md5Secret | None = None
+    # RFC 2385 TCP-MD5 on every session, with this secret (unset: a secret generated for the lab and kept
+    # in its lab dir; false: unsigned); links.<end>.md5 overrides it per session.
+    md5: Literal[False] | Md5Secret | None = None
+    # RFC 5082 GTSM radius in hops on every session between two speakers that do GTSM; false: off.
+    ttl_security_hops: Literal[False] | Annotated[int, Field(ge=1, le=254)] | None = None
 
 
 class NodeVars(_Vars):
@@ -283,6 +286,8 @@ class PlanLink(_Plan):
     # out of plan.yml (a plan read back from there has md5 set and no secret, and cannot render sessions).
     md5: bool = False
     md5_secret: SecretStr | None = Field(default=None, exclude=True, repr=False)
+    # RFC 5082 GTSM radius of this link's BGP session; None: no GTSM (off, or an end that cannot do it).
+    ttl_security_hops: int | None = None
 
     def endpoint(self, node: str, interface: str) -> PlanEndpoint | None:
         for ep in (self.a, self.b):
@@ -338,6 +343,8 @@ class PlanBgp(_Plan):
     link_bandwidth: Literal["transitive", "non-transitive"] = "transitive"
     weights: Literal["fare", "ecmp"] = "fare"
     hold_time: int = 9
+    # RFC 5082 GTSM radius of the sessions (None: off); the links say which sessions have it.
+    ttl_security_hops: int | None = None
 
 
 class PlanTime(_Plan):

@@ -21,7 +21,10 @@ BGP = {
             "asn": 65101,
             "link": "up",
             "bandwidth": "800G",
-            "session": "established",
+            "session": "up",
+            "md5": True,
+            "gtsm_hops": 1,
+            "problem": None,
             "received": 7,
             "advertised": 1,
         },
@@ -33,6 +36,9 @@ BGP = {
             "link": "down",
             "bandwidth": "400G",
             "session": "idle",
+            "md5": True,
+            "gtsm_hops": 1,
+            "problem": "TCP-MD5 secret mismatch suspected (TCPMD5Failure +4): both ends need the same secret",
             "received": 0,
             "advertised": 0,
         },
@@ -49,6 +55,7 @@ BGP = {
     },
     "events": [{"t_event": 1.0}],
     "counters": {"bgp.updates": 3, "bgp.errors": 0},
+    "tcp_md5_counters": {"TCPMD5NotFound": 0, "TCPMD5Unexpected": 0, "TCPMD5Failure": 4},
 }
 
 BIFT = {
@@ -86,7 +93,11 @@ def test_bgp_summary_has_one_row_per_neighbour_and_the_routes():
     lines = text.splitlines()
     assert lines[0] == "BGP AS 65001, FARE mode per-flow: 1/2 sessions established, 1 routes selected"
     row = next(line for line in lines if line.startswith("10.0.0.3"))
-    assert row.split() == ["10.0.0.3", "L2", "eth2", "65102", "down", "400G", "idle", "0", "0"]
+    assert row.split() == ["10.0.0.3", "L2", "eth2", "65102", "down", "400G", "idle", "md5+gtsm1", "0", "0"]
+    # The session that is down for a wrong secret is named, with why; the one that is up is not.
+    assert "  10.0.0.3 (L2 via eth2): TCP-MD5 secret mismatch suspected (TCPMD5Failure +4)" in text
+    assert not any(line.startswith("  10.0.0.1 (L1") for line in lines)
+    assert "TCP-MD5 drops since the agent started: TCPMD5Failure 4" in lines
     route = next(line for line in lines if line.startswith("10.255.0.9/32"))
     assert "65101 65201" in route and "10.0.0.1 eth1 w2, 10.0.0.3 eth2 w1" in route and route.endswith("1.2T")
     assert "counters: bgp.updates=3" in text and "bgp.errors" not in text

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import jinja2
 import yaml
+from pydantic import SecretStr
 
 from aidcnet.config import NodeConfig
 from orchestrator.configure.plan import build_plan, node_configs
@@ -76,24 +77,31 @@ def test_without_bgp_an_frr_node_keeps_the_static_routes(tmp_path: Path) -> None
     assert f"ip route {config.routes[0].prefix} {hop.via} {hop.dev}" in lines
 
 
-def test_frr_sessions_get_gtsm_and_md5_when_set(tmp_path: Path) -> None:
-    config = configs(*shipped("superpod-frr"), tmp_path)["L1"]
+def test_frr_sessions_get_gtsm_and_the_lab_md5_by_default(tmp_path: Path) -> None:
+    topology, lab_vars = shipped("superpod-frr")
+    path = tmp_path / "superpod-frr.clab.yml"
+    path.write_text(yaml.safe_dump(topology, sort_keys=False))
+    topo = load_topology(path)
+
+    def l1(extra: dict) -> list[str]:
+        doc = {**lab_vars, "bgp": {**lab_vars.get("bgp", {}), **extra}}
+        plan = build_plan(topo, LabVars.model_validate(doc), lab_md5=lambda: SecretStr("lab-k3y"))
+        return render(node_configs(plan)["L1"])
+
+    config = configs(topology, lab_vars, tmp_path)["L1"]
+    lines = l1({})
+    for n in config.bgp.neighbors:  # every session: its peers are GPU hosts, which do GTSM
+        assert f" neighbor {n.address} ttl-security hops 1" in lines
+        assert f" neighbor {n.address} password lab-k3y" in lines
+    off = l1({"ttl_security_hops": False, "md5": False})
+    assert not any("ttl-security" in line or " password " in line for line in off)
+    assert f" neighbor {config.bgp.neighbors[0].address} ttl-security hops 2" in l1({"ttl_security_hops": 2})
+    # A hand-written node file may set GTSM node-wide; the session's own value wins.
     n = config.bgp.neighbors[0]
-    lines = render(config)
-    assert not any("ttl-security" in line for line in lines)  # GTSM off by default (config.py says why)
-    assert not any(" password " in line for line in lines)  # no secret, no password line
-    gtsm = config.model_copy(update={"bgp": config.bgp.model_copy(update={"ttl_security_hops": 1})})
-    assert f" neighbor {n.address} ttl-security hops 1" in render(gtsm)
-    secured = config.model_copy(
-        update={
-            "bgp": config.bgp.model_copy(
-                update={
-                    "neighbors": [n.model_copy(update={"md5_password": "k3y"})],
-                    "ttl_security_hops": None,
-                }
-            )
-        }
+    wide = config.model_copy(
+        update={"bgp": config.bgp.model_copy(update={"ttl_security_hops": 3, "neighbors": [n]})}
     )
-    lines = render(secured)
-    assert f" neighbor {n.address} password k3y" in lines
-    assert not any("ttl-security" in line for line in lines)
+    assert f" neighbor {n.address} ttl-security hops 1" in render(wide)
+    bare = n.model_copy(update={"ttl_security_hops": None})
+    wide = wide.model_copy(update={"bgp": wide.bgp.model_copy(update={"neighbors": [bare]})})
+    assert f" neighbor {n.address} ttl-security hops 3" in render(wide)
