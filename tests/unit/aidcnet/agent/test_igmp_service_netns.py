@@ -37,9 +37,10 @@ TIMERS = dict(query_interval=4.0, query_response_interval=1.0, last_member_query
 
 
 class IgmpLab(Lab):
-    def __init__(self) -> None:
+    def __init__(self, batch: bool = True, prefix: str = "igA") -> None:
         super().__init__()
-        self.ns = {n: f"igA{os.getpid() % 10000}{n}" for n in self.ns}
+        self.batch = batch  # False: the per-report path (bench/igmp_join_path.py's baseline)
+        self.ns = {n: f"{prefix}{os.getpid() % 10000}{n}" for n in self.ns}
         self.igmp: dict[str, IgmpService] = {}
 
     def _leaves(self) -> None:
@@ -72,7 +73,7 @@ class IgmpLab(Lab):
                     receivers=RECEIVERS,
                     **TIMERS,
                 )
-                self.igmp[leaf] = IgmpService(igmp, shell, config)  # type: ignore[arg-type]
+                self.igmp[leaf] = IgmpService(igmp, shell, config, batch=self.batch)  # type: ignore[arg-type]
             dp.attach(self.loop)
             edge.attach(self.loop)
             self.igmp[leaf].attach(self.loop)
