@@ -194,7 +194,8 @@ class IgmpLeaf:
                 else f"v{getattr(msg, 'version', 2)}-{type(msg).__name__.lower()}",
             )
             new_groups = {r.group for r in msg.records} if isinstance(msg, Report) else {msg.group}
-            if len(new_groups | link.table.groups.keys()) > self.max_groups:
+            known = link.table.groups
+            if len(known) + sum(1 for g in new_groups if g not in known) > self.max_groups:
                 self._drop(port, "too-many-groups")
                 return out
         else:
