@@ -243,6 +243,8 @@ class IgmpService:
     def _flush(self) -> None:
         with self._lock:
             self._flush_due = False
+            if self._members is None:
+                return  # closed meanwhile: the edge is back on its static flows, leave them
             self._do(self.leaf.settle(time.monotonic()))
 
     # -- output -----------------------------------------------------------------------------------
