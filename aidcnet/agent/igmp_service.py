@@ -230,7 +230,7 @@ class IgmpService:
                         sends.merge(self.leaf.settle(time.monotonic()))
                     self._do(sends)
                     return
-                self._do(sends, wake=False)  # nothing to send yet: the flows wait for the flush
+                # Nothing to send yet (the report is in its BFER's table): the flows wait for the flush.
                 due, self._flush_due = self._flush_due, True
             if not due:
                 # The dataplane hands us a burst's reports in one loop iteration; a callback queued now
@@ -359,10 +359,8 @@ class IgmpService:
         return out
 
     def all_counters(self) -> dict[str, int]:
-        stamps = {
-            "shell.stamps-dropped": self.leaf_stamps.dropped + self.bfir_stamps.dropped,
-        }
-        return {**self.leaf.all_counters(), **{f"shell.{k}": v for k, v in self.counters.items()}, **stamps}
+        shell = {**self.counters, "stamps-dropped": self.leaf_stamps.dropped + self.bfir_stamps.dropped}
+        return {**self.leaf.all_counters(), **{f"shell.{k}": v for k, v in shell.items()}}
 
     def stamps(self, since_ns: int = 0) -> dict[str, Any]:
         """The join-path stamps from ``since_ns`` on (docs/igmp.md, "Join-path stamps")."""
