@@ -156,12 +156,12 @@ def igmp_path(
         if host not in attach:
             continue
         leaf, bfer = attach[host]
-        for op_id, join_ns, _leave in events:
+        for op_id, join_ns, leave_ns in events:
             op = int(op_id)
             source, group = channel[op]
             at_leaf = _first_at_or_after(heard.get((leaf, source, group), []), int(join_ns))
-            if at_leaf is None:
-                unmatched += 1
+            if at_leaf is None or (leave_ns is not None and at_leaf[0] > int(leave_ns)):
+                unmatched += 1  # nothing heard while this join stood (a socket another op had joined)
                 continue
             heard_ns, sent_ns = at_leaf
             if sent_ns is None:

@@ -75,9 +75,9 @@ def test_a_join_the_leaf_knew_already_is_shared_and_a_lost_report_unmatched() ->
     assert path.samples[0].to_first is None
 
 
-def test_a_stamp_before_the_join_is_not_taken() -> None:
-    stamps = {"l2": {"leaf": [[S, G, True, 50, 60]], "bfir": []}, "l1": {"leaf": [], "bfir": []}}
-    path = igmp_path({"h2": [[0, 100, None]]}, CHANNEL, ATTACH, SOURCE_LEAF, stamps, {}, None)
+def test_a_stamp_before_the_join_or_after_the_leave_is_not_taken() -> None:
+    stamps = {"l2": {"leaf": [[S, G, True, 50, 60], [S, G, True, 300, 310]], "bfir": []}, "l1": {"bfir": []}}
+    path = igmp_path({"h2": [[0, 100, 200]]}, CHANNEL, ATTACH, SOURCE_LEAF, stamps, {}, None)
     assert path.samples == [] and path.unmatched == 1
 
 
