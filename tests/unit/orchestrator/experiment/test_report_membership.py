@@ -73,3 +73,40 @@ def test_no_membership_table_without_a_membership_mode() -> None:
     topo = fx.topology()
     (c,) = compare_runs([fx.run("net-bier", topo), fx.run("unicast", topo)])
     assert membership_table(c) is None
+
+
+def test_the_join_path_rows_split_transit_from_our_processing() -> None:
+    topo = fx.topology()
+    igmp_path = {
+        "samples": 5, "unmatched": 1, "shared": 2, "transit_time": "fabric", "transit_p50_s": 2e-6,
+        "transit_p99_s": 3e-6, "processing_p50_wall_s": 0.25, "processing_p99_wall_s": 0.9,
+        "leaf_processing_p50_wall_s": 0.2, "bfir_processing_p50_wall_s": 0.05,
+        "installed_to_first_p50_s": 1e-4, "processing_share": 0.97, "processing_dominated": True, "notes": [],
+    }  # fmt: skip
+    proxy_path = {
+        **igmp_path,
+        "processing_share": 0.2,
+        "processing_dominated": False,
+        "unmatched": 0,
+        "shared": 0,
+    }
+    runs = [
+        fx.run("net-bier", topo),
+        _with(fx.run("igmp", topo), {"membership": {**_membership(6, 0.004), "join_path": igmp_path}}, {}),
+        _with(fx.run("proxy", topo), {"membership": {**_membership(2, 1e-4), "join_path": proxy_path}}, {}),
+    ]
+    (c,) = compare_runs(runs)
+    table = membership_table(c)
+    assert table is not None
+    rows = {r[0]: r[1:] for r in table.rows}
+    assert rows["join path stamped (unmatched / shared)"] == ["–", "5 (1 / 2)", "5 (0 / 0)"]
+    assert rows["join transit p50"] == ["–", "0.002 ms fabric", "0.002 ms fabric"]
+    assert rows["node processing p50 (not scaled)"] == ["–", "250.000 ms wall", "250.000 ms wall"]
+    assert rows["processing share of the join path"] == ["–", "97.0%: NOT faithful for latency", "20.0%"]
+
+
+def test_no_join_path_rows_without_stamps() -> None:
+    topo = fx.topology()
+    (c,) = compare_runs([_with(fx.run("igmp", topo), {"membership": _membership(6, 0.004)}, {})])
+    table = membership_table(c)
+    assert table is not None and not any(r[0].startswith("join") for r in table.rows)
