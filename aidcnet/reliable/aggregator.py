@@ -56,6 +56,10 @@ class AggregatorConfig:
     max_backoff: int = 5  # partials of one entry come after partial_after × 2**k, k capped here
     bsl: int = 64  # BitString length of the AGG-ACKs it sends
     adaptive: bool = True  # per-flow partial timer from window completion times (floor partial_after)
+    # The adaptive partial waits this many times the completion-time estimate (SRTT + 4 RTTVAR): the
+    # BFIR's NACK-driven resends and its own timer (which covers the whole path) usually act first, and
+    # a partial that comes after them only adds an ACK at the source (issue 15's bound: one per branch).
+    partial_factor: float = 2.0
 
     def __post_init__(self) -> None:
         if self.window < 1 or self.window & (self.window - 1) or self.window > 1 << 16:
@@ -64,6 +68,8 @@ class AggregatorConfig:
             raise ValueError("need 0 < partial_after < lifetime")
         if self.budget < 0:
             raise ValueError("budget must be >= 0")
+        if self.partial_factor < 1:
+            raise ValueError(f"partial_factor {self.partial_factor} must be >= 1")
         if self.bsl not in BSL_CODES:
             raise ValueError(f"bsl {self.bsl} must be one of {sorted(BSL_CODES)}")
 
@@ -79,6 +85,7 @@ class _Entry:
         "partials",
         "repaired",
         "reported_missing",
+        "silent",
         "start",
         "upstream",
     )
@@ -93,6 +100,7 @@ class _Entry:
         self.expected = 0
         self.acked = 0
         self.reported_missing = 0
+        self.silent = 0  # the BFERs its last partial named missing
         self.partials = 0
         self.upstream = upstream
         self.deadline = now + wait
@@ -113,11 +121,18 @@ class AckAggregator:
         self.entries = 0
         self.counters: Counter[str] = Counter()
         self.timers: dict[FlowKey, RtoEstimator] = {}
+        # Per flow, when each BFER below was last heard from (its ACK or NACK, or its bit acked in an
+        # AGG-ACK from below): a BFER heard within the partial timer is moving, not lost.
+        self.heard: dict[FlowKey, dict[int, float]] = {}
+        self.named: dict[FlowKey, dict[int, float]] = {}  # per flow, when a partial last named each BFER
+        self.fin_ends: dict[FlowKey, int] = {}  # per flow, FIN + 1 once a FIN passed
 
     def partial_wait(self, key: FlowKey) -> float:
         """How long a new window of flow ``key`` waits before its first partial AGG-ACK."""
         timer = self.timers.get(key)
-        return timer.current() if timer is not None else self.config.partial_after
+        if timer is None or not timer.samples:
+            return self.config.partial_after
+        return min(timer.current() * self.config.partial_factor, timer.max_rto)
 
     def _timer(self, key: FlowKey) -> RtoEstimator:
         timer = self.timers.get(key)
@@ -142,6 +157,11 @@ class AckAggregator:
         if not downstream:
             return
         key = (data.bfir_id, data.flow_id)
+        if data.retransmit:
+            # Windows in flight may now wait for this repair (cumulative points stop at the hole): their
+            # completion times measure the repair, not the path (Karn's rule, widened).
+            for other in self.flows.get(key, {}).values():
+                other.repaired = True
         start = data.seq & ~(self.config.window - 1)
         flow = self.flows.get(key)
         entry = flow.get(start) if flow else None
@@ -150,6 +170,11 @@ class AckAggregator:
                 self.counters["over-budget"] += 1
                 return
             end = serial.add(data.seq, 1) if data.fin else serial.add(start, self.config.window)
+            fin_end = self.fin_ends.get(key)
+            if fin_end is not None and serial.lt(start, fin_end) and serial.lt(fin_end, end):
+                # A repair of the last window after its entry was freed: without the FIN it carries no
+                # end, and an end past the FIN is never acknowledged (the flow's ACKs stop at FIN + 1).
+                end = fin_end
             entry = _Entry(start, end, upstream, now, self.config, self.partial_wait(key))
             self.flows.setdefault(key, {})[start] = entry
             self.entries += 1
@@ -161,6 +186,10 @@ class AckAggregator:
                 entry.end = serial.add(data.seq, 1)
         entry.expected |= downstream
         entry.upstream = upstream
+        if data.fin:
+            self.fin_ends[key] = serial.add(data.seq, 1)
+            if len(self.fin_ends) > max(1, self.config.budget):
+                del self.fin_ends[next(iter(self.fin_ends))]
 
     def on_feedback(self, msg: Ack | AggAck, now: float) -> list[Out]:
         """An ACK, NACK or AGG-ACK from below: absorbed, aggregated, or passed upstream."""
@@ -170,13 +199,20 @@ class AckAggregator:
             reporters, missing = msg.acked_mask(), msg.missing_mask()
         else:
             reporters, missing = 1 << (msg.reporter - 1), 0
+        if flow:
+            self._hear(key, reporters, now)
         claimed = self._apply(flow, msg.cum, reporters, missing)
-        out = self._finished(key, flow, now)
+        out = self._finished(key, flow, now, msg.cum)
         if isinstance(msg, Ack) and msg.nack:
             self.counters["nack-passed"] += 1
             out.append((self._upstream(flow), msg))
-        elif claimed == reporters | missing:
+        elif claimed == reporters | missing and not self._named_inside(key, flow, msg):
             self.counters["absorbed"] += 1
+        elif claimed == reporters | missing:
+            # A partial of ours named this BFER missing for a whole window, and it now reports part of
+            # it: absorbed, the BFIR would resend the window's oldest sequence to it again and again.
+            self.counters["passed-after-partial"] += 1
+            out.append((self._upstream(flow), msg))
         else:
             self.counters["passed-no-entry"] += 1
             out.append((self._upstream(flow), msg))
@@ -193,9 +229,25 @@ class AckAggregator:
                     self.entries -= 1
                     self.counters["expired"] += 1
                 elif now >= entry.deadline:
+                    # Only BFERs silent for a whole partial wait are named: one heard since (a later ACK,
+                    # a NACK naming what it lost) is behind a queue, and a partial would only make the
+                    # BFIR resend what is on its way.
+                    wait = self.partial_wait(key)
+                    heard = self.heard.get(key, {})
+                    last = {b: heard.get(b, entry.born) for b in _bits(entry.expected & ~entry.acked)}
+                    # ... and not named again by another window's partial within the wait (the BFIR resends
+                    # the oldest sequence each named BFER owes, whichever window named it).
+                    named = self.named.setdefault(key, {})
+                    entry.silent = sum(
+                        b for b, t in last.items() if t <= now - wait and named.get(b, -1.0) <= now - wait
+                    )
+                    if not entry.silent:
+                        self.counters["partial-deferred"] += 1
+                        entry.deadline = max(last.values()) + wait
+                        continue
                     entry.partials += 1
                     backoff = 1 << min(entry.partials, self.config.max_backoff)
-                    entry.deadline = now + self.partial_wait(key) * backoff
+                    entry.deadline = now + wait * backoff
                     due.append(entry)
             for entry in due:
                 # The latest due window's partial speaks for the earlier ones with no other BFERs: its
@@ -204,7 +256,9 @@ class AckAggregator:
                 if any(serial.lt(entry.end, o.end) and entry.expected & ~o.expected == 0 for o in due):
                     self.counters["partial-coalesced"] += 1
                     continue
-                out.extend(self._agg(key, entry, entry.expected & ~entry.acked, "partial-sent"))
+                for bit in _bits(entry.silent):
+                    self.named[key][bit] = now
+                out.extend(self._agg(key, entry, entry.silent, "partial-sent"))
             if not flow:
                 del self.flows[key]
         return out
@@ -235,14 +289,18 @@ class AckAggregator:
                 claimed |= mine
         return claimed
 
-    def _finished(self, key: FlowKey, flow: dict[int, _Entry], now: float) -> list[Out]:
+    def _finished(self, key: FlowKey, flow: dict[int, _Entry], now: float, cum: int) -> list[Out]:
         out: list[Out] = []
         done = [(start, e) for start, e in flow.items() if e.acked == e.expected]
         for start, entry in done:
             del flow[start]
             self.entries -= 1
-            if self.config.adaptive:
+            if self.config.adaptive and entry.end == cum:
                 self._timer(key).sample(now - entry.born, retransmitted=entry.repaired)
+            elif self.config.adaptive:
+                # Completed by a cumulative point that jumped past it: it waited for an earlier window's
+                # repair (head of line), which says nothing about how long a window takes here.
+                self.counters["sample-head-of-line"] += 1
             # One AGG-ACK with a later cumulative point for a superset of BFERs says all this one says.
             if any(serial.lt(entry.end, o.end) and entry.expected & ~o.expected == 0 for _, o in done):
                 self.counters["agg-coalesced"] += 1
@@ -258,6 +316,28 @@ class AckAggregator:
             self.flows.pop(key, None)
         return out
 
+    def _named_inside(self, key: FlowKey, flow: dict[int, _Entry], msg: Ack | AggAck) -> bool:
+        """``msg`` is an ACK from a BFER a partial of ours named, with its cumulative point inside one
+        of our windows (not at its end)."""
+        named = self.named.get(key, {})
+        if isinstance(msg, AggAck) or (1 << (msg.reporter - 1)) not in named:
+            return False
+        if any(e.covers(msg.cum) and e.start != msg.cum for e in flow.values()):
+            return True
+        del named[1 << (msg.reporter - 1)]  # at a window's end again: aggregation covers it
+        return False
+
+    def _hear(self, key: FlowKey, bits: int, now: float) -> None:
+        heard = self.heard.get(key)
+        if heard is None:
+            heard = self.heard[key] = {}
+            if len(self.heard) > max(1, self.config.budget):
+                gone = next(iter(self.heard))  # as the timers: the flow heard of longest ago goes
+                del self.heard[gone]
+                self.named.pop(gone, None)
+        for bit in _bits(bits):
+            heard[bit] = now
+
     def _agg(self, key: FlowKey, entry: _Entry, missing: int, counter: str) -> list[Out]:
         msgs = agg_acks(key[0], key[1], entry.end, self.bfr_id, entry.acked, missing, self.config.bsl)
         self.counters[counter] += len(msgs)
@@ -268,3 +348,12 @@ class AckAggregator:
         for entry in flow.values():
             return entry.upstream
         return None
+
+
+def _bits(mask: int) -> list[int]:
+    out = []
+    while mask:
+        low = mask & -mask
+        out.append(low)
+        mask ^= low
+    return out
