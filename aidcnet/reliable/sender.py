@@ -116,6 +116,7 @@ class _Slot:
         "last_sent",
         "owing",
         "payload",
+        "resent",
     )
 
     def __init__(self, payload: bytes, fin: bool) -> None:
@@ -127,6 +128,9 @@ class _Slot:
         self.last_sent = 0.0
         self.last_bits = 0
         self.last_next = 0  # the sender's next new sequence when this one was last sent
+        # receiver bit -> (time, next new sequence then) of the last retransmission that went to it: with
+        # many receivers one sequence is resent to several subsets, and each has its own copy on the way
+        self.resent: dict[int, tuple[float, int]] = {}
         self.deadline = 0.0
 
 
@@ -350,6 +354,9 @@ class Sender:
         slot.last_sent = now
         slot.last_bits = bits
         slot.last_next = self.next_seq if retransmit else serial.add(seq, 1)
+        if retransmit:
+            for bit in _bits(bits):
+                slot.resent[bit] = (now, slot.last_next)
         slot.deadline = now + rto * (1 << min(slot.attempts - 1, self.config.max_backoff))
         for bit in _bits(bits & ~self._heard_mask()):
             self._heard[bit] = now
@@ -452,16 +459,22 @@ class Sender:
         if slot is None:
             return
         bits &= slot.owing
-        rtt = self.rtt_estimate()
-        holdoff = self.rto.current() if rtt is None else self.config.nack_holdoff * rtt
+        # a resend waits in the same queues as new data: the smoothed completion time, not the smallest
+        holdoff = self.rto.current() if self.srtt is None else self.config.nack_holdoff * self.srtt
         # Loss by send order (RACK, RFC 8985): paths keep order, so a copy is lost only when the receiver
         # has something sent after it (``highest`` beyond the next sequence at the copy's send). A
         # request for a first transmission says exactly that; for a retransmission that may still be on
         # its way (a queue), only the holdoff answers a repeated request without that evidence.
-        overtaken = highest is not None and serial.lt(slot.last_next, highest)
-        if slot.attempts > 1 and bits & slot.last_bits and not overtaken and now - slot.last_sent < holdoff:
+        waiting = 0
+        for bit in _bits(bits):
+            sent = slot.resent.get(bit)
+            if sent is None or now - sent[0] >= holdoff:
+                continue
+            if highest is None or not serial.lt(sent[1], highest):  # not overtaken: may be on its way
+                waiting |= bit
+        if waiting:
             self.counters["request-held-off"] += 1
-            bits &= ~slot.last_bits
+            bits &= ~waiting
         if bits:
             self._congestion(seq)
             if seq not in self._pending:
@@ -471,14 +484,19 @@ class Sender:
     def _request_oldest(self, cum: int, bits: int, now: float) -> None:
         # A partial AGG-ACK only says these receivers have not confirmed everything before ``cum``; their
         # exact gaps were absorbed below.  Resending the oldest sequence each owes is enough to move a
-        # receiver whose NACK was lost; its own NACKs name any further gap.
+        # receiver whose NACK was lost; its own NACKs name any further gap. A receiver whose own
+        # feedback reached us within a round trip needs no guess: its NACKs drive its repairs.
+        if self.srtt is not None:
+            heard = bits & ~self._silent(bits, now - self.srtt)
+            if heard:
+                self.counters["partial-receiver-heard"] += 1
+                bits &= ~heard
         for seq in self._in_flight():
             if not bits or not serial.lt(seq, cum):
                 break
             slot = self._slots[seq]
             if slot.owing & bits:
-                rtt = self.rtt_estimate()
-                if rtt is not None and now - slot.last_sent < rtt:
+                if self.srtt is not None and now - slot.last_sent < self.srtt:
                     # Sent less than a round trip ago: no answer could have come yet.
                     self.counters["partial-too-early"] += 1
                 else:
