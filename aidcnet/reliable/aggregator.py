@@ -19,6 +19,9 @@ so every ACK and AGG-ACK from below passes this BFR:
   queue's delay sends a partial for windows that are only queued, and the BFIR answers it with
   retransmissions and its own extra ACK (the lab's 1.038 ACKs per packet for 1 branch). Karn's rule:
   a window that got DATA again after its first partial (a repair) gives no sample;
+* a partial names only BFERs silent for the whole wait (no ACK, NACK or AGG-ACK bit from them since):
+  one still acknowledging earlier windows is behind a queue, not lost; and a BFR sends at most one
+  partial per flow per wait, for all its due windows, naming each BFER at most once per wait;
 * an ACK this BFR cannot account for (no entry of its flow expects the reporter at that point: the
   entry was never made because the budget was full, expired, or the ACK is stale) is passed upstream
   unchanged: end-to-end acknowledgment is the fallback, so losing state here never loses data;

@@ -10,11 +10,13 @@ For every sequence in flight the sender keeps the id-mask of receivers that stil
 ACKs, NACKs and AGG-ACKs clear bits; a sequence leaves the window when nobody owes it.  Two things
 retransmit, both to the owing subset only (the retransmission's BitString is the missing set):
 
-* a NACK (or a partial AGG-ACK) asks for sequences for named receivers: retransmitted at the next
-  :meth:`poll`, merged per sequence, unless that receiver was sent a retransmission of it less than
-  ``nack_holdoff`` × RTO ago (it may still be on the way);
+* a NACK, an ACK's gaps (or a partial AGG-ACK) ask for sequences for named receivers: retransmitted
+  after ``nack_gather`` round trips, merged per sequence, unless that receiver was sent a
+  retransmission of it less than ``nack_holdoff`` smoothed round trips ago and has received nothing
+  sent after that retransmission (RACK, RFC 8985: it may still be on the way);
 * the retransmission timer: ``RTO × 2**attempt`` after the last transmission (exponential backoff,
-  capped at ``2**max_backoff``).
+  capped at ``2**max_backoff``), to the receivers for which the sequence is the oldest they owe and
+  that were not heard from within an RTO.
 
 A receiver that owes something and has not been heard from for ``fail_after`` seconds is declared
 failed: its bits are cleared everywhere and the flow completes for the others (the seed's "minimized
