@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from aidcnet.bier.bitstring import BSL_CODES
 from aidcnet.reliable import serial
 from aidcnet.reliable.header import Ack, AggAck, Data, agg_acks
+from aidcnet.reliable.sender import mask_bits
 from aidcnet.rto import RtoEstimator
 
 FlowKey = tuple[int, int]
@@ -239,7 +240,7 @@ class AckAggregator:
                     # BFIR resend what is on its way.
                     wait = self.partial_wait(key)
                     heard = self.heard.get(key, {})
-                    last = {b: heard.get(b, entry.born) for b in _bits(entry.expected & ~entry.acked)}
+                    last = {b: heard.get(b, entry.born) for b in mask_bits(entry.expected & ~entry.acked)}
                     # ... and not named again by another window's partial within the wait (the BFIR resends
                     # the oldest sequence each named BFER owes, whichever window named it).
                     named = self.named.setdefault(key, {})
@@ -340,7 +341,7 @@ class AckAggregator:
         self.counters["partial-coalesced"] += len(due) - 1
         if not missing:
             return []
-        for bit in _bits(missing):
+        for bit in mask_bits(missing):
             self.named.setdefault(key, {})[bit] = now
         self.last_partial[key] = now
         return self._agg(key, carrier, missing, "partial-sent")
@@ -365,7 +366,7 @@ class AckAggregator:
                 del self.heard[gone]
                 self.named.pop(gone, None)
                 self.last_partial.pop(gone, None)
-        for bit in _bits(bits):
+        for bit in mask_bits(bits):
             heard[bit] = now
 
     def _agg(self, key: FlowKey, entry: _Entry, missing: int, counter: str) -> list[Out]:
@@ -378,12 +379,3 @@ class AckAggregator:
         for entry in flow.values():
             return entry.upstream
         return None
-
-
-def _bits(mask: int) -> list[int]:
-    out = []
-    while mask:
-        low = mask & -mask
-        out.append(low)
-        mask ^= low
-    return out

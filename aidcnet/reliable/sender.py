@@ -357,10 +357,10 @@ class Sender:
         slot.last_bits = bits
         slot.last_next = self.next_seq if retransmit else serial.add(seq, 1)
         if retransmit:
-            for bit in _bits(bits):
+            for bit in mask_bits(bits):
                 slot.resent[bit] = (now, slot.last_next)
         slot.deadline = now + rto * (1 << min(slot.attempts - 1, self.config.max_backoff))
-        for bit in _bits(bits & ~self._heard_mask()):
+        for bit in mask_bits(bits & ~self._heard_mask()):
             self._heard[bit] = now
         data = Data(
             bfir_id=self.bfir_id,
@@ -379,12 +379,12 @@ class Sender:
         return mask
 
     def _hear(self, bits: int, now: float) -> None:
-        for bit in _bits(bits):
+        for bit in mask_bits(bits):
             self._heard[bit] = now
 
     def _silent(self, bits: int, since: float) -> int:
         """The receivers of ``bits`` not heard from since ``since``."""
-        return sum(bit for bit in _bits(bits) if self._heard.get(bit, -math.inf) <= since)
+        return sum(bit for bit in mask_bits(bits) if self._heard.get(bit, -math.inf) <= since)
 
     def _in_flight(self) -> list[int]:
         return serial.span(self.base, self.next_seq)
@@ -468,7 +468,7 @@ class Sender:
         # request for a first transmission says exactly that; for a retransmission that may still be on
         # its way (a queue), only the holdoff answers a repeated request without that evidence.
         waiting = 0
-        for bit in _bits(bits):
+        for bit in mask_bits(bits):
             sent = slot.resent.get(bit)
             if sent is None or now - sent[0] >= holdoff:
                 continue
@@ -519,7 +519,7 @@ class Sender:
         owing = 0
         for slot in self._slots.values():
             owing |= slot.owing
-        for bit in _bits(owing & self.alive):
+        for bit in mask_bits(owing & self.alive):
             heard = self._heard.get(bit)
             if heard is not None and now - heard > self.config.fail_after:
                 self.alive &= ~bit
@@ -530,7 +530,8 @@ class Sender:
         self._advance(now)
 
 
-def _bits(mask: int) -> list[int]:
+def mask_bits(mask: int) -> list[int]:
+    """The single-bit masks of an id-mask, lowest first."""
     out = []
     while mask:
         low = mask & -mask
