@@ -131,7 +131,6 @@ class AckAggregator:
         self.named: dict[FlowKey, dict[int, float]] = {}  # per flow, when a partial last named each BFER
         self.fin_ends: dict[FlowKey, int] = {}  # per flow, FIN + 1 once a FIN passed
         self.last_partial: dict[FlowKey, float] = {}  # per flow, when its last partial went up
-        self.partial_streak: dict[FlowKey, int] = {}  # per flow, partials since its last AGG-ACK
 
     def partial_wait(self, key: FlowKey) -> float:
         """How long a new window of flow ``key`` waits before its first partial AGG-ACK."""
@@ -305,7 +304,6 @@ class AckAggregator:
                 self.counters["agg-coalesced"] += 1
                 continue
             out.extend(self._agg(key, entry, 0, "agg-sent"))
-            self.partial_streak.pop(key, None)
         for entry in flow.values():
             if entry.reported_missing and entry.acked | entry.reported_missing == entry.expected:
                 # Everyone below has answered or been reported missing by a BFR below: no point waiting,
@@ -326,10 +324,7 @@ class AckAggregator:
         """At most one partial per flow per partial wait, for all its due windows: the BFIR resends the
         oldest sequence each named BFER owes, whichever window named it, so one message says it all
         (with 31 BFERs below, one partial per window took the source to 2-3 ACKs per packet at 5 %)."""
-        # A flow whose windows keep needing partials (no window completed here since the last one) backs
-        # off: 1, 2, 4, ... waits, so a long bad spell costs a few partials, not one a wait.
-        streak = self.partial_streak.get(key, 0)
-        wait = self.partial_wait(key) * (1 << max(0, min(streak, self.config.max_backoff) - 1))
+        wait = self.partial_wait(key)
         last = self.last_partial.get(key)
         if last is not None and now - last < wait:
             for entry in due:
@@ -349,7 +344,6 @@ class AckAggregator:
         for bit in mask_bits(missing):
             self.named.setdefault(key, {})[bit] = now
         self.last_partial[key] = now
-        self.partial_streak[key] = streak + 1
         return self._agg(key, carrier, missing, "partial-sent")
 
     def _named_inside(self, key: FlowKey, flow: dict[int, _Entry], msg: Ack | AggAck) -> bool:
@@ -372,7 +366,6 @@ class AckAggregator:
                 del self.heard[gone]
                 self.named.pop(gone, None)
                 self.last_partial.pop(gone, None)
-                self.partial_streak.pop(gone, None)
         for bit in mask_bits(bits):
             heard[bit] = now
 
