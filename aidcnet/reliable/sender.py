@@ -65,7 +65,7 @@ class SenderConfig:
     window: int = 64  # sequences in flight (sent, owed by someone)
     max_backoff: int = 6  # cap of the exponent of the RTO backoff
     fail_after: float = 5.0  # seconds without feedback from a receiver that owes something
-    # Round trips (``rtt_estimate``; the RTO before the first) during which a repeated request for a
+    # Smoothed round trips (``srtt``; the RTO before the first) during which a repeated request for a
     # retransmission is not answered again, unless the receiver has something sent after it (RACK).
     nack_holdoff: float = 2.0
     # Congestion window (None: only ``window`` limits what is in flight). Sequences in flight are at most
@@ -113,7 +113,6 @@ class _Slot:
         "deadline",
         "fin",
         "first_sent",
-        "last_bits",
         "last_next",
         "last_sent",
         "owing",
@@ -128,7 +127,6 @@ class _Slot:
         self.attempts = 0
         self.first_sent = 0.0
         self.last_sent = 0.0
-        self.last_bits = 0
         self.last_next = 0  # the sender's next new sequence when this one was last sent
         # receiver bit -> (time, next new sequence then) of the last retransmission that went to it: with
         # many receivers one sequence is resent to several subsets, and each has its own copy on the way
@@ -354,7 +352,6 @@ class Sender:
             self.counters["sent-bytes"] += len(slot.payload)
         slot.attempts += 1
         slot.last_sent = now
-        slot.last_bits = bits
         slot.last_next = self.next_seq if retransmit else serial.add(seq, 1)
         if retransmit:
             for bit in mask_bits(bits):
