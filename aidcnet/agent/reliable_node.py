@@ -69,9 +69,6 @@ class ReliableSettings:
     feedback: str = "hop"
     isn: int = 0
     window: int = 64
-    # Congestion window of each flow (docs/reliability.md, "Meeting the bounds"): slow start from here,
-    # held near the path's BDP by the delay signal; 0 in the load = off (only ``window`` limits).
-    initial_cwnd: int | None = 4
     fail_after: float = 30.0
     initial_rto: float = 0.05
     min_rto: float = 0.02
@@ -86,19 +83,13 @@ class ReliableSettings:
             raise ValueError(f"reliable.feedback {self.feedback!r} must be one of {modes}")
         if not 0 <= self.isn <= 0xFFFF_FFFF:
             raise ValueError(f"reliable.isn {self.isn!r} must be a 32-bit sequence number")
-        SenderConfig(window=self.window, fail_after=self.fail_after, initial_cwnd=self.cwnd)  # validates both
+        SenderConfig(window=self.window, fail_after=self.fail_after)  # validates both
         RtoEstimator(self.initial_rto, self.min_rto, self.max_rto)
-
-    @property
-    def cwnd(self) -> int | None:
-        """The first congestion window, never above ``window``."""
-        return None if self.initial_cwnd is None else min(self.initial_cwnd, self.window)
 
     @classmethod
     def from_request(cls, raw: dict[str, Any] | None) -> ReliableSettings:
         raw = dict(raw or {})
-        known = {"feedback", "isn", "window", "initial_cwnd", "fail_after", "initial_rto", "min_rto"}
-        known.add("max_rto")
+        known = {"feedback", "isn", "window", "fail_after", "initial_rto", "min_rto", "max_rto"}
         unknown = sorted(set(raw) - known - set(RECEIVER_FIELDS))
         if unknown:
             names = ", ".join(sorted(known | set(RECEIVER_FIELDS)))
@@ -107,11 +98,9 @@ class ReliableSettings:
         base = cls()
         receiver = ReceiverConfig(**{**base.receiver.__dict__, **rx}) if rx else base.receiver
         kw: dict[str, Any] = {k: raw[k] for k in known if k in raw}
-        for k in ("isn", "window", "initial_cwnd"):
+        for k in ("isn", "window"):
             if k in kw:
                 kw[k] = int(kw[k])
-        if kw.get("initial_cwnd") == 0:
-            kw["initial_cwnd"] = None
         for k in ("fail_after", "initial_rto", "min_rto", "max_rto"):
             if k in kw:
                 kw[k] = float(kw[k])
@@ -193,7 +182,7 @@ class ReliableNode:
             flow_id,
             receivers,
             self._rto(),
-            SenderConfig(window=s.window, fail_after=s.fail_after, initial_cwnd=s.cwnd),
+            SenderConfig(window=s.window, fail_after=s.fail_after),
             s.isn,
         )
         for i, payload in enumerate(payloads):

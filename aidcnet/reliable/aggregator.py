@@ -19,9 +19,6 @@ so every ACK and AGG-ACK from below passes this BFR:
   queue's delay sends a partial for windows that are only queued, and the BFIR answers it with
   retransmissions and its own extra ACK (the lab's 1.038 ACKs per packet for 1 branch). Karn's rule:
   a window that got DATA again after its first partial (a repair) gives no sample;
-* a partial names only BFERs silent for the whole wait (no ACK, NACK or AGG-ACK bit from them since):
-  one still acknowledging earlier windows is behind a queue, not lost; and a BFR sends at most one
-  partial per flow per wait, for all its due windows, naming each BFER at most once per wait;
 * an ACK this BFR cannot account for (no entry of its flow expects the reporter at that point: the
   entry was never made because the budget was full, expired, or the ACK is stale) is passed upstream
   unchanged: end-to-end acknowledgment is the fallback, so losing state here never loses data;
@@ -43,7 +40,6 @@ from dataclasses import dataclass
 from aidcnet.bier.bitstring import BSL_CODES
 from aidcnet.reliable import serial
 from aidcnet.reliable.header import Ack, AggAck, Data, agg_acks
-from aidcnet.reliable.sender import mask_bits
 from aidcnet.rto import RtoEstimator
 
 FlowKey = tuple[int, int]
@@ -60,10 +56,6 @@ class AggregatorConfig:
     max_backoff: int = 5  # partials of one entry come after partial_after × 2**k, k capped here
     bsl: int = 64  # BitString length of the AGG-ACKs it sends
     adaptive: bool = True  # per-flow partial timer from window completion times (floor partial_after)
-    # The adaptive partial waits this many times the completion-time estimate (SRTT + 4 RTTVAR): the
-    # BFIR's NACK-driven resends and its own timer (which covers the whole path) usually act first, and
-    # a partial that comes after them only adds an ACK at the source (issue 15's bound: one per branch).
-    partial_factor: float = 2.0
 
     def __post_init__(self) -> None:
         if self.window < 1 or self.window & (self.window - 1) or self.window > 1 << 16:
@@ -72,8 +64,6 @@ class AggregatorConfig:
             raise ValueError("need 0 < partial_after < lifetime")
         if self.budget < 0:
             raise ValueError("budget must be >= 0")
-        if self.partial_factor < 1:
-            raise ValueError(f"partial_factor {self.partial_factor} must be >= 1")
         if self.bsl not in BSL_CODES:
             raise ValueError(f"bsl {self.bsl} must be one of {sorted(BSL_CODES)}")
 
@@ -89,7 +79,6 @@ class _Entry:
         "partials",
         "repaired",
         "reported_missing",
-        "silent",
         "start",
         "upstream",
     )
@@ -104,7 +93,6 @@ class _Entry:
         self.expected = 0
         self.acked = 0
         self.reported_missing = 0
-        self.silent = 0  # the BFERs its last partial named missing
         self.partials = 0
         self.upstream = upstream
         self.deadline = now + wait
@@ -125,19 +113,11 @@ class AckAggregator:
         self.entries = 0
         self.counters: Counter[str] = Counter()
         self.timers: dict[FlowKey, RtoEstimator] = {}
-        # Per flow, when each BFER below was last heard from (its ACK or NACK, or its bit acked in an
-        # AGG-ACK from below): a BFER heard within the partial timer is moving, not lost.
-        self.heard: dict[FlowKey, dict[int, float]] = {}
-        self.named: dict[FlowKey, dict[int, float]] = {}  # per flow, when a partial last named each BFER
-        self.fin_ends: dict[FlowKey, int] = {}  # per flow, FIN + 1 once a FIN passed
-        self.last_partial: dict[FlowKey, float] = {}  # per flow, when its last partial went up
 
     def partial_wait(self, key: FlowKey) -> float:
         """How long a new window of flow ``key`` waits before its first partial AGG-ACK."""
         timer = self.timers.get(key)
-        if timer is None or not timer.samples:
-            return self.config.partial_after
-        return min(timer.current() * self.config.partial_factor, timer.max_rto)
+        return timer.current() if timer is not None else self.config.partial_after
 
     def _timer(self, key: FlowKey) -> RtoEstimator:
         timer = self.timers.get(key)
@@ -162,11 +142,6 @@ class AckAggregator:
         if not downstream:
             return
         key = (data.bfir_id, data.flow_id)
-        if data.retransmit:
-            # Windows in flight may now wait for this repair (cumulative points stop at the hole): their
-            # completion times measure the repair, not the path (Karn's rule, widened).
-            for other in self.flows.get(key, {}).values():
-                other.repaired = True
         start = data.seq & ~(self.config.window - 1)
         flow = self.flows.get(key)
         entry = flow.get(start) if flow else None
@@ -175,16 +150,10 @@ class AckAggregator:
                 self.counters["over-budget"] += 1
                 return
             end = serial.add(data.seq, 1) if data.fin else serial.add(start, self.config.window)
-            fin_end = self.fin_ends.get(key)
-            if fin_end is not None and serial.lt(start, fin_end) and serial.lt(fin_end, end):
-                # A repair of the last window after its entry was freed: without the FIN it carries no
-                # end, and an end past the FIN is never acknowledged (the flow's ACKs stop at FIN + 1).
-                end = fin_end
             entry = _Entry(start, end, upstream, now, self.config, self.partial_wait(key))
             self.flows.setdefault(key, {})[start] = entry
             self.entries += 1
             self.counters["entries-made"] += 1
-
         else:
             if entry.partials:
                 entry.repaired = True
@@ -192,10 +161,6 @@ class AckAggregator:
                 entry.end = serial.add(data.seq, 1)
         entry.expected |= downstream
         entry.upstream = upstream
-        if data.fin:
-            self.fin_ends[key] = serial.add(data.seq, 1)
-            if len(self.fin_ends) > max(1, self.config.budget):
-                del self.fin_ends[next(iter(self.fin_ends))]
 
     def on_feedback(self, msg: Ack | AggAck, now: float) -> list[Out]:
         """An ACK, NACK or AGG-ACK from below: absorbed, aggregated, or passed upstream."""
@@ -205,20 +170,13 @@ class AckAggregator:
             reporters, missing = msg.acked_mask(), msg.missing_mask()
         else:
             reporters, missing = 1 << (msg.reporter - 1), 0
-        if flow:
-            self._hear(key, reporters, now)
         claimed = self._apply(flow, msg.cum, reporters, missing)
-        out = self._finished(key, flow, now, msg.cum)
+        out = self._finished(key, flow, now)
         if isinstance(msg, Ack) and msg.nack:
             self.counters["nack-passed"] += 1
             out.append((self._upstream(flow), msg))
-        elif claimed == reporters | missing and not self._named_inside(key, flow, msg):
-            self.counters["absorbed"] += 1
         elif claimed == reporters | missing:
-            # A partial of ours named this BFER missing for a whole window, and it now reports part of
-            # it: absorbed, the BFIR would resend the window's oldest sequence to it again and again.
-            self.counters["passed-after-partial"] += 1
-            out.append((self._upstream(flow), msg))
+            self.counters["absorbed"] += 1
         else:
             self.counters["passed-no-entry"] += 1
             out.append((self._upstream(flow), msg))
@@ -235,28 +193,18 @@ class AckAggregator:
                     self.entries -= 1
                     self.counters["expired"] += 1
                 elif now >= entry.deadline:
-                    # Only BFERs silent for a whole partial wait are named: one heard since (a later ACK,
-                    # a NACK naming what it lost) is behind a queue, and a partial would only make the
-                    # BFIR resend what is on its way.
-                    wait = self.partial_wait(key)
-                    heard = self.heard.get(key, {})
-                    last = {b: heard.get(b, entry.born) for b in mask_bits(entry.expected & ~entry.acked)}
-                    # ... and not named again by another window's partial within the wait (the BFIR resends
-                    # the oldest sequence each named BFER owes, whichever window named it).
-                    named = self.named.setdefault(key, {})
-                    entry.silent = sum(
-                        b for b, t in last.items() if t <= now - wait and named.get(b, -1.0) <= now - wait
-                    )
-                    if not entry.silent:
-                        self.counters["partial-deferred"] += 1
-                        entry.deadline = max(last.values()) + wait
-                        continue
                     entry.partials += 1
                     backoff = 1 << min(entry.partials, self.config.max_backoff)
-                    entry.deadline = now + wait * backoff
+                    entry.deadline = now + self.partial_wait(key) * backoff
                     due.append(entry)
-            if due:
-                out.extend(self._one_partial(key, due, now))
+            for entry in due:
+                # The latest due window's partial speaks for the earlier ones with no other BFERs: its
+                # acked BFERs hold those windows too, and its missing ones are the earlier ones' (or
+                # ahead of them), which the BFIR resends from the oldest sequence they owe.
+                if any(serial.lt(entry.end, o.end) and entry.expected & ~o.expected == 0 for o in due):
+                    self.counters["partial-coalesced"] += 1
+                    continue
+                out.extend(self._agg(key, entry, entry.expected & ~entry.acked, "partial-sent"))
             if not flow:
                 del self.flows[key]
         return out
@@ -287,18 +235,14 @@ class AckAggregator:
                 claimed |= mine
         return claimed
 
-    def _finished(self, key: FlowKey, flow: dict[int, _Entry], now: float, cum: int) -> list[Out]:
+    def _finished(self, key: FlowKey, flow: dict[int, _Entry], now: float) -> list[Out]:
         out: list[Out] = []
         done = [(start, e) for start, e in flow.items() if e.acked == e.expected]
         for start, entry in done:
             del flow[start]
             self.entries -= 1
-            if self.config.adaptive and entry.end == cum:
+            if self.config.adaptive:
                 self._timer(key).sample(now - entry.born, retransmitted=entry.repaired)
-            elif self.config.adaptive:
-                # Completed by a cumulative point that jumped past it: it waited for an earlier window's
-                # repair (head of line), which says nothing about how long a window takes here.
-                self.counters["sample-head-of-line"] += 1
             # One AGG-ACK with a later cumulative point for a superset of BFERs says all this one says.
             if any(serial.lt(entry.end, o.end) and entry.expected & ~o.expected == 0 for _, o in done):
                 self.counters["agg-coalesced"] += 1
@@ -306,68 +250,13 @@ class AckAggregator:
             out.extend(self._agg(key, entry, 0, "agg-sent"))
         for entry in flow.values():
             if entry.reported_missing and entry.acked | entry.reported_missing == entry.expected:
-                # Everyone below has answered or been reported missing by a BFR below: no point waiting,
-                # unless this flow had its partial within the wait (then the entry's timer sends it).
-                last = self.last_partial.get(key)
-                if last is not None and now - last < self.partial_wait(key):
-                    self.counters["partial-rate-limited"] += 1
-                    continue
-                self.last_partial[key] = now
+                # Everyone below has answered or been reported missing by a BFR below: no point waiting.
                 out.extend(self._agg(key, entry, entry.reported_missing, "partial-sent"))
                 entry.reported_missing = 0
                 entry.deadline = now + self.partial_wait(key)
         if not flow:
             self.flows.pop(key, None)
         return out
-
-    def _one_partial(self, key: FlowKey, due: list[_Entry], now: float) -> list[Out]:
-        """At most one partial per flow per partial wait, for all its due windows: the BFIR resends the
-        oldest sequence each named BFER owes, whichever window named it, so one message says it all
-        (with 31 BFERs below, one partial per window took the source to 2-3 ACKs per packet at 5 %)."""
-        wait = self.partial_wait(key)
-        last = self.last_partial.get(key)
-        if last is not None and now - last < wait:
-            for entry in due:
-                entry.deadline = max(now, last or now) + wait
-            self.counters["partial-rate-limited"] += len(due)
-            return []
-        carrier = due[0]
-        missing = 0
-        for entry in due:
-            missing |= entry.silent
-            if serial.lt(carrier.end, entry.end):
-                carrier = entry
-        missing &= ~carrier.acked
-        self.counters["partial-coalesced"] += len(due) - 1
-        if not missing:
-            return []
-        for bit in mask_bits(missing):
-            self.named.setdefault(key, {})[bit] = now
-        self.last_partial[key] = now
-        return self._agg(key, carrier, missing, "partial-sent")
-
-    def _named_inside(self, key: FlowKey, flow: dict[int, _Entry], msg: Ack | AggAck) -> bool:
-        """``msg`` is an ACK from a BFER a partial of ours named, with its cumulative point inside one
-        of our windows (not at its end)."""
-        named = self.named.get(key, {})
-        if isinstance(msg, AggAck) or (1 << (msg.reporter - 1)) not in named:
-            return False
-        if any(e.covers(msg.cum) and e.start != msg.cum for e in flow.values()):
-            return True
-        del named[1 << (msg.reporter - 1)]  # at a window's end again: aggregation covers it
-        return False
-
-    def _hear(self, key: FlowKey, bits: int, now: float) -> None:
-        heard = self.heard.get(key)
-        if heard is None:
-            heard = self.heard[key] = {}
-            if len(self.heard) > max(1, self.config.budget):
-                gone = next(iter(self.heard))  # as the timers: the flow heard of longest ago goes
-                del self.heard[gone]
-                self.named.pop(gone, None)
-                self.last_partial.pop(gone, None)
-        for bit in mask_bits(bits):
-            heard[bit] = now
 
     def _agg(self, key: FlowKey, entry: _Entry, missing: int, counter: str) -> list[Out]:
         msgs = agg_acks(key[0], key[1], entry.end, self.bfr_id, entry.acked, missing, self.config.bsl)

@@ -32,9 +32,6 @@ ISN = 0xFFFF_FF00
 # Wall-clock timers of the agents (docs/reliability.md): a receiver silent this long is declared failed.
 FAIL_AFTER_S = 30.0
 WINDOW = 64
-# Each flow's congestion window starts here (slow start, then the delay signal holds it near the BDP):
-# a fixed 64 kept the shaped queues full and the timers fired for packets that were only waiting.
-INITIAL_CWND = 4
 # RFC 6298 §2.1's first RTO. On a shaped lab a window's worth of DATA queued at 20 Mbit/s is a round trip
 # of a second or so: a shorter first guess retransmits every packet before its ACK can arrive, and Karn's
 # rule then leaves the estimator without a sample (measured: 3x the DATA resent at 0% loss with 50 ms).
@@ -99,7 +96,6 @@ class ReliableMode(MessageMode):
                 "self_id": self.ids[host],
                 "isn": ISN,
                 "window": WINDOW,
-                "initial_cwnd": INITIAL_CWND,
                 "fail_after": FAIL_AFTER_S,
                 "initial_rto": INITIAL_RTO_S,
             }
@@ -118,7 +114,6 @@ class ReliableMode(MessageMode):
             "feedback": self.feedback,
             "isn": ISN,
             "window": WINDOW,
-            "initial_cwnd": INITIAL_CWND,
             "sources": total,
             "receivers": {
                 k: v for k, v in source_totals(status).items() if k.startswith(("receiver.", "agg."))

@@ -287,9 +287,6 @@ def test_data_to_a_host_not_in_a_run_is_counted() -> None:
 def test_settings_from_request() -> None:
     s = ReliableSettings.from_request({"feedback": "e2e", "isn": 5, "window": "8", "nack_interval": 0.01})
     assert (s.feedback, s.isn, s.window, s.receiver.nack_interval) == ("e2e", 5, 8, 0.01)
-    assert s.cwnd == 4  # the congestion window is on by default
-    assert ReliableSettings.from_request({"initial_cwnd": 0}).cwnd is None  # 0: off
-    assert ReliableSettings.from_request({"window": 2}).cwnd == 2
     with pytest.raises(ValueError, match="unknown field"):
         ReliableSettings.from_request({"windoe": 8})
     with pytest.raises(ValueError, match="feedback"):
