@@ -365,9 +365,6 @@ class BgpService:
         # A learned route goes to every peer as one Announcement object: its text is made once, not once
         # per peer (a leaf of 256 GPUs holds 256 x 256 of them).
         text_of: dict[int, str] = {}
-        # The same withdrawal or announcement for several peers goes as one command (exabgp._selector).
-        withdraw: dict[str, list[str]] = {}
-        announce: dict[str, list[str]] = {}
         for peer in self.links:
             have = self.sent.setdefault(peer, {})
             want = {}
@@ -377,16 +374,12 @@ class BgpService:
                     text = text_of[id(ann)] = ann.text(gadmin, transitive)
                 want[prefix] = text
             for prefix in sorted(have.keys() - want.keys()):
-                withdraw.setdefault(prefix, []).append(peer)
+                self._send(exabgp.withdraw_command(peer, prefix))
                 del have[prefix]
             for prefix, text in sorted(want.items()):
                 if have.get(prefix) != text:
-                    announce.setdefault(text, []).append(peer)
+                    self._send(exabgp.announce_command(peer, text))
                     have[prefix] = text
-        for prefix, peers in withdraw.items():
-            self._send(exabgp.withdraw_command(peers, prefix))
-        for text, peers in announce.items():
-            self._send(exabgp.announce_command(peers, text))
 
     # -- inspection --------------------------------------------------------------------------------
     @staticmethod

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from aidcnet.bgp.rib import Path, RawAttribute
@@ -120,19 +120,12 @@ def config_text(neighbors: Iterable[Neighbor], api_command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _selector(peers: str | Sequence[str]) -> str:
-    """ExaBGP's neighbor selector for one peer or several (``neighbor A , neighbor B``). ExaBGP parses a
-    route command's text once per command, about a millisecond, so a change for 63 peers of a leaf goes
-    as one command, not 63 (the FARE reaction of a 64-GPU leaf waited on that parsing)."""
-    return " , ".join(f"neighbor {peer}" for peer in ([peers] if isinstance(peers, str) else peers))
+def announce_command(peer: str, route_text: str) -> str:
+    return f"neighbor {peer} announce {route_text}"
 
 
-def announce_command(peers: str | Sequence[str], route_text: str) -> str:
-    return f"{_selector(peers)} announce {route_text}"
-
-
-def withdraw_command(peers: str | Sequence[str], prefix: str) -> str:
-    return f"{_selector(peers)} withdraw route {prefix} next-hop self"
+def withdraw_command(peer: str, prefix: str) -> str:
+    return f"neighbor {peer} withdraw route {prefix} next-hop self"
 
 
 @dataclass(frozen=True)
