@@ -175,9 +175,12 @@ class LabSession:
                 if ep.interface not in MGMT_INTERFACES:
                     wanted.setdefault(ep.node, set()).add(ep.interface)
         vxlan_nodes = {vx.endpoint.node for vx in self.topo.vxlan_links if not vx.stitched}
+        # A lab split across hosts is replayed as one topology without its parts' VXLAN links, so any of
+        # its nodes may hold a VXLAN device: netlink for all of them.
+        split = bool(self.topo.container_names)
 
         def one(node: str) -> Snapshot:
-            read = link_state if node in vxlan_nodes else net_dev
+            read = link_state if split or node in vxlan_nodes else net_dev
             try:
                 state = read(self.pids[node])
             except OSError:

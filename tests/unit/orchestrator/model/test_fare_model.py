@@ -50,3 +50,17 @@ def test_a_link_down_on_the_far_end_also_counts(superpod_bgp) -> None:
     # Taking the leaf's end down is the same link: G1 loses plane 3 all the same.
     model = PlanModel(superpod_bgp, down=("L3:eth1",))
     assert [dev for dev, _n, _w in model.fare_routes["G1"]["G2"]] == ["eth1", "eth2", "eth4"]
+
+
+def test_a_signed_plan_read_back_from_plan_yml_models_the_same_weights(superpod_bgp) -> None:
+    """TCP-MD5 is on by default in a lab's plan, and plan.yml keeps ``md5: true`` without the secret:
+    the model (e2e crossval reads plan.yml) must still converge, to the same weights."""
+    signed = superpod_bgp.model_copy(
+        update={
+            "links": [
+                link.model_copy(update={"md5": True, "md5_secret": None}) for link in superpod_bgp.links
+            ]
+        }
+    )
+    model = PlanModel(signed)
+    assert {dev: w for dev, _nbr, w in model.fare_routes["G1"]["G2"]} == CASES[0][2]
