@@ -78,6 +78,10 @@ class PlanModel:
     ):
         """``bandwidth`` ("node:if" -> bits/s) and ``down`` ("node:if") change links as ``aidclab link
         set`` does; they move FARE's weights on a BGP lab (``orchestrator.model.fare``)."""
+        # Session security changes nothing the model computes, and a plan read back from plan.yml has no
+        # TCP-MD5 secrets to render node configs with: the model works on an unsigned copy.
+        unsigned = [link.model_copy(update={"md5": False}) for link in plan.links]
+        plan = plan.model_copy(update={"links": unsigned})
         self.plan = plan
         self.max_datagram = max_datagram
         self.endpoints = [(str(link.a), str(link.b)) for link in plan.links]

@@ -79,9 +79,6 @@ def converge(
     down = set(down) | {other_end.get(k, k) for k in down}
     bandwidth = {**{other_end.get(k, k): v for k, v in (bandwidth or {}).items()}, **(bandwidth or {})}
     speakers: dict[str, _Speaker] = {}
-    # Session security does not change what a speaker selects, and a plan read back from plan.yml has no
-    # TCP-MD5 secrets to render: the model's node configs are unsigned.
-    plan = plan.model_copy(update={"links": [link.model_copy(update={"md5": False}) for link in plan.links]})
     for name in plan.nodes:
         cfg = node_config(plan, name)
         if cfg.bgp is not None and cfg.bgp.neighbors:

@@ -64,3 +64,4 @@ def test_a_signed_plan_read_back_from_plan_yml_models_the_same_weights(superpod_
     )
     model = PlanModel(signed)
     assert {dev: w for dev, _nbr, w in model.fare_routes["G1"]["G2"]} == CASES[0][2]
+    assert model.bier_tables("G1") is not None  # node configs again, for the BIER tables
