@@ -73,12 +73,6 @@ class AgentClient:
         """``show igmp``: per-port memberships, querier state, BFER tables, proxy channels, flows."""
         return self.call(Op.IGMP)
 
-    def igmp_stamps(self, since_ns: int = 0) -> dict[str, Any]:
-        """The IGMP service's join-path stamps from ``since_ns`` (wall ns) on: ``leaf`` rows
-        ``[source, group, join, heard ns, sent ns]`` and ``bfir`` rows
-        ``[BFR-id, source, group, join, received ns, installed ns]`` (docs/igmp.md)."""
-        return self.call(Op.IGMP, stamps=int(since_ns))
-
     def bift(self) -> dict[str, Any]:
         return self.call(Op.BIFT)
 

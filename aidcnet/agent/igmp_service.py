@@ -6,11 +6,6 @@ asks for (TTL 1, Router Alert, from the port's address), imposes the leaf's repo
 BIER (Proto 4), takes the BFERs' reports out of the BIER deliveries, and pushes the resulting flows and
 member ports into the running net-BIER edge and the eBPF imposition map.
 
-A burst of reports (a MoE op's receivers all join at once) is read in one go and settled once: one
-merge of the ports' tables, one overlay report with every changed group, one flow derivation and one
-map update per burst, at the BFER and at the BFIR alike (``batch=False`` keeps the old per-report path,
-the baseline of bench/igmp_join_path.py). The join path is stamped on the way (aidcnet/igmp/stamps.py).
-
 A Receiver Proxy Report must change the BitString of the very next data packet: the edge asks
 :meth:`IgmpService.before_lookup` before each lookup on a port that may send proxy reports, so a report
 the kernel queued before the packet is read first, whichever socket the event loop serves first.  The
@@ -46,17 +41,13 @@ log = logging.getLogger("aidcnet.igmp")
 
 SO_BINDTODEVICE = 25
 SO_ATTACH_FILTER = 26
-SO_TIMESTAMPNS = 35  # = SCM_TIMESTAMPNS; the socket module does not name it
 SOL_PACKET = 263
 PACKET_IGNORE_OUTGOING = 23
 ETH_P_IP = 0x0800
 IP_OPTIONS = 4
 ALL_SYSTEMS = "224.0.0.1"
 _RECV = 65536
-_TIMESPEC = struct.Struct("=qq")
-# Packets read from one port per wakeup: enough for a whole burst, bounded so one port cannot starve
-# the loop (the rest is read on the next wakeup).
-_BATCH = 1024
+_BATCH = 64
 
 
 def _igmp_filter() -> bytes:
@@ -82,9 +73,6 @@ class _Port:
             code = _igmp_filter()
             buf = ctypes.create_string_buffer(code, len(code))
             rx.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER, struct.pack("HL", 4, ctypes.addressof(buf)))
-            # The kernel's arrival time: a report waiting in the socket while we work is our cost, not
-            # the link's (the join-path stamps).
-            rx.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
             with contextlib.suppress(OSError):  # Linux 4.20+; our own queries are also told by address
                 rx.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
             rx.bind((name, ETH_P_IP))
@@ -104,19 +92,9 @@ class _Port:
         self.sock.close()
 
 
-def _arrival_ns(ancillary: list[tuple[int, int, bytes]]) -> int:
-    """SCM_TIMESTAMPNS of a received packet (CLOCK_REALTIME), or now if the kernel gave none."""
-    for level, kind, data in ancillary:
-        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= _TIMESPEC.size:
-            sec, nsec = _TIMESPEC.unpack_from(data)
-            return sec * 1_000_000_000 + nsec
-    return time.time_ns()
-
-
 class IgmpService:
-    def __init__(self, igmp: Igmp, bier: BierService, config: NodeConfig, batch: bool = True) -> None:
+    def __init__(self, igmp: Igmp, bier: BierService, config: NodeConfig) -> None:
         from aidcnet.igmp.node import IgmpLeaf, PortConfig
-        from aidcnet.igmp.stamps import BfirStamps, LeafStamps
 
         edge = bier.edge
         if edge is None:
@@ -135,10 +113,6 @@ class IgmpService:
         self.bier = bier
         self.edge = edge
         self.counters: Counter[str] = Counter()
-        self.batch = batch
-        self.leaf_stamps = LeafStamps()
-        self.bfir_stamps = BfirStamps()
-        self._flush_due = False
         self.leaf: IgmpLeaf = IgmpLeaf(
             ports,
             igmp.timers(),
@@ -171,7 +145,6 @@ class IgmpService:
             self.close()
             raise
         self._members: dict[str, list[str]] | None = {}
-        self._flows: dict[Any, tuple[int, ...]] = {}
         self._wake = asyncio.Event()
         # Why a lock: BIER deliveries may come from the dataplane's thread, host ports from the loop's.
         self._lock = threading.RLock()
@@ -182,33 +155,18 @@ class IgmpService:
 
     # -- input ------------------------------------------------------------------------------------
     def _read(self, port: _Port) -> bool:
-        """Read what the port has queued; with ``batch`` settle once after the last packet."""
-        from aidcnet.igmp.node import Sends
-
         changed = False
-        batch = Sends()
         for _ in range(_BATCH):
             try:
-                packet, ancillary, _flags, _addr = port.rx.recvmsg(_RECV, 64)
+                packet = port.rx.recv(_RECV)
             except (BlockingIOError, InterruptedError):
                 break
             except OSError as exc:
                 self.counters["rx-errors"] += 1
                 log.warning("%s: receive failed: %s", port.name, exc)
                 break
-            arrived = _arrival_ns(ancillary)
             with self._lock:
-                sends = self.leaf.receive(port.name, packet, time.monotonic(), settle=not self.batch)
-                self.leaf_stamps.heard(sends.heard, arrived)
-                self.bfir_stamps.received(sends.proxied, arrived)
-                if self.batch:
-                    batch.merge(sends)
-                else:
-                    changed |= self._do(sends)
-        if self.batch:
-            with self._lock:
-                batch.merge(self.leaf.settle(time.monotonic()))
-                changed |= self._do(batch)
+                changed |= self._do(self.leaf.receive(port.name, packet, time.monotonic()))
         return changed
 
     def before_lookup(self, port: str) -> None:
@@ -221,31 +179,11 @@ class IgmpService:
     def _deliver(self, payload: bytes, bfir_id: int, proto: int, header: bytes) -> None:
         # IGMP over BIER (a BFER's report) is ours; every other delivery goes on to the edge.
         if proto == BierProto.IPV4 and len(payload) >= 20 and payload[9] == 2:
-            arrived = time.time_ns()
             with self._lock:
-                sends = self.leaf.receive_over_bier(payload, time.monotonic(), settle=not self.batch)
-                self.bfir_stamps.received(sends.bier_heard, arrived)
-                if not self.batch or self._loop is None:
-                    if self.batch:
-                        sends.merge(self.leaf.settle(time.monotonic()))
-                    self._do(sends)
-                    return
-                # Nothing to send yet (the report is in its BFER's table): the flows wait for the flush.
-                due, self._flush_due = self._flush_due, True
-            if not due:
-                # The dataplane hands us a burst's reports in one loop iteration; a callback queued now
-                # runs after them all, so they settle once.
-                self._loop.call_soon_threadsafe(self._flush)
+                self._do(self.leaf.receive_over_bier(payload, time.monotonic()))
             return
         if self._chain is not None:
             self._chain(payload, bfir_id, proto, header)
-
-    def _flush(self) -> None:
-        with self._lock:
-            self._flush_due = False
-            if self._members is None:
-                return  # closed meanwhile: the edge is back on its static flows, leave them
-            self._do(self.leaf.settle(time.monotonic()))
 
     # -- output -----------------------------------------------------------------------------------
     def _do(self, sends: Sends, wake: bool = True) -> bool:
@@ -260,8 +198,6 @@ class IgmpService:
             except Exception as exc:
                 self.counters["bier-report-errors"] += 1
                 log.warning("igmp report over BIER to %s failed: %s", self.leaf.bfirs, exc)
-        if sends.heard or sends.reported:  # a settle: what it reported completes the stamps it heard
-            self.leaf_stamps.settled(sends.reported, time.time_ns())
         self._apply(sends.flows_changed)
         if wake and self._loop is not None:  # the timers may be due sooner now; set() is not thread-safe
             self._loop.call_soon_threadsafe(self._wake.set)
@@ -291,9 +227,6 @@ class IgmpService:
                     self.counters["ebpf-flow-errors"] += 1
                     log.warning("eBPF imposition map not updated: %s", exc)
             self.counters["flow-updates"] += 1
-            installed = {(f.source, f.group): f.bfers for f in new}
-            self.bfir_stamps.installed(self._flows, installed, time.time_ns())
-            self._flows = installed
         members = {str(g): ports for g, ports in self.leaf.members(time.monotonic()).items()}
         for g, ports in self.static_members.items():
             members[g] = sorted(set(members.get(g, [])) | set(ports))
@@ -359,18 +292,7 @@ class IgmpService:
         return out
 
     def all_counters(self) -> dict[str, int]:
-        shell = {**self.counters, "stamps-dropped": self.leaf_stamps.dropped + self.bfir_stamps.dropped}
-        return {**self.leaf.all_counters(), **{f"shell.{k}": v for k, v in shell.items()}}
-
-    def stamps(self, since_ns: int = 0) -> dict[str, Any]:
-        """The join-path stamps from ``since_ns`` on (docs/igmp.md, "Join-path stamps")."""
-        with self._lock:
-            return {
-                "bfr_id": self.leaf.bfr_id,
-                "leaf": self.leaf_stamps.since(since_ns),
-                "bfir": self.bfir_stamps.since(since_ns),
-                "dropped": self.leaf_stamps.dropped + self.bfir_stamps.dropped,
-            }
+        return {**self.leaf.all_counters(), **{f"shell.{k}": v for k, v in self.counters.items()}}
 
 
 def _default_port(name: str) -> Any:
@@ -410,12 +332,9 @@ class IgmpPart(Service):
             self.current.close()
             self.current = None
 
-    async def show(self, request: dict[str, Any]) -> dict[str, Any]:
-        """``{"stamps": since ns}`` asks for the join-path stamps instead of the status."""
+    async def show(self, _request: dict[str, Any]) -> dict[str, Any]:
         if self.current is None:
             raise ValueError("this node runs no IGMP (no igmp section applied)")
-        if request.get("stamps") is not None:
-            return {"ok": True, **self.current.stamps(int(request["stamps"]))}
         return {"ok": True, **self.current.status()}
 
     def handlers(self) -> dict[Op, Handler]:

@@ -163,12 +163,6 @@ class MembershipTable:
         self.query_interval = timers.qi
         self.groups: dict[IPv4Address, _Group] = {}
         self.counters: Counter[str] = Counter()
-        # No timer runs out before this moment, so expire() has nothing to do until then: a burst of
-        # reports then costs each one its own groups, not a pass over the table (docs/igmp.md, bursts).
-        # A lower bound: every change to a group's timers lowers it by that group (_touch).
-        self._quiet_until = _NEVER
-        # Likewise no retransmission is due before this moment (due_queries).
-        self._queries_from = _NEVER
 
     # -- §8 derived values, wall seconds ---------------------------------------------------------
     @property
@@ -199,8 +193,6 @@ class MembershipTable:
     def expire(self, now: float) -> None:
         """§6.5: a group timer that ran out in EXCLUDE turns the group to INCLUDE with the sources whose
         timers still ran at that moment; INCLUDE sources whose timers ran out go; an empty group goes."""
-        if now < self._quiet_until:
-            return
         for group, st in list(self.groups.items()):
             if st.mode is FilterMode.EXCLUDE and st.group_timer <= now:
                 st.sources = {s: t for s, t in st.sources.items() if t > st.group_timer}
@@ -210,18 +202,6 @@ class MembershipTable:
                 st.source_queries_left = {s: n for s, n in st.source_queries_left.items() if s in st.sources}
                 if not st.sources and not st.pending():
                     del self.groups[group]
-        self._quiet_until = min((_runs_out(st) for st in self.groups.values()), default=float("inf"))
-
-    def _touch(self, st: _Group) -> None:
-        """``st``'s timers or retransmissions changed: expire() and due_queries() must not skip past
-        its moments."""
-        self._quiet_until = min(self._quiet_until, _runs_out(st))
-        if st.pending():
-            self._queries_from = min(self._queries_from, st.next_query_at)
-
-    def _rescan(self) -> None:
-        """Many groups changed at once: the next expire() looks at them all."""
-        self._quiet_until = _NEVER
 
     def snapshot(self, now: float) -> dict[IPv4Address, GroupSnapshot]:
         self.expire(now)
@@ -262,11 +242,7 @@ class MembershipTable:
         else:
             touched.add(msg.group)
             self._apply_legacy(msg, now)
-        out = [q for g in sorted(touched) for q in self._send_due(g, now)]
-        for g in touched:
-            if g in self.groups:
-                self._touch(self.groups[g])
-        return out
+        return [q for g in sorted(touched) for q in self._send_due(g, now)]
 
     def _apply_legacy(self, msg: LegacyReport | Leave, now: float) -> None:
         """§7.3.2: a v1/v2 report is IS_EX({}) and starts that version's Older Host Present timer; a v2
@@ -383,7 +359,6 @@ class MembershipTable:
             st.source_queries_left[s] -= 1
         st.source_queries_left = {s: n for s, n in st.source_queries_left.items() if n > 0}
         st.next_query_at = now + self.timers.lmqi
-        self._touch(st)
         return out
 
     def _specific(self, group: IPv4Address, sources: tuple[IPv4Address, ...], suppress: bool) -> Query:
@@ -399,13 +374,7 @@ class MembershipTable:
     def due_queries(self, now: float) -> list[Query]:
         """Specific-query retransmissions due by ``now``."""
         self.expire(now)
-        if now < self._queries_from:
-            return []
-        due = sorted(g for g, st in self.groups.items() if st.pending() and st.next_query_at <= now)
-        out = [q for g in due for q in self._send_due(g, now)]
-        pending = [st.next_query_at for st in self.groups.values() if st.pending()]
-        self._queries_from = min(pending, default=float("inf"))
-        return out
+        return [q for g in sorted(self.groups) for q in self._send_due(g, now)]
 
     def next_deadline(self) -> float | None:
         """The next moment :meth:`due_queries` has something to send, if any."""
@@ -424,23 +393,10 @@ class MembershipTable:
         if not q.sources:
             if st.mode is FilterMode.EXCLUDE:
                 st.group_timer = min(st.group_timer, lmqt)
-                self._touch(st)
             return
         for s in q.sources:
             if s in st.sources:
                 st.sources[s] = min(st.sources[s], lmqt)
-        self._touch(st)
-
-
-def _runs_out(st: _Group) -> float:
-    """The first moment expire() changes ``st``: its group timer in EXCLUDE; in INCLUDE its first source
-    timer, or now if it has no source left and no retransmission (it goes). An INCLUDE group kept only
-    for its retransmissions changes when they end, which _send_due and the election report."""
-    if st.mode is FilterMode.EXCLUDE:
-        return st.group_timer
-    if st.sources:
-        return min(st.sources.values())
-    return float("inf") if st.pending() else _NEVER
 
 
 class Interface:
@@ -476,7 +432,6 @@ class Interface:
                 for st in self.table.groups.values():  # "ceases to send queries" (§6.6.2)
                     st.group_queries_left = 0
                     st.source_queries_left = {}
-                self.table._rescan()  # groups kept only for their retransmissions may go now
             self.table.querier = False
             self.other_querier = src
             # §4.1.6/§4.1.7: adopt the querier's robustness and interval unless it sent 0; the Other

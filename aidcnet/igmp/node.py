@@ -19,17 +19,7 @@ from typing import Any, Final
 
 from aidcnet.bier.edge import Ipv4Error, parse_ipv4
 from aidcnet.igmp.bfir import BferMemberships, ProxyReceivers, ProxyRefused
-from aidcnet.igmp.codec import (
-    GroupRecord,
-    IgmpDecodeError,
-    Leave,
-    LegacyReport,
-    Query,
-    RecordType,
-    Report,
-    decode,
-    encode,
-)
+from aidcnet.igmp.codec import IgmpDecodeError, Leave, LegacyReport, Query, Report, decode, encode
 from aidcnet.igmp.extensions import interpret, proxy_report
 from aidcnet.igmp.leaf import (
     Flow,
@@ -43,7 +33,6 @@ from aidcnet.igmp.leaf import (
     state_report,
 )
 from aidcnet.igmp.membership import IgmpTimers, Interface
-from aidcnet.igmp.stamps import proxy_records
 from aidcnet.ipv4 import checksum16
 
 IPPROTO_IGMP: Final = 2
@@ -83,22 +72,6 @@ class Sends:
     queries: list[tuple[str, Query]] = field(default_factory=list)  # (port, query) to 224.0.0.1 / G
     over_bier: list[bytes] = field(default_factory=list)  # IPv4 packets to impose for the BFIRs
     flows_changed: bool = False
-    # For the join-path stamps (aidcnet/igmp/stamps.py): the group records a host port's report held,
-    # the state-change records that went to the BFIRs in over_bier, and (BFR-id, record) a BFER sent us.
-    heard: list[GroupRecord] = field(default_factory=list)
-    reported: list[GroupRecord] = field(default_factory=list)
-    bier_heard: list[tuple[int, GroupRecord]] = field(default_factory=list)
-    proxied: list[tuple[int, GroupRecord]] = field(default_factory=list)  # a proxy report's, as above
-
-    def merge(self, other: Sends) -> None:
-        """Add what ``other`` asks (a batch's packets, then one settle)."""
-        self.queries += other.queries
-        self.over_bier += other.over_bier
-        self.flows_changed |= other.flows_changed
-        self.heard += other.heard
-        self.reported += other.reported
-        self.bier_heard += other.bier_heard
-        self.proxied += other.proxied
 
 
 class IgmpLeaf:
@@ -141,12 +114,8 @@ class IgmpLeaf:
         self._flows: list[Flow] = self._compose(now)
 
     # -- inputs -----------------------------------------------------------------------------------
-    def receive(self, port: str, packet: bytes, now: float, settle: bool = True) -> Sends:
-        """One IPv4 packet carrying IGMP heard on a host port (what a raw IGMP socket returns).
-
-        ``settle=False``: update the port's table only; the leaf's state, its report to the BFIRs and
-        the flows wait for :meth:`settle`, so a burst of reports costs one merge, one overlay report and
-        one flow derivation instead of one each (a Receiver Proxy Report still applies at once)."""
+    def receive(self, port: str, packet: bytes, now: float) -> Sends:
+        """One IPv4 packet carrying IGMP heard on a host port (what a raw IGMP socket returns)."""
         out = Sends()
         self.counters["rx"] += 1
         # Control overhead is counted, never estimated (the replay's membership modes report it).
@@ -177,9 +146,6 @@ class IgmpLeaf:
                 self._drop(port, f"proxy-{exc.reason}")
                 return out
             out.flows_changed = change.bfr_ids != change.previous
-            out.proxied += proxy_records(
-                change.channel[1], change.channel[0], change.bfr_ids ^ change.previous
-            )
             if out.flows_changed:
                 self._flows = self._compose(now)
             return out
@@ -194,8 +160,7 @@ class IgmpLeaf:
                 else f"v{getattr(msg, 'version', 2)}-{type(msg).__name__.lower()}",
             )
             new_groups = {r.group for r in msg.records} if isinstance(msg, Report) else {msg.group}
-            known = link.table.groups
-            if len(known) + sum(1 for g in new_groups if g not in known) > self.max_groups:
+            if len(new_groups | link.table.groups.keys()) > self.max_groups:
                 self._drop(port, "too-many-groups")
                 return out
         else:
@@ -206,14 +171,11 @@ class IgmpLeaf:
             link.other_querier_until = float("inf")
         if before and not link.is_querier:
             self._count(port, "querier-lost")
-        out.heard += _records(msg)
-        if settle:
-            self._after(now, out)
+        self._after(now, out)
         return out
 
-    def receive_over_bier(self, packet: bytes, now: float, settle: bool = True) -> Sends:
-        """A BFER's report delivered to us over BIER (the IPv4 packet inside, Proto 4); ``settle`` as
-        in :meth:`receive`."""
+    def receive_over_bier(self, packet: bytes, now: float) -> Sends:
+        """A BFER's report delivered to us over BIER (the IPv4 packet inside, Proto 4)."""
         out = Sends()
         try:
             info = parse_ipv4(packet)
@@ -229,15 +191,6 @@ class IgmpLeaf:
             return out
         self.counters["bier-reports-in"] += 1
         self.counters[f"bier-reports-in.bfer-{bfr}"] += 1
-        out.bier_heard += [(bfr, r) for r in msg.records]
-        if settle:
-            self._after(now, out)
-        return out
-
-    def settle(self, now: float) -> Sends:
-        """After a batch received with ``settle=False``: the leaf's state, one change report to the
-        BFIRs for the whole batch, and the flows derived once."""
-        out = Sends()
         self._after(now, out)
         return out
 
@@ -282,10 +235,7 @@ class IgmpLeaf:
             report = change_report(self.state, state, self.bfr_id)
             self.state = state
             if report is not None:
-                packets = self._packets(report)
-                out.over_bier += packets
-                if packets:
-                    out.reported += report.records
+                out.over_bier += self._packets(report)
                 self.counters["bier-changes"] += 1
         flows = self._compose(now)
         if flows != self._flows:
@@ -367,18 +317,6 @@ class IgmpLeaf:
         for k, v in self.proxy.counters.items():
             out[f"proxy.{k}"] = v
         return out
-
-
-def _records(msg: object) -> list[GroupRecord]:
-    """A host's report as group records; a v1/v2 report is a join of any source (TO_EX({})) and a v2
-    Leave TO_IN({}), as the router takes them (RFC 3376 §7.3.2)."""
-    if isinstance(msg, Report):
-        return list(msg.records)
-    if isinstance(msg, LegacyReport):
-        return [GroupRecord(RecordType.CHANGE_TO_EXCLUDE_MODE, msg.group)]
-    if isinstance(msg, Leave):
-        return [GroupRecord(RecordType.CHANGE_TO_INCLUDE_MODE, msg.group)]
-    return []
 
 
 def _groups_json(snaps: Mapping[IPv4Address, Any]) -> dict[str, Any]:

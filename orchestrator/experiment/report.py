@@ -17,7 +17,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 import matplotlib
 
@@ -396,7 +395,6 @@ def membership_table(c: Comparison) -> TableBlock | None:
             ]
         )
     rows.append(["new receivers timed", *(str(m.get("latency_samples", "–")) for m in members)])
-    rows += join_path_rows([m.get("join_path") for m in members])
     rows.append(["wrong deliveries", *(str(m.get("wrong", "–")) for m in members)])
     rows.append(["missed deliveries", *(str(m.get("missed", "–")) for m in members)])
     for kind in ("igmp from hosts", "queries", "overlay reports", "proxy reports"):
@@ -417,38 +415,6 @@ def membership_table(c: Comparison) -> TableBlock | None:
     return TableBlock(header=["memberships", *(col.label for col in cols)], rows=rows)
 
 
-def join_path_rows(paths: list[dict[str, Any] | None]) -> list[list[str]]:
-    """The join path split by the agents' stamps (orchestrator/experiment/join_path.py): the protocol's
-    transit in fabric time beside our agents' processing in wall time, and which one dominated."""
-    if not any(paths):
-        return []
-
-    def ms(p: dict[str, Any] | None, key: str, time_key: str | None = None) -> str:
-        if not p or p.get(key) is None:
-            return "–"
-        unit = p[time_key] if time_key else "wall"
-        return f"{p[key] * 1e3:.3f} ms {unit}"
-
-    def verdict(p: dict[str, Any] | None) -> str:
-        if not p or p.get("processing_share") is None:
-            return "–"
-        share = fmt_pct(p["processing_share"])
-        return f"{share}: NOT faithful for latency" if p.get("processing_dominated") else share
-
-    return [
-        [
-            "join path stamped (unmatched / shared)",
-            *(f"{p['samples']} ({p['unmatched']} / {p['shared']})" if p else "–" for p in paths),
-        ],
-        ["join transit p50", *(ms(p, "transit_p50_s", "transit_time") for p in paths)],
-        ["join transit p99", *(ms(p, "transit_p99_s", "transit_time") for p in paths)],
-        ["node processing p50 (not scaled)", *(ms(p, "processing_p50_wall_s") for p in paths)],
-        ["node processing p99 (not scaled)", *(ms(p, "processing_p99_wall_s") for p in paths)],
-        ["installed → first packet p50", *(ms(p, "installed_to_first_p50_s", "transit_time") for p in paths)],
-        ["processing share of the join path", *(verdict(p) for p in paths)],
-    ]
-
-
 def membership_blocks(c: Comparison) -> list[Block]:
     """The Memberships section of a group, or nothing when it has no igmp or proxy run."""
     mt = membership_table(c)
@@ -459,10 +425,7 @@ def membership_blocks(c: Comparison) -> list[Block]:
         "when the igmp receivers join or the proxy source reports) to the first packet at each new "
         "receiver, in fabric time when the lab is shaped. Wrong: packets received outside a membership; "
         "missed: members that never got theirs. Control traffic is counted by the agents (IGMP heard on "
-        "host ports, queries, IGMP over BIER to the BFIRs), never estimated (docs/igmp.md). Join path, "
-        "from the agents' stamps: transit (host to leaf, leaf to BFIR over BIER) in fabric time, node "
-        "processing (our agents' Python at the leaf and the BFIR) in wall time and not scaled; a run whose "
-        "processing share is above half measured our agents, not the protocol."
+        "host ports, queries, IGMP over BIER to the BFIRs), never estimated (docs/igmp.md)."
     )
     return [Heading(3, "Memberships"), mt, Para(note)]
 

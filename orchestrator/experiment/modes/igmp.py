@@ -20,7 +20,6 @@ from typing import Any, ClassVar
 from aidcnet.igmp.leaf import GROUP_SOURCES
 from aidcnet.modes import Mode
 from orchestrator.experiment import membership
-from orchestrator.experiment.join_path import igmp_path, join_path_line
 from orchestrator.experiment.modes import register
 from orchestrator.experiment.modes.base import ModeOutcome, Say
 from orchestrator.experiment.modes.messages import MessageMode
@@ -95,12 +94,8 @@ class MembershipMode(MessageMode):
         changes = membership.membership_changes(self.name, ops, self.op_group)
         result = membership.judge(windows, deliveries, changes, self.scale, keys)
         summary = result.to_dict()
-        outcome.lines.append(membership_line(self.name, summary))
-        path = self.join_path(session, ops)
-        if path is not None:
-            summary["join_path"] = path
-            outcome.lines.append(join_path_line(self.name, path))
         outcome.settings["membership"] = summary
+        outcome.lines.append(membership_line(self.name, summary))
         if (result.wrong or result.missed) and outcome.problem is None:
             outcome.problem = (
                 f"membership: {result.wrong} deliveries outside their receiver's membership window, "
@@ -108,52 +103,6 @@ class MembershipMode(MessageMode):
                 "a longer --lead gives the memberships time to reach the BFIRs)"
             )
         return outcome
-
-    # -- the join path (orchestrator/experiment/join_path.py) -----------------------------------------
-    def join_path(self, session: LabSession, ops: list[TraceOp]) -> dict[str, Any] | None:
-        """The agents' join-path stamps of this run, decomposed; None when no leaf answered."""
-        from orchestrator.configure.plan.bier import host_leaf_port
-        from orchestrator.experiment.join_path import JoinPath
-
-        attach: dict[str, tuple[str, int]] = {}
-        for host in self.all_hosts:
-            found = host_leaf_port(session.plan, host)
-            if found is not None:
-                attach[host] = (found[0], int(session.plan.nodes[found[0]].bfr_id or 0))
-        stamps: dict[str, dict[str, Any]] = {}
-        notes = []
-        for leaf in sorted({leaf for leaf, _ in attach.values()}):
-            try:
-                stamps[leaf] = session.agent(leaf).igmp_stamps(self.start_ns)
-            except Exception as exc:  # an old agent or a lost node: the run stands, its path is not known
-                notes.append(f"{leaf}: no join-path stamps ({exc})")
-                continue
-            if stamps[leaf].get("dropped"):
-                notes.append(f"{leaf}: {stamps[leaf]['dropped']} stamps over its limit were not kept")
-        if not stamps:
-            return None
-        channel = {op.id: (self.loopbacks[op.src], self.op_group[op.id]) for op in ops}
-        source_leaf = {op.id: attach[op.src][0] for op in ops if op.src in attach}
-        first = {
-            (int(msg_id), host): int(rec["first_ns"])
-            for host, recs in self.records.items()
-            for msg_id, rec in recs.items()
-            if rec.get("first_ns") is not None
-        }
-        path: JoinPath = self.decompose(ops, channel, attach, source_leaf, stamps, first)
-        path.notes += notes
-        return path.to_dict()
-
-    def decompose(
-        self,
-        ops: list[TraceOp],
-        channel: dict[int, tuple[str, str]],
-        attach: dict[str, tuple[str, int]],
-        source_leaf: dict[int, str],
-        stamps: dict[str, dict[str, Any]],
-        first: dict[tuple[int, str], int],
-    ) -> Any:
-        raise NotImplementedError
 
 
 def membership_line(mode: str, m: dict[str, Any]) -> str:
@@ -196,7 +145,3 @@ class Igmp(MembershipMode):
         joins = {n: rep.get("joins", []) for n, rep in self.replies.items()}
         op_t = {op.id: op.t for op in ops}
         return membership.igmp_windows(joins, op_t, self.start_ns, self.scale), None
-
-    def decompose(self, ops, channel, attach, source_leaf, stamps, first):  # type: ignore[no-untyped-def]
-        joins = {n: rep.get("joins", []) for n, rep in self.replies.items()}
-        return igmp_path(joins, channel, attach, source_leaf, stamps, first, self.scale)

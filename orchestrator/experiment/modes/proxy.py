@@ -63,10 +63,3 @@ class Proxy(MembershipMode):
     def windows(self, ops: list[TraceOp]) -> tuple[list[membership.Window], set[tuple[int, str]] | None]:
         sent = {n: rep.get("reports", []) for n, rep in self.replies.items()}
         return membership.proxy_windows(ops, self.op_group, sent, self.start_ns, self.scale)
-
-    def decompose(self, ops, channel, attach, source_leaf, stamps, first):  # type: ignore[no-untyped-def]
-        from orchestrator.experiment.join_path import proxy_path
-
-        sent = {n: rep.get("reports", []) for n, rep in self.replies.items()}
-        receivers = {op.id: list(op.dst) for op in ops}
-        return proxy_path(sent, receivers, channel, attach, source_leaf, stamps, first, self.scale)
