@@ -20,6 +20,7 @@ from orchestrator.lab import deploy as deploy_mod
 from orchestrator.lab import labdir
 from orchestrator.lab.runtime.docker import ContainerSpec, DockerError, DockerRuntime, stale_endpoints
 from orchestrator.lab.topology import DEFAULT_MGMT_SUBNET, MGMT_POOL, parse_topology
+from tests.unit.orchestrator.lab.test_mgmt_room import Runtime
 
 NODE = {"kind": "linux", "image": "aidclab/bfr:latest"}
 
@@ -105,15 +106,8 @@ def test_a_configure_plans_around_the_recorded_subnet(tmp_path, monkeypatch):
 # --- deploy's room check -------------------------------------------------------------------------------
 
 
-class CountingRuntime:
-    def __init__(self, attached: int):
-        self.attached = attached
-
-    def network_endpoints(self, name: str) -> int:
-        return self.attached
-
-    def network_subnets(self) -> list[ipaddress.IPv4Network]:
-        return [ipaddress.ip_network("172.16.0.0/16")]
+# the room check's fake engine: the one test_mgmt_room.py has
+CountingRuntime = Runtime
 
 
 def test_an_own_network_sized_at_deploy_is_never_too_small():
