@@ -324,6 +324,11 @@ class BgpService:
                 self.counters["on-change.error"] += 1
                 log.error("BGP route consumer failed: %s", exc)
 
+    def resend_selection(self) -> None:
+        """Give ``on_change`` the current best paths again, changed or not."""
+        if self.on_change is not None:
+            self.on_change(self.selected)
+
     async def _kernel_worker(self) -> None:
         """Applies the latest wanted routes; netlink calls run in a thread (pyroute2's sync API must not run
         inside the event loop), and bursts coalesce into one apply of the newest state."""
@@ -451,26 +456,35 @@ class BgpPart(Service):
         self.current: BgpService | None = None
 
     @staticmethod
-    def _inputs(config: NodeConfig | None) -> tuple[Any, ...] | None:
+    def _originated(config: NodeConfig) -> dict[str, str]:
+        """Path attributes the node adds to routes it originates, by prefix."""
+        if config.bier is None or config.bier.bift != "bgp":
+            return {}
+        # BIER over BGP (RFC 9793): the loopback carries the BIER path attribute (type 41).
+        from aidcnet.bgp.bier_routes import loopback_attribute
+
+        return {str(config.loopback.network): loopback_attribute(config.bier).to_exabgp()}
+
+    @classmethod
+    def _inputs(cls, config: NodeConfig | None) -> tuple[Any, ...] | None:
         if config is None or config.bgp is None or not config.bgp.neighbors:
             return None
-        return (config.bgp, config.interfaces, config.loopback, config.bier)
+        # Of the BIER section only what BGP announces: a replay's prepare that changes bier.groups must
+        # not reset every session in the lab.
+        return (config.bgp, config.interfaces, config.loopback, cls._originated(config))
 
     async def reload(self, config: NodeConfig | None) -> None:
         """Restart only when sessions, links, loopback or the BIER origin changed, so the bandwidths
-        ``aidclab link set`` gave survive a reload that leaves those alone."""
+        ``aidclab link set`` gave (and established sessions) survive a reload that leaves those alone."""
         if self.current is not None and self._inputs(self.current.config) == self._inputs(config):
+            # The services reloaded before this one (BIER over BGP) may have started afresh: hand them the
+            # best paths a restart would have re-learned.
+            self.current.resend_selection()
             return
         await self.stop()
         if config is None or self._inputs(config) is None:
             return
-        extra: dict[str, str] = {}
-        if config.bier is not None and config.bier.bift == "bgp":
-            # BIER over BGP (RFC 9793): the loopback carries the BIER path attribute (type 41).
-            from aidcnet.bgp.bier_routes import loopback_attribute
-
-            extra[str(config.loopback.network)] = loopback_attribute(config.bier).to_exabgp()
-        service = BgpService(config, originate_extra=extra, on_change=self.on_change)
+        service = BgpService(config, originate_extra=self._originated(config), on_change=self.on_change)
         await service.start()
         self.current = service
 

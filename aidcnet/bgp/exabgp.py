@@ -68,6 +68,9 @@ class Neighbor:
     md5_password: str | None = field(default=None, repr=False)
     # RFC 5082 GTSM radius in hops (1: directly connected); None: off.
     ttl_security_hops: int | None = None
+    # Only listen (RFC 4271 §8.1.1 PassiveTcpEstablishment), the peer connects. The agent keeps both ends
+    # of its sessions connecting (docs/fare.md "Who connects"); tests use it.
+    passive: bool = False
 
 
 GTSM_TTL = 255
@@ -106,9 +109,10 @@ def config_text(neighbors: Iterable[Neighbor], api_command: str) -> str:
             f"    peer-as {n.peer_asn};",
             f"    hold-time {n.hold_time};",
             *_security_lines(n),
-            # Both ends connect and listen (on the local link address); BGP's collision rule keeps one.
+            # Both ends listen (on the local link address) and, unless passive, connect; BGP's collision
+            # rule keeps one connection.
             "    listen 179;",
-            "    connect 179;",
+            "    passive true;" if n.passive else "    connect 179;",
             "    family { ipv4 unicast; }",
             "    api {",
             f"        processes [ {PROCESS_NAME} ];",

@@ -5,16 +5,21 @@ With the default vars every session is signed with the lab's own TCP-MD5 secret 
 runs GTSM with one hop. Then G1 alone is given another secret for its session with L1 (links.G1:eth1.md5,
 played on G1 only, so L1 keeps the lab's): that session stays down, the fare_bgp role fails naming L1,
 `aidcnet ctl show bgp` in G1 names it, and FARE carries on over the three planes whose secret is right.
+Last, GTSM across the fabric: two extra ExaBGP speakers, in G1 and G2, peer between the two loopbacks, two
+hops apart through a plane leaf. With one hop (the default) the session never comes up; with two it does.
 """
 
 from __future__ import annotations
 
 import json
+import shlex
 import stat
+import time
 
 import pytest
 import yaml
 
+from aidcnet.bgp import exabgp
 from orchestrator.configure.ansible import compute_plan, run_playbook, write_lab_plan
 from orchestrator.lab.labdir import BGP_MD5_FILE
 
@@ -85,3 +90,77 @@ def test_a_wrong_secret_keeps_its_session_down_and_is_named(runtime, lab) -> Non
     assert sent["tx_packets"].get("eth1", 0) == 0 and sum(sent["tx_packets"].values()) >= 600, sent
     # and the session is still down after FARE's own waits
     assert session_when(runtime, topo, "G1", "eth1", lambda s: s == "up", wait_s=2) != "up"
+
+
+# The images' agent interpreter, which has ExaBGP and aidcnet.bgp.exabgp_main.
+NODE_PYTHON = "/opt/aidcnet/bin/python"
+GTSM_DIR = "/tmp/gtsm-e2e"
+
+
+def start_loopback_speaker(runtime, topo, node: str, local: str, peer: str, hops: int) -> str:
+    """An ExaBGP in ``node`` (besides the agent's) with one session from its loopback to ``peer``,
+    started as the agent starts its own; returns its PID. Its messages go to GTSM_DIR/<node>.events."""
+    events = f"{GTSM_DIR}/{node}.events"
+    sink = (
+        f"import sys\nwith open({events!r}, 'a') as f:\n"
+        "    for line in sys.stdin:\n        f.write(line)\n        f.flush()\n"
+    )
+    neighbor = exabgp.Neighbor(
+        address=peer,
+        local_address=local,
+        local_asn=65001 if node == "G1" else 65002,
+        peer_asn=65002 if node == "G1" else 65001,
+        router_id=local,
+        hold_time=9,
+        ttl_security_hops=hops,
+        passive=node == "G2",
+    )
+    conf = exabgp.config_text([neighbor], f"{NODE_PYTHON} {GTSM_DIR}/sink.py")
+    settings = {**exabgp.EXABGP_ENV, "exabgp_reactor_speed": "1.0"}
+    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in settings.items())
+    script = (
+        f"mkdir -p {GTSM_DIR} && rm -f {events} && printf %s {shlex.quote(sink)} > {GTSM_DIR}/sink.py && "
+        f"printf %s {shlex.quote(conf)} > {GTSM_DIR}/{node}.conf && "
+        f"(env {env} setsid {NODE_PYTHON} -m aidcnet.bgp.exabgp_main server {GTSM_DIR}/{node}.conf "
+        f"> {GTSM_DIR}/{node}.log 2>&1 < /dev/null & echo $!)"
+    )
+    code, out = runtime.exec(topo.container_name(node), ["sh", "-c", script])
+    assert code == 0 and out.strip().isdigit(), out
+    return out.strip()
+
+
+def loopback_session_up(runtime, topo, node: str) -> bool:
+    _code, out = runtime.exec(
+        topo.container_name(node), ["sh", "-c", f"cat {GTSM_DIR}/{node}.events 2>/dev/null"]
+    )
+    return any(exabgp.parse_message(line).kind == "up" for line in out.splitlines() if line.strip())
+
+
+@pytest.mark.parametrize("hops", [1, 2])
+def test_gtsm_refuses_a_peer_two_hops_away_across_the_fabric(runtime, lab, hops: int) -> None:
+    topo, _ = lab
+    g1, g2 = loopback(runtime, topo, "G1"), loopback(runtime, topo, "G2")
+    # The path between the loopbacks crosses one router: a packet sent with TTL 255 arrives with 254.
+    code, out = runtime.exec(topo.container_name("G1"), ["ip", "-o", "route", "get", g2, "from", g1])
+    assert code == 0 and " via " in out, out
+    pids = {}
+    try:
+        pids["G2"] = start_loopback_speaker(runtime, topo, "G2", g2, g1, hops)
+        pids["G1"] = start_loopback_speaker(runtime, topo, "G1", g1, g2, hops)
+        # The refusal is given as long as an accepted handshake takes with hops 2 (ExaBGP retries its
+        # connect every few seconds).
+        deadline = time.monotonic() + (12.0 if hops == 1 else 30.0)
+        up = False
+        while time.monotonic() < deadline and not up:
+            up = loopback_session_up(runtime, topo, "G1") and loopback_session_up(runtime, topo, "G2")
+            time.sleep(0.5)
+        if hops == 1:
+            assert not up, "a GTSM one-hop session came up over two hops"
+            assert not loopback_session_up(runtime, topo, "G1") and not loopback_session_up(
+                runtime, topo, "G2"
+            )
+        else:
+            assert up, "with GTSM at two hops the loopback session should come up (the control of hops 1)"
+    finally:
+        for node, pid in pids.items():
+            runtime.exec(topo.container_name(node), ["kill", pid])

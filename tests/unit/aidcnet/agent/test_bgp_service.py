@@ -180,3 +180,40 @@ def test_a_link_event_hands_its_link_to_the_route_table_instead_of_a_dump(tmp_pa
         assert svc._kernel_events[-1]["event"] == "eth3 down"
 
     asyncio.run(run())
+
+
+def test_a_reload_that_changes_only_bier_flows_keeps_the_sessions() -> None:
+    """A net-bier replay's prepare rewrites bier.flows on the leaves: BGP must not restart for that (it
+    reset every session of the lab in the middle of the model crossval's replays). What BGP announces
+    from the BIER section (RFC 9793's attribute on the loopback) still restarts it."""
+    from aidcnet.agent.bgp_service import BgpPart
+    from orchestrator.configure.plan import node_config
+    from tests.unit.orchestrator.configure.test_plan import leaf_spine_doc, plan_of
+
+    plan = plan_of(leaf_spine_doc(2, 2, 1), {"bgp": {"enabled": True}, "bier": {"bift": "bgp"}})
+    config = node_config(plan, "leaf1")
+    assert config.bier is not None and config.bgp is not None and config.bgp.neighbors
+    flow = {"source": "10.9.9.9", "group": "232.1.2.3", "bitstring": [1]}
+    regrouped = config.model_copy(update={"bier": config.bier.model_copy(update={"flows": [flow]})})
+    assert regrouped != config
+    assert BgpPart._inputs(regrouped) == BgpPart._inputs(config)
+    renumbered = config.model_copy(update={"bier": config.bier.model_copy(update={"bfr_id": 999})})
+    assert BgpPart._inputs(renumbered) != BgpPart._inputs(config)
+    static = config.model_copy(update={"bier": config.bier.model_copy(update={"bift": "static"})})
+    assert BgpPart._inputs(static) != BgpPart._inputs(config)
+
+    class Running:
+        """The running BgpService, as far as a reload sees it."""
+
+        def __init__(self) -> None:
+            self.config, self.resent = config, 0
+
+        def resend_selection(self) -> None:
+            self.resent += 1
+
+    part = BgpPart()
+    running = Running()
+    part.current = running  # type: ignore[assignment]
+    asyncio.run(part.reload(regrouped))
+    # Kept, and the BIER service (reloaded just before, maybe afresh) got BGP's best paths again.
+    assert part.current is running and running.resent == 1

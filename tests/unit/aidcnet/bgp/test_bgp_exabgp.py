@@ -3,6 +3,7 @@ commands; and ExaBGP's own parser accepting the config we generate."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -140,3 +141,15 @@ def test_exabgp_accepts_md5_and_gtsm(tmp_path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     conf.write_text(text.replace("incoming-ttl 255;", "incoming-ttl x;"))
     assert _validate(conf).returncode != 0
+
+
+def test_a_passive_end_listens_and_never_connects(tmp_path) -> None:
+    n = Neighbor("10.0.0.1", "10.0.0.0", 65000, 65100, "10.255.0.5")
+    active = config_text([n], "/bin/cat").splitlines()
+    passive = config_text([dataclasses.replace(n, passive=True)], "/bin/cat").splitlines()
+    assert {"    listen 179;", "    connect 179;"} <= set(active) and "    passive true;" not in active
+    assert {"    listen 179;", "    passive true;"} <= set(passive) and "    connect 179;" not in passive
+    conf = tmp_path / "exabgp.conf"
+    conf.write_text("\n".join(passive) + "\n")
+    result = _validate(conf)
+    assert result.returncode == 0, result.stdout + result.stderr

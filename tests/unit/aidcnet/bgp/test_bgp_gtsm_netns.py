@@ -7,6 +7,7 @@ starts them (``python -m aidcnet.bgp.exabgp_main``, config from aidcnet.bgp.exab
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -87,9 +88,8 @@ class Speaker:
             "    for line in sys.stdin:\n"
             "        f.write(line); f.flush()\n"
         )
+        neighbor = dataclasses.replace(neighbor, passive=passive)
         text = exabgp.config_text([neighbor], f"{sys.executable} {sink}")
-        if passive:
-            text = text.replace("    connect 179;\n", "    passive true;\n")
         conf = self.tmp / f"{self.ns}.conf"
         conf.write_text(text)
         env = {**os.environ, **exabgp.EXABGP_ENV, "exabgp_reactor_speed": "1.0", "PYTHONPATH": str(ROOT)}
