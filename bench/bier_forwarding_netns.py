@@ -270,7 +270,8 @@ def run(
         _, err = p.communicate(timeout=seconds * 4)
         if p.returncode != 0:
             raise RuntimeError(f"sender failed: {err.strip()[-500:]}")
-    res = Result((c1 - c0) / (t1 - t0), (o1 - o0) / (t1 - t0), s1 - s0 if dut_cpu >= 0 else 0.0, window=t1 - t0)
+    cpu_s = s1 - s0 if dut_cpu >= 0 else 0.0
+    res = Result((c1 - c0) / (t1 - t0), (o1 - o0) / (t1 - t0), cpu_s, window=t1 - t0)
     if prog:
         res.prog_ns = (r1 - r0) / max(1, n1 - n0)
     return res
@@ -464,7 +465,8 @@ def main() -> int:
                 dp = BierDataplane(9, BSL, 0, bifts, nbrs, {(0, BSL, 0): LABEL})
             split = f"DUT on CPU {dcpu}, senders on {cpus}" if cpus else "no CPU split"
             lines = [f"bench bier_forwarding (netns): src -> dut -> {SINKS} sinks, {args.senders} senders, "
-                     f"{args.seconds:.0f} s runs, BSL {BSL}, {split}, source load x{args.clones + 1} (tc clones), "
+                     f"{args.seconds:.0f} s runs, BSL {BSL}, {split}, "
+                     f"source load x{args.clones + 1} (tc clones), "
                      f"median of {args.rounds}"]  # fmt: skip
             sec, n = args.seconds, args.senders
             for size in (int(s) for s in args.sizes.split(",")):
