@@ -277,18 +277,12 @@ def run(
     return res
 
 
-def steer_dut(cpu: int, others: list[int]) -> None:
+def steer_dut(cpu: int) -> None:
     """RPS on the DUT's ingress veth: its receive path (tc program, ipmr, IPv4 forwarding, and the
     copies' transmit) runs on ``cpu`` from the backlog, apart from the senders, so the offered load can
-    exceed what the DUT forwards and the excess is dropped (and shown) instead of slowing the senders.
-    The sinks' receive goes to ``others``: on the DUT CPU it would share that CPU's backlog with the
-    flood of offered packets, and copies the DUT had finished would be dropped there (wasted work that
-    showed as the DUT's veth tx drops, more of it the slower the DUT)."""
+    exceed what the DUT forwards and the excess is dropped (and shown) instead of slowing the senders."""
     path = f"/sys/class/net/{PREFIX}bl0/queues/rx-0/rps_cpus"
     sh("ip", "netns", "exec", DUT, "sh", "-c", f"echo {1 << cpu:x} > {path}")
-    mask = sum(1 << c for c in others)
-    for i in range(1, SINKS + 1):
-        sh("ip", "netns", "exec", sink(i), "sh", "-c", f"echo {mask:x} > /sys/class/net/eth0/queues/rx-0/rps_cpus")
 
 
 class ProgStats:
@@ -455,7 +449,7 @@ def main() -> int:
         try:
             mr = mroute()
             if dcpu >= 0:
-                steer_dut(dcpu, cpus or [])
+                steer_dut(dcpu)
             names = [f"s{i}" for i in range(1, SINKS + 1)]
             birt = {9: SELF, **{i: [f"s{i}"] for i in range(1, SINKS + 1)}}
             labels = {n: {(0, BSL, 0): 900 + i} for i, n in enumerate(names)}
