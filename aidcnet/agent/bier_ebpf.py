@@ -496,16 +496,30 @@ class BierMaps:
             out.append(sum(buf))
         return out
 
+    def _percpu_rows(self, name: str, rows: int, width: int) -> list[int]:
+        """A per-CPU array of ``rows`` elements of ``width`` u64 each, summed over CPUs, row after row."""
+        out = []
+        for i in range(rows):
+            buf = (ctypes.c_uint64 * (width * self.bpf.ncpus))()
+            self.bpf.lookup(self.fd[name], ctypes.c_uint32(i), buf)
+            out += [sum(buf[cpu * width + j] for cpu in range(self.bpf.ncpus)) for j in range(width)]
+        return out
+
     def counters(self, neighbors: Mapping[str, tuple[int, str]]) -> dict[str, int]:
         """``neighbors``: ``{name: (index, ifname)}``.  Names as the Python dataplane's counters."""
-        out = dict(zip(COUNTERS, self._percpu("bier_cnt", len(COUNTERS)), strict=True))
+        if "bier_label" in self.fd:  # an older object (bench --compare-ref): one element per counter
+            flat = self._percpu("bier_cnt", len(COUNTERS))
+            per_nbr = self._percpu("bier_nbr_cnt", MAX_NBR * len(NBR_COUNTERS))
+        else:  # bier.h: struct bier_counters, and a struct bier_nbr_counters per neighbour
+            flat = self._percpu_rows("bier_cnt", 1, len(COUNTERS))
+            per_nbr = self._percpu_rows("bier_nbr_cnt", MAX_NBR, len(NBR_COUNTERS))
+        out = dict(zip(COUNTERS, flat, strict=True))
         if self.pol_slot:
             # the Python dataplane's names; codes as aidcnet.bier.edge_policy.REASON_CODE (0: accepted)
             values = self._percpu("bier_pol_cnt", MAX_PORTS * POL_NREASONS)
             for port, i in self.pol_slot.items():
                 for reason, code in REASON_CODE.items():
                     out[f"dropped-policy.{port}.{reason}"] = values[i * POL_NREASONS + code]
-        per_nbr = self._percpu("bier_nbr_cnt", MAX_NBR * len(NBR_COUNTERS))
         for name, (idx, ifname) in neighbors.items():
             values = per_nbr[idx * len(NBR_COUNTERS) : (idx + 1) * len(NBR_COUNTERS)]
             for fmt, value in zip(NBR_COUNTERS, values, strict=True):

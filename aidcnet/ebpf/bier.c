@@ -93,16 +93,16 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, C_NUM);
+	__uint(max_entries, 1);
 	__type(key, __u32);
-	__type(value, __u64);
+	__type(value, struct bier_counters);
 } bier_cnt SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, BIER_MAX_NBR * NC_NUM);
+	__uint(max_entries, BIER_MAX_NBR);
 	__type(key, __u32);
-	__type(value, __u64);
+	__type(value, struct bier_nbr_counters);
 } bier_nbr_cnt SEC(".maps");
 
 struct copy {
@@ -176,19 +176,19 @@ struct dctx {
 
 static __always_inline void cnt(__u32 idx, __u64 v)
 {
-	__u64 *c = bpf_map_lookup_elem(&bier_cnt, &idx);
+	__u32 zero = 0;
+	struct bier_counters *c = bpf_map_lookup_elem(&bier_cnt, &zero);
 
-	if (c)
-		*c += v;
+	if (c && idx < C_NUM)
+		c->c[idx] += v;
 }
 
 static __always_inline void nbr_cnt(__u32 nbr, __u32 which, __u64 v)
 {
-	__u32 idx = nbr * NC_NUM + which;
-	__u64 *c = bpf_map_lookup_elem(&bier_nbr_cnt, &idx);
+	struct bier_nbr_counters *c = bpf_map_lookup_elem(&bier_nbr_cnt, &nbr);
 
-	if (c)
-		*c += v;
+	if (c && which < NC_NUM)
+		c->c[which] += v;
 }
 
 static __always_inline __u32 popcount(const __u64 *w)
