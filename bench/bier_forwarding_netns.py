@@ -7,17 +7,27 @@ default ebpf-).  In the same run, on the same path:
     outputs (the DUT holds an MRT_INIT socket; ipmr replicates);
   - eBPF BFR 1->1 and 1->8: MPLS-in-UDP/BIER with s1's bit or all eight, the tc program forwards;
   - Python BFR 1->1 and 1->8: the same packets through the agent's Python dataplane (one thread).
-Several sender processes (sendmmsg) offer more than the DUT forwards: RPS moves the DUT's receive path
-to its own CPU (--dut-cpu), away from the senders, so the excess is dropped at the DUT's backlog instead of
-slowing the senders down.  Rates are the DUT's veth egress counters over the middle half of each run, and
-"not forwarded" is what was offered but not sent on.  "k/softirq-s" is copies per second of softirq
+Load: several sender processes (sendmmsg) on the other CPUs, and a tc egress program on the source's
+veth (FANOUT_C) that sends every packet they send --clones more times (bpf_clone_redirect out of the same
+device; default 7, so x8): the same generator for every line.  Sockets alone could not offer more than
+the DUT's 1->1 capacity.  The clones share their data with each other, so a DUT that writes a packet may
+have to copy its head first: the kernel's ip_forward (skb_cow) and the program (its writes make the
+skb writable) would pay it alike; a perf profile of the DUT CPU (64 B) showed pskb_expand_head in neither.
+RPS moves the DUT's receive path to its own CPU (--dut-cpu), away from the senders, so the excess is
+dropped at the DUT's backlog instead of slowing the senders down.  "offered" is what the source's veth
+handed the DUT (its tx packets plus tx drops, i.e. refused at the DUT CPU's full backlog) over the middle
+half of each run; rates are what the DUT put on its sink links in that time (veth tx packets, and tx
+drops: the sinks' receive queue is the same backlog, and a copy lost there was forwarded); "not
+forwarded" is offered minus that.  "k/softirq-s" is copies per second of softirq
 time on the DUT CPU (/proc/stat, tick sampled): the DUT's capacity whatever else that CPU ran (the
 machine may be shared); the second ratio compares those.  eBPF lines add the program's own mean time
-per packet (kernel.bpf_stats_enabled, on for those runs only), which includes the clones' transmit.
+per packet (kernel.bpf_stats_enabled, on in the last quarter of the run only, after the rate is taken:
+its clock reads cost every run of the program, which the kernel anchors do not pay); for 1->8 it
+includes the clones' transmit.  The source is one of the DUT's BFR neighbours (no bit is routed to it).
 Sinks drop IPv4 at their tc ingress, so only the DUT's own work is compared (see setup).
 --compare-ref REF adds the program as of a git revision, run in the same rounds.
 Targets (issue 13): eBPF 1->1 >= 0.9x kernel IPv4 forwarding; eBPF 1->8 copies/s >= 0.9x ipmr.
-Run as root: python bench/bier_forwarding_netns.py [--seconds 4] [--sizes 64,1000] [--senders 2]
+Run as root: python bench/bier_forwarding_netns.py [--seconds 4] [--sizes 64,1000] [--rounds 3] [--clones 7]
 """
 
 from __future__ import annotations
