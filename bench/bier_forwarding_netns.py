@@ -7,17 +7,27 @@ default ebpf-).  In the same run, on the same path:
     outputs (the DUT holds an MRT_INIT socket; ipmr replicates);
   - eBPF BFR 1->1 and 1->8: MPLS-in-UDP/BIER with s1's bit or all eight, the tc program forwards;
   - Python BFR 1->1 and 1->8: the same packets through the agent's Python dataplane (one thread).
-Several sender processes (sendmmsg) offer more than the DUT forwards: RPS moves the DUT's receive path
-to its own CPU (--dut-cpu), away from the senders, so the excess is dropped at the DUT's backlog instead of
-slowing the senders down.  Rates are the DUT's veth egress counters over the middle half of each run, and
-"not forwarded" is what was offered but not sent on.  "k/softirq-s" is copies per second of softirq
+Load: several sender processes (sendmmsg) on the other CPUs, and a tc egress program on the source's
+veth (FANOUT_C) that sends every packet they send --clones more times (bpf_clone_redirect out of the same
+device; default 7, so x8): the same generator for every line.  Sockets alone could not offer more than
+the DUT's 1->1 capacity.  The clones share their data with each other, so a DUT that writes a packet may
+have to copy its head first: the kernel's ip_forward (skb_cow) and the program (its writes make the
+skb writable) would pay it alike; a perf profile of the DUT CPU (64 B) showed pskb_expand_head in neither.
+RPS moves the DUT's receive path to its own CPU (--dut-cpu), away from the senders, so the excess is
+dropped at the DUT's backlog instead of slowing the senders down.  "offered" is what the source's veth
+handed the DUT (its tx packets plus tx drops, i.e. refused at the DUT CPU's full backlog) over the middle
+half of each run; rates are what the DUT put on its sink links in that time (veth tx packets, and tx
+drops: the sinks' receive queue is the same backlog, and a copy lost there was forwarded); "not
+forwarded" is offered minus that.  "k/softirq-s" is copies per second of softirq
 time on the DUT CPU (/proc/stat, tick sampled): the DUT's capacity whatever else that CPU ran (the
 machine may be shared); the second ratio compares those.  eBPF lines add the program's own mean time
-per packet (kernel.bpf_stats_enabled, on for those runs only), which includes the clones' transmit.
+per packet (kernel.bpf_stats_enabled, on in the last quarter of the run only, after the rate is taken:
+its clock reads cost every run of the program, which the kernel anchors do not pay); for 1->8 it
+includes the clones' transmit.  The source is one of the DUT's BFR neighbours (no bit is routed to it).
 Sinks drop IPv4 at their tc ingress, so only the DUT's own work is compared (see setup).
 --compare-ref REF adds the program as of a git revision, run in the same rounds.
 Targets (issue 13): eBPF 1->1 >= 0.9x kernel IPv4 forwarding; eBPF 1->8 copies/s >= 0.9x ipmr.
-Run as root: python bench/bier_forwarding_netns.py [--seconds 4] [--sizes 64,1000] [--senders 2]
+Run as root: python bench/bier_forwarding_netns.py [--seconds 4] [--sizes 64,1000] [--rounds 3] [--clones 7]
 """
 
 from __future__ import annotations
@@ -70,6 +80,26 @@ __attribute__((section("tc"), used)) int sink_drop(struct __sk_buff *skb)
 char LICENSE[] __attribute__((section("license"), used)) = "GPL";
 """
 
+# The load generator's multiplier: on the source's veth egress, every IPv4 packet a sender's socket sends
+# leaves CLONES more times (bpf_clone_redirect out of the same device).  A clone re-enters this hook; the
+# mark lets it through, and it is scrubbed when the veth hands the packet to the DUT's namespace.
+FANOUT_C = """#include <linux/bpf.h>
+#include <linux/pkt_cls.h>
+#include <bpf/bpf_helpers.h>
+#define FANOUT_MARK 0xFA0
+__attribute__((section("tc"), used)) int src_fanout(struct __sk_buff *skb)
+{
+	if (skb->mark == FANOUT_MARK || skb->protocol != __builtin_bswap16(0x0800))
+		return TC_ACT_OK;
+	skb->mark = FANOUT_MARK;
+	for (int i = 0; i < CLONES; i++)
+		bpf_clone_redirect(skb, skb->ifindex, 0);
+	skb->mark = 0;
+	return TC_ACT_OK;
+}
+char LICENSE[] __attribute__((section("license"), used)) = "GPL";
+"""
+
 
 def build_ref(ref: str, tmp: Path) -> Path:
     """The BFR program as of git ``ref`` (its bier.c and bier.h), compiled like the current one."""
@@ -88,12 +118,20 @@ def build_drop(tmp: Path) -> Path:
     return obj
 
 
+def build_fanout(tmp: Path, clones: int) -> Path:
+    """The source's load multiplier (FANOUT_C) with ``clones`` extra copies of each sent packet."""
+    src, obj = tmp / "src_fanout.c", tmp / "src_fanout.o"
+    src.write_text(FANOUT_C)
+    sh("clang", "-O2", "-target", "bpf", *_multiarch(), f"-DCLONES={clones}", "-c", str(src), "-o", str(obj))
+    return obj
+
+
 def _multiarch() -> list[str]:
     arch = sysconfig.get_config_var("MULTIARCH")
     return ["-I", f"/usr/include/{arch}"] if arch and Path(f"/usr/include/{arch}").is_dir() else []
 
 
-def setup(drop_obj: Path) -> None:
+def setup(drop_obj: Path, fanout_obj: Path | None) -> None:
     teardown()
     for ns in (SRC, DUT, *(sink(i) for i in range(1, SINKS + 1))):
         sh("ip", "netns", "add", ns)
@@ -125,6 +163,10 @@ def setup(drop_obj: Path) -> None:
         sh("ip", "netns", "exec", sink(i), "tc", "filter", "add", "dev", "eth0", "ingress", "bpf", "da",
            "obj", str(drop_obj), "sec", "tc")  # fmt: skip
     sh("ip", "-n", SRC, "route", "add", "224.0.0.0/4", "dev", "eth0")
+    if fanout_obj is not None:
+        sh("ip", "netns", "exec", SRC, "tc", "qdisc", "add", "dev", "eth0", "clsact")
+        sh("ip", "netns", "exec", SRC, "tc", "filter", "add", "dev", "eth0", "egress", "bpf", "da",
+           "obj", str(fanout_obj), "sec", "tc")  # fmt: skip
     sh("ip", "netns", "exec", DUT, "sysctl", "-qw", "net.ipv4.ip_forward=1")
     sh("ip", "netns", "exec", DUT, "sysctl", "-qw", "net.ipv4.conf.all.rp_filter=0")
     sh("ip", "netns", "exec", DUT, "sysctl", "-qw", f"net.ipv4.conf.{PREFIX}bl0.rp_filter=0")
@@ -161,12 +203,24 @@ def mroute() -> socket.socket:
 
 
 def egress() -> int:
+    """Packets the DUT sent onto its sink links.  A veth counts as tx drops the packets the peer's receive
+    queue refused: on veths that queue is the DUT CPU's backlog (the sinks' receive runs there), which
+    the offered flood keeps full, so copies the DUT had finished are lost there.  They count as sent:
+    the DUT did its work, the link lost them (the offered packets the backlog refuses are "not
+    forwarded")."""
     stats = json.loads(sh("ip", "-n", DUT, "-s", "-j", "link", "show"))
     return sum(
-        link["stats64"]["tx"]["packets"]
+        link["stats64"]["tx"]["packets"] + link["stats64"]["tx"]["dropped"]
         for link in stats
         if link["ifname"] != f"{PREFIX}bl0" and link["ifname"] != "lo"
     )
+
+
+def offered() -> int:
+    """Packets the source's veth handed towards the DUT: sent on, or dropped at the DUT CPU's full
+    backlog (veth counts those as its tx drops)."""
+    tx = json.loads(sh("ip", "-n", SRC, "-s", "-j", "link", "show", "dev", "eth0"))[0]["stats64"]["tx"]
+    return tx["packets"] + tx["dropped"]
 
 
 def quiesce() -> None:
@@ -182,7 +236,7 @@ def quiesce() -> None:
 @dataclass
 class Result:
     rate: float  # DUT egress packets/s over the middle half
-    offered: float  # packets/s the senders sent, summed
+    offered: float  # packets/s into the DUT over the middle half (its ingress veth's peer: sent + dropped)
     cpu_s: float  # softirq seconds on the DUT CPU over the middle half (tick sampled)
     prog_ns: float = 0.0  # the program's mean time per packet (eBPF only)
 
@@ -201,9 +255,13 @@ def softirq_s(cpu: int) -> float:
     return 0.0
 
 
-def run(args: list[str], seconds: float, senders: int, cpus: list[int] | None, dut_cpu: int) -> Result:
+def run(
+    args: list[str], seconds: float, senders: int, cpus: list[int] | None, dut_cpu: int, prog: bool = False
+) -> Result:
     """One measurement.  ``cpus``: pin the senders there (the DUT's work runs on the RPS CPU
-    ``dut_cpu``, see steer_dut)."""
+    ``dut_cpu``, see steer_dut).  ``prog``: also the BFR program's mean time per packet, taken with
+    kernel.bpf_stats_enabled on in the last quarter only, so the rate is not measured with the
+    statistics' own cost (two clock reads per run) that the kernel anchors do not pay."""
     quiesce()
     cmd = ["ip", "netns", "exec", SRC, sys.executable, str(ROOT / "bench" / "bier_sender.py"), *args]
     if cpus:
@@ -213,16 +271,25 @@ def run(args: list[str], seconds: float, senders: int, cpus: list[int] | None, d
         for _ in range(senders)
     ]
     time.sleep(seconds * 0.25)
-    c0, t0, s0 = egress(), time.monotonic(), softirq_s(dut_cpu)
+    c0, o0, t0, s0 = egress(), offered(), time.monotonic(), softirq_s(dut_cpu)
     time.sleep(seconds * 0.5)
-    c1, t1, s1 = egress(), time.monotonic(), softirq_s(dut_cpu)
-    sent = 0
+    c1, o1, t1, s1 = egress(), offered(), time.monotonic(), softirq_s(dut_cpu)
+    if prog:
+        stats = ProgStats()
+        stats.__enter__()
+        n0, r0 = ProgStats.read()
+        time.sleep(seconds * 0.2)
+        n1, r1 = ProgStats.read()
+        stats.__exit__()
     for p in procs:
-        out, err = p.communicate(timeout=seconds * 4)
+        _, err = p.communicate(timeout=seconds * 4)
         if p.returncode != 0:
             raise RuntimeError(f"sender failed: {err.strip()[-500:]}")
-        sent += int(out.strip())
-    return Result((c1 - c0) / (t1 - t0), sent / seconds, s1 - s0 if dut_cpu >= 0 else 0.0, window=t1 - t0)
+    cpu_s = s1 - s0 if dut_cpu >= 0 else 0.0
+    res = Result((c1 - c0) / (t1 - t0), (o1 - o0) / (t1 - t0), cpu_s, window=t1 - t0)
+    if prog:
+        res.prog_ns = (r1 - r0) / max(1, n1 - n0)
+    return res
 
 
 def steer_dut(cpu: int) -> None:
@@ -251,15 +318,6 @@ class ProgStats:
     def read() -> tuple[int, int]:
         info = json.loads(sh("bpftool", "-j", "prog", "show", "pinned", str(PIN / "bier_rx")))
         return int(info.get("run_cnt", 0)), int(info.get("run_time_ns", 0))
-
-
-def timed(args: list[str], seconds: float, senders: int, cpus: list[int] | None, dut_cpu: int) -> Result:
-    """run() plus the program's mean ns per packet over the whole run."""
-    n0, t0 = ProgStats.read()
-    res = run(args, seconds, senders, cpus, dut_cpu)
-    n1, t1 = ProgStats.read()
-    res.prog_ns = (t1 - t0) / max(1, n1 - n0)
-    return res
 
 
 def median(results: list[Result]) -> Result:
@@ -366,7 +424,15 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=4.0)
     parser.add_argument("--sizes", default="64,1000")
     parser.add_argument("--senders", type=int, default=2)
-    parser.add_argument("--rounds", type=int, default=1, help="repeat every line, interleaved; print medians")
+    parser.add_argument(
+        "--clones",
+        type=int,
+        default=7,
+        help="load multiplier: each packet the senders send leaves the source this many more times "
+        "(a tc program's bpf_clone_redirect on its veth), so the offered load exceeds the DUT's 1->1 "
+        "capacity; 0: the senders' packets only",
+    )
+    parser.add_argument("--rounds", type=int, default=3, help="repeat every line, interleaved; print medians")
     ncpu = os.cpu_count() or 1
     parser.add_argument(
         "--dut-cpu",
@@ -393,7 +459,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         obj = build(Path(tmp))["bier"]
         old = build_ref(args.compare_ref, Path(tmp)) if args.compare_ref else None
-        setup(build_drop(Path(tmp)))
+        setup(build_drop(Path(tmp)), build_fanout(Path(tmp), args.clones) if args.clones else None)
         mr = None
         try:
             mr = mroute()
@@ -404,11 +470,16 @@ def main() -> int:
             labels = {n: {(0, BSL, 0): 900 + i} for i, n in enumerate(names)}
             bifts = build_bifts(birt, BSL, labels)
             nbrs = {f"s{i}": (f"10.78.{i}.2", f"{PREFIX}bl{i}") for i in range(1, SINKS + 1)}
+            # the source is a BFR neighbour too (no bit is routed to it), as BIER senders are in a fabric:
+            # its packets are counted under its name, through the program's per-interface shortcut
+            nbrs["src"] = ("10.78.0.2", f"{PREFIX}bl0")
             with in_netns(DUT):
                 dp = BierDataplane(9, BSL, 0, bifts, nbrs, {(0, BSL, 0): LABEL})
             split = f"DUT on CPU {dcpu}, senders on {cpus}" if cpus else "no CPU split"
             lines = [f"bench bier_forwarding (netns): src -> dut -> {SINKS} sinks, {args.senders} senders, "
-                     f"{args.seconds:.0f} s runs, BSL {BSL}, {split}, median of {args.rounds}"]  # fmt: skip
+                     f"{args.seconds:.0f} s runs, BSL {BSL}, {split}, "
+                     f"source load x{args.clones + 1} (tc clones), "
+                     f"median of {args.rounds}"]  # fmt: skip
             sec, n = args.seconds, args.senders
             for size in (int(s) for s in args.sizes.split(",")):
                 bier = ["bier", "10.78.0.1", str(size), str(sec), str(LABEL), str(BSL), "10", "10.78.0.2"]
@@ -429,9 +500,8 @@ def main() -> int:
                         with in_netns(DUT):
                             fast.start()
                         try:
-                            with ProgStats():
-                                res.setdefault(f"{tag}1", []).append(timed([*bier, "1"], sec, n, cpus, dcpu))
-                                res.setdefault(f"{tag}8", []).append(timed([*bier, "ff"], sec, n, cpus, dcpu))
+                            res.setdefault(f"{tag}1", []).append(run([*bier, "1"], sec, n, cpus, dcpu, True))
+                            res.setdefault(f"{tag}8", []).append(run([*bier, "ff"], sec, n, cpus, dcpu, True))
                         finally:
                             fast.stop()
                     if not args.no_python:

@@ -140,7 +140,30 @@ class TableInfo(ctypes.Structure):
         ("ecmp_seed", ctypes.c_uint32),
         ("si", ctypes.c_uint32),
         ("own", ctypes.c_uint64 * WORDS),
+        ("label", ctypes.c_uint32),
+        ("pad", ctypes.c_uint32),
     ]
+
+
+# An object built before bier_table held its label (and looked labels up in a bier_label hash map):
+# its table entries are TableInfo without the two last fields.  Only `bench --compare-ref` loads one.
+OLD_TABLE_SIZE = TableInfo.label.offset
+
+
+class IfEntry(ctypes.Structure):
+    """bier_if: the link's neighbour and our address on it, by ingress ifindex (a shortcut, bier.h)."""
+
+    _fields_ = [
+        ("ifindex", ctypes.c_uint32),
+        ("has_local", ctypes.c_uint32),
+        ("local", ctypes.c_uint8 * 4),
+        ("nbr_addr", ctypes.c_uint8 * 4),
+        ("nbr", ctypes.c_uint32),
+        ("pad", ctypes.c_uint32),
+    ]
+
+
+IF_SLOTS = 256
 
 
 class Alt(ctypes.Structure):
@@ -266,7 +289,6 @@ MAP_NAMES = (
     "bier_bift",
     "bier_fbm",
     "bier_nbr",
-    "bier_label",
     "bier_nbr_addr",
     "bier_local",
     "bier_cnt",
@@ -311,13 +333,15 @@ class BierMaps:
         self.bpf = libbpf or Libbpf()
         self.pin_dir = pin_dir
         self.fd = {name: self.bpf.obj_get(pin_dir / "maps" / name) for name in MAP_NAMES}
-        for name in (*EDGE_MAP_NAMES, *POL_MAP_NAMES):
+        for name in (*EDGE_MAP_NAMES, *POL_MAP_NAMES, "bier_if", "bier_label"):
             if (pin_dir / "maps" / name).exists():
                 self.fd[name] = self.bpf.obj_get(pin_dir / "maps" / name)
         # labels written per generation, so the next write of that generation can remove them
         self._labels: dict[int, list[int]] = {0: [], 1: []}
         self._slots: dict[int, int] = {0: 0, 1: 0}
         self.pol_slot: dict[str, int] = {}  # ifname -> its bier_pol_cnt slot, never reused
+        self._local: set[str] = set()  # what set_local put in bier_local
+        self._if: dict[int, IfEntry] = {}  # bier_if as written, by slot
         self._pol_keys: list[PolKey] = []
         self._pol_ifindexes: list[int] = []
 
@@ -344,8 +368,9 @@ class BierMaps:
         bpf, fd = self.bpf, self.fd
         gen = 1 - (self.cfg().gen & 1)
         for slot in range(self._slots[gen]):
-            bpf.update(fd["bier_table"], ctypes.c_uint32(gen * MAX_BIFT + slot), TableInfo())
-        for label in self._labels[gen]:
+            bpf.update(fd["bier_table"], ctypes.c_uint32(gen * MAX_BIFT + slot), self._table(TableInfo()))
+        old = "bier_label" in fd  # an older object (bench --compare-ref): labels in their own map
+        for label in self._labels[gen] if old else ():
             bpf.delete(fd["bier_label"], ctypes.c_uint32((gen << 20) | label))
         self._labels[gen] = []
         for slot, (label, bift) in enumerate(sorted(tables.items())):
@@ -360,18 +385,22 @@ class BierMaps:
                 bpf.update(fd["bier_bift"], ctypes.c_uint32(base * MAX_BSL + k - 1), entry)
             for fbm, idx in fbm_index.items():
                 bpf.update(fd["bier_fbm"], ctypes.c_uint32(base * MAX_FBM + idx), Fbm(_words(fbm)))
-            info = TableInfo(
-                1, bift.bsl, bift.bsl // 64, bift.ecmp_seed & 0xFFFFFFFF, bift.si, _words(bift.own_mask)
-            )
-            bpf.update(fd["bier_table"], ctypes.c_uint32(base), info)
-            bpf.update(fd["bier_label"], ctypes.c_uint32((gen << 20) | label), ctypes.c_uint32(slot))
-            self._labels[gen].append(label)
+            seed, own = bift.ecmp_seed & 0xFFFFFFFF, _words(bift.own_mask)
+            info = TableInfo(1, bift.bsl, bift.bsl // 64, seed, bift.si, own, label)
+            bpf.update(fd["bier_table"], ctypes.c_uint32(base), self._table(info))
+            if old:
+                bpf.update(fd["bier_label"], ctypes.c_uint32((gen << 20) | label), ctypes.c_uint32(slot))
+                self._labels[gen].append(label)
         self._slots[gen] = len(tables)
         # the flip: one array element, written last
         port, group, addr = direct or (0, "0.0.0.0", "0.0.0.0")
         cfg = Cfg(gen, deliver_port, ip_ttl, port, 0, _addr_key(group), _addr_key(addr))
         bpf.update(fd["bier_cfg"], ctypes.c_uint32(0), cfg)
         return gen
+
+    def _table(self, info: TableInfo) -> ctypes.Array:
+        size = OLD_TABLE_SIZE if "bier_label" in self.fd else ctypes.sizeof(TableInfo)
+        return (ctypes.c_uint8 * size).from_buffer_copy(bytes(info)[:size])
 
     def set_neighbor(
         self, index: int, ifindex: int, saddr: str, daddr: str, smac: bytes, dmac: bytes | None
@@ -386,6 +415,22 @@ class BierMaps:
         )
         self.bpf.update(self.fd["bier_nbr"], ctypes.c_uint32(index), nbr)
         self.bpf.update(self.fd["bier_nbr_addr"], _addr_key(daddr), ctypes.c_uint32(index))
+        if "bier_if" in self.fd:
+            self._set_if(ifindex, saddr, daddr, index)
+
+    def _set_if(self, ifindex: int, saddr: str, daddr: str, index: int) -> None:
+        """The interface's bier_if entry: this neighbour, and our address on the link when bier_local has it.
+        An entry elsewhere that names the same neighbour address with another index is emptied, so no
+        entry disagrees with bier_nbr_addr."""
+        key = _addr_key(daddr)
+        for slot, e in list(self._if.items()):
+            if bytes(e.nbr_addr) == bytes(key) and (e.nbr != index or e.ifindex != ifindex):
+                self.bpf.update(self.fd["bier_if"], ctypes.c_uint32(slot), IfEntry())
+                del self._if[slot]
+        local = str(ipaddress.IPv4Address(saddr)) in self._local
+        entry = IfEntry(ifindex, int(local), _addr_key(saddr if local else "0.0.0.0"), key, index)
+        self.bpf.update(self.fd["bier_if"], ctypes.c_uint32(ifindex % IF_SLOTS), entry)
+        self._if[ifindex % IF_SLOTS] = entry
 
     def write_policy(self, policies: Mapping[str, PortPolicy], ifindex: Mapping[str, int]) -> list[str]:
         """Program the edge policy, ``{ifname: PortPolicy}`` as the Python dataplane takes it (empty: off);
@@ -441,6 +486,7 @@ class BierMaps:
     def set_local(self, addrs: Sequence[str]) -> None:
         for addr in addrs:
             self.bpf.update(self.fd["bier_local"], _addr_key(addr), ctypes.c_uint32(1))
+            self._local.add(str(ipaddress.IPv4Address(addr)))
 
     def _percpu(self, name: str, n: int) -> list[int]:
         out = []
@@ -450,16 +496,30 @@ class BierMaps:
             out.append(sum(buf))
         return out
 
+    def _percpu_rows(self, name: str, rows: int, width: int) -> list[int]:
+        """A per-CPU array of ``rows`` elements of ``width`` u64 each, summed over CPUs, row after row."""
+        out = []
+        for i in range(rows):
+            buf = (ctypes.c_uint64 * (width * self.bpf.ncpus))()
+            self.bpf.lookup(self.fd[name], ctypes.c_uint32(i), buf)
+            out += [sum(buf[cpu * width + j] for cpu in range(self.bpf.ncpus)) for j in range(width)]
+        return out
+
     def counters(self, neighbors: Mapping[str, tuple[int, str]]) -> dict[str, int]:
         """``neighbors``: ``{name: (index, ifname)}``.  Names as the Python dataplane's counters."""
-        out = dict(zip(COUNTERS, self._percpu("bier_cnt", len(COUNTERS)), strict=True))
+        if "bier_label" in self.fd:  # an older object (bench --compare-ref): one element per counter
+            flat = self._percpu("bier_cnt", len(COUNTERS))
+            per_nbr = self._percpu("bier_nbr_cnt", MAX_NBR * len(NBR_COUNTERS))
+        else:  # bier.h: struct bier_counters, and a struct bier_nbr_counters per neighbour
+            flat = self._percpu_rows("bier_cnt", 1, len(COUNTERS))
+            per_nbr = self._percpu_rows("bier_nbr_cnt", MAX_NBR, len(NBR_COUNTERS))
+        out = dict(zip(COUNTERS, flat, strict=True))
         if self.pol_slot:
             # the Python dataplane's names; codes as aidcnet.bier.edge_policy.REASON_CODE (0: accepted)
             values = self._percpu("bier_pol_cnt", MAX_PORTS * POL_NREASONS)
             for port, i in self.pol_slot.items():
                 for reason, code in REASON_CODE.items():
                     out[f"dropped-policy.{port}.{reason}"] = values[i * POL_NREASONS + code]
-        per_nbr = self._percpu("bier_nbr_cnt", MAX_NBR * len(NBR_COUNTERS))
         for name, (idx, ifname) in neighbors.items():
             values = per_nbr[idx * len(NBR_COUNTERS) : (idx + 1) * len(NBR_COUNTERS)]
             for fmt, value in zip(NBR_COUNTERS, values, strict=True):

@@ -4,7 +4,7 @@
  *
  * For an IPv4/UDP packet to port 6635 addressed to this BFR (bier_local), in this order, each step
  * ending the packet the way aidcnet/agent/bier_dataplane.py does, with the same counter:
- *   label (the BIFT-id) -> BIFT (bier_label, bier_table), header checks as aidcnet/bier/header.py parse_fields,
+ *   label (the BIFT-id) -> BIFT (bier_table), header checks as aidcnet/bier/header.py parse_fields,
  *   TTL per RFC 8296 §2.1.1.2, own bit, then the §6.5 loop over the BIFT of the SI (bier_bift,
  *   bier_fbm), ECMP by entropy as aidcnet.bier.forwarding.ecmp_hash.
  * Each copy is the packet rewritten in place (MACs, outer IPv4 addresses, UDP source port 6635,
@@ -71,11 +71,11 @@ struct {
 } bier_nbr SEC(".maps");
 
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, BIER_GENS * BIER_MAX_BIFT);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, BIER_IF_SLOTS);
 	__type(key, __u32);
-	__type(value, __u32);
-} bier_label SEC(".maps");
+	__type(value, struct bier_if);
+} bier_if SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -93,16 +93,16 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, C_NUM);
+	__uint(max_entries, 1);
 	__type(key, __u32);
-	__type(value, __u64);
+	__type(value, struct bier_counters);
 } bier_cnt SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, BIER_MAX_NBR * NC_NUM);
+	__uint(max_entries, BIER_MAX_NBR);
 	__type(key, __u32);
-	__type(value, __u64);
+	__type(value, struct bier_nbr_counters);
 } bier_nbr_cnt SEC(".maps");
 
 struct copy {
@@ -176,25 +176,32 @@ struct dctx {
 
 static __always_inline void cnt(__u32 idx, __u64 v)
 {
-	__u64 *c = bpf_map_lookup_elem(&bier_cnt, &idx);
+	__u32 zero = 0;
+	struct bier_counters *c = bpf_map_lookup_elem(&bier_cnt, &zero);
 
-	if (c)
-		*c += v;
+	if (c && idx < C_NUM)
+		c->c[idx] += v;
 }
 
 static __always_inline void nbr_cnt(__u32 nbr, __u32 which, __u64 v)
 {
-	__u32 idx = nbr * NC_NUM + which;
-	__u64 *c = bpf_map_lookup_elem(&bier_nbr_cnt, &idx);
+	struct bier_nbr_counters *c = bpf_map_lookup_elem(&bier_nbr_cnt, &nbr);
 
-	if (c)
-		*c += v;
+	if (c && which < NC_NUM)
+		c->c[which] += v;
 }
 
+/* BPF has no popcount instruction: each __builtin_popcountll is some twenty instructions, so zero words
+ * (most of them: the no-entry and null bits of a packet are usually none) are skipped */
 static __always_inline __u32 popcount(const __u64 *w)
 {
-	return __builtin_popcountll(w[0]) + __builtin_popcountll(w[1]) + __builtin_popcountll(w[2]) +
-	       __builtin_popcountll(w[3]);
+	__u32 n = 0;
+
+#pragma unroll
+	for (int j = 0; j < BIER_WORDS; j++)
+		if (w[j])
+			n += __builtin_popcountll(w[j]);
+	return n;
 }
 
 static __always_inline int any(const __u64 *w)
@@ -202,24 +209,23 @@ static __always_inline int any(const __u64 *w)
 	return (w[0] | w[1] | w[2] | w[3]) != 0;
 }
 
-static __always_inline void rx_count(__be32 saddr, __u32 len)
+/* ``nbr``: the sender's index in bier_nbr_addr, or BIER_NULL_NBR (see rx_nbr) */
+static __always_inline void rx_count(__u32 nbr, __u32 len)
 {
-	__u32 *nbr = bpf_map_lookup_elem(&bier_nbr_addr, &saddr);
-
 	cnt(C_RX_PACKETS, 1);
 	cnt(C_RX_BYTES, len);
-	if (nbr) {
-		nbr_cnt(*nbr, NC_RX_PACKETS, 1);
-		nbr_cnt(*nbr, NC_RX_BYTES, len);
+	if (nbr != BIER_NULL_NBR) {
+		nbr_cnt(nbr, NC_RX_PACKETS, 1);
+		nbr_cnt(nbr, NC_RX_BYTES, len);
 	} else {
 		cnt(C_RX_OTHER_PACKETS, 1);
 		cnt(C_RX_OTHER_BYTES, len);
 	}
 }
 
-static __always_inline int malformed(__be32 saddr, __u32 len, __u32 reason)
+static __always_inline int malformed(__u32 rxn, __u32 len, __u32 reason)
 {
-	rx_count(saddr, len);
+	rx_count(rxn, len);
 	cnt(C_DROPPED_MALFORMED, 1);
 	cnt(reason, 1);
 	return TC_ACT_SHOT;
@@ -254,8 +260,8 @@ struct {
 } bier_pol_cnt SEC(".maps");
 
 /* aidcnet.bier.edge_policy.check, same order of tests; counts and returns 1 to drop */
-static __always_inline int policy_drop(struct scratch *s, __u32 ifindex, __be32 saddr, __u32 len, __u32 bfir,
-				       __u32 si, const __u64 *bits)
+static __always_inline int policy_drop(struct scratch *s, __u32 ifindex, __be32 saddr, __u32 rxn, __u32 len,
+				       __u32 bfir, __u32 si, const __u64 *bits)
 {
 	__u32 why;
 
@@ -292,7 +298,7 @@ static __always_inline int policy_drop(struct scratch *s, __u32 ifindex, __be32 
 			return 0;
 		why = POL_BITSTRING_OUTSIDE_SET;
 	}
-	rx_count(saddr, len);
+	rx_count(rxn, len);
 	cnt(C_DROPPED_POLICY, 1);
 	s->pol_idx = (port->index & (BIER_MAX_PORTS - 1)) * BIER_POL_NREASONS + why;
 	__u64 *c = bpf_map_lookup_elem(&bier_pol_cnt, &s->pol_idx);
@@ -300,6 +306,50 @@ static __always_inline int policy_drop(struct scratch *s, __u32 ifindex, __be32 
 	if (c)
 		*c += 1;
 	return 1;
+}
+
+/* The BIFT whose BIFT-id is ``label`` in generation ``gen`` (agent: slots 0.. in use, the rest invalid),
+ * with its bier_table index in *base; 0: none. */
+static __always_inline struct bier_table *find_table(__u32 gen, __u32 label, __u32 *base)
+{
+#pragma unroll
+	for (__u32 slot = 0; slot < BIER_MAX_BIFT; slot++) {
+		__u32 key = gen * BIER_MAX_BIFT + slot;
+		struct bier_table *t = bpf_map_lookup_elem(&bier_table, &key);
+
+		if (!t || !t->valid)
+			return 0;
+		if (t->label == label) {
+			*base = key;
+			return t;
+		}
+	}
+	return 0;
+}
+
+/* Our address ``daddr`` on ingress interface ``ifindex``: 1 when it is one (bier_local), through the
+ * interface's bier_if entry when that names it.  *bi: the entry, for rx_nbr. */
+static __always_inline int is_local(__u32 ifindex, __be32 *daddr, struct bier_if **bi)
+{
+	__u32 key = ifindex & (BIER_IF_SLOTS - 1);
+	struct bier_if *e = bpf_map_lookup_elem(&bier_if, &key);
+
+	if (e && e->ifindex != ifindex)
+		e = 0;
+	*bi = e;
+	if (e && e->has_local && e->local == *daddr)
+		return 1;
+	return bpf_map_lookup_elem(&bier_local, daddr) != 0;
+}
+
+/* The sender's index in bier_nbr_addr (BIER_NULL_NBR: not a neighbour), through bier_if when it names it */
+static __always_inline __u32 rx_nbr(const struct bier_if *bi, __be32 saddr)
+{
+	if (bi && bi->nbr_addr == saddr)
+		return bi->nbr;
+	__u32 *nbr = bpf_map_lookup_elem(&bier_nbr_addr, &saddr);
+
+	return nbr ? *nbr : BIER_NULL_NBR;
 }
 
 /* Wire order: the last octet of the BitString holds bits 1..8 (RFC 8279 §3, RFC 8296 §2). */
@@ -341,6 +391,18 @@ static __always_inline __u16 ip_csum(const struct iphdr *ip)
 #pragma unroll
 	for (int i = 0; i < 10; i++)
 		s += i == 5 ? 0 : p[i];
+	s = (s & 0xFFFF) + (s >> 16);
+	s = (s & 0xFFFF) + (s >> 16);
+	return ~s & 0xFFFF;
+}
+
+/* ip_csum of the IPv4 header emit gives a copy (version 4, IHL 5, no TOS, ID 0, DF, UDP), from the values:
+ * summing the header back from memory right after writing it byte by byte stalls on store forwarding. */
+static __always_inline __u16 copy_ip_csum(__be16 tot_len, __u8 ttl, __be32 saddr, __be32 daddr)
+{
+	__u32 s = bpf_htons(0x4500) + tot_len + bpf_htons(IP_DF) + bpf_htons(((__u16)ttl << 8) | IPPROTO_UDP) +
+		  (saddr & 0xFFFF) + (saddr >> 16) + (daddr & 0xFFFF) + (daddr >> 16);
+
 	s = (s & 0xFFFF) + (s >> 16);
 	s = (s & 0xFFFF) + (s >> 16);
 	return ~s & 0xFFFF;
@@ -476,8 +538,10 @@ static __always_inline int rewrite(struct __sk_buff *skb, const struct hdr *cur,
 
 	ps = add32(ps, cur->ip.saddr, want->ip.saddr);
 	ps = add32(ps, cur->ip.daddr, want->ip.daddr);
-	__builtin_memcpy(&op, &cur->sport, 4);
-	__builtin_memcpy(&np, &want->sport, 4);
+	/* the port pair as one 32-bit word, built from the 16-bit fields (a 32-bit load of two fields written
+	 * separately just before would stall on store forwarding) */
+	op = (__u32)cur->sport | (__u32)cur->dport << 16;
+	np = (__u32)want->sport | (__u32)want->dport << 16;
 	ds = add32(ds, op, np);
 	ds = add32(ds, cur->w0, want->w0);
 	const __u32 *o = (const __u32 *)cur->raw, *w = (const __u32 *)want->raw;
@@ -626,8 +690,7 @@ static long emit(__u32 i, void *data)
 	want->ip.ttl = e->ip_ttl;
 	want->ip.saddr = nb->saddr;
 	want->ip.daddr = nb->daddr;
-	want->ip.check = 0;
-	want->ip.check = ip_csum(&want->ip);
+	want->ip.check = copy_ip_csum(want->ip.tot_len, e->ip_ttl, nb->saddr, nb->daddr);
 	want->sport = bpf_htons(BIER_UDP_PORT);
 	want->w0 = bpf_htonl((cp->label << 12) | (e->w0 & 0xF00) | e->ttl_out);
 	to_wire(cp->bits, want->raw, e->nwords);
@@ -677,7 +740,9 @@ int bier_rx(struct __sk_buff *skb)
 
 	if (iph->version != 4 || iph->protocol != IPPROTO_UDP || udph->dest != bpf_htons(BIER_UDP_PORT))
 		return TC_ACT_OK;
-	if (!bpf_map_lookup_elem(&bier_local, &iph->daddr))
+	struct bier_if *bi;
+
+	if (!is_local(skb->ingress_ifindex, &iph->daddr, &bi))
 		return TC_ACT_OK;
 	struct bier_cfg *cfg = bpf_map_lookup_elem(&bier_cfg, &zero);
 	struct scratch *s = bpf_map_lookup_elem(&bier_scratch, &zero);
@@ -688,7 +753,10 @@ int bier_rx(struct __sk_buff *skb)
 	struct hdr *orig = &s->orig;
 	struct iphdr *ip = &orig->ip;
 
-	__builtin_memset(orig, 0, sizeof(*orig));
+	/* every field is written below (struct hdr has no padding); BitString words past the BSL stay zero */
+	orig->raw[1] = 0;
+	orig->raw[2] = 0;
+	orig->raw[3] = 0;
 	__builtin_memcpy(orig->eth, data, 12);
 	*ip = *iph;
 	orig->sport = udph->source;
@@ -702,47 +770,42 @@ int bier_rx(struct __sk_buff *skb)
 	}
 	__u32 len = ulen - 8, gen = cfg->gen & 1;
 	__be32 saddr = ip->saddr;
+	__u32 rxn = rx_nbr(bi, saddr);
 
 	/* aidcnet.bier.forwarding.forward_packet: peek the label, find the BIFT, then parse_fields */
 	if (len < 4)
-		return malformed(saddr, len, C_MALFORMED_TRUNCATED);
+		return malformed(rxn, len, C_MALFORMED_TRUNCATED);
 	if (data + BIER_OFF + 4 > end)
 		return TC_ACT_OK;
 	be0 = *(__be32 *)(data + BIER_OFF);
 	w0 = bpf_ntohl(be0);
-	__u32 lkey = (gen << 20) | (w0 >> 12);
-	__u32 *slot = bpf_map_lookup_elem(&bier_label, &lkey);
-	struct bier_table *tbl = 0;
 	__u32 base = 0;
+	struct bier_table *tbl = find_table(gen, w0 >> 12, &base);
 
-	if (slot && *slot < BIER_MAX_BIFT) {
-		base = gen * BIER_MAX_BIFT + *slot;
-		tbl = bpf_map_lookup_elem(&bier_table, &base);
-	}
-	if (!tbl || !tbl->valid) {
-		rx_count(saddr, len);
+	if (!tbl) {
+		rx_count(rxn, len);
 		cnt(C_DROPPED_UNKNOWN_BIFT_ID, 1);
 		return TC_ACT_SHOT;
 	}
 	if (len < 12)
-		return malformed(saddr, len, C_MALFORMED_TRUNCATED);
+		return malformed(rxn, len, C_MALFORMED_TRUNCATED);
 	if (data + BIER_OFF + 8 > end)
 		return TC_ACT_OK;
 	w1 = bpf_ntohl(*(__be32 *)(data + BIER_OFF + 4));
 	if (w1 >> 28 != 5)
-		return malformed(saddr, len, C_MALFORMED_BAD_NIBBLE);
+		return malformed(rxn, len, C_MALFORMED_BAD_NIBBLE);
 	if ((w1 >> 24) & 0xF)
-		return malformed(saddr, len, C_MALFORMED_BAD_VERSION);
+		return malformed(rxn, len, C_MALFORMED_BAD_VERSION);
 	__u32 code = (w1 >> 20) & 0xF;
 	if (code < 1 || code > 7)
-		return malformed(saddr, len, C_MALFORMED_BAD_BSL);
+		return malformed(rxn, len, C_MALFORMED_BAD_BSL);
 	__u32 bsl = tbl->bsl, nwords = tbl->nwords;
 	if ((32u << code) != bsl)
-		return malformed(saddr, len, C_MALFORMED_BSL_MISMATCH);
+		return malformed(rxn, len, C_MALFORMED_BSL_MISMATCH);
 	if (len < 12 + bsl / 8)
-		return malformed(saddr, len, C_MALFORMED_TRUNCATED);
+		return malformed(rxn, len, C_MALFORMED_TRUNCATED);
 	if (!(w0 & 0x100))
-		return malformed(saddr, len, C_MALFORMED_BAD_S_BIT);
+		return malformed(rxn, len, C_MALFORMED_BAD_S_BIT);
 	if (nwords != 1 && nwords != 2 && nwords != 4) {
 		cnt(C_PUNTED, 1);
 		return TC_ACT_OK;
@@ -770,7 +833,7 @@ int bier_rx(struct __sk_buff *skb)
 
 	s->ncopies = 0;
 	from_wire(orig->raw, c.bits, nwords);
-	if (policy_drop(s, skb->ingress_ifindex, saddr, len, bpf_ntohl(*(__be32 *)(data + BIER_OFF + 8)) & 0xFFFF,
+	if (policy_drop(s, skb->ingress_ifindex, saddr, rxn, len, bpf_ntohl(*(__be32 *)(data + BIER_OFF + 8)) & 0xFFFF,
 			tbl->si, c.bits))
 		return TC_ACT_SHOT;
 	own[0] = c.bits[0] & tbl->own[0];
@@ -780,13 +843,13 @@ int bier_rx(struct __sk_buff *skb)
 
 	/* aidcnet.bier.forwarding.forward: TTL 0, zero BitString, own bit, TTL 1, then §6.5 */
 	if (ttl == 0) {
-		rx_count(saddr, len);
+		rx_count(rxn, len);
 		cnt(C_BITS_TTL_EXPIRED, popcount(c.bits));
 		cnt(C_DROPPED_TTL, 1);
 		return TC_ACT_SHOT;
 	}
 	if (!any(c.bits)) {
-		rx_count(saddr, len);
+		rx_count(rxn, len);
 		cnt(C_DROPPED_ZERO_BITSTRING, 1);
 		return TC_ACT_SHOT;
 	}
@@ -797,7 +860,7 @@ int bier_rx(struct __sk_buff *skb)
 			c.bits[j] ^= own[j];
 	}
 	if (any(c.bits) && ttl == 1) {
-		rx_count(saddr, len);
+		rx_count(rxn, len);
 		cnt(C_BITS_TTL_EXPIRED, popcount(c.bits));
 		if (!local) {
 			cnt(C_DROPPED_TTL, 1);
@@ -812,7 +875,7 @@ int bier_rx(struct __sk_buff *skb)
 			cnt(C_PUNTED, 1);
 			return TC_ACT_OK;
 		}
-		rx_count(saddr, len);
+		rx_count(rxn, len);
 	}
 
 	__u32 noentry = popcount(c.noentry), null = popcount(c.null), n = s->ncopies;
@@ -825,14 +888,18 @@ int bier_rx(struct __sk_buff *skb)
 		cnt(noentry ? C_DROPPED_NO_ENTRY : C_DROPPED_NULL_NEIGHBOR, 1);
 		return TC_ACT_SHOT;
 	}
-	cnt(C_ACCEPTED, 1);
-	if (n) {
-		cnt(C_FORWARDED, 1);
-		if (n > 1)
-			cnt(C_REPLICATED, n - 1);
+	struct bier_counters *C = bpf_map_lookup_elem(&bier_cnt, &zero); /* once for the accepted packet's */
+
+	if (C) {
+		C->c[C_ACCEPTED] += 1;
+		if (n) {
+			C->c[C_FORWARDED] += 1;
+			if (n > 1)
+				C->c[C_REPLICATED] += n - 1;
+		}
+		if (local)
+			C->c[C_DELIVERED] += 1;
 	}
-	if (local)
-		cnt(C_DELIVERED, 1);
 
 	/* the copies: each rewritten from the previous one, then cloned out (the last one redirected) */
 	struct ectx e = {
@@ -852,9 +919,9 @@ int bier_rx(struct __sk_buff *skb)
 	s->sent = 0;
 	s->redirect = 0;
 	bpf_loop(BIER_MAX_NBR + 1, emit, &e, 0);
-	if (s->sent) {
-		cnt(C_TX_PACKETS, s->sent);
-		cnt(C_TX_BYTES, (__u64)s->sent * len);
+	if (s->sent && C) {
+		C->c[C_TX_PACKETS] += s->sent;
+		C->c[C_TX_BYTES] += (__u64)s->sent * len;
 	}
 	if (e.err)
 		return TC_ACT_SHOT;
@@ -1204,16 +1271,10 @@ int bier_impose(struct __sk_buff *skb)
 
 	if (!cfg || !s)
 		goto punt;
-	__u32 gen = cfg->gen & 1, lkey = (gen << 20) | (fl->label & 0xFFFFF);
-	__u32 *slot = bpf_map_lookup_elem(&bier_label, &lkey);
-	struct bier_table *tbl = 0;
 	__u32 base = 0;
+	struct bier_table *tbl = find_table(cfg->gen & 1, fl->label & 0xFFFFF, &base);
 
-	if (slot && *slot < BIER_MAX_BIFT) {
-		base = gen * BIER_MAX_BIFT + *slot;
-		tbl = bpf_map_lookup_elem(&bier_table, &base);
-	}
-	if (!tbl || !tbl->valid)
+	if (!tbl)
 		goto punt;
 	__u32 nwords = tbl->nwords, bsl = tbl->bsl;
 

@@ -35,7 +35,8 @@ struct bier_cfg {
 	__be32 direct_addr;
 };
 
-/* bier_table[gen * BIER_MAX_BIFT + slot]: one BIFT; bier_label maps its BIFT-id to the slot */
+/* bier_table[gen * BIER_MAX_BIFT + slot]: one BIFT, found by its BIFT-id (label): the program compares
+ * the generation's BIER_MAX_BIFT slots (array lookups the verifier inlines; a hash lookup cost more) */
 struct bier_table {
 	__u32 valid;       /* 0: the slot is free in this generation */
 	__u16 bsl;
@@ -43,6 +44,8 @@ struct bier_table {
 	__u32 ecmp_seed;
 	__u32 si;          /* the BIFT's SI: places its BitString among BFR-ids for the edge policy */
 	__u64 own[BIER_WORDS]; /* own BFR-id's bit; word 0 holds bits 1..64 */
+	__u32 label;       /* our BIFT-id of this BIFT (RFC 8296 §2.1.1.1) */
+	__u32 pad;
 };
 
 struct bier_alt {
@@ -72,9 +75,24 @@ struct bier_nbr {
 	__u8 dmac[6];
 };
 
-/* bier_label: key (gen << 20) | BIFT-id (our label, RFC 8296 §2.1.1.1) -> slot */
+/* bier_if[ifindex % BIER_IF_SLOTS]: a per-ingress-interface shortcut for the two address lookups every
+ * packet needs, our address (bier_local) and the sender's neighbour index (bier_nbr_addr): the agent puts
+ * the link's neighbour and our address on it here too.  A packet whose addresses differ (another
+ * neighbour on a LAN, another of our addresses, a slot shared by two ifindexes) takes the hash maps,
+ * which stay the authority; an entry never says more than they do. */
+#define BIER_IF_SLOTS 256
+struct bier_if {
+	__u32 ifindex;      /* 0: empty */
+	__u32 has_local;    /* 1: local is in bier_local */
+	__be32 local;       /* our address on the link */
+	__be32 nbr_addr;    /* the neighbour's address (its bier_nbr_addr key) */
+	__u32 nbr;          /* bier_nbr_addr's value for it */
+	__u32 pad;
+};
 
-/* bier_cnt (per CPU): same meaning as the Python dataplane's counters of the same name */
+/* bier_cnt (per CPU, one element: struct bier_counters): same meaning as the Python dataplane's counters of
+ * the same name.  One element, not one per counter: a packet's dozen increments then touch one per-CPU
+ * block (four cache lines) through one lookup instead of a dozen scattered ones. */
 enum bier_counter {
 	C_RX_PACKETS,
 	C_RX_BYTES,
@@ -111,13 +129,21 @@ enum bier_counter {
 	C_NUM
 };
 
-/* bier_nbr_cnt (per CPU): [nbr * 4 + NC_*] */
+struct bier_counters {
+	__u64 c[C_NUM];
+};
+
+/* bier_nbr_cnt (per CPU): [nbr] is a struct bier_nbr_counters, c[NC_*] */
 enum bier_nbr_counter {
 	NC_RX_PACKETS,
 	NC_RX_BYTES,
 	NC_TX_PACKETS,
 	NC_TX_BYTES,
 	NC_NUM
+};
+
+struct bier_nbr_counters {
+	__u64 c[NC_NUM];
 };
 
 /* Network-BIER imposition at a leaf (bier_impose on host ports, aidcnet/agent/net_bier.py's fast path).

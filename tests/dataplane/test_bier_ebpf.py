@@ -41,7 +41,7 @@ from aidcnet.bier.forwarding import build_copies, forward_packet
 from aidcnet.bier.header import BierDecodeError, BierHeader, parse_fields
 from aidcnet.bier.routing import compute_birts, undirected
 from aidcnet.ipv4 import build_udp, checksum16
-from tests.dataplane.netlab import PREFIX, NetLab, in_netns
+from tests.dataplane.netlab import PREFIX, NetLab, in_netns, udp_frame
 from tests.unit.aidcnet.bier.test_bier_forwarding import FIG1_EDGES, FIG1_IDS, FIG6_EDGES
 from tests.unit.aidcnet.bier.test_bier_fuzz import N_PACKETS, mutate, node_tables, valid_packet
 
@@ -391,6 +391,43 @@ def test_partial_checksums_of_locally_sent_packets(lab: NetLab, bier_obj: Path) 
             partial += 1
     assert partial, "no copy arrived with a partial checksum: the test did not exercise CHECKSUM_PARTIAL"
     assert c["ebpf.punted"] == 0 and c["tx.packets"] == sum(map(len, want))
+
+
+@pytest.mark.parametrize("lab", [3], indirect=True)
+def test_addresses_the_interface_shortcut_does_not_name(lab: NetLab, bier_obj: Path) -> None:
+    """bier_if names link 0's neighbour and our address there; packets on link 0 from a stranger, or to
+    our address on another link, take the hash maps (bier_nbr_addr, bier_local) and are forwarded and
+    counted as those say: the stranger under rx.src.other, the neighbour under its own name.  A packet to
+    an address that is not ours is not the program's, whoever sends it."""
+    birt = compute_birts(undirected(FIG1_EDGES), FIG1_IDS)["B"]
+    bifts = build_bifts(birt, 64, {n: {(0, 64, 0): 900 + i} for i, n in enumerate("ACE")})
+    tables = bifts_by_label(bifts, {(0, 64, 0): 500})
+    nbr_index = {"A": 0, "C": 1, "E": 2}
+    payloads = [
+        BierHeader(bift_id=500, bitstring=bits, bsl=64, ttl=9, entropy=bits, bfir_id=4).encode() + b"y" * 20
+        for bits in (0b0001, 0b0100, 0b1000, 0b1101)
+    ]
+    stranger = "10.77.0.99"
+    # (source, destination) on link 0: the cached pair, a stranger, our address on link 1, both
+    pairs = [(lab.nbr_addr[0], lab.dut_addr[0]), (stranger, lab.dut_addr[0]),
+             (lab.nbr_addr[0], lab.dut_addr[1]), (stranger, lab.dut_addr[2])]  # fmt: skip
+    packets = payloads * len(pairs)
+
+    def send(chunk: list[bytes]) -> None:
+        assert len(chunk) == len(packets)
+        lab.send([
+            udp_frame(lab.dut_mac[0], lab.nbr_mac[0], src, dst, 6635, 6635, p)
+            for src, dst in [*pairs, (lab.nbr_addr[0], "10.77.0.77")]
+            for p in payloads
+        ])  # fmt: skip
+
+    want, _local = expected(lab, tables, nbr_index, packets)
+    got, _delivered, c = run_ebpf_raw(lab, bier_obj, tables, nbr_index, packets, send=send)
+    check_frames(got, want)
+    n = len(payloads)
+    assert c["rx.packets"] == 4 * n and c["ebpf.punted"] == 0
+    assert c["rx.src.other.packets"] == 2 * n, c
+    assert c["rx.nbr.A.packets"] == 2 * n and c["rx.nbr.C.packets"] == c["rx.nbr.E.packets"] == 0, c
 
 
 # -- the agent side ------------------------------------------------------------------------------

@@ -117,3 +117,26 @@ def test_refusals_name_the_fault() -> None:
     assert old.write_policy({}, {}) == []  # an older bier.o without a policy still starts
     with pytest.raises(m.EbpfUnavailable, match="no edge-policy maps"):
         old.write_policy(POLICIES, {"eth1": 11, "eth2": 12})
+
+
+def test_interface_shortcut_never_disagrees_with_the_hash_maps() -> None:
+    """bier_if: the link's neighbour and our address there when bier_local has it; an entry for an
+    address that moved to another interface or index is emptied (bier_nbr_addr decides then)."""
+    bpf = FakeBpf()
+    maps = maps_with(bpf, names=("bier_if", "bier_nbr", "bier_nbr_addr", "bier_local"))
+    maps._local, maps._if = set(), {}
+    fd = maps.fd["bier_if"]
+    mac = bytes(6)
+
+    def entry(ifindex: int) -> m.IfEntry:
+        return m.IfEntry.from_buffer_copy(bpf.maps[fd][bytes(ctypes.c_uint32(ifindex % m.IF_SLOTS))])
+
+    maps.set_local(["10.1.0.1"])
+    maps.set_neighbor(0, 7, "10.1.0.1", "10.1.0.2", mac, mac)
+    maps.set_neighbor(1, 8, "10.2.0.1", "10.2.0.2", mac, None)  # our address there is not in bier_local
+    e7, e8 = entry(7), entry(8)
+    got = (e7.ifindex, e7.has_local, bytes(e7.local), bytes(e7.nbr_addr), e7.nbr)
+    assert got == (7, 1, bytes([10, 1, 0, 1]), bytes([10, 1, 0, 2]), 0)
+    assert (e8.ifindex, e8.has_local, bytes(e8.local), e8.nbr) == (8, 0, bytes(4), 1)
+    maps.set_neighbor(2, 9, "10.1.0.1", "10.1.0.2", mac, mac)  # 10.1.0.2 now neighbour 2, via ifindex 9
+    assert entry(7).ifindex == 0 and entry(9).nbr == 2 and entry(8).nbr == 1
