@@ -260,6 +260,9 @@ class BgpNeighbor(_Model):
     # RFC 5082 GTSM of this session (overrides bgp.ttl_security_hops): send with TTL 255, accept only
     # TTL >= 256 - hops. The plan sets it on sessions whose both ends do GTSM (our nodes and FRR).
     ttl_security_hops: int | None = Field(default=None, ge=1, le=254)
+    # This end only listens and the neighbour connects (RFC 4271 §8.1.1 PassiveTcpEstablishment). The plan
+    # sets it on one end of each session between two agents (docs/fare.md "Who connects").
+    passive: bool = False
 
     def gtsm_hops(self, bgp: Bgp) -> int | None:
         return self.ttl_security_hops if self.ttl_security_hops is not None else bgp.ttl_security_hops

@@ -120,6 +120,7 @@ class BgpService:
                 hold_time=self.bgp.hold_time,
                 md5_password=n.md5_password,
                 ttl_security_hops=n.gtsm_hops(self.bgp),
+                passive=n.passive,
             )
             for n in self.bgp.neighbors
         ]

@@ -469,10 +469,8 @@ def test_superpod_bgp_link_counters(runtime: DockerRuntime, tmp_path: Path, bift
     hosts = [f"G{i}" for i in range(1, 5)]
     trace = random_trace(tmp_path / "random.jsonl", hosts, random.Random(seed), n=40)
     lab_vars = yaml.safe_load((ROOT / "labs" / "superpod.vars.yml").read_text())
-    # Unsigned and without GTSM: with both on (the defaults), one end of a session collision sometimes
-    # sends its OPEN on the second connection long after the session is up (docs/fare.md "Who connects";
-    # open in issue 18), and this test compares counters only of runs during which BGP sent nothing.
-    lab_vars["bgp"] = {"enabled": True, "hold_time": 65535, "md5": False, "ttl_security_hops": False}
+    # Signed and with GTSM, the defaults (docs/fare.md "Who connects": one end of each session listens).
+    lab_vars["bgp"] = {"enabled": True, "hold_time": 65535}
     lab_vars.setdefault("bier", {})["bift"] = bift
     with deployed(
         runtime, tmp_path, "superpod", "model-spbgp", lab_vars, configured=True, edit=scale_superpod(4)

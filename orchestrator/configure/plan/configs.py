@@ -19,7 +19,7 @@ from aidcnet.config import (
     NodeConfig,
     Route,
 )
-from aidcnet.roles import Role
+from aidcnet.roles import AGENT_ROLES, Role
 from orchestrator.configure.plan.context import natural_key
 from orchestrator.configure.plan.igmp import igmp_config
 from orchestrator.configure.plan.ina import ina_config
@@ -95,6 +95,7 @@ def bgp_config(plan: LabPlan, name: str) -> Bgp | None:
                     asn=peer.asn,
                     md5_password=md5_password(plan, link),
                     ttl_security_hops=link.ttl_security_hops,
+                    passive=listens(plan, local.node, remote.node),
                 )
             )
     neighbors.sort(key=lambda n: natural_key(n.interface))
@@ -108,6 +109,19 @@ def bgp_config(plan: LabPlan, name: str) -> Bgp | None:
         hold_time=plan.bgp.hold_time,
         transit=node.role != Role.GPU_HOST,
     )
+
+
+def listens(plan: LabPlan, local: str, remote: str) -> bool:
+    """Whether ``local`` only listens on its session with ``remote`` (docs/fare.md "Who connects"). Between
+    two agents one end connects: the fabric to a GPU host, and between switches the higher BGP Identifier
+    (loopback), the connection RFC 4271 §6.8's collision rule keeps. Towards FRR, GoBGP and BIRD our end
+    connects too (they connect as well and resolve the collision themselves)."""
+    a, b = plan.nodes[local], plan.nodes[remote]
+    if a.role not in AGENT_ROLES or b.role not in AGENT_ROLES or a.loopback is None or b.loopback is None:
+        return False
+    if (a.role == Role.GPU_HOST) != (b.role == Role.GPU_HOST):
+        return a.role == Role.GPU_HOST
+    return a.loopback.ip < b.loopback.ip
 
 
 def md5_password(plan: LabPlan, link: PlanLink) -> str | None:

@@ -63,3 +63,44 @@ def test_bier_over_bgp_turns_bgp_on_and_refuses_a_contradiction() -> None:
 def test_bad_mode_names_the_key() -> None:
     with pytest.raises(Exception, match="mode"):
         lab_vars({"bgp": {"mode": "per-byte"}})
+
+
+def test_one_end_of_each_agent_session_connects(superpod) -> None:
+    """docs/fare.md "Who connects": the switch towards a GPU host, the higher BGP Identifier between
+    switches; the other end only listens."""
+    leaf_spine = plan_of(leaf_spine_doc(2, 2, 1), {"bgp": {"enabled": True}})
+    host_ends = switch_ends = 0
+    for plan in (superpod, leaf_spine):
+        ends = {
+            (name, n.name): n.passive
+            for name in plan.nodes
+            if (cfg := node_config(plan, name)).bgp is not None
+            for n in cfg.bgp.neighbors
+        }
+        for (node, peer), passive in ends.items():
+            assert passive != ends[(peer, node)], f"{node}-{peer}: both ends {passive=}"
+            roles = (plan.nodes[node].role, plan.nodes[peer].role)
+            if "gpu-host" in roles:
+                assert passive == (roles[0] == "gpu-host"), (node, peer)
+                host_ends += 1
+            else:
+                assert passive == (plan.nodes[node].loopback.ip < plan.nodes[peer].loopback.ip), (node, peer)
+                switch_ends += 1
+    assert host_ends and switch_ends
+
+
+def test_sessions_with_third_party_speakers_keep_our_end_connecting(tmp_path) -> None:
+    import yaml
+
+    from orchestrator.configure.plan import node_configs
+    from orchestrator.paths import ROOT
+
+    path = tmp_path / "superpod-peers.clab.yml"
+    path.write_text((ROOT / "labs" / "superpod-peers.clab.yml").read_text())
+    peers_vars = yaml.safe_load((ROOT / "labs" / "superpod-peers.vars.yml").read_text()) or {}
+    plan = build_plan(load_topology(path), lab_vars(peers_vars))
+    configs = node_configs(plan)
+    third_party = {"frr", "gobgp", "bird"}
+    sessions = [n for c in configs.values() if c.bgp for n in c.bgp.neighbors]
+    toward = [n for n in sessions if configs[n.name].role in third_party]
+    assert toward and not any(n.passive for n in toward)
