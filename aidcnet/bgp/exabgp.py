@@ -68,8 +68,7 @@ class Neighbor:
     md5_password: str | None = field(default=None, repr=False)
     # RFC 5082 GTSM radius in hops (1: directly connected); None: off.
     ttl_security_hops: int | None = None
-    # Only listen (RFC 4271 §8.1.1 PassiveTcpEstablishment), the peer connects. The agent keeps both ends
-    # of its sessions connecting (docs/fare.md "Who connects"); tests use it.
+    # Only listen (RFC 4271 §8.1.1 PassiveTcpEstablishment); the peer connects (docs/fare.md "Who connects").
     passive: bool = False
 
 
