@@ -318,17 +318,18 @@ class BgpService:
             self._kernel_wanted = kernel_routes(selected)
             self._kernel_kick.set()
         self._advertise()
-        if self.on_change is not None and routes_changed:
-            try:
-                self.on_change(selected)
-            except Exception as exc:
-                self.counters["on-change.error"] += 1
-                log.error("BGP route consumer failed: %s", exc)
+        if routes_changed:
+            self.resend_selection()
 
     def resend_selection(self) -> None:
-        """Give ``on_change`` the current best paths again, changed or not."""
-        if self.on_change is not None:
+        """Give ``on_change`` the current best paths (again, when nothing changed)."""
+        if self.on_change is None:
+            return
+        try:
             self.on_change(self.selected)
+        except Exception as exc:
+            self.counters["on-change.error"] += 1
+            log.error("BGP route consumer failed: %s", exc)
 
     async def _kernel_worker(self) -> None:
         """Applies the latest wanted routes; netlink calls run in a thread (pyroute2's sync API must not run
