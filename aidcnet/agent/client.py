@@ -116,6 +116,9 @@ class AgentClient:
     def ina_reset(self, job: int) -> dict[str, Any]:
         return self.call(Op.INA_RESET, job=job)
 
+    def reliable_reset(self) -> dict[str, Any]:
+        return self.call(Op.RELIABLE_RESET)
+
     def allreduce(self, timeout: float | None = None, **fields: Any) -> dict[str, Any]:
         return self.call(Op.ALLREDUCE, timeout, **fields)
 

@@ -42,6 +42,7 @@ class Op(StrEnum):
     REPLAY_RESULTS = "replay_results"
     INA = "ina"
     INA_RESET = "ina_reset"
+    RELIABLE_RESET = "reliable_reset"
     ALLREDUCE = "allreduce"
     PS_SERVE = "ps_serve"
     BGP = "bgp"

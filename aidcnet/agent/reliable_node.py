@@ -169,6 +169,14 @@ class ReliableNode:
         self.receiver = Receiver(self_id, settings.receiver, settings.isn) if self_id is not None else None
         self.counters = Counter()
 
+    def forget_flows(self) -> int:
+        """Before a run, on every node: forget what earlier runs left in the fabric's state (open
+        aggregation windows, learned partial timers, reverse paths). Runs reuse flow ids (a flow's id is
+        its op id, and its ISN is fixed), so stale state would act on the new run's flows. Returns the
+        aggregation entries dropped."""
+        self.rpf.clear()
+        return self.aggregator.forget()
+
     def _rto(self) -> RtoEstimator:
         s = self.settings
         return RtoEstimator(s.initial_rto, s.min_rto, s.max_rto)

@@ -11,7 +11,9 @@ up the stack untouched (``aidcnet/ebpf/bier.c``: only port 6635 addressed to the
 feedback still reaches this socket; without DATA the aggregator holds no entry and relays feedback
 toward the BFIR unchanged (``agg.passed-no-entry``): end-to-end ACKs, never lost data.
 
-Counters are exported as ``reliable.<name>`` (:meth:`ReliableNode.totals`).
+Counters are exported as ``reliable.<name>`` (:meth:`ReliableNode.totals`). Control op
+``reliable_reset``: the driver's prepare of every reliable run makes every node forget what earlier runs
+left (:meth:`ReliableNode.forget_flows`).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from aidcnet.agent.control import Handler, Op
 from aidcnet.agent.outbox import Outbox
 from aidcnet.agent.reliable_node import GAUGES, ReliableNode
 from aidcnet.agent.service import Service
@@ -272,6 +275,15 @@ class ReliablePart(Service):
     def _on_forward(self, src: str, inner: bytes, downstream: int) -> None:
         if self.endpoint is not None:
             self.endpoint.node.on_forward(inner, src, downstream, self.endpoint.clock())
+
+    async def reset(self, _request: dict[str, Any]) -> dict[str, Any]:
+        """Forget the flows of earlier runs (:meth:`ReliableNode.forget_flows`); a node the reliable
+        transport does not run on has nothing to forget."""
+        forgotten = self.endpoint.node.forget_flows() if self.endpoint is not None else 0
+        return {"ok": True, "forgotten": forgotten}
+
+    def handlers(self) -> dict[Op, Handler]:
+        return {Op.RELIABLE_RESET: self.reset}
 
     def counters(self) -> dict[str, int]:
         if self.endpoint is None:

@@ -119,6 +119,17 @@ class AckAggregator:
         timer = self.timers.get(key)
         return timer.current() if timer is not None else self.config.partial_after
 
+    def forget(self) -> int:
+        """Drop every entry and every learned timer, keeping the counters; returns the entries dropped.
+        For a new run that reuses the last run's flow ids: a window left open by the last run would
+        otherwise send its partial AGG-ACKs into the new run's flow of the same id."""
+        dropped = self.entries
+        self.flows.clear()
+        self.timers.clear()
+        self.entries = 0
+        self.counters["forgotten"] += dropped
+        return dropped
+
     def _timer(self, key: FlowKey) -> RtoEstimator:
         timer = self.timers.get(key)
         if timer is None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
@@ -24,6 +24,7 @@ from orchestrator.lab.runtime.docker import DockerRuntime
 from orchestrator.lab.topology import Topology
 
 Snapshot = dict[str, dict[str, int]]
+T = TypeVar("T")
 
 
 class ExperimentError(ValueError):
@@ -198,17 +199,21 @@ class LabSession:
                 snap.update(part)
         return snap
 
+    def each_agent(self, ask: Callable[[str, AgentClient], T]) -> dict[str, T]:
+        """``ask(node, agent)`` of every agent of the lab, eight at a time; node -> answer."""
+        nodes = sorted(self.agents)
+        with ThreadPoolExecutor(8) as pool:
+            return dict(zip(nodes, pool.map(lambda n: ask(n, self.agents[n]), nodes), strict=True))
+
     def agent_snapshot(self, lost: Unresponsive | None = None) -> Snapshot:
-        def one(node: str) -> tuple[str, dict[str, int] | None]:
-            agent = self.agents[node]
+        def one(node: str, agent: AgentClient) -> dict[str, int] | None:
             if lost is None:
                 counters: dict[str, Any] | None = agent.counters()
             else:
                 reply = lost.call(node, lambda: {"counters": agent.counters(timeout=2.0)})
                 counters = None if reply is None else reply["counters"]
             if counters is None:
-                return node, None
-            return node, {k: int(v) for k, v in counters.items() if isinstance(v, int)}
+                return None
+            return {k: int(v) for k, v in counters.items() if isinstance(v, int)}
 
-        with ThreadPoolExecutor(8) as pool:
-            return {node: c for node, c in pool.map(one, sorted(self.agents)) if c is not None}
+        return {node: c for node, c in self.each_agent(one).items() if c is not None}

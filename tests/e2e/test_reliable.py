@@ -1,9 +1,9 @@
 """Reliable delivery on leaf-spine (issue 15): a model-distribution trace in every reliable mode, at 0 %
 and at 5 % loss on every link end of the fabric (both directions of every host-leaf and leaf-spine
 link, `aidclab link set ... loss`), delivered 100 % exactly once; without loss the source hears exactly
-the fan-out per packet end to end, and a fraction of it when the BFRs aggregate. The issue's two bounds
-(at most one ACK per first-hop branch per packet; retransmitted bytes within 1.2x the dropped ones) are
-not met yet: their numbers are printed with the run's own baseline beside them (docs/reliability.md).
+the fan-out per packet end to end, and at most one per first-hop branch when the BFRs aggregate (the
+issue's first bound). The second, retransmitted bytes within 1.2x the dropped ones at 5%, is not met
+yet: it is printed with the run's own baseline beside it (docs/reliability.md).
 
 The lab is the shipped leaf-spine (python BIER dataplane, time.scale 20000)"""
 
@@ -138,10 +138,11 @@ def test_every_reliable_mode_delivers_exactly_once_at_five_percent_loss_on_every
 
 def test_aggregation_absorbs_the_ack_implosion_at_the_source(runtime, lab, trace, tmp_path):
     """No loss: end to end, the source hears every receiver for every packet (exactly the fan-out per
-    packet); aggregated, the BFRs absorb the ACKs and the source hears a fraction of that. The issue's
-    bound, at most one per first-hop branch (1 here), is not met yet: 1.038 measured (268 AGG-ACKs and
-    6 partials for 264 packets; windows queued past the BFRs' partial timer), so it is printed, not
-    asserted (docs/reliability.md)."""
+    packet); aggregated, the BFRs absorb the ACKs and the source hears at most one per first-hop branch
+    (h1 has one uplink). Both runs follow the lossy ones on the same lab and reuse their flow ids: the
+    driver makes every node forget the earlier runs' aggregation windows first (before it did not, the
+    windows the 5% runs left open sent partials into these runs: 1.038 and, on a loaded CI machine,
+    4.7 ACKs per packet aggregated, 19.4 end to end)."""
     agg = run_mode(runtime, lab, trace, Mode.RELIABLE_HOST_BIER, tmp_path, 0.0)
     e2e = run_mode(runtime, lab, trace, Mode.RELIABLE_HOST_BIER_E2E, tmp_path, 0.0)
     check_exactly_once(lab, trace, Mode.RELIABLE_HOST_BIER, agg)
@@ -153,5 +154,7 @@ def test_aggregation_absorbs_the_ack_implosion_at_the_source(runtime, lab, trace
     )
     assert e2e["acks_per_packet"] == e2e["fanout"]  # the implosion: every receiver, every packet
     assert e2e["sources"].get("sender.retransmitted", 0) == 0  # no timer fired without loss
-    assert 0 < agg["acks_per_packet"] < e2e["acks_per_packet"] / 2
+    assert agg["sources"].get("sender.retransmitted", 0) == 0
+    first_hop_branches = 1
+    assert 0 < agg["acks_per_packet"] <= first_hop_branches < e2e["acks_per_packet"]
     assert agg["bfr_absorbed"] > 0 and e2e["bfr_absorbed"] == 0

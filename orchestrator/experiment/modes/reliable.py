@@ -39,6 +39,19 @@ INITIAL_RTO_S = 1.0
 FEEDBACK_KINDS = ("ack", "nack", "agg-ack", "agg-ack-partial")
 
 
+def forget_earlier_runs(session: LabSession, say: Say) -> None:
+    """Every node forgets the reliable flows of earlier runs. Flow ids are op ids and the ISN is fixed, so
+    consecutive runs of a trace reuse them: a BFR's aggregation window left open by the last run (a lossy
+    one leaves many, alive for the aggregator's lifetime) would send its partial AGG-ACKs into this run's
+    flow of the same id, and the source would answer them with retransmissions (measured: NACKs and
+    retransmitted DATA at 0% loss right after a 5% run, AGG-ACKs at the sources of an end-to-end run)."""
+    replies = session.each_agent(lambda _node, agent: agent.reliable_reset())
+    left = {node: r["forgotten"] for node, r in replies.items() if r.get("forgotten")}
+    if left:
+        nodes = ", ".join(sorted(left))
+        say(f"forgot {sum(left.values())} aggregation windows earlier runs left open ({nodes})")
+
+
 def source_totals(status: dict[str, dict[str, Any]]) -> dict[str, int]:
     """The reliable counters of every sending host, summed (``replay_status()["reliable"]``)."""
     total: Counter[str] = Counter()
@@ -80,6 +93,7 @@ class ReliableMode(MessageMode):
     def prepare(self, session: LabSession, ops: list[TraceOp], say: Say) -> None:
         super().prepare(session, ops, say)
         self.ids = self._number(self.all_hosts)
+        forget_earlier_runs(session, say)
 
     def _number(self, hosts: dict[str, HostInfo]) -> dict[str, int]:
         # BFR-ids when every host has one, so ids mean the same in every mode; otherwise 1..N by name.

@@ -121,6 +121,25 @@ def test_unconfigured_node_says_how_to_fix_it() -> None:
     asyncio.run(main())
 
 
+def test_reset_forgets_the_aggregation_windows_of_earlier_runs() -> None:
+    from aidcnet.agent.control import Op
+    from aidcnet.reliable.header import Data
+
+    async def main() -> None:
+        bier = FakeBierPart()
+        part = ReliablePart(bier)  # type: ignore[arg-type]
+        assert await part.handlers()[Op.RELIABLE_RESET]({}) == {"ok": True, "forgotten": 0}
+        ep = ReliableEndpoint(4, lambda _b: None, source="127.0.0.1", bind="127.0.0.1", port=0)
+        part.endpoint = ep
+        ep.node.aggregator.on_data(Data(bfir_id=1, flow_id=7, seq=0, payload=b"x"), 0b110, "up", 0.0)
+        assert await part.reset({}) == {"ok": True, "forgotten": 1}
+        assert ep.node.aggregator.entries == 0 and part.counters()["reliable.agg.forgotten"] == 1
+        ep.close()
+        bier.sock.close()
+
+    asyncio.run(main())
+
+
 def test_endpoint_counts_and_receives_on_its_port() -> None:
     async def main() -> None:
         ep = ReliableEndpoint(None, lambda _b: None, source="127.0.0.1", bind="127.0.0.1", port=0)

@@ -201,3 +201,24 @@ def test_learnt_timers_are_bounded_by_the_budget() -> None:
         a.on_data(d, id_mask([2]), "up", 0.0)
         a.on_feedback(Ack(bfir_id=1, flow_id=flow, cum=1, reporter=2, highest=1), 0.05)
     assert list(a.timers) == [(1, 2), (1, 3)]
+
+
+def test_forget_drops_a_window_left_open_so_a_new_run_of_the_same_flow_id_starts_clean() -> None:
+    a = agg()
+    # The last run: BFER 5 never acknowledged the first window, and a finished window taught the timer.
+    a.on_data(data(0), DOWN, "up", 0.0)
+    a.on_data(data(1), DOWN, "up", 0.0)
+    for r in (2, 3, 5):
+        a.on_feedback(ack(r, 1), 0.5)
+    a.on_feedback(ack(2, 2), 0.5)
+    assert a.entries == 1 and a.partial_wait((1, 7)) > 0.01
+    assert a.forget() == 1
+    assert a.entries == 0 and a.flows == {} and a.partial_wait((1, 7)) == 0.01
+    assert a.counters["forgotten"] == 1 and a.counters["absorbed"] == 4  # the counters only grow
+    # The new run reuses flow 7 from the same ISN: nothing of the old window answers for it.
+    assert a.poll(100.0) == []
+    a.on_data(data(0), DOWN, "up", 100.0)
+    assert a.on_feedback(ack(2, 1), 100.001) == []
+    ((_, msg),) = a.poll(100.01)
+    assert msg.partial and mask_ids(msg.missing_mask()) == [3, 5]
+    assert a.forget() == 1 and a.forget() == 0  # idempotent
