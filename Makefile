@@ -83,6 +83,7 @@ bench: images
 	$(PY) bench/fare.py --gpus 64
 	$(PY) bench/fare_kernel.py
 	$(PY) bench/fidelity.py
+	$(PY) bench/udp_backpressure.py
 	$(PY) bench/reliable.py
 	$(PY) bench/reliable_shaped.py
 
