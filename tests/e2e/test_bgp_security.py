@@ -22,6 +22,7 @@ import yaml
 from aidcnet.bgp import exabgp
 from orchestrator.configure.ansible import compute_plan, run_playbook, write_lab_plan
 from orchestrator.lab.labdir import BGP_MD5_FILE
+from tests.exabgp_speaker import SPEAKER_ENV, event_sink_script, session_came_up
 
 from .conftest import agent, deployed, scale_superpod
 from .test_fare import kernel_weights, loopback, session_when, weights_when
@@ -101,10 +102,7 @@ def start_loopback_speaker(runtime, topo, node: str, local: str, peer: str, hops
     """An ExaBGP in ``node`` (besides the agent's) with one session from its loopback to ``peer``,
     started as the agent starts its own; returns its PID. Its messages go to GTSM_DIR/<node>.events."""
     events = f"{GTSM_DIR}/{node}.events"
-    sink = (
-        f"import sys\nwith open({events!r}, 'a') as f:\n"
-        "    for line in sys.stdin:\n        f.write(line)\n        f.flush()\n"
-    )
+    sink = event_sink_script(events)
     neighbor = exabgp.Neighbor(
         address=peer,
         local_address=local,
@@ -116,8 +114,7 @@ def start_loopback_speaker(runtime, topo, node: str, local: str, peer: str, hops
         passive=node == "G2",
     )
     conf = exabgp.config_text([neighbor], f"{NODE_PYTHON} {GTSM_DIR}/sink.py")
-    settings = {**exabgp.EXABGP_ENV, "exabgp_reactor_speed": "1.0"}
-    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in settings.items())
+    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in SPEAKER_ENV.items())
     script = (
         f"mkdir -p {GTSM_DIR} && rm -f {events} && printf %s {shlex.quote(sink)} > {GTSM_DIR}/sink.py && "
         f"printf %s {shlex.quote(conf)} > {GTSM_DIR}/{node}.conf && "
@@ -133,7 +130,7 @@ def loopback_session_up(runtime, topo, node: str) -> bool:
     _code, out = runtime.exec(
         topo.container_name(node), ["sh", "-c", f"cat {GTSM_DIR}/{node}.events 2>/dev/null"]
     )
-    return any(exabgp.parse_message(line).kind == "up" for line in out.splitlines() if line.strip())
+    return session_came_up(out)
 
 
 @pytest.mark.parametrize("hops", [1, 2])

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from aidcnet.bgp import exabgp
+from tests.exabgp_speaker import SPEAKER_ENV, event_sink_script, session_came_up
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("ss") is None,
@@ -82,17 +83,12 @@ class Speaker:
 
     def start(self, neighbor: exabgp.Neighbor, passive: bool, module: str = MAIN) -> None:
         sink = self.tmp / f"{self.ns}.sink.py"
-        sink.write_text(
-            "import sys\n"
-            f"with open({str(self.events)!r}, 'a') as f:\n"
-            "    for line in sys.stdin:\n"
-            "        f.write(line); f.flush()\n"
-        )
+        sink.write_text(event_sink_script(str(self.events)))
         neighbor = dataclasses.replace(neighbor, passive=passive)
         text = exabgp.config_text([neighbor], f"{sys.executable} {sink}")
         conf = self.tmp / f"{self.ns}.conf"
         conf.write_text(text)
-        env = {**os.environ, **exabgp.EXABGP_ENV, "exabgp_reactor_speed": "1.0", "PYTHONPATH": str(ROOT)}
+        env = {**os.environ, **SPEAKER_ENV, "PYTHONPATH": str(ROOT)}
         log = (self.tmp / f"{self.ns}.log").open("ab")
         self.procs.append(
             subprocess.Popen(
@@ -102,10 +98,7 @@ class Speaker:
         )
 
     def up(self) -> bool:
-        if not self.events.exists():
-            return False
-        kinds = [exabgp.parse_message(line).kind for line in self.events.read_text().splitlines() if line]
-        return "up" in kinds
+        return self.events.exists() and session_came_up(self.events.read_text())
 
 
 @pytest.fixture
