@@ -57,6 +57,22 @@ RECEIVER_FIELDS = ("ack_delay", "nack_interval", "nack_max_interval")
 # 1 s), and 50 ms sent partials for windows still in flight, which made the sources resend them
 # (measured at 0% loss: 639 partials and 314 needless retransmissions for 264 packets).
 BFR_AGGREGATOR = AggregatorConfig(partial_after=1.0, lifetime=10.0)
+# A replay flow's Flow ID: the run's number (8 bits) above the op id (24 bits). Runs of one trace reuse
+# the op ids and the ISN, so without the run's number a DATA or an ACK still in flight from the last run
+# would be taken for this run's (measured: deliveries stamped 13 s before the run began). The run's bits
+# stay out of the entropy (the op id's low 20 bits), so every run of a trace takes the same ECMP paths.
+RUN_SHIFT = 24
+OP_MASK = (1 << RUN_SHIFT) - 1
+
+
+def replay_flow_id(run: int, op_id: int) -> int:
+    if not 0 <= run <= 0xFF:
+        raise ValueError(f"reliable: run number {run!r} must be 0..255")
+    if not 0 <= op_id <= OP_MASK:
+        raise ValueError(f"op {op_id}: a reliable flow's id holds the op id in 24 bits (at most {OP_MASK})")
+    return run << RUN_SHIFT | op_id
+
+
 # Values of now among the totals: a run's counter deltas must never see them fall.
 GAUGES = frozenset({"agg.entries", "sender.flows", "sender.flows-done", "sender.receivers-failed"})
 
@@ -68,6 +84,7 @@ class ReliableSettings:
 
     feedback: str = "hop"
     isn: int = 0
+    run: int | None = None  # this run's number (replay_flow_id); None: flows of any run are taken
     window: int = 64
     fail_after: float = 30.0
     initial_rto: float = 0.05
@@ -83,13 +100,15 @@ class ReliableSettings:
             raise ValueError(f"reliable.feedback {self.feedback!r} must be one of {modes}")
         if not 0 <= self.isn <= 0xFFFF_FFFF:
             raise ValueError(f"reliable.isn {self.isn!r} must be a 32-bit sequence number")
+        if self.run is not None:
+            replay_flow_id(self.run, 0)  # validates the run number
         SenderConfig(window=self.window, fail_after=self.fail_after)  # validates both
         RtoEstimator(self.initial_rto, self.min_rto, self.max_rto)
 
     @classmethod
     def from_request(cls, raw: dict[str, Any] | None) -> ReliableSettings:
         raw = dict(raw or {})
-        known = {"feedback", "isn", "window", "fail_after", "initial_rto", "min_rto", "max_rto"}
+        known = {"feedback", "isn", "run", "window", "fail_after", "initial_rto", "min_rto", "max_rto"}
         unknown = sorted(set(raw) - known - set(RECEIVER_FIELDS))
         if unknown:
             names = ", ".join(sorted(known | set(RECEIVER_FIELDS)))
@@ -98,7 +117,7 @@ class ReliableSettings:
         base = cls()
         receiver = ReceiverConfig(**{**base.receiver.__dict__, **rx}) if rx else base.receiver
         kw: dict[str, Any] = {k: raw[k] for k in known if k in raw}
-        for k in ("isn", "window"):
+        for k in ("isn", "run", "window"):
             if k in kw:
                 kw[k] = int(kw[k])
         for k in ("fail_after", "initial_rto", "min_rto", "max_rto"):
@@ -299,9 +318,19 @@ class ReliableNode:
             self.counters["rx.malformed." + exc.reason] += 1
             return None
 
+    def _other_run(self, flow_id: int) -> bool:
+        """A flow of an earlier run (counted ``rx.other-run``): not this run's to deliver or to hear."""
+        run = self.settings.run
+        if run is None or flow_id >> RUN_SHIFT == run:
+            return False
+        self.counters["rx.other-run"] += 1
+        return True
+
     def _on_data(self, data: Data, src: str, upstream: str | None, now: float) -> None:
         if self.receiver is None:
             self.counters["rx.data-not-receiving"] += 1
+            return
+        if self._other_run(data.flow_id):
             return
         self.feedback_to[(data.bfir_id, data.flow_id)] = upstream
         deliveries, feedback = self.receiver.on_data(data, now)
@@ -332,6 +361,8 @@ class ReliableNode:
         return any(serial.le(e.start, fb.cum) and serial.le(fb.cum, e.end) for e in entries.values())
 
     def _on_source_feedback(self, msg: Ack | AggAck, size: int, now: float) -> None:
+        if self._other_run(msg.flow_id):
+            return
         kind = _kind(msg)
         self.counters[f"source.rx.{kind}.packets"] += 1
         self.counters[f"source.rx.{kind}.bytes"] += size
@@ -352,7 +383,7 @@ class ReliableNode:
             else:
                 assert self.impose is not None
                 sport = HOP_SPORT if self.settings.feedback == "hop" else E2E_SPORT
-                self.impose(wire, mask_ids(tx.bfers), tx.data.flow_id, sport)
+                self.impose(wire, mask_ids(tx.bfers), tx.data.flow_id & OP_MASK, sport)
         if sender.done:
             self._active.pop(key, None)
 

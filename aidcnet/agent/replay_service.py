@@ -30,6 +30,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from aidcnet.agent.control import Handler, Op
+from aidcnet.agent.reliable_node import replay_flow_id
 from aidcnet.agent.service import Service
 from aidcnet.ipv4 import QP_PORT_BASE, ROCEV2_PORT
 from aidcnet.modes import RELIABLE, Mode
@@ -413,8 +414,8 @@ class ReplayService:
                     raise ValueError(f"op receiver {d!r} is not in the request's receivers")
                 if (bier_mode or mode in RELIABLE) and receivers[d][1] is None:
                     raise ValueError(f"receiver {d!r} has no BFR-id: {mode} needs one")
-            if mode in RELIABLE and not 0 <= op[0] <= 0xFFFF_FFFF:
-                raise ValueError(f"op {op[0]}: a reliable flow's id is the op id, which must fit 32 bits")
+            if mode in RELIABLE:
+                replay_flow_id(0, op[0])  # the op id must fit its 24 bits of the Flow ID
         joins = [str(g) for g in request.get("groups", [])]
         bad = [g for g in joins if not _is_multicast(g)]
         if bad:
@@ -663,11 +664,12 @@ class ReplayService:
         node = self.reliable.node()
         now = self.reliable.endpoint.clock() if self.reliable.endpoint else time.monotonic()
         ids = {self.receivers[name][1]: self.receivers[name][0] for name in dst}
+        flow_id = replay_flow_id(node.settings.run or 0, msg_id)
         if self.mode == Mode.RELIABLE_UNICAST:
-            node.open_unicast_flows(msg_id, ids, frags, now)  # type: ignore[arg-type]
+            node.open_unicast_flows(flow_id, ids, frags, now)  # type: ignore[arg-type]
             self.sent_datagrams += len(frags) * len(ids)
         else:
-            node.open_bier_flow(msg_id, list(ids), frags, now)  # type: ignore[arg-type]
+            node.open_bier_flow(flow_id, list(ids), frags, now)  # type: ignore[arg-type]
             self.sent_datagrams += len(frags)
         self.reliable.kick()
 

@@ -91,6 +91,7 @@ def run_mode(runtime, topo, trace: Path, mode: Mode, tmp: Path, loss: float) -> 
         "receivers": rel["receivers"],
         "dropped": dropped,
         "acks_per_packet": acks / sent if sent else 0.0,
+        "first_sent_s": min(msg.sent_at for msg in run.messages),
         "fanout": m.delivery.expected / max(1, m.delivery.messages),
         # ACKs the BFRs' aggregators took in over the run, from the agents' counters (leaves and spines)
         "bfr_absorbed": sum(
@@ -104,6 +105,9 @@ def check_exactly_once(topo, trace: Path, mode: Mode, res: dict[str, Any]) -> No
     assert d.missing == 0 and d.duplicates == 0 and d.wrong_receivers == 0, (mode, d)
     assert d.delivered == d.expected > 0
     assert res["sources"].get("sender.receivers-failed", 0) == 0
+    # Every delivery is of this run: a copy of an earlier run's DATA taken for this run's would carry the
+    # earlier send time (on CI: a record stamped 12 s before the run began, completion 15.7 s in a 4 s run).
+    assert res["first_sent_s"] >= 0, (mode, res["first_sent_s"])
     # The receivers' own records: one good copy each, never a duplicate given to the application.
     session = LabSession.open(topo)
     with TraceReader(trace) as reader:

@@ -17,6 +17,7 @@ declared failed; its lines give feedback at the sources per DATA packet and retr
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from typing import Any, ClassVar
 
@@ -39,12 +40,20 @@ INITIAL_RTO_S = 1.0
 FEEDBACK_KINDS = ("ack", "nack", "agg-ack", "agg-ack-partial")
 
 
+def run_number(now_s: float) -> int:
+    """The run's number, the top 8 bits of its flows' ids (``replay_flow_id``): the wall-clock second,
+    mod 256. A message run starts START_LEAD_S (1 s) after its load, so two runs of a lab load at least a
+    second apart and consecutive runs never share a number; runs 256 s apart may, by when nothing of the
+    older one is alive (its senders give up after FAIL_AFTER_S, a BFR's windows expire after 10 s)."""
+    return int(now_s) % 256
+
+
 def forget_earlier_runs(session: LabSession, say: Say) -> None:
-    """Every node forgets the reliable flows of earlier runs. Flow ids are op ids and the ISN is fixed, so
-    consecutive runs of a trace reuse them: a BFR's aggregation window left open by the last run (a lossy
-    one leaves many, alive for the aggregator's lifetime) would send its partial AGG-ACKs into this run's
-    flow of the same id, and the source would answer them with retransmissions (measured: NACKs and
-    retransmitted DATA at 0% loss right after a 5% run, AGG-ACKs at the sources of an end-to-end run)."""
+    """Every node forgets the reliable flows of earlier runs. A BFR's aggregation window left open by
+    the last run (a lossy run leaves many, alive for the aggregator's lifetime) would go on sending
+    partial AGG-ACKs toward its source during this run: bytes on this run's links and feedback of
+    another run (before flow ids carried the run's number, the sources took it for this run's and
+    retransmitted: NACKs and resent DATA at 0% loss right after a 5% run)."""
     replies = session.each_agent(lambda _node, agent: agent.reliable_reset())
     left = {node: r["forgotten"] for node, r in replies.items() if r.get("forgotten")}
     if left:
@@ -94,6 +103,7 @@ class ReliableMode(MessageMode):
         super().prepare(session, ops, say)
         self.ids = self._number(self.all_hosts)
         forget_earlier_runs(session, say)
+        self.run_number = run_number(time.time())
 
     def _number(self, hosts: dict[str, HostInfo]) -> dict[str, int]:
         # BFR-ids when every host has one, so ids mean the same in every mode; otherwise 1..N by name.
@@ -109,6 +119,7 @@ class ReliableMode(MessageMode):
             "reliable": {
                 "self_id": self.ids[host],
                 "isn": ISN,
+                "run": self.run_number,
                 "window": WINDOW,
                 "fail_after": FAIL_AFTER_S,
                 "initial_rto": INITIAL_RTO_S,
@@ -127,6 +138,7 @@ class ReliableMode(MessageMode):
         outcome.settings["reliable"] = {
             "feedback": self.feedback,
             "isn": ISN,
+            "run": self.run_number,
             "window": WINDOW,
             "sources": total,
             "receivers": {

@@ -18,7 +18,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aidcnet.agent.reliable_node import ReliableNode, ReliableSettings
+from aidcnet.agent.reliable_node import (
+    OP_MASK,
+    RUN_SHIFT,
+    ReliableNode,
+    ReliableSettings,
+    replay_flow_id,
+)
 from aidcnet.bier.bift import build_bifts
 from aidcnet.bier.bitstring import bfr_id_to_si_bit
 from aidcnet.bier.forwarding import forward, impose
@@ -282,6 +288,37 @@ def test_data_to_a_host_not_in_a_run_is_counted() -> None:
     node.on_datagram(data.encode(), ADDR["S"], 0.0)
     assert node.totals()["rx.data-not-receiving"] == 1
     del fab
+
+
+@pytest.mark.parametrize("feedback", ["hop", "e2e"])
+def test_a_run_ignores_what_the_last_run_left_in_flight(feedback: str) -> None:
+    """Two runs of one op (same op id, same ISN): the second starts while the first's DATA and ACKs are
+    still on the links. Its receivers deliver only the second run's payloads, and its source hears only
+    the second run's feedback."""
+    fab = Fabric(feedback, loss=0.2, seed=3)
+    for name in IDS:
+        fab.nodes[name].configure(fast_settings(feedback, run=1), IDS[name])
+    fab.nodes["S"].open_bier_flow(replay_flow_id(1, 7), [2, 3, 4], payloads(40), 0.0)
+    fab.run(until=0.0001)
+    assert fab.events, "the first run's first DATA must still be on the links"
+    for name in IDS:
+        fab.nodes[name].configure(fast_settings(feedback, run=2), IDS[name])
+    fab.delivered = {h: [] for h in HOSTS}
+    second = [b"second-%d-" % i + bytes(100) for i in range(40)]
+    fab.nodes["S"].open_bier_flow(replay_flow_id(2, 7), [2, 3, 4], second, fab.now)
+    fab.run()
+    check_exactly_once(fab, ["R2", "R3", "R4"], second)
+    stale = sum(fab.counters(n)["rx.other-run"] for n in IDS)
+    assert stale > 0
+
+
+def test_replay_flow_ids_hold_the_run_above_the_op() -> None:
+    assert replay_flow_id(0, 7) == 7 and replay_flow_id(255, 0xFF_FFFF) == 0xFFFF_FFFF
+    assert replay_flow_id(3, 7) >> RUN_SHIFT == 3 and replay_flow_id(3, 7) & OP_MASK == 7
+    with pytest.raises(ValueError, match="24 bits"):
+        replay_flow_id(0, 1 << 24)
+    with pytest.raises(ValueError, match="run number"):
+        ReliableSettings.from_request({"run": 256})
 
 
 def test_settings_from_request() -> None:

@@ -161,9 +161,9 @@ def test_reliable_load_refuses_what_it_cannot_run() -> None:
                     "receivers": {"h2": ["10.1.0.2", None]},
                 }
             )
-        with pytest.raises(ValueError, match="32 bits"):
+        with pytest.raises(ValueError, match="24 bits"):
             svc.load(
-                {"mode": Mode.RELIABLE_UNICAST, "ops": [[1 << 32, 0.0, 10, ["h2"]]], "receivers": recv,
+                {"mode": Mode.RELIABLE_UNICAST, "ops": [[1 << 24, 0.0, 10, ["h2"]]], "receivers": recv,
                  "reliable": {"self_id": 1}}
             )  # fmt: skip
         no_part = ReplayService("10.1.0.1")
