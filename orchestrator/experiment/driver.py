@@ -88,13 +88,19 @@ def run_experiment(
         session = LabSession.open(topo, runtime)
         session.lost.say = say
         spec.prepare(session, ops, say)
-    with phases.phase("load", f"{len(ops)} ops onto the agents"):
-        spec.load(session, ops)
-    with phases.phase("snapshot", "interface and agent counters before"):
-        links_before = session.interface_snapshot()
-        agents_before = session.agent_snapshot()
+        watch = FabricWatch(session)
+        if (line := watch.wait_quiet().describe()) is not None:
+            say(line)
+    try:
+        with phases.phase("load", f"{len(ops)} ops onto the agents"):
+            spec.load(session, ops)
+        with phases.phase("snapshot", "interface and agent counters before"):
+            links_before = session.interface_snapshot()
+            agents_before = session.agent_snapshot()
+    except BaseException:
+        watch.close()  # the run never started: its sampler's namespace handles are not needed
+        raise
     started = datetime.now(UTC)
-    watch = FabricWatch(session)
     with phases.phase("run", f"{len(ops)} ops in mode {spec.name}"), watch:
         spec.run(session, ops, say)
     finished = datetime.now(UTC)

@@ -62,16 +62,30 @@ class FabricSampler:
         self._thread: threading.Thread | None = None
         self.error: BaseException | None = None
 
+    def _read(self, node: str) -> dict[str, QdiscStats]:
+        ns = self._handles.get(node)
+        if ns is None:
+            ns = self._handles[node] = open_netns(self.netns[node])
+        return read_qdisc_stats(ns, self.netns[node], [e.interface for e in self.by_node[node]])
+
+    def backlog(self) -> dict[str, int]:
+        """Bytes waiting in each shaper's queue now, one sweep; ends whose queue is empty are left out."""
+        out: dict[str, int] = {}
+        for node, ends in self.by_node.items():
+            stats = self._read(node)
+            for end in ends:
+                st = stats.get(end.interface)
+                if st is not None and st.backlog:
+                    out[end.name] = st.backlog
+        return out
+
     def sample(self) -> None:
         total_cpu = 0.0
         t_host = time.monotonic()
         for node, ends in self.by_node.items():
-            ns = self._handles.get(node)
-            if ns is None:
-                ns = self._handles[node] = open_netns(self.netns[node])
             # Stamped per node, right at its read: a big lab's sweep takes a while.
             t = time.monotonic()
-            stats = read_qdisc_stats(ns, self.netns[node], [e.interface for e in ends])
+            stats = self._read(node)
             for end in ends:
                 st = stats.get(end.interface)
                 if st is None:
@@ -108,11 +122,15 @@ class FabricSampler:
         try:
             self.sample()
         finally:
-            for ns in self._handles.values():
-                ns.close()
-            self._handles.clear()
+            self.close()
         if self.error is not None:
             raise FabricIOError(f"fabric sampler failed mid-run: {self.error}") from self.error
+
+    def close(self) -> None:
+        """Close the namespace handles (a later read opens them again)."""
+        for ns in self._handles.values():
+            ns.close()
+        self._handles.clear()
 
     def __enter__(self) -> FabricSampler:
         return self.start()

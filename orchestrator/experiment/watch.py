@@ -9,6 +9,8 @@ the run's :class:`~orchestrator.experiment.records.TimingRecord`.
 from __future__ import annotations
 
 import os
+import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from orchestrator.experiment.fidelity import (
@@ -31,6 +33,36 @@ from orchestrator.lab.shaping import (
 if TYPE_CHECKING:
     from orchestrator.experiment.sampler import FabricSampler
     from orchestrator.experiment.session import LabSession
+
+
+# Before a run, how long to wait for the shapers' queues to drain of earlier traffic, and how often to look.
+QUIET_TIMEOUT_S = 10.0
+QUIET_POLL_S = 0.05
+
+
+@dataclass(frozen=True)
+class QuietWait:
+    """What :meth:`FabricWatch.wait_quiet` found: bytes queued per link end at first, the seconds it
+    waited for them to drain, and what was still queued when it gave up (empty: the fabric is quiet)."""
+
+    found: dict[str, int]
+    waited_s: float
+    left: dict[str, int]
+
+    def describe(self) -> str | None:
+        """A line for the user when there was something to wait for; None when the queues were empty."""
+        if self.left:
+            ends = ", ".join(f"{end} {n} B" for end, n in sorted(self.left.items()))
+            return (
+                f"after {self.waited_s:.1f} s the fabric still queues earlier traffic ({ends}): the run "
+                "starts anyway and counts what is left; is something else sending on this lab?"
+            )
+        if self.found:
+            return (
+                f"waited {self.waited_s:.2f} s for {sum(self.found.values())} B of earlier traffic to "
+                f"drain from {len(self.found)} shaper queue(s)"
+            )
+        return None
 
 
 class FabricWatch:
@@ -88,21 +120,50 @@ class FabricWatch:
             out[name] = stats.lost_packets
         return out
 
+    def _sampler(self) -> FabricSampler:
+        if self.sampler is None:
+            from orchestrator.experiment.sampler import FabricSampler
+
+            assert self.fabric is not None
+            self.sampler = FabricSampler(
+                self.fabric,
+                self.session.topo.container_name,
+                period_s=self.period_s,
+                pid_of=lambda node: self.session.pids[node],
+            )
+        return self.sampler
+
+    def wait_quiet(self, timeout_s: float = QUIET_TIMEOUT_S, poll_s: float = QUIET_POLL_S) -> QuietWait:
+        """Before the run: wait until no shaper's queue holds a byte. What an earlier run left queued (a
+        retransmission nobody needed any more, a late ACK) would otherwise leave during this run: counted
+        in its link bytes and queued ahead of its first packets, whose round trips it would stretch."""
+        if not self.shaped:
+            return QuietWait({}, 0.0, {})
+        sampler = self._sampler()
+        try:
+            found = queued = sampler.backlog()
+            started = time.monotonic()
+            while queued and time.monotonic() - started < timeout_s:
+                time.sleep(poll_s)
+                queued = sampler.backlog()
+        except BaseException:
+            self.close()
+            raise
+        return QuietWait(found, time.monotonic() - started, queued)
+
+    def close(self) -> None:
+        """Give back what a watch that will not run holds (the sampler's namespace handles)."""
+        if self.sampler is not None:
+            self.sampler.close()
+
     # -- the run --------------------------------------------------------------------------------------
     def __enter__(self) -> FabricWatch:
         if not self.shaped:
             return self
-        from orchestrator.experiment.sampler import FabricSampler
-
         assert self.fabric is not None
         self.faults_before = self._injected(self.fabric)
         self.drops_before = self._node_drops()
-        self.sampler = FabricSampler(
-            self.fabric,
-            self.session.topo.container_name,
-            period_s=self.period_s,
-            pid_of=lambda node: self.session.pids[node],
-        ).start()
+        self._sampler().start()
         return self
 
     def __exit__(self, exc_type: object, *_rest: object) -> None:

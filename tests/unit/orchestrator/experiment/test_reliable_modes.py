@@ -6,7 +6,13 @@ import pytest
 
 from aidcnet.modes import RELIABLE, Mode
 from orchestrator.experiment.modes import mode_class, registered
-from orchestrator.experiment.modes.reliable import ISN, ReliableMode, feedback_lines, source_totals
+from orchestrator.experiment.modes.reliable import (
+    ISN,
+    ReliableMode,
+    feedback_lines,
+    run_number,
+    source_totals,
+)
 from orchestrator.experiment.session import ExperimentError, HostInfo
 
 
@@ -30,8 +36,19 @@ def test_ids_are_bfr_ids_when_all_have_one_else_numbered_by_name() -> None:
     assert mode._number(mixed) == {"h1": 1, "h2": 2}
     mode.check_hosts(mixed)  # unicast needs no BFR-ids
     mode.ids = mode._number(mixed)
+    mode.run_number = 9
     fields = mode.first_load_fields(None, "h2")  # type: ignore[arg-type]
     assert fields["reliable"]["self_id"] == 2 and fields["reliable"]["isn"] == ISN
+    assert fields["reliable"]["run"] == 9
+
+
+def test_run_numbers_of_runs_a_second_apart_differ() -> None:
+    """A message run starts a second after its load, so consecutive runs' numbers are never equal; the
+    number fits the Flow ID's top 8 bits."""
+    start = 1_795_000_000.25
+    numbers = [run_number(start + k * 1.0) for k in range(256)]
+    assert len(set(numbers)) == 256 and all(0 <= n <= 255 for n in numbers)
+    assert run_number(start + 0.7) == run_number(start)  # within one second: one number
 
 
 def test_host_bier_modes_need_bfr_ids() -> None:

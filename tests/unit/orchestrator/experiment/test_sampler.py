@@ -8,6 +8,7 @@ import time
 
 from orchestrator.experiment.fidelity import verdict
 from orchestrator.experiment.sampler import FabricSampler
+from orchestrator.experiment.watch import QuietWait
 from orchestrator.lab.fabric import Fabric
 from orchestrator.lab.shaping import apply_shapers
 from tests.unit.orchestrator.lab.test_shaping import BLOCKING_SENDER, shaper
@@ -69,3 +70,36 @@ def test_sampler_feeds_the_verdict_faithful_then_not(veth_pair):
     v = verdict(s.link_counters(), s.node_counters())
     assert any(r.startswith("queue a:fab0: the shaper dropped") for r in v.reasons), v.reasons
     assert not v.faithful
+
+
+def test_backlog_shows_what_an_earlier_burst_left_until_the_queue_drains(veth_pair):
+    """What the driver's wait for a quiet fabric reads (FabricWatch.wait_quiet): a burst larger than the
+    queue leaves it full; the sweep names the end and its bytes until the shaper has sent them."""
+    pair = veth_pair
+    rate = 2_000_000  # the 256 KiB queue takes about a second to drain
+    a = shaper("a", pair.a_if, "b:fab1", rate)
+    apply_shapers(pair.a_path, [a])
+    sampler = FabricSampler(
+        Fabric("fab", 1000, {a.name: a}), {"a": pair.a}.__getitem__, pid_of=lambda _n: os.getpid()
+    )
+    try:
+        assert sampler.backlog() == {}
+        pair.run_in(pair.a, FLOOD, pair.b_ip, "3000")
+        started = time.monotonic()
+        left = sampler.backlog()
+        assert set(left) == {"a:fab0"} and left["a:fab0"] > 100_000, left
+        while sampler.backlog() and time.monotonic() - started < 5.0:
+            time.sleep(0.05)
+        drained = time.monotonic() - started
+        print(f"{left['a:fab0']} B queued after the burst, drained in {drained:.2f} s at 2 Mbit/s")
+        assert sampler.backlog() == {} and drained > left["a:fab0"] * 8 / rate * 0.5
+    finally:
+        sampler.close()
+
+
+def test_the_quiet_wait_speaks_only_when_there_was_something_to_wait_for() -> None:
+    assert QuietWait({}, 0.0, {}).describe() is None
+    line = QuietWait({"h1:eth1": 9000, "leaf1:eth3": 1000}, 0.4, {}).describe()
+    assert line == "waited 0.40 s for 10000 B of earlier traffic to drain from 2 shaper queue(s)"
+    stuck = QuietWait({"h1:eth1": 9000}, 10.0, {"h1:eth1": 4000}).describe()
+    assert stuck is not None and "h1:eth1 4000 B" in stuck and "starts anyway" in stuck
