@@ -59,7 +59,7 @@ RECEIVER_FIELDS = ("ack_delay", "nack_interval", "nack_max_interval")
 BFR_AGGREGATOR = AggregatorConfig(partial_after=1.0, lifetime=10.0)
 # A replay flow's Flow ID: the run's number (8 bits) above the op id (24 bits). Runs of one trace reuse
 # the op ids and the ISN, so without the run's number a DATA or an ACK still in flight from the last run
-# would be taken for this run's (measured: deliveries stamped 13 s before the run began). The run's bits
+# would be taken for this run's (measured: deliveries stamped about 12 s before the run began). The run's bits
 # stay out of the entropy (the op id's low 20 bits), so every run of a trace takes the same ECMP paths.
 RUN_SHIFT = 24
 OP_MASK = (1 << RUN_SHIFT) - 1
@@ -189,10 +189,9 @@ class ReliableNode:
         self.counters = Counter()
 
     def forget_flows(self) -> int:
-        """Before a run, on every node: forget what earlier runs left in the fabric's state (open
-        aggregation windows, learned partial timers, reverse paths). Runs reuse flow ids (a flow's id is
-        its op id, and its ISN is fixed), so stale state would act on the new run's flows. Returns the
-        aggregation entries dropped."""
+        """Before a run, on every node: forget what earlier runs left here (open aggregation windows,
+        learned partial timers, reverse paths). A window left open would go on sending partial AGG-ACKs
+        during the new run. Returns the aggregation entries dropped."""
         self.rpf.clear()
         return self.aggregator.forget()
 

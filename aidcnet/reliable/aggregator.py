@@ -121,8 +121,8 @@ class AckAggregator:
 
     def forget(self) -> int:
         """Drop every entry and every learned timer, keeping the counters; returns the entries dropped.
-        For a new run that reuses the last run's flow ids: a window left open by the last run would
-        otherwise send its partial AGG-ACKs into the new run's flow of the same id."""
+        Before a new run: a window the last run left open would otherwise go on sending partial
+        AGG-ACKs toward its BFIR for the aggregator's lifetime."""
         dropped = self.entries
         self.flows.clear()
         self.timers.clear()
