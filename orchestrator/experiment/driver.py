@@ -13,11 +13,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.experiment.metrics import agent_deltas, compute_metrics, link_deltas, link_pairs
 from orchestrator.experiment.modes import mode_class
-from orchestrator.experiment.modes.base import ModeOutcome, RunOptions
+from orchestrator.experiment.modes.base import ExperimentMode, ModeOutcome, RunOptions
 from orchestrator.experiment.records import RunResult
 from orchestrator.experiment.results import (
     DEFAULT_RESULTS_DIR,
@@ -28,12 +28,15 @@ from orchestrator.experiment.results import (
     trace_info,
 )
 from orchestrator.experiment.scale_search import DEFAULT_MAX_RUNS, Trial, find_scale
-from orchestrator.experiment.session import ExperimentError, LabSession
+from orchestrator.experiment.session import ExperimentError, LabSession, Snapshot
 from orchestrator.experiment.watch import FabricWatch
 from orchestrator.lab.fabric import FABRIC_FILE
 from orchestrator.lab.runtime.docker import DockerRuntime
 from orchestrator.lab.topology import Topology
-from orchestrator.workloads.trace import TraceReader
+from orchestrator.workloads.trace import TraceOp, TraceReader
+
+if TYPE_CHECKING:
+    from orchestrator.progress import Phases
 
 
 @dataclass
@@ -91,15 +94,7 @@ def run_experiment(
         watch = FabricWatch(session)
         if (line := watch.wait_quiet().describe()) is not None:
             say(line)
-    try:
-        with phases.phase("load", f"{len(ops)} ops onto the agents"):
-            spec.load(session, ops)
-        with phases.phase("snapshot", "interface and agent counters before"):
-            links_before = session.interface_snapshot()
-            agents_before = session.agent_snapshot()
-    except BaseException:
-        watch.close()  # the run never started: its sampler's namespace handles are not needed
-        raise
+    links_before, agents_before = load_and_snapshot(spec, session, ops, phases, watch)
     started = datetime.now(UTC)
     with phases.phase("run", f"{len(ops)} ops in mode {spec.name}"), watch:
         spec.run(session, ops, say)
@@ -145,6 +140,21 @@ def run_experiment(
         f"run {run_dir}"
     )
     return done
+
+
+def load_and_snapshot(
+    spec: ExperimentMode, session: LabSession, ops: list[TraceOp], phases: Phases, watch: FabricWatch
+) -> tuple[Snapshot, Snapshot]:
+    """The agents get their part, then the counters before: (interfaces, agents). A run that fails here
+    never starts, so its watch gives back what it holds."""
+    try:
+        with phases.phase("load", f"{len(ops)} ops onto the agents"):
+            spec.load(session, ops)
+        with phases.phase("snapshot", "interface and agent counters before"):
+            return session.interface_snapshot(), session.agent_snapshot()
+    except BaseException:
+        watch.close()
+        raise
 
 
 def fabric_settings(session: LabSession, watch: FabricWatch | None = None) -> dict[str, Any]:
