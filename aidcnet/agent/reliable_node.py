@@ -86,6 +86,7 @@ class ReliableSettings:
     isn: int = 0
     run: int | None = None  # this run's number (replay_flow_id); None: flows of any run are taken
     window: int = 64
+    initial_cwnd: int | None = None  # the sender's congestion window (SenderConfig); None: fixed window
     fail_after: float = 30.0
     initial_rto: float = 0.05
     min_rto: float = 0.02
@@ -102,13 +103,24 @@ class ReliableSettings:
             raise ValueError(f"reliable.isn {self.isn!r} must be a 32-bit sequence number")
         if self.run is not None:
             replay_flow_id(self.run, 0)  # validates the run number
-        SenderConfig(window=self.window, fail_after=self.fail_after)  # validates both
+        self.sender_config()  # validates window, initial_cwnd and fail_after
         RtoEstimator(self.initial_rto, self.min_rto, self.max_rto)
+
+    def sender_config(self) -> SenderConfig:
+        return SenderConfig(
+            window=self.window,
+            fail_after=self.fail_after,
+            initial_cwnd=self.initial_cwnd,
+            max_rto=self.max_rto,
+        )
 
     @classmethod
     def from_request(cls, raw: dict[str, Any] | None) -> ReliableSettings:
         raw = dict(raw or {})
-        known = {"feedback", "isn", "run", "window", "fail_after", "initial_rto", "min_rto", "max_rto"}
+        known = {
+            "feedback", "isn", "run", "window", "initial_cwnd", "fail_after", "initial_rto", "min_rto",
+            "max_rto",
+        }  # fmt: skip
         unknown = sorted(set(raw) - known - set(RECEIVER_FIELDS))
         if unknown:
             names = ", ".join(sorted(known | set(RECEIVER_FIELDS)))
@@ -117,8 +129,8 @@ class ReliableSettings:
         base = cls()
         receiver = ReceiverConfig(**{**base.receiver.__dict__, **rx}) if rx else base.receiver
         kw: dict[str, Any] = {k: raw[k] for k in known if k in raw}
-        for k in ("isn", "run", "window"):
-            if k in kw:
+        for k in ("isn", "run", "window", "initial_cwnd"):
+            if kw.get(k) is not None:
                 kw[k] = int(kw[k])
         for k in ("fail_after", "initial_rto", "min_rto", "max_rto"):
             if k in kw:
@@ -208,7 +220,7 @@ class ReliableNode:
             flow_id,
             receivers,
             self._rto(),
-            SenderConfig(window=s.window, fail_after=s.fail_after),
+            s.sender_config(),
             s.isn,
         )
         for i, payload in enumerate(payloads):

@@ -14,7 +14,8 @@ retransmit, both to the owing subset only (the retransmission's BitString is the
   :meth:`poll`, merged per sequence, unless that receiver was sent a retransmission of it less than
   ``nack_holdoff`` × RTO ago (it may still be on the way);
 * the retransmission timer: ``RTO × 2**attempt`` after the last transmission (exponential backoff,
-  capped at ``2**max_backoff``).
+  capped at ``2**max_backoff``, and the timer itself at ``max_rto`` when set: RFC 6298 §5.5 lets the
+  maximum RTO bound the doubling).
 
 A receiver that owes something and has not been heard from for ``fail_after`` seconds is declared
 failed: its bits are cleared everywhere and the flow completes for the others (the seed's "minimized
@@ -61,6 +62,10 @@ class FixedRto:
 class SenderConfig:
     window: int = 64  # sequences in flight (sent, owed by someone)
     max_backoff: int = 6  # cap of the exponent of the RTO backoff
+    # Bound of the backed-off timer (None: only max_backoff). A receiver is declared failed after
+    # fail_after without a word: without a bound, four lost round trips (2+4+8+16 s at a 2 s RTO) were
+    # all the probes it got in 30 s, and at 5% loss per link a live receiver was declared failed.
+    max_rto: float | None = None
     fail_after: float = 5.0  # seconds without feedback from a receiver that owes something
     nack_holdoff: float = 0.5  # fraction of the RTO during which a repeated request is not answered again
     # Congestion window (None: only ``window`` limits what is in flight). Sequences in flight are at most
@@ -77,6 +82,8 @@ class SenderConfig:
             raise ValueError(f"initial_cwnd {self.initial_cwnd} must be 1..window ({self.window})")
         if self.fail_after <= 0 or self.nack_holdoff < 0 or self.max_backoff < 0:
             raise ValueError("fail_after must be > 0, nack_holdoff and max_backoff >= 0")
+        if self.max_rto is not None and not 0 < self.max_rto < self.fail_after:
+            raise ValueError(f"max_rto {self.max_rto} must be above 0 and below fail_after {self.fail_after}")
 
 
 @dataclass(frozen=True)
@@ -256,7 +263,10 @@ class Sender:
         slot.attempts += 1
         slot.last_sent = now
         slot.last_bits = bits
-        slot.deadline = now + rto * (1 << min(slot.attempts - 1, self.config.max_backoff))
+        wait = rto * (1 << min(slot.attempts - 1, self.config.max_backoff))
+        if self.config.max_rto is not None:
+            wait = min(wait, max(rto, self.config.max_rto))
+        slot.deadline = now + wait
         for bit in _bits(bits & ~self._heard_mask()):
             self._heard[bit] = now
         data = Data(

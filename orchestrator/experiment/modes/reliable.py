@@ -33,6 +33,12 @@ ISN = 0xFFFF_FF00
 # Wall-clock timers of the agents (docs/reliability.md): a receiver silent this long is declared failed.
 FAIL_AFTER_S = 30.0
 WINDOW = 64
+# The senders' congestion window (aidcnet.reliable.sender): off, a fixed window. Tried at 4 on leaf-spine
+# (bench/reliable.py, 2026-11-27): retransmitted per dropped byte at 5% fell from 3.9x to 2.0x aggregated
+# and 5.4x to 2.7x unicast, but at 0% the aggregated run resent 699 kB and heard 1.28 ACKs per packet
+# (1.000 without), past the issue's bound of one per first-hop branch: a per-flow window does not stop
+# eight flows from queueing behind one link, so RTOs still fire for queued data. Not on until it does.
+INITIAL_CWND: int | None = None
 # RFC 6298 §2.1's first RTO. On a shaped lab a window's worth of DATA queued at 20 Mbit/s is a round trip
 # of a second or so: a shorter first guess retransmits every packet before its ACK can arrive, and Karn's
 # rule then leaves the estimator without a sample (measured: 3x the DATA resent at 0% loss with 50 ms).
@@ -121,6 +127,7 @@ class ReliableMode(MessageMode):
                 "isn": ISN,
                 "run": self.run_number,
                 "window": WINDOW,
+                "initial_cwnd": INITIAL_CWND,
                 "fail_after": FAIL_AFTER_S,
                 "initial_rto": INITIAL_RTO_S,
             }
@@ -140,6 +147,7 @@ class ReliableMode(MessageMode):
             "isn": ISN,
             "run": self.run_number,
             "window": WINDOW,
+            "initial_cwnd": INITIAL_CWND,
             "sources": total,
             "receivers": {
                 k: v for k, v in source_totals(status).items() if k.startswith(("receiver.", "agg."))

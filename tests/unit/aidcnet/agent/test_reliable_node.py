@@ -332,3 +332,8 @@ def test_settings_from_request() -> None:
         ReliableSettings.from_request({"isn": 1 << 32})
     with pytest.raises(ValueError, match="RTO bounds"):
         ReliableSettings.from_request({"min_rto": 1.0, "max_rto": 0.5})
+    cwnd = ReliableSettings.from_request({"window": 16, "initial_cwnd": "4"}).sender_config()
+    assert (cwnd.window, cwnd.initial_cwnd) == (16, 4)
+    assert ReliableSettings.from_request({"initial_cwnd": None}).sender_config().initial_cwnd is None
+    with pytest.raises(ValueError, match="initial_cwnd"):
+        ReliableSettings.from_request({"window": 8, "initial_cwnd": 9})

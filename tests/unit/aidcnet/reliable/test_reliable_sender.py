@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from aidcnet.reliable import serial
 from aidcnet.reliable.header import Ack, AggAck
 from aidcnet.reliable.sender import FixedRto, Sender, SenderConfig, id_mask, mask_ids
@@ -159,3 +161,31 @@ def test_without_initial_cwnd_only_the_fixed_window_limits() -> None:
     assert len(s.poll(0.0)) == 8
     s.poll(1.0)
     assert s.window == 8 and s.counters["cwnd-reductions"] == 0
+
+
+def test_max_rto_bounds_the_doubling_so_a_live_receiver_is_probed_until_it_answers() -> None:
+    """RFC 6298 §5.5: the maximum RTO may bound the backed-off timer. Without it a receiver whose
+    answers are lost four times in a row hears nothing more before fail_after declares it failed."""
+    unbounded = sender(n=1, fail_after=30.0)
+    bounded = sender(n=1, fail_after=30.0, max_rto=2.0)
+    sent = {"unbounded": [], "bounded": []}
+    for s, name in ((unbounded, "unbounded"), (bounded, "bounded")):
+        s.poll(0.0)
+        for step in range(1, 160):  # 40 s, every answer lost
+            if s.poll(step * 0.25):
+                sent[name].append(step * 0.25)
+    # 1, 2, 4, 8 s: four probes, then silence past fail_after and every receiver is declared failed
+    assert sent["unbounded"] == [1.0, 3.0, 7.0, 15.0] and sorted(unbounded.failed) == list(RX)
+    assert sent["bounded"][:4] == [1.0, 3.0, 5.0, 7.0] and len(sent["bounded"]) >= 14  # then every 2 s
+    # A receiver that answers the 12th probe (at 23 s, past four unbounded probes) is still alive.
+    live = sender(n=1, fail_after=30.0, max_rto=2.0)
+    live.poll(0.0)
+    for step in range(1, 160):
+        t = step * 0.25
+        if live.poll(t) and t >= 23.0:
+            for r in RX:
+                live.on_feedback(ack(r, 1), t + 0.01)
+    assert live.done and not live.failed
+    SenderConfig(max_rto=2.0, fail_after=30.0)
+    with pytest.raises(ValueError, match="max_rto"):
+        SenderConfig(max_rto=40.0, fail_after=30.0)
