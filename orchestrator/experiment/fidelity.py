@@ -30,7 +30,8 @@ NODE_CPU_SATURATED = 0.9
 HOST_CPU_SATURATED = 0.9
 # Agent counters (as `show counters` names them) that mean our own software lost a packet: a send the
 # kernel refused (a full buffer past the lossless wait), a receive error, a delivery the application
-# socket could not take. Protocol drops (TTL, malformed, no entry) are not the emulator's and stay out.
+# socket could not take, an IGMP report a leaf's full receive buffer dropped. Protocol drops (TTL,
+# malformed, no entry) are not the emulator's and stay out.
 AGENT_LOSS_COUNTERS = (
     "bier.tx.errors",
     "bier.rx.errors",
@@ -39,6 +40,7 @@ AGENT_LOSS_COUNTERS = (
     "net-bier.emit-errors",
     "net-bier.impose-errors",
     "net-bier.rx-errors",
+    "igmp.shell.rx-drops",
 )
 
 

@@ -29,3 +29,24 @@ def test_a_section_without_host_ports_is_refused() -> None:
     part = IgmpPart(SimpleNamespace(current=None))  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="needs a bier section"):
         asyncio.run(part.reload(config))  # type: ignore[arg-type]
+
+
+def test_a_ports_kernel_drops_add_up_across_reads_and_spoil_the_run() -> None:
+    """PACKET_STATISTICS zeroes itself on each read: the port keeps the sum, which the fidelity verdict
+    counts as our software's loss (a report dropped at a full buffer is a join lost)."""
+    import struct
+
+    from aidcnet.agent.igmp_service import PACKET_STATISTICS, SOL_PACKET, _Port
+    from orchestrator.experiment.fidelity import agent_losses
+
+    reads = iter([(40, 3), (10, 0), (25, 5)])
+
+    def getsockopt(level: int, name: int, size: int) -> bytes:
+        assert (level, name, size) == (SOL_PACKET, PACKET_STATISTICS, 8)
+        return struct.pack("=II", *next(reads))
+
+    port = _Port.__new__(_Port)
+    port.dropped = 0
+    port.rx = SimpleNamespace(getsockopt=getsockopt)  # type: ignore[assignment]
+    assert [port.drops(), port.drops(), port.drops()] == [3, 3, 8]
+    assert agent_losses({"leaf1": {"igmp.shell.rx-drops": 8}}) == {"leaf1": {"agent igmp.shell.rx-drops": 8}}
