@@ -46,8 +46,8 @@ SOL_PACKET = 263
 PACKET_IGNORE_OUTGOING = 23
 PACKET_STATISTICS = 6  # struct tpacket_stats {tp_packets, tp_drops}, zeroed by each read
 # A port's receive buffer. Every receiver of a trace joins at once (803 joins on the MoE sample, some
-# hundred per port); with the default 208 KiB a busy agent let the kernel drop reports, and IGMPv3 sends
-# an unsolicited report only twice, so a lost pair was a lost join and a missed delivery.
+# hundred per port), and IGMPv3 sends an unsolicited report only twice: a report the kernel drops at a
+# full buffer while the agent is busy may be a lost join. The drops are counted (rx-drops).
 RX_BUFFER = 4 << 20
 ETH_P_IP = 0x0800
 IP_OPTIONS = 4
