@@ -307,8 +307,8 @@ class IgmpService:
         return out
 
     def all_counters(self) -> dict[str, int]:
-        self.counters["rx-drops"] = sum(p.drops() for p in self._ports.values())
-        return {**self.leaf.all_counters(), **{f"shell.{k}": v for k, v in self.counters.items()}}
+        shell = {**self.counters, "rx-drops": sum(p.drops() for p in self._ports.values())}
+        return {**self.leaf.all_counters(), **{f"shell.{k}": v for k, v in shell.items()}}
 
 
 def _default_port(name: str) -> Any:
