@@ -7,7 +7,8 @@ service with the receivers' BFR-ids. Network-BIER: plain IP multicast, one socke
 (the S of (S,G)) sending each op once to its group out of the fabric interface; the leaves do BIER.
 Receivers join their groups on the replay port. The membership modes (docs/igmp.md) send as net-bier
 does, the BitString learned at run time: ``igmp`` receivers join each op's (S,G) through their kernel
-when its receivers are known and leave once they have the message; a ``proxy`` source sends its
+when its receivers are known and leave once they have the message (or once no data has reached the
+host for ``hold_s``); a ``proxy`` source sends its
 first-hop router a Receiver Proxy Report naming the receivers before a group's first op and an empty
 one ``hold_s`` after its last. Both send the data ``lead_s`` after the receivers are known. The reliable modes
 (``aidcnet.modes.RELIABLE``) send each op as one flow of the reliable transport (one sequence per
@@ -74,7 +75,6 @@ RECV_SIZE = 65536
 ENOBUFS_BACKOFF_S = (0.0002, 0.01)
 
 
-
 def _group_socket() -> socket.socket:
     """A socket on the replay port that receives only the groups it joins itself (IP_MULTICAST_ALL 0)."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -87,6 +87,7 @@ def _group_socket() -> socket.socket:
         sock.close()
         raise
     return sock
+
 
 class _Receiver(asyncio.DatagramProtocol):
     def __init__(self, service: ReplayService) -> None:
@@ -137,6 +138,7 @@ class ReplayService:
         self._member_socks: dict[tuple[str, str], list[Any]] = {}
         self.join_events: dict[int, list[int | None]] = {}
         self._complete_waiters: dict[int, asyncio.Future[None]] = {}
+        self._last_rx_ns = 0  # wall ns of the last replay datagram, what keeps an incomplete op joined
         # proxy: this host's reports as a source, by (op id, before the op), and when each was sent.
         self.reports: dict[tuple[int, bool], list[tuple[str, list[str]]]] = {}
         self.report_events: list[list[Any]] = []
@@ -194,7 +196,8 @@ class ReplayService:
 
     def received(self, data: bytes, src: str) -> None:
         """Account one replay datagram; a message now complete frees its igmp receiver to leave."""
-        rec = self.reassembly.add(data, time.time_ns(), src=src)
+        now = self._last_rx_ns = time.time_ns()
+        rec = self.reassembly.add(data, now, src=src)
         if rec is not None and rec.complete and self._complete_waiters:
             fut = self._complete_waiters.pop(rec.msg_id, None)
             if fut is not None and not fut.done():
@@ -256,10 +259,21 @@ class ReplayService:
     async def _leave_when_done(
         self, op_id: int, group: str, source: str, fut: asyncio.Future[None], deadline_ns: int
     ) -> None:
-        try:
-            await asyncio.wait_for(fut, max(0.0, (deadline_ns - time.time_ns()) / 1e9))
-        except TimeoutError:
-            self._complete_waiters.pop(op_id, None)
+        """Leave once the message is whole, or once ``hold_s`` passed with no replay data reaching this
+        host, counted from the later of the op's due time (``deadline_ns`` - hold) and the host's last
+        packet. While data still arrives the fabric may be draining a queue that holds this op's message
+        too (a source sends its ops back to back; a loaded machine drains slower): leaving then would
+        cut the message short and blame the membership signalling for our own speed."""
+        hold_ns = int(self.hold_s * 1e9)
+        while True:
+            try:
+                await asyncio.wait_for(asyncio.shield(fut), max(0.0, (deadline_ns - time.time_ns()) / 1e9))
+                break
+            except TimeoutError:
+                if self._last_rx_ns + hold_ns <= time.time_ns():
+                    self._complete_waiters.pop(op_id, None)
+                    break
+                deadline_ns = self._last_rx_ns + hold_ns
         self.member_leave(group, source)
         self.join_events[op_id][1] = time.time_ns()
 

@@ -236,3 +236,51 @@ def test_membership_fields_are_checked_and_belong_to_their_mode() -> None:
         svc.load({**base, "mode": "igmp", "interface": None})
     with pytest.raises(ValueError, match="proxy op 3 needs a multicast group"):
         svc.load({**base, "mode": "proxy", "ops": [[3, 0.0, 10, []]]})
+
+
+def test_igmp_receiver_stays_while_its_message_is_still_arriving(monkeypatch) -> None:
+    """A message whose fragments keep arriving past t + lead + hold (a loaded machine) keeps its
+    receiver joined until it is whole: the hold counts from the last fragment, not from the due time."""
+    from aidcnet.agent import replay_service as rs
+
+    port = _free_udp_port()
+    monkeypatch.setattr(rs, "ROCEV2_PORT", port)
+    hold_s = 0.15
+
+    async def run() -> dict:
+        svc = rs.ReplayService("127.0.0.1")
+        await svc.listen()
+        try:
+            svc.load(
+                {
+                    "mode": "igmp",
+                    "ops": [],
+                    "receivers": {},
+                    "interface": "lo",
+                    "memberships": [[0, 0.0, GROUP, SOURCE]],
+                    "hold_s": hold_s,
+                }
+            )
+            t0 = time.time_ns()
+            svc.start({"start_ns": t0})
+            await asyncio.sleep(0.05)
+            tx = _sender()
+            frags = build_fragments(0, 40000, t0)
+            assert len(frags) >= 5
+            # One fragment every hold/2: the message takes about 2.5 holds, the gaps stay below one.
+            for frag in frags:
+                tx.sendto(frag, (GROUP, port))
+                await asyncio.sleep(hold_s / 2)
+            tx.close()
+            await asyncio.sleep(0.05)
+            assert svc.status()["done"] and svc._member_socks == {}
+            return svc.results()
+        finally:
+            svc.close()
+
+    out = asyncio.run(run())
+    (rec,) = out["records"]
+    assert rec["checksum_ok"] and rec["complete_ns"] is not None
+    ((_, join_ns, leave_ns),) = out["joins"]
+    assert (rec["complete_ns"] - join_ns) / 1e9 > 2 * hold_s  # arrived well past the old fixed deadline
+    assert rec["complete_ns"] <= leave_ns
