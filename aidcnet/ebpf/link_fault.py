@@ -26,8 +26,9 @@ from dataclasses import dataclass
 
 # struct lf_config: enter_bad, leave_bad, loss_good, loss_bad (u64 each, x 2^32)
 CONFIG = struct.Struct("=4Q")
-# struct lf_stats: passed pkts/bytes, lost in Good pkts/bytes, lost in Bad pkts/bytes, bad_entries
-STATS = struct.Struct("=7Q")
+# struct lf_stats: passed pkts/bytes, lost in Good pkts/bytes, lost in Bad pkts/bytes, bad_entries, then
+# the reliable feedback among the passed: ACK, NACK and AGG-ACK packets and their bytes
+STATS = struct.Struct("=11Q")
 ONE = 1 << 32
 
 PROGRAM = "link_fault"  # the function name, what the kernel shows for the loaded program
@@ -103,7 +104,9 @@ class LinkFault:
     def encode(self) -> bytes:
         """The ``lf_config`` map value."""
         return CONFIG.pack(
-            _fixed(self.p, "p"), _fixed(self.r, "r"), _fixed(self.loss_good, "loss_good"),
+            _fixed(self.p, "p"),
+            _fixed(self.r, "r"),
+            _fixed(self.loss_good, "loss_good"),
             _fixed(self.loss_bad, "loss_bad"),
         )
 
@@ -138,14 +141,34 @@ class FaultStats:
     lost_bad_packets: int = 0
     lost_bad_bytes: int = 0
     bad_entries: int = 0
+    ack_packets: int = 0
+    nack_packets: int = 0
+    agg_ack_packets: int = 0
+    feedback_bytes: int = 0
 
     @classmethod
     def decode(cls, value: bytes) -> FaultStats:
+        """A program attached before the feedback counters existed (a lab configured by an older
+        aidclab, whose program is kept) has the first seven only: the rest read 0."""
+        if len(value) < STATS.size and len(value) % 8 == 0:
+            value = value + bytes(STATS.size - len(value))
         return cls(*STATS.unpack(value))
 
     @property
     def lost_packets(self) -> int:
         return self.lost_good_packets + self.lost_bad_packets
+
+    @property
+    def lost_bytes(self) -> int:
+        return self.lost_good_bytes + self.lost_bad_bytes
+
+    @property
+    def feedback_packets(self) -> int:
+        return self.ack_packets + self.nack_packets + self.agg_ack_packets
+
+    def minus(self, before: FaultStats) -> FaultStats:
+        """The counts since ``before`` (a run's share of these ever-growing counters)."""
+        return FaultStats(*(getattr(self, k) - getattr(before, k) for k in self.__dataclass_fields__))
 
     def to_dict(self) -> dict[str, int]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}

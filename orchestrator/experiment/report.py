@@ -31,7 +31,7 @@ from matplotlib.colors import Normalize
 from rich.console import Console
 from rich.table import Table
 
-from aidcnet.modes import MEMBERSHIP, Mode
+from aidcnet.modes import MEMBERSHIP, RELIABLE, Mode
 from aidcnet.roles import Role
 from orchestrator.experiment.metrics import (
     Comparison,
@@ -192,8 +192,12 @@ def summary_table(c: Comparison) -> TableBlock:
         )
         row(
             "algorithm bandwidth",
-            ["–" if ld is None or ld.algorithm_bandwidth is None else f"{fmt_bytes(ld.algorithm_bandwidth)}/s"
-             for ld in loads],
+            [
+                "–"
+                if ld is None or ld.algorithm_bandwidth is None
+                else f"{fmt_bytes(ld.algorithm_bandwidth)}/s"
+                for ld in loads
+            ],
         )
     row("completion time (wall)", [fmt_seconds(m.completion_time) for m in ms])
     row("time scale", [f"1:{r.timing.scale}" if r.timing and r.timing.scale else "unshaped" for r in runs])
@@ -428,6 +432,112 @@ def membership_blocks(c: Comparison) -> list[Block]:
         "host ports, queries, IGMP over BIER to the BFIRs), never estimated (docs/igmp.md)."
     )
     return [Heading(3, "Memberships"), mt, Para(note)]
+
+
+_FEEDBACK_KINDS = ("ack", "nack", "agg-ack")
+
+
+def _link_feedback_packets(counts: dict[str, int]) -> int:
+    return sum(counts.get(k, 0) for k in _FEEDBACK_KINDS)
+
+
+_RELIABILITY_ROWS = (
+    "feedback",
+    "DATA packets sent first",
+    "ACKs at the sources per DATA packet",
+    "NACKs at the sources per DATA packet",
+    "feedback bytes at the sources",
+    "feedback packets on the links",
+    "most feedback on one link end",
+    "retransmitted payload bytes",
+    "bytes the fabric dropped",
+    "retransmitted ÷ dropped",
+    "receivers declared failed",
+)
+
+
+def _reliability_column(rel: dict[str, object]) -> list[str]:
+    """One reliable run's cells, in :data:`_RELIABILITY_ROWS` order, from ``settings["reliable"]``."""
+    src: dict[str, int] = rel.get("sources") or {}  # type: ignore[assignment]
+    links: dict[str, dict[str, int]] | None = rel.get("links")  # type: ignore[assignment]
+    sent = src.get("sender.sent", 0)
+
+    def per_sent(kinds: tuple[str, ...]) -> str:
+        got = sum(src.get(f"source.rx.{k}.packets", 0) for k in kinds)
+        return f"{got / sent:.3f}" if sent else "–"
+
+    fb_bytes = sum(src.get(f"source.rx.{k}.bytes", 0) for k in (*_FEEDBACK_KINDS, "agg-ack-partial"))
+    retx = src.get("sender.retransmitted-bytes", 0)
+    on_links, busiest, lost = "–", "–", None
+    if links is not None:  # runs recorded before the link-fault programs counted feedback have none
+        on_links = str(sum(_link_feedback_packets(v) for v in links.values()))
+        lost = sum(v["lost_bytes"] for v in links.values())
+        if links:
+            end, counts = max(links.items(), key=lambda kv: (_link_feedback_packets(kv[1]), kv[0]))
+            if _link_feedback_packets(counts):
+                busiest = f"{end}: {_link_feedback_packets(counts)}"
+    return [
+        str(rel.get("feedback", "–")),
+        str(sent),
+        per_sent(("ack", "agg-ack", "agg-ack-partial")),
+        per_sent(("nack",)),
+        fmt_bytes(fb_bytes),
+        on_links,
+        busiest,
+        fmt_bytes(retx),
+        "–" if lost is None else fmt_bytes(lost),
+        f"{retx / lost:.2f}x" if lost else "–",
+        str(src.get("sender.receivers-failed", 0)),
+    ]
+
+
+def reliability_table(c: Comparison) -> TableBlock | None:
+    """The reliable modes side by side (docs/reliability.md): the ACKs each source heard per DATA packet
+    (the implosion, or what aggregation left of it), the feedback on the links, and what was resent
+    against what the fabric dropped. All counted by the agents and the link-fault programs."""
+    cols = [col for col in c.columns if col.run.meta.mode in RELIABLE]
+    if not cols:
+        return None
+    cells = [_reliability_column(col.run.meta.settings.get("reliable") or {}) for col in cols]
+    rows = [[name, *(column[k] for column in cells)] for k, name in enumerate(_RELIABILITY_ROWS)]
+    return TableBlock(header=["reliability", *(col.label for col in cols)], rows=rows)
+
+
+def feedback_links_table(c: Comparison) -> TableBlock | None:
+    """ACK, NACK and AGG-ACK packets per link end (what that end sent), the busiest first: where an
+    implosion is carried, and where aggregation stopped it."""
+    cols = [col for col in c.columns if col.run.meta.mode in RELIABLE]
+    per_end: dict[str, list[int]] = {}
+    for i, col in enumerate(cols):
+        ls = (col.run.meta.settings.get("reliable") or {}).get("links") or {}
+        for end, counts in ls.items():
+            if _link_feedback_packets(counts):
+                per_end.setdefault(end, [0] * len(cols))[i] = _link_feedback_packets(counts)
+    if not per_end:
+        return None
+    names = sorted(per_end, key=lambda n: (-max(per_end[n]), n))[:MAX_LINK_ROWS]
+    rows = [[n, *(str(v) for v in per_end[n])] for n in names]
+    return TableBlock(
+        header=["link end (sends)", *(col.label for col in cols)], rows=rows, code_columns=frozenset({0})
+    )
+
+
+def reliability_blocks(c: Comparison) -> list[Block]:
+    """The Reliability section of a group, or nothing when it has no reliable run."""
+    rt = reliability_table(c)
+    if rt is None:
+        return []
+    note = (
+        "ACKs at the sources: feedback packets that arrived at the sources' reliable service per DATA "
+        "packet they first sent (end-to-end ACKs: one per receiver; aggregated: one per first-hop "
+        "branch). Feedback on the links and the bytes the fabric dropped are counted on the wire by the "
+        "link-fault program of every link end (docs/reliability.md)."
+    )
+    blocks: list[Block] = [Heading(3, "Reliability"), rt, Para(note)]
+    ft = feedback_links_table(c)
+    if ft is not None:
+        blocks += [Heading(3, "Feedback packets per link end"), ft]
+    return blocks
 
 
 def _packets_bytes(counted: dict[str, int] | None) -> str:
@@ -764,6 +874,7 @@ def build_blocks(
         blocks.append(Heading(3, "Time"))
         blocks.append(Bullets(time_sentences(c)))
         blocks += membership_blocks(c)
+        blocks += reliability_blocks(c)
         blocks.append(Heading(3, "Plots"))
         blocks.append(
             Image(

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -236,11 +236,11 @@ def _in_netns(netns: str) -> list[str]:
     return ["nsenter", f"--net={netns}"]
 
 
-def _run(cmd: list[str], what: str) -> str:
+def _run(cmd: list[str], what: str, stdin: str | None = None) -> str:
     import subprocess
 
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=30, input=stdin)
     except FileNotFoundError:
         raise FabricIOError(f"{what}: {cmd[0]} is missing ({INSTALL_BPFTOOL}; iproute2 for ip/tc)") from None
     if done.returncode != 0:
@@ -284,8 +284,25 @@ def attach_link_fault(netns: str, interface: str, obj: Path, replace: bool = Fal
     where = f"{netns} {interface}"
     _run([*_in_netns(netns), "tc", "qdisc", "replace", "dev", interface, "clsact"], f"{where}: clsact")
     _run(
-        [*_in_netns(netns), "tc", "filter", "replace", "dev", interface, "egress", "pref", FAULT_PREF,
-         "handle", FAULT_HANDLE, "bpf", "direct-action", "obj", str(obj), "sec", "tc"],
+        [
+            *_in_netns(netns),
+            "tc",
+            "filter",
+            "replace",
+            "dev",
+            interface,
+            "egress",
+            "pref",
+            FAULT_PREF,
+            "handle",
+            FAULT_HANDLE,
+            "bpf",
+            "direct-action",
+            "obj",
+            str(obj),
+            "sec",
+            "tc",
+        ],
         f"{where}: attaching {obj.name}",
     )
     found = link_fault_prog_id(netns, interface)
@@ -313,8 +330,22 @@ def _fault_maps(prog_id: int) -> dict[str, int]:
 
 def _map_write(map_id: int, value: bytes) -> None:
     _run(
-        [_bpftool(), "map", "update", "id", str(map_id), "key", "hex", "00", "00", "00", "00",
-         "value", "hex", *(f"{b:02x}" for b in value)],
+        [
+            _bpftool(),
+            "map",
+            "update",
+            "id",
+            str(map_id),
+            "key",
+            "hex",
+            "00",
+            "00",
+            "00",
+            "00",
+            "value",
+            "hex",
+            *(f"{b:02x}" for b in value),
+        ],
         f"map {map_id}: update",
     )
 
@@ -350,6 +381,70 @@ def read_link_fault(netns: str, interface: str) -> tuple[LinkFault, FaultStats]:
     return LinkFault.decode(_map_read(maps["lf_config"])), FaultStats.decode(_map_read(maps["lf_stats"]))
 
 
+def egress_programs(net_show: list[dict[str, Any]]) -> dict[str, int]:
+    """interface -> id of the tc program at its egress, from ``bpftool -j net show`` in one namespace."""
+    out: dict[str, int] = {}
+    for section in net_show:
+        for entry in section.get("tc", []):
+            if entry.get("kind") == "clsact/egress" and "devname" in entry and "id" in entry:
+                out[entry["devname"]] = int(entry["id"])
+    return out
+
+
+def fault_stats_maps(progs: list[dict[str, Any]], maps: list[dict[str, Any]]) -> dict[int, int]:
+    """program id -> its ``lf_stats`` map id, for the link-fault programs among ``bpftool -j prog show``
+    (``maps``: ``bpftool -j map show``)."""
+    from aidcnet.ebpf.link_fault import PROGRAM
+
+    stats_ids = {int(m["id"]) for m in maps if m.get("name") == "lf_stats"}
+    out: dict[int, int] = {}
+    for prog in progs:
+        if prog.get("name") != PROGRAM:
+            continue
+        found = [int(m) for m in prog.get("map_ids", []) if int(m) in stats_ids]
+        if len(found) == 1:
+            out[int(prog["id"])] = found[0]
+    return out
+
+
+def _map_read_many(map_ids: list[int]) -> dict[int, bytes]:
+    """The key-0 value of each map, in one ``bpftool batch`` (a process per map costs ~10 ms)."""
+    import json
+
+    if not map_ids:
+        return {}
+    lines = "".join(f"map lookup id {m} key 0 0 0 0\n" for m in map_ids)
+    replies = json.loads(_run([_bpftool(), "-j", "batch", "file", "-"], "reading link-fault counters", lines))
+    out: dict[int, bytes] = {}
+    for reply in replies:
+        value = (reply.get("output") or {}).get("value")
+        if value is not None:
+            out[int(reply["command"][3])] = bytes(int(b, 16) for b in value)
+    return out
+
+
+def read_fault_stats(netns_of: Mapping[str, str]) -> dict[str, FaultStats]:
+    """``node:interface`` -> the link-fault counters, for every end with the program on the nodes given
+    (node -> namespace path). One ``bpftool net show`` per node and three calls in all besides, where
+    :func:`read_link_fault` takes seven per end: cheap enough to read a whole lab before and after a run."""
+    import json
+
+    tool = _bpftool()
+    prog_of: dict[str, int] = {}
+    for node, netns in sorted(netns_of.items()):
+        out = _run([*_in_netns(netns), tool, "-j", "net", "show"], f"{node} ({netns}): listing tc programs")
+        for interface, prog_id in egress_programs(json.loads(out or "[]")).items():
+            prog_of[f"{node}:{interface}"] = prog_id
+    if not prog_of:
+        return {}
+    progs = json.loads(_run([tool, "-j", "prog", "show"], "listing eBPF programs") or "[]")
+    maps = json.loads(_run([tool, "-j", "map", "show"], "listing eBPF maps") or "[]")
+    stats_map = fault_stats_maps(progs, maps)
+    ends = {end: stats_map[prog] for end, prog in prog_of.items() if prog in stats_map}
+    values = _map_read_many(sorted(set(ends.values())))
+    return {end: FaultStats.decode(values[m]) for end, m in sorted(ends.items()) if m in values}
+
+
 # -- the whole lab ---------------------------------------------------------------------------------------
 
 
@@ -363,12 +458,15 @@ def load_fabric(lab_dir: Path) -> Fabric:
 def fabric_lost_bytes(fabric: Fabric, container_name: Callable[[str], str]) -> int:
     """Bytes the link-fault programs of every end of ``fabric`` have dropped so far (a counter: take the
     difference over a run). ``container_name`` maps a node to its container (``Topology.container_name``)."""
-    total = 0
-    for end in fabric.ends:
-        node, interface = end.split(":", 1)
-        stats = read_link_fault(node_netns(container_name(node)), interface)[1]
-        total += stats.lost_good_bytes + stats.lost_bad_bytes
-    return total
+    nodes = {end.node for end in fabric.ends.values()}
+    stats = read_fault_stats({node: node_netns(container_name(node)) for node in nodes})
+    missing = sorted(set(fabric.ends) - set(stats))
+    if missing:
+        raise FabricIOError(
+            f"no link-fault program at the egress of {', '.join(missing)}; "
+            "aidclab configure attaches one at every link end"
+        )
+    return sum(stats[end].lost_bytes for end in fabric.ends)
 
 
 def write_fabric(lab_dir: Path, fabric: Fabric) -> Path:

@@ -91,6 +91,8 @@ def run_mode(runtime, topo, trace: Path, mode: Mode, tmp: Path, loss: float) -> 
         "receivers": rel["receivers"],
         "dropped": dropped,
         "acks_per_packet": acks / sent if sent else 0.0,
+        "acks_at_sources": acks,
+        "links": rel["links"],
         "first_sent_s": min(msg.sent_at for msg in run.messages),
         "fanout": m.delivery.expected / max(1, m.delivery.messages),
         # ACKs the BFRs' aggregators took in over the run, from the agents' counters (leaves and spines)
@@ -130,6 +132,8 @@ def test_every_reliable_mode_delivers_exactly_once_at_five_percent_loss_on_every
 ):
     res = lossy_runs[mode]
     assert res["dropped"] > 0, "the fault must have dropped something"
+    # The run's own per-end count (start to collect) lies within the drops around the whole experiment.
+    assert 0 < sum(v["lost_bytes"] for v in res["links"].values()) <= res["dropped"]
     check_exactly_once(lab, trace, mode, res)
     retx = res["sources"].get("sender.retransmitted-bytes", 0)
     print(
@@ -162,3 +166,14 @@ def test_aggregation_absorbs_the_ack_implosion_at_the_source(runtime, lab, trace
     first_hop_branches = 1
     assert 0 < agg["acks_per_packet"] <= first_hop_branches < e2e["acks_per_packet"]
     assert agg["bfr_absorbed"] > 0 and e2e["bfr_absorbed"] == 0
+    # On the wire: the link end that sends to the source (its leaf's port) carried exactly the ACKs the
+    # source's service counted, by the link-fault program's own count; and the end-to-end ACKs crossed
+    # far more link ends than the aggregated ones.
+    (toward_source,) = [n for n, e in load_fabric(lab_dir(lab)).ends.items() if e.peer.startswith("h1:")]
+    for res in (agg, e2e):
+        on_link = res["links"].get(toward_source, {})
+        assert on_link.get("ack", 0) + on_link.get("agg-ack", 0) == res["acks_at_sources"], on_link
+    total = {name: sum(sum(v[k] for k in ("ack", "nack", "agg-ack")) for v in r["links"].values())
+             for name, r in (("aggregated", agg), ("e2e", e2e))}  # fmt: skip
+    print(f"0% loss, feedback packets on all link ends: {total}")
+    assert total["aggregated"] < total["e2e"]

@@ -12,7 +12,9 @@ acknowledged it (or was declared failed).  They differ in how DATA travels and w
 Besides the deliveries (judged as in every message mode: exactly once, right content), a run records
 per source what the reliable service counted (``settings["reliable"]``): feedback packets and bytes
 that arrived at the source by kind, DATA first sent and retransmitted (packets and bytes), receivers
-declared failed; its lines give feedback at the sources per DATA packet and retransmitted bytes.
+declared failed; and per link end what the link-fault program counted over the run (``links``): the
+feedback that crossed it by type and the packets and bytes it dropped. Its lines give feedback at the
+sources per DATA packet, feedback on the links, and retransmitted bytes against dropped ones.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import time
 from collections import Counter
 from typing import Any, ClassVar
 
+from aidcnet.ebpf.link_fault import FaultStats
 from aidcnet.modes import RELIABLE, Mode
 from orchestrator.experiment.modes import register
 from orchestrator.experiment.modes.base import ModeOutcome, Say
@@ -93,6 +96,54 @@ def feedback_lines(total: dict[str, int]) -> list[str]:
     ]
 
 
+def link_feedback(before: dict[str, FaultStats], after: dict[str, FaultStats]) -> dict[str, dict[str, int]]:
+    """Per link end, over a run: the reliable feedback that crossed it by type and what its fault program
+    dropped. Ends where neither happened are left out."""
+    out: dict[str, dict[str, int]] = {}
+    for end, now in sorted(after.items()):
+        d = now.minus(before.get(end, FaultStats()))
+        if d.feedback_packets or d.lost_packets:
+            out[end] = {
+                "ack": d.ack_packets,
+                "nack": d.nack_packets,
+                "agg-ack": d.agg_ack_packets,
+                "feedback_bytes": d.feedback_bytes,
+                "lost_packets": d.lost_packets,
+                "lost_bytes": d.lost_bytes,
+            }
+    return out
+
+
+def link_lines(links: dict[str, dict[str, int]], retransmitted_bytes: int) -> list[str]:
+    """Feedback on the links (the implosion is visible on the source's own link) and retransmitted payload
+    bytes against the bytes the fabric dropped (every frame the fault programs dropped, feedback included)."""
+    kinds = ("ack", "nack", "agg-ack")
+    total = {k: sum(v[k] for v in links.values()) for k in kinds}
+    packets = sum(total.values())
+    dropped = sum(v["lost_bytes"] for v in links.values())
+    lines = []
+    if packets:
+        busiest, counts = max(links.items(), key=lambda kv: (sum(kv[1][k] for k in kinds), kv[0]))
+        lines.append(
+            f"reliable: feedback on the links {packets} packets (ack {total['ack']}, nack {total['nack']}, "
+            f"agg-ack {total['agg-ack']}), {sum(v['feedback_bytes'] for v in links.values())} B over "
+            f"{sum(1 for v in links.values() if any(v[k] for k in kinds))} link ends; most at {busiest}: "
+            f"{sum(counts[k] for k in kinds)} packets"
+        )
+    factor = f"{retransmitted_bytes / dropped:.2f}x" if dropped else "n/a (nothing dropped)"
+    lines.append(
+        f"reliable: the fabric dropped {sum(v['lost_packets'] for v in links.values())} packets / "
+        f"{dropped} B; retransmitted payload bytes per dropped byte {factor}"
+    )
+    return lines
+
+
+def _fault_stats(session: LabSession) -> dict[str, FaultStats]:
+    from orchestrator.lab.shaping import node_netns, read_fault_stats
+
+    return read_fault_stats({n: node_netns(session.topo.container_name(n)) for n in session.pids})
+
+
 class ReliableMode(MessageMode):
     feedback: ClassVar[str]
     needs_bfr_ids: ClassVar[bool] = True
@@ -133,7 +184,12 @@ class ReliableMode(MessageMode):
             }
         }
 
+    def run(self, session: LabSession, ops: list[TraceOp], say: Say) -> None:
+        self.links_before = _fault_stats(session)
+        super().run(session, ops, say)
+
     def collect(self, session: LabSession, ops: list[TraceOp]) -> ModeOutcome:
+        links = link_feedback(self.links_before, _fault_stats(session))
         outcome = super().collect(session, ops)
         status: dict[str, dict[str, Any]] = {}
         for name in self.all_hosts:
@@ -152,8 +208,10 @@ class ReliableMode(MessageMode):
             "receivers": {
                 k: v for k, v in source_totals(status).items() if k.startswith(("receiver.", "agg."))
             },
+            "links": links,
         }
         outcome.lines.extend(feedback_lines(total))
+        outcome.lines.extend(link_lines(links, total.get("sender.retransmitted-bytes", 0)))
         failed = total.get("sender.receivers-failed", 0)
         if failed and outcome.problem is None:
             outcome.problem = f"{failed} receiver(s) declared failed by the reliable senders"

@@ -17,9 +17,12 @@ from orchestrator.lab.shaping import (
     FabricIOError,
     apply_shapers,
     attach_link_fault,
+    egress_programs,
+    fault_stats_maps,
     link_fault_object,
     link_fault_prog_id,
     qdisc_stats,
+    read_fault_stats,
     read_link_fault,
     set_link_fault,
 )
@@ -86,6 +89,51 @@ def test_stats_decode_in_struct_order():
     st_ = FaultStats.decode(raw)
     assert (st_.passed_packets, st_.lost_good_packets, st_.lost_bad_packets, st_.bad_entries) == (1, 3, 5, 7)
     assert st_.lost_packets == 8
+
+
+def test_stats_of_a_program_older_than_the_feedback_counters_read_them_as_zero():
+    old = b"".join(i.to_bytes(8, "little") for i in range(1, 8))  # 7 counters, 56 bytes
+    stats = FaultStats.decode(old)
+    assert stats.bad_entries == 7 and stats.feedback_packets == 0 and stats.feedback_bytes == 0
+    new = b"".join(i.to_bytes(8, "little") for i in range(1, 12))
+    stats = FaultStats.decode(new)
+    assert (stats.ack_packets, stats.nack_packets, stats.agg_ack_packets, stats.feedback_bytes) == (
+        8,
+        9,
+        10,
+        11,
+    )
+    assert stats.feedback_packets == 27 and stats.lost_bytes == 4 + 6  # good and bad bytes
+
+
+@given(
+    st.lists(st.integers(0, 2**40), min_size=11, max_size=11),
+    st.lists(st.integers(0, 2**40), min_size=11, max_size=11),
+)
+def test_minus_is_the_counts_in_between(before, extra):
+    b = FaultStats(*before)
+    a = FaultStats(*(x + y for x, y in zip(before, extra, strict=True)))
+    assert a.minus(b) == FaultStats(*extra) and a.minus(a) == FaultStats()
+
+
+def test_program_and_map_listings_pick_each_egress_link_fault_stats_map():
+    # Shapes of bpftool -j net show / prog show / map show (Debian 12's bpftool 7.1).
+    net = [{"xdp": [], "tc": [
+        {"devname": "eth1", "ifindex": 2, "kind": "clsact/ingress", "name": "bier_rx:[*fsobj]", "id": 681},
+        {"devname": "eth1", "ifindex": 2, "kind": "clsact/egress", "name": "link_fault.o:[tc]", "id": 556},
+        {"devname": "eth2", "ifindex": 3, "kind": "clsact/egress", "name": "link_fault.o:[tc]", "id": 564},
+    ], "flow_dissector": []}]  # fmt: skip
+    assert egress_programs(net) == {"eth1": 556, "eth2": 564}
+    progs = [
+        {"id": 556, "name": "link_fault", "map_ids": [745, 746, 747]},
+        {"id": 564, "name": "link_fault", "map_ids": [748, 749, 750]},
+        {"id": 681, "name": "bier_rx", "map_ids": [746]},
+    ]
+    maps = [{"id": i, "name": n} for i, n in (
+        (745, "lf_config"), (746, "lf_stats"), (747, "lf_state"), (748, "lf_config"), (749, "lf_stats"),
+        (750, "lf_state"),
+    )]  # fmt: skip
+    assert fault_stats_maps(progs, maps) == {556: 746, 564: 749}
 
 
 # --- build -----------------------------------------------------------------------------------------------
@@ -274,3 +322,30 @@ def test_a_lossy_link_is_silent_to_the_sender_as_a_wire_is(faulty):
     assert sent.returncode == 0, sent.stderr
     _fault, stats = read_link_fault(pair.a_path, pair.a_if)
     assert stats.lost_packets > 800 and int(sent.stdout) == 0
+
+
+FEEDBACK_SENDER = """
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+dst = sys.argv[1]
+# (destination port, first message octet, count): version 1 ACK / NACK / AGG-ACK to 4795 are feedback;
+# DATA, version 2, or another port are not.
+for port, first, n in ((4795, 0x12, 7), (4795, 0x13, 3), (4795, 0x14, 5), (4795, 0x11, 11),
+                       (4795, 0x22, 2), (4796, 0x12, 4)):
+    for _ in range(n):
+        s.sendto(bytes([first]) + bytes(39), (dst, port))
+"""
+
+
+def test_feedback_is_counted_by_type_and_the_whole_lab_reader_agrees(faulty):
+    pair, _obj, _prog = faulty
+    sent = pair.run_in(pair.a, FEEDBACK_SENDER, pair.b_ip)
+    assert sent.returncode == 0, sent.stderr
+    _fault, stats = read_link_fault(pair.a_path, pair.a_if)
+    assert (stats.ack_packets, stats.nack_packets, stats.agg_ack_packets) == (7, 3, 5)
+    # Ethernet 14 + IPv4 20 + UDP 8 + 40 octets of message, as skb->len counts at egress.
+    assert stats.feedback_bytes == 15 * (14 + 20 + 8 + 40)
+    assert stats.passed_packets >= 7 + 3 + 5 + 11 + 2 + 4
+    assert read_fault_stats({"a": pair.a_path}) == {f"a:{pair.a_if}": stats}
+    # An end without the program is absent, not zero.
+    assert read_fault_stats({"b": pair.b_path}) == {}

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import pytest
 
+from aidcnet.ebpf.link_fault import FaultStats
 from aidcnet.modes import RELIABLE, Mode
 from orchestrator.experiment.modes import mode_class, registered
 from orchestrator.experiment.modes.reliable import (
     ISN,
     ReliableMode,
     feedback_lines,
+    link_feedback,
+    link_lines,
     run_number,
     source_totals,
 )
@@ -77,3 +80,39 @@ def test_feedback_lines_count_per_first_sent_packet() -> None:
     assert "ACKs at the sources 0.500 per packet" in first and "NACKs 4" in first
     assert "retransmitted 5 packets / 5000 payload bytes" in second
     assert "n/a" in feedback_lines({})[0]
+
+
+def _stats(**counts: int) -> FaultStats:
+    return FaultStats(**counts)
+
+
+def test_link_feedback_is_the_run_share_per_end_and_leaves_out_quiet_ends() -> None:
+    before = {
+        "h1:eth1": _stats(ack_packets=5, feedback_bytes=400, passed_packets=50),
+        "leaf1:eth1": _stats(lost_good_packets=2, lost_good_bytes=2000),
+        "spine1:eth1": _stats(passed_packets=9),
+    }
+    after = {
+        "h1:eth1": _stats(ack_packets=8, agg_ack_packets=2, feedback_bytes=700, passed_packets=90),
+        "leaf1:eth1": _stats(
+            lost_good_packets=3, lost_good_bytes=2900, lost_bad_packets=1, lost_bad_bytes=100
+        ),
+        "spine1:eth1": _stats(passed_packets=19),  # data only: not feedback, nothing lost
+        "leaf2:eth1": _stats(nack_packets=1, feedback_bytes=90),  # absent before (attached since): from 0
+    }
+    links = link_feedback(before, after)
+    quiet = {"ack": 0, "nack": 0, "agg-ack": 0, "feedback_bytes": 0, "lost_packets": 0, "lost_bytes": 0}
+    assert links == {
+        "h1:eth1": {**quiet, "ack": 3, "agg-ack": 2, "feedback_bytes": 300},
+        "leaf1:eth1": {**quiet, "lost_packets": 2, "lost_bytes": 1000},
+        "leaf2:eth1": {**quiet, "nack": 1, "feedback_bytes": 90},
+    }
+    feedback, dropped = link_lines(links, retransmitted_bytes=1500)
+    assert "feedback on the links 6 packets (ack 3, nack 1, agg-ack 2), 390 B over 2 link ends" in feedback
+    assert "most at h1:eth1: 5 packets" in feedback
+    assert "dropped 2 packets / 1000 B; retransmitted payload bytes per dropped byte 1.50x" in dropped
+
+
+def test_link_lines_without_feedback_or_drops_say_so() -> None:
+    (only,) = link_lines({}, retransmitted_bytes=0)
+    assert "dropped 0 packets / 0 B" in only and "n/a (nothing dropped)" in only
