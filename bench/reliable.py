@@ -34,7 +34,7 @@ from orchestrator.lab.deploy import deploy, destroy  # noqa: E402
 from orchestrator.lab.labdir import lab_dir  # noqa: E402
 from orchestrator.lab.linkset import link_set  # noqa: E402
 from orchestrator.lab.runtime.docker import DockerRuntime  # noqa: E402
-from orchestrator.lab.shaping import fabric_lost_bytes, load_fabric  # noqa: E402
+from orchestrator.lab.shaping import load_fabric  # noqa: E402
 from orchestrator.lab.topology import Topology, load_topology  # noqa: E402
 
 LAB = "bench-reliable"
@@ -71,8 +71,6 @@ def set_loss(runtime: DockerRuntime, topo: Topology, p: float) -> None:
 def one_run(
     runtime: DockerRuntime, topo: Topology, trace: Path, mode: Mode, p: float, tmp: Path, timeout: float
 ):
-    fabric = load_fabric(lab_dir(topo))
-    before = fabric_lost_bytes(fabric, topo.container_name)
     set_loss(runtime, topo, p)
     try:
         outcome = run_experiment(
@@ -80,10 +78,14 @@ def one_run(
         )
     finally:
         set_loss(runtime, topo, 0.0)
-    dropped = fabric_lost_bytes(fabric, topo.container_name) - before
     m = outcome.result.metrics
     assert m is not None
-    src = outcome.result.meta.settings["reliable"]["sources"]
+    rel = outcome.result.meta.settings["reliable"]
+    src = rel["sources"]
+    # What the link-fault programs dropped and the feedback they passed, per end, over the run.
+    links = rel["links"]
+    dropped = sum(v["lost_bytes"] for v in links.values())
+    on_links = sum(v["ack"] + v["nack"] + v["agg-ack"] for v in links.values())
     sent = src.get("sender.sent", 0)
     acks = sum(src.get(f"source.rx.{k}.packets", 0) for k in KINDS)
     return {
@@ -91,6 +93,7 @@ def one_run(
         "nacks": src.get("source.rx.nack.packets", 0) / sent if sent else float("nan"),
         "retx": src.get("sender.retransmitted-bytes", 0),
         "dropped": dropped,
+        "feedback_on_links": on_links / sent if sent else float("nan"),
         "completion": m.completion_time or float("nan"),
         "delivered": m.delivery.delivered,
         "expected": m.delivery.expected,
@@ -110,6 +113,7 @@ def report(p: float, runs: dict[Mode, dict[str, Any]]) -> list[str]:
         factor = f"{r['retx'] / r['dropped']:.2f}" if r["dropped"] else "n/a"
         lines.append(
             f"  {mode:24s}: ACKs at sources {r['acks']:.3f}/packet, NACKs {r['nacks']:.3f}/packet, "
+            f"feedback on all links {r['feedback_on_links']:.2f}/packet, "
             f"retransmitted {r['retx']} B / dropped {r['dropped']} B = {factor}, "
             f"completion {r['completion'] * 1e3:.1f} ms, delivered {r['delivered']}/{r['expected']}, "
             f"duplicates {r['duplicates']}, failed {r['failed']}"

@@ -873,8 +873,7 @@ def build_blocks(
             blocks.append(Bullets(ratio_sentences(c)))
         blocks.append(Heading(3, "Time"))
         blocks.append(Bullets(time_sentences(c)))
-        blocks += membership_blocks(c)
-        blocks += reliability_blocks(c)
+        blocks += [*membership_blocks(c), *reliability_blocks(c)]
         blocks.append(Heading(3, "Plots"))
         blocks.append(
             Image(

@@ -51,6 +51,20 @@ def _sender() -> socket.socket:
     return tx
 
 
+def _receive_one_op(svc, hold_s: float) -> None:
+    """An igmp receiver of op 0 only, joined at t = 0 on the loopback."""
+    svc.load(
+        {
+            "mode": "igmp",
+            "ops": [],
+            "receivers": {},
+            "interface": "lo",
+            "memberships": [[0, 0.0, GROUP, SOURCE]],
+            "hold_s": hold_s,
+        }
+    )
+
+
 def test_igmp_receiver_joins_at_t_and_leaves_once_the_message_is_complete(monkeypatch) -> None:
     from aidcnet.agent import replay_service as rs
 
@@ -115,16 +129,7 @@ def test_igmp_receiver_leaves_at_the_hold_deadline_without_its_message(monkeypat
         svc = rs.ReplayService("127.0.0.1")
         await svc.listen()
         try:
-            svc.load(
-                {
-                    "mode": "igmp",
-                    "ops": [],
-                    "receivers": {},
-                    "interface": "lo",
-                    "memberships": [[0, 0.0, GROUP, SOURCE]],
-                    "hold_s": 0.1,
-                }
-            )
+            _receive_one_op(svc, hold_s=0.1)
             svc.start({"start_ns": time.time_ns()})
             await asyncio.sleep(0.3)
             assert svc.status()["done"] and svc._member_socks == {}
@@ -251,16 +256,7 @@ def test_igmp_receiver_stays_while_its_message_is_still_arriving(monkeypatch) ->
         svc = rs.ReplayService("127.0.0.1")
         await svc.listen()
         try:
-            svc.load(
-                {
-                    "mode": "igmp",
-                    "ops": [],
-                    "receivers": {},
-                    "interface": "lo",
-                    "memberships": [[0, 0.0, GROUP, SOURCE]],
-                    "hold_s": hold_s,
-                }
-            )
+            _receive_one_op(svc, hold_s=hold_s)
             t0 = time.time_ns()
             svc.start({"start_ns": t0})
             await asyncio.sleep(0.05)
