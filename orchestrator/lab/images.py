@@ -73,6 +73,39 @@ def _image_label(client, tag: str, label: str) -> str | None:
         return None
 
 
+def image_ids(client, tags: list[str]) -> dict[str, str | None]:
+    """tag -> the id of the image it names now (None: no such image)."""
+    import docker.errors
+
+    out: dict[str, str | None] = {}
+    for tag in tags:
+        try:
+            out[tag] = client.images.get(tag).id
+        except docker.errors.ImageNotFound:
+            out[tag] = None
+    return out
+
+
+def remove_replaced(client, before: dict[str, str | None]) -> tuple[int, int]:
+    """Remove the images the tags named before a build and name no more (a rebuild leaves them untagged,
+    ``<none>``), the last built first so a child goes before its parent. One still used by a container
+    (a running lab) stays. Returns (removed, kept)."""
+    import docker.errors
+
+    now = image_ids(client, list(before))
+    removed = kept = 0
+    for tag in reversed(list(before)):
+        old = before[tag]
+        if old is None or now[tag] == old:
+            continue
+        try:
+            client.images.remove(old)
+            removed += 1
+        except docker.errors.APIError:
+            kept += 1
+    return removed, kept
+
+
 def _run(cmd: list[str], what: str) -> None:
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
@@ -271,6 +304,8 @@ def _node_context(house: Path, objects: Path) -> Path:
 def build_images(force: bool = False) -> None:
     phases = Phases("images")
     client = docker_client()
+    tags = [BASE_IMAGE, NODE_IMAGE, *(f"aidclab/{role}:latest" for role in ROLE_IMAGES)]
+    before = image_ids(client, tags)
     with phases.phase("base", BASE_IMAGE):
         build_base(client, force=force)
     with phases.phase("wheelhouse"):
@@ -282,4 +317,8 @@ def build_images(force: bool = False) -> None:
     with phases.phase("roles", ", ".join(ROLE_IMAGES)):
         for role in ROLE_IMAGES:
             _docker_build(client, RECIPES / role, f"aidclab/{role}:latest")
-    phases.summary(f"{2 + len(ROLE_IMAGES)} images ready")
+    with phases.phase("tidy", "the images this build replaced"):
+        removed, kept = remove_replaced(client, before)
+        if kept:
+            console.print(f"  kept {kept} replaced image(s) a container still uses: aidclab destroy, rerun")
+    phases.summary(f"{2 + len(ROLE_IMAGES)} images ready, {removed} replaced removed")
