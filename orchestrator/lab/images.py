@@ -100,9 +100,12 @@ def remove_replaced(client, before: dict[str, str | None]) -> tuple[int, int]:
             continue
         try:
             client.images.remove(old)
-            removed += 1
+        except docker.errors.ImageNotFound:
+            pass  # pruned already, with the last child removed before it (an untagged parent goes too)
         except docker.errors.APIError:
             kept += 1
+            continue
+        removed += 1
     return removed, kept
 
 

@@ -19,6 +19,7 @@ class _Image:
 class _Images:
     tags: dict[str, str]
     in_use: set[str] = field(default_factory=set)
+    pruned: set[str] = field(default_factory=set)  # went with their last child, as docker prunes parents
     removed: list[str] = field(default_factory=list)
 
     def get(self, tag: str) -> _Image:
@@ -27,6 +28,8 @@ class _Images:
         return _Image(self.tags[tag])
 
     def remove(self, image: str) -> None:
+        if image in self.pruned:
+            raise docker.errors.ImageNotFound(image)
         if image in self.in_use:
             raise docker.errors.APIError(f"conflict: unable to delete {image} (must be forced)")
         self.removed.append(image)
@@ -52,3 +55,11 @@ def test_nothing_replaced_nothing_removed() -> None:
     client = _Client(_Images({"base": "b1", "node": "n1"}))
     assert remove_replaced(client, image_ids(client, ["base", "node"])) == (0, 0)
     assert client.images.removed == []
+
+
+def test_a_parent_pruned_with_its_last_child_counts_as_removed_not_kept() -> None:
+    client = _Client(_Images({"node": "n1", "bfr": "r1"}))
+    before = image_ids(client, ["node", "bfr"])
+    client.images.tags.update(node="n2", bfr="r2")
+    client.images.pruned.add("n1")  # docker removed it with r1, its last child
+    assert remove_replaced(client, before) == (2, 0)
