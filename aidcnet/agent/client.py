@@ -66,6 +66,10 @@ class AgentClient:
     def reload(self, file: str | None = None) -> dict[str, Any]:
         return self.call(Op.RELOAD, **({"file": file} if file else {}))
 
+    def restart(self) -> dict[str, Any]:
+        """The agent restarts in place (same pid, a fresh program); it answers before it goes."""
+        return self.call(Op.RESTART)
+
     def validate(self, file: str) -> dict[str, Any]:
         return self.call(Op.VALIDATE, file=file)
 

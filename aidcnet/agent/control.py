@@ -33,6 +33,7 @@ class Op(StrEnum):
     CONFIG = "config"
     RELOAD = "reload"
     VALIDATE = "validate"
+    RESTART = "restart"
     BIFT = "bift"
     BIER_SEND = "bier_send"
     BIER_RECEIVED = "bier_received"

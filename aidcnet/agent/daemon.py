@@ -16,6 +16,7 @@ import logging
 import os
 import signal
 import socket
+import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -41,6 +42,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("aidcnet.agent")
 
 APPLIED_SUFFIX = ".applied"
+# How long a restart waits after its reply so the caller reads it before the control socket closes.
+RESTART_REPLY_S = 0.1
 
 
 def build_services(role: Role) -> list[Service]:
@@ -69,6 +72,8 @@ class Agent:
         self.counters: Counter[str] = Counter()
         self.services = build_services(self.role)
         self._reload_lock = asyncio.Lock()
+        self._stop: asyncio.Event | None = None
+        self._restart = False
 
     # -- configuration ------------------------------------------------------------------------------
     def _converge(self, target: NodeConfig | None) -> dict[str, int]:
@@ -206,6 +211,16 @@ class Agent:
 
         return {"ok": True, "config": shown_config(self.config)}
 
+    async def restart(self, _request: dict[str, Any]) -> dict[str, Any]:
+        """Restart in place, as a router's control process that crashed and came back: the services stop,
+        then the same process execs a fresh agent, which starts from its node file with nothing of the
+        old state (BIFT, aggregation windows, BGP sessions). The reply goes out first."""
+        if self._stop is None:
+            raise ValueError("the agent is not serving yet")
+        self._restart = True
+        asyncio.get_running_loop().call_later(RESTART_REPLY_S, self._stop.set)
+        return {"ok": True, "pid": os.getpid(), "uptime_s": round(time.time() - self.started, 3)}
+
     def handlers(self) -> dict[Op, Handler]:
         table: dict[Op, Handler] = {
             Op.HEALTH: self.health,
@@ -213,6 +228,7 @@ class Agent:
             Op.CONFIG: self.show_config,
             Op.RELOAD: self.reload,
             Op.VALIDATE: self.validate,
+            Op.RESTART: self.restart,
         }
         for service in self.services:
             for op, handler in service.handlers().items():
@@ -232,16 +248,20 @@ class Agent:
             if not reply["ok"]:
                 log.error("starting unconfigured: %s", reply["error"])
         watch = asyncio.create_task(self._watch_links())
-        stop = asyncio.Event()
+        stop = self._stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         async with server:
             await stop.wait()
-        log.info("aidcnet agent stopping")
+        log.info("aidcnet agent %s", "restarting" if self._restart else "stopping")
         watch.cancel()
         for service in reversed(self.services):
             await service.stop()
+        if self._restart:
+            logging.shutdown()
+            # The same command line, so the new agent is what the container started.
+            os.execv(sys.executable, [sys.executable, "-m", "aidcnet.cli", *sys.argv[1:]])
 
 
 def run_agent(role: str, config_path: Path = DEFAULT_CONFIG_PATH) -> None:

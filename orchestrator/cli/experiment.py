@@ -24,6 +24,8 @@ examples:
   aidclab replay leaf-spine workloads/moe-sample.jsonl --mode net-bier
   aidclab replay ina-fig1 workloads/allreduce-sample.jsonl --mode ina
   aidclab replay leaf-spine workloads/moe-sample.jsonl --mode host-bier --find-scale
+  aidclab replay leaf-spine model.jsonl --mode reliable-host-bier \
+      --fault "1.5 link leaf1:eth1 down" --fault "3 link leaf1:eth1 up" --fault "2 restart spine2"
   aidclab report latest
 """
 
@@ -55,11 +57,18 @@ def modes_text() -> str:
 def cmd_replay(args: argparse.Namespace) -> int:
     from orchestrator.cli.args import load_lab
     from orchestrator.experiment.driver import run_experiment
+    from orchestrator.experiment.faults import FaultSpecError, schedule
     from orchestrator.experiment.modes.base import RunOptions
     from orchestrator.experiment.report import print_summary
     from orchestrator.progress import fail
 
+    try:
+        faults = tuple(schedule(args.fault))
+    except FaultSpecError as exc:
+        fail(str(exc))
+        return 2
     options = RunOptions(
+        faults=faults,
         max_datagram=args.max_datagram,
         drain_s=args.drain,
         timeout_s=args.timeout,
@@ -157,6 +166,16 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         default=8,
         metavar="N",
         help="unicast flows per sending host (UDP source ports 49152+): what per-flow ECMP/FARE hashes over",
+    )
+    p.add_argument(
+        "--fault",
+        action="append",
+        default=[],
+        metavar='"AT WHAT"',
+        help="a fault during the run, repeatable (docs/faults.md): at AT seconds after the run's zero (the "
+        "trace's t = 0; 2, 2.5s, 750ms), 'link NODE:IF down|up|bandwidth BW|loss P ...' as aidclab link set "
+        "does it, or 'restart NODE' (a BFR's or INA switch's agent restarts in place and loses its state). "
+        "The run records when each took effect; one that fails or never comes makes the command exit 1",
     )
     p.add_argument(
         "--find-scale",

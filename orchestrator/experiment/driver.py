@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from orchestrator.experiment.fault_runner import FaultRunner
 from orchestrator.experiment.metrics import agent_deltas, compute_metrics, link_deltas, link_pairs
 from orchestrator.experiment.modes import mode_class
 from orchestrator.experiment.modes.base import ExperimentMode, ModeOutcome, RunOptions
@@ -91,19 +92,21 @@ def run_experiment(
         session = LabSession.open(topo, runtime)
         session.lost.say = say
         spec.prepare(session, ops, say)
+        faults = FaultRunner.for_run(spec, session, topo, runtime)
         watch = FabricWatch(session)
         if (line := watch.wait_quiet().describe()) is not None:
             say(line)
     links_before, agents_before = load_and_snapshot(spec, session, ops, phases, watch)
     started = datetime.now(UTC)
-    with phases.phase("run", f"{len(ops)} ops in mode {spec.name}"), watch:
+    with phases.phase("run", f"{len(ops)} ops in mode {spec.name}"), watch, faults:
         spec.run(session, ops, say)
     finished = datetime.now(UTC)
     with phases.phase("collect", "counters after, deliveries judged"):
         links_after = session.interface_snapshot()
-        agents_after = session.agent_snapshot(session.lost)
+        agents_after = faults.counters_after(agents_before, session.agent_snapshot(session.lost))
         agents_before = {n: c for n, c in agents_before.items() if n in agents_after}
         outcome = spec.collect(session, ops)
+        faults.judge(outcome, session.plan.time.scale)
         result = RunResult(
             meta=new_meta(
                 run_id=new_run_id(topo.name, spec.name),

@@ -467,8 +467,6 @@ class Comparison:
         return [c.label for c in self.columns]
 
 
-
-
 def mode_rank(mode: str) -> tuple[int, str]:
     order = list(Mode)
     return (order.index(Mode(mode)) if mode in order else len(order), mode)

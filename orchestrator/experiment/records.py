@@ -23,7 +23,6 @@ _ENDPOINT = r"[A-Za-z0-9][A-Za-z0-9_.-]*:[^\s:<>]+"
 _LINK_RE = re.compile(rf"^({_ENDPOINT})<->({_ENDPOINT})$")
 
 
-
 class ResultsError(ValueError):
     """A run directory that cannot be read or written; the message names the path and what to do."""
 
@@ -400,4 +399,3 @@ def _unsupported(v: object) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- run ids
-

@@ -13,13 +13,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from aidcnet.modes import BASELINES, Mode
 from aidcnet.replay import DEFAULT_MAX_DATAGRAM
 from orchestrator.experiment.records import MessageResult
 from orchestrator.experiment.session import LabSession
 from orchestrator.workloads.trace import TraceOp
+
+if TYPE_CHECKING:
+    from orchestrator.experiment.faults import Fault
 
 Say = Callable[[str], None]
 
@@ -46,6 +49,8 @@ class RunOptions:
     # default, orchestrator/experiment/membership.py).
     lead_s: float | None = None
     seed: int = 1
+    # Faults during the run, in time order (orchestrator.experiment.faults.schedule).
+    faults: tuple[Fault, ...] = ()
 
 
 @dataclass
@@ -67,6 +72,8 @@ class ModeOutcome:
 class ExperimentMode(ABC):
     name: ClassVar[Mode]
     family: ClassVar[Family]
+    # Wall seconds from the driver's run step to the run's zero (the trace's t = 0): faults count from it.
+    start_lead_s: ClassVar[float] = 0.0
     # One line for ``aidclab replay --help``.
     summary: ClassVar[str]
 

@@ -152,6 +152,7 @@ def default_ps_host(plan: LabPlan, job: PlanInaJob) -> str:
 
 
 class CollectiveMode(ExperimentMode):
+    start_lead_s = START_LEAD_S
     """An AllReduce algorithm. Subclasses say which jobs they can run and what the agents need for one
     op beyond the common request (:meth:`before_op`)."""
 
@@ -197,8 +198,13 @@ class CollectiveMode(ExperimentMode):
         arrays = job_arrays(plan, job, elements, seed)
         scale = job_scale(len(job.workers)) if dtype is DType.FIXED32 else 0
         request: dict[str, Any] = {
-            "job": job.job, "mode": self.name, "elements": elements, "seed": seed, "timeout_s": timeout_s,
-            "deadline_s": deadline_s, "scale": scale,
+            "job": job.job,
+            "mode": self.name,
+            "elements": elements,
+            "seed": seed,
+            "timeout_s": timeout_s,
+            "deadline_s": deadline_s,
+            "scale": scale,
         }
         if dtype is not DType.INT32:
             request["values"] = True  # float results are judged on their values, not only their digest
@@ -263,7 +269,11 @@ class CollectiveMode(ExperimentMode):
             with ThreadPoolExecutor(len(wave)) as pool:
                 futures = [
                     pool.submit(
-                        self.allreduce, session, self.jobs[op.id].job, op.bytes // 4, seed=seed + op.id,
+                        self.allreduce,
+                        session,
+                        self.jobs[op.id].job,
+                        op.bytes // 4,
+                        seed=seed + op.id,
                         start_at=start,
                     )
                     for op in wave
@@ -283,16 +293,30 @@ class CollectiveMode(ExperimentMode):
             exact = [w for w in run.replies if w not in run.wrong]
             messages.append(
                 MessageResult(
-                    id=op.id, op=ALLREDUCE_OP, src=op.src, expected=[op.src, *op.dst], delivered=exact,
-                    bytes=op.bytes, sent_at=run.start_at - self.t0,
+                    id=op.id,
+                    op=ALLREDUCE_OP,
+                    src=op.src,
+                    expected=[op.src, *op.dst],
+                    delivered=exact,
+                    bytes=op.bytes,
+                    sent_at=run.start_at - self.t0,
                     latency={w: max(0.0, run.replies[w]["finished"] - run.start_at) for w in exact},
                 )
             )
         rows = [
             {
-                "id": op.id, "tag": op.tag, "job": run.job, "mode": self.name, "bytes": op.bytes,
-                "seconds": round(run.seconds, 6), "retransmits": run.retransmits, "exact": run.ok,
-                "wrong": run.wrong, "digest": run.expected, "dtype": run.dtype, "max_error": run.max_error,
+                "id": op.id,
+                "tag": op.tag,
+                "job": run.job,
+                "mode": self.name,
+                "bytes": op.bytes,
+                "seconds": round(run.seconds, 6),
+                "retransmits": run.retransmits,
+                "exact": run.ok,
+                "wrong": run.wrong,
+                "digest": run.expected,
+                "dtype": run.dtype,
+                "max_error": run.max_error,
             }
             for op, run in zip(ops, self.runs, strict=True)
         ]

@@ -77,6 +77,7 @@ def _chunks(items: list[Any], n: int) -> Iterable[list[Any]]:
 
 
 class MessageMode(ExperimentMode):
+    start_lead_s = START_LEAD_S
     family = Family.MESSAGES
 
     # -- hooks for the modes ------------------------------------------------------------------------

@@ -31,6 +31,9 @@ def serve_request(plan: LabPlan, job: PlanInaJob) -> dict[str, Any]:
     """What the parameter server is told before one AllReduce of ``job`` (its agent's ``ps_serve``;
     ``aidcnet.agent.ina_worker.ps_job_config`` reads it, and so does the scale model)."""
     return {
-        "job": job.job, "workers": loopbacks(plan, job), "reduce": job.op, "dtype": job.dtype,
+        "job": job.job,
+        "workers": loopbacks(plan, job),
+        "reduce": job.op,
+        "dtype": job.dtype,
         "slot_budget": job.slot_budget,
     }

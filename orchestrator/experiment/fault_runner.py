@@ -1,0 +1,134 @@
+"""Applies a run's faults (``orchestrator.experiment.faults``) at their moments, from a thread beside the
+mode's run: ``aidclab link set`` for a link fault, the agent's ``restart`` for a node. Each is recorded with
+when it began and when it had taken effect (a restarted agent answering, configured, again)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from orchestrator.experiment.faults import (
+    Fault,
+    FaultRecord,
+    check_targets,
+    counters_across_restarts,
+    fault_lines,
+)
+from orchestrator.experiment.session import LabSession
+from orchestrator.lab.linkset import Runtime
+
+if TYPE_CHECKING:
+    from orchestrator.experiment.modes.base import ExperimentMode, ModeOutcome
+    from orchestrator.lab.topology import Topology
+
+# A restarted agent has this long to answer its health check configured again.
+RESTART_TIMEOUT_S = 60.0
+HEALTH_POLL_S = 0.05
+
+
+class FaultRunner:
+    """``with FaultRunner(faults, session, runtime, lab_dir, zero):`` runs them; ``records`` after."""
+
+    def __init__(
+        self, faults: list[Fault], session: LabSession, runtime: Runtime, lab_dir: Path, start_lead_s: float
+    ):
+        self.records = [FaultRecord(f) for f in faults]
+        self.session = session
+        self.runtime = runtime
+        self.lab_dir = lab_dir
+        self.start_lead_s = start_lead_s  # from the run step's start to the run's zero (the mode's)
+        self.zero = time.time() + start_lead_s  # set again as the run step begins
+        # node -> its agent's counters read just before each restart (the run's share spans restarts).
+        self.segments: dict[str, list[dict[str, int]]] = {}
+        self._cancel = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="faults", daemon=True)
+
+    @classmethod
+    def for_run(
+        cls, spec: ExperimentMode, session: LabSession, topo: Topology, runtime: Runtime | None
+    ) -> FaultRunner:
+        """The run's faults (``spec.options.faults``), checked against the lab before anything is loaded."""
+        from orchestrator.lab.labdir import lab_dir
+        from orchestrator.lab.runtime.docker import DockerRuntime
+
+        faults = list(spec.options.faults)
+        check_targets(faults, {n: str(p.role) for n, p in session.plan.nodes.items()}, topo.name)
+        if faults and runtime is None:
+            runtime = DockerRuntime()
+        return cls(faults, session, runtime, lab_dir(topo), spec.start_lead_s)  # type: ignore[arg-type]
+
+    def __enter__(self) -> FaultRunner:
+        self.zero = time.time() + self.start_lead_s
+        if self.records:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._cancel.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def _now(self) -> float:
+        return time.time() - self.zero
+
+    def _run(self) -> None:
+        for record in self.records:
+            if self._cancel.wait(max(0.0, record.fault.at_s - self._now())):
+                return  # the run is over: this fault and the later ones never happened
+            record.started_s = self._now()
+            try:
+                record.lines = self._apply(record.fault)
+                record.done_s = self._now()
+            except Exception as exc:  # recorded and judged by the run, never a crash of the driver
+                record.error = f"{type(exc).__name__}: {exc}"
+
+    def _apply(self, fault: Fault) -> list[str]:
+        if fault.kind == "link":
+            from orchestrator.lab.linkset import link_set
+
+            action, *values = fault.words
+            return link_set(self.runtime, self.lab_dir, fault.target, action, values)
+        return self._restart(fault.node)
+
+    def _restart(self, node: str) -> list[str]:
+        agent = self.session.agent(node)
+        self.segments.setdefault(node, []).append(
+            {k: int(v) for k, v in agent.counters().items() if isinstance(v, int)}
+        )
+        old = agent.restart()
+        deadline = time.monotonic() + RESTART_TIMEOUT_S
+        while time.monotonic() < deadline:
+            time.sleep(HEALTH_POLL_S)
+            try:
+                health = agent.health(timeout=1.0)
+            except Exception:
+                continue  # not serving yet
+            # A fresh agent: its uptime is below the old one's at the restart (which only grew after).
+            if health.get("uptime_s", old["uptime_s"]) < old["uptime_s"] and health.get("configured"):
+                return [f"{node}: agent restarted (pid {health.get('pid')}), configured again"]
+        raise TimeoutError(f"{node}: the agent did not come back configured within {RESTART_TIMEOUT_S:g} s")
+
+    # -- after the run ---------------------------------------------------------------------------------
+    def counters_after(
+        self, before: dict[str, dict[str, int]], after: dict[str, dict[str, int]]
+    ) -> dict[str, dict[str, int]]:
+        """The agents' counters after the run as the deltas need them: a restarted agent counted from zero
+        again, so its counters before each restart are added back."""
+        out = dict(after)
+        for node, segments in self.segments.items():
+            if node in out:
+                out[node] = counters_across_restarts(before.get(node, {}), segments, out[node])
+        return out
+
+    def judge(self, outcome: ModeOutcome, scale: Any) -> None:
+        """The faults into the run's record (``settings.faults``), lines and verdict: a fault that failed or
+        never happened leaves the run other than the one asked for."""
+        if not self.records:
+            return
+        outcome.settings["faults"] = [r.to_dict() for r in self.records]
+        outcome.lines.extend(fault_lines(self.records, scale if isinstance(scale, int) else None))
+        problems = [p for r in self.records if (p := r.problem()) is not None]
+        if problems and outcome.problem is None:
+            outcome.problem = problems[0]

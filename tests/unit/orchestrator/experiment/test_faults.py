@@ -1,0 +1,108 @@
+"""Faults during a replay, the pure part: what a user may write, the checks against the lab, the record a
+run keeps, and counters that survive an agent's restart."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from orchestrator.experiment.faults import (
+    Fault,
+    FaultRecord,
+    FaultSpecError,
+    check_targets,
+    counters_across_restarts,
+    fault_lines,
+    parse_fault,
+    parse_seconds,
+    schedule,
+)
+
+ROLES = {"h1": "gpu-host", "leaf1": "bfr", "spine1": "bfr", "sw1": "ina-switch", "frr1": "frr"}
+
+
+def test_the_forms_a_user_writes() -> None:
+    assert parse_fault("1.5 link leaf1:eth1 down") == Fault(
+        1.5, "link", "leaf1:eth1", ("down",), "1.5 link leaf1:eth1 down"
+    )
+    assert parse_fault("750ms link leaf1:eth2 loss 0.05 burst 4").words == ("loss", "0.05", "burst", "4")
+    assert parse_fault("2s link spine1:eth1 bandwidth 200G").words == ("bandwidth", "200G")
+    restart = parse_fault("3 restart spine1")
+    assert (restart.at_s, restart.kind, restart.node, restart.words) == (3.0, "restart", "spine1", ())
+    assert parse_seconds(".5") == 0.5 and parse_seconds("250ms") == 0.25 and parse_seconds("4") == 4.0
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("1 link", "too short"),
+        ("1 link leaf1:eth1", "one of down, up"),
+        ("soon link leaf1:eth1 down", "'soon' is not a time"),
+        ("-1 link leaf1:eth1 down", "is not a time"),
+        ("1 link leaf1 down", "NODE:INTERFACE"),
+        ("1 link leaf1:eth1 flap", "one of down, up, bandwidth, loss"),
+        ("1 link leaf1:eth1 down now", "down takes no value"),
+        ("1 link leaf1:eth1 loss", "loss needs a value"),
+        ("1 restart spine1 now", "restart takes one node name"),
+        ("1 reboot spine1", "'reboot' is not a fault"),
+    ],
+)
+def test_each_mistake_is_named_with_the_fault(text: str, says: str) -> None:
+    with pytest.raises(FaultSpecError) as err:
+        parse_fault(text)
+    assert says in str(err.value) and text in str(err.value)
+
+
+def test_schedule_is_in_time_order_keeping_the_given_order_among_equal_times() -> None:
+    faults = schedule(["3 link a:eth1 up", "1 restart s1", "1 link a:eth1 down"])
+    assert [f.text for f in faults] == ["1 restart s1", "1 link a:eth1 down", "3 link a:eth1 up"]
+
+
+def test_targets_must_be_nodes_of_the_lab_and_restarts_forwarding_nodes() -> None:
+    check_targets(schedule(["1 link h1:eth1 down", "2 restart leaf1", "3 restart sw1"]), ROLES, "lab")
+    with pytest.raises(FaultSpecError, match="lab lab has no node spine9"):
+        check_targets([parse_fault("1 restart spine9")], ROLES, "lab")
+    with pytest.raises(FaultSpecError, match="h1 is a gpu-host"):
+        check_targets([parse_fault("1 restart h1")], ROLES, "lab")
+    with pytest.raises(FaultSpecError, match="frr1 is a frr"):
+        check_targets([parse_fault("1 restart frr1")], ROLES, "lab")
+
+
+def test_a_record_says_what_became_of_its_fault() -> None:
+    done = FaultRecord(parse_fault("1 restart spine1"), started_s=1.002, done_s=2.5, lines=["spine1: ok"])
+    failed = FaultRecord(parse_fault("2 link leaf1:eth1 down"), started_s=2.0, error="LinkSetError: no")
+    never = FaultRecord(parse_fault("90 link leaf1:eth1 up"))
+    assert done.problem() is None
+    assert "failed: LinkSetError: no" in (failed.problem() or "")
+    assert "never happened: the run ended before 90 s" in (never.problem() or "")
+    assert done.to_dict()["fault"] == "1 restart spine1" and done.to_dict()["done_s"] == 2.5
+    lines = fault_lines([done, failed, never], scale=20000)
+    assert lines[0] == "fault restart spine1 at 1.002 s (= 50.1 µs fabric), done after 1498 ms"
+    assert "failed" in lines[1] and "never happened" in lines[2]
+    assert "fabric" not in fault_lines([done], scale=None)[0]
+
+
+@given(
+    st.lists(st.integers(0, 1000), min_size=1, max_size=30),
+    st.lists(st.integers(0, 30), max_size=4),
+    st.integers(0, 10**6),
+)
+def test_counters_across_restarts_are_the_run_share_as_if_never_reset(increments, cuts, start) -> None:
+    """One counter grows by ``increments``; the agent restarts after the steps in ``cuts`` (its counter
+    goes back to 0). The combined snapshot minus ``before`` is the sum of all increments."""
+    before = {"c": start}
+    value, segments, cut_at = start, [], set(cuts)
+    for i, inc in enumerate(increments):
+        if i in cut_at:
+            segments.append({"c": value})
+            value = 0
+        value += inc
+    after = {"c": value}
+    combined = counters_across_restarts(before, segments, after)
+    assert combined["c"] - before["c"] == sum(increments)
+
+
+def test_a_counter_born_after_the_restart_counts_from_zero() -> None:
+    combined = counters_across_restarts({"a": 5}, [{"a": 8}], {"a": 2, "new": 3})
+    assert combined == {"a": 5 + 3 + 2, "new": 3}
