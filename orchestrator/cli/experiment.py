@@ -24,8 +24,8 @@ examples:
   aidclab replay leaf-spine workloads/moe-sample.jsonl --mode net-bier
   aidclab replay ina-fig1 workloads/allreduce-sample.jsonl --mode ina
   aidclab replay leaf-spine workloads/moe-sample.jsonl --mode host-bier --find-scale
-  aidclab replay leaf-spine model.jsonl --mode reliable-host-bier \
-      --fault "1.5 link leaf1:eth1 down" --fault "3 link leaf1:eth1 up" --fault "2 restart spine2"
+  aidclab replay leaf-spine workloads/moe-sample.jsonl --mode reliable-host-bier \
+      --fault "0.3 link leaf1:eth1 down" --fault "0.6 restart spine2"   (faults mid-run: docs/faults.md)
   aidclab report latest
 """
 

@@ -811,8 +811,15 @@ def plot_latency_cdf(c: Comparison, path: Path) -> Path:
 
 
 def run_conditions(run: RunResult) -> str:
-    """The link settings a run recorded (loss, links down, bandwidth changes, time scale), in words."""
-    return conditions_label(run.meta.settings.get("conditions"))
+    """The link settings a run recorded (loss, links down, bandwidth changes, time scale), in words, and
+    the faults it had mid-run (docs/faults.md)."""
+    label = conditions_label(run.meta.settings.get("conditions"))
+    faults = run.meta.settings.get("faults") or []
+    if faults:
+        label += "; faults: " + ", ".join(
+            f"{' '.join(f['fault'].split()[1:])} at {f['at_s']:g} s" for f in faults
+        )
+    return label
 
 
 def conditions_heading(c: Comparison) -> str:

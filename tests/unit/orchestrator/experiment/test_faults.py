@@ -106,3 +106,12 @@ def test_counters_across_restarts_are_the_run_share_as_if_never_reset(increments
 def test_a_counter_born_after_the_restart_counts_from_zero() -> None:
     combined = counters_across_restarts({"a": 5}, [{"a": 8}], {"a": 2, "new": 3})
     assert combined == {"a": 5 + 3 + 2, "new": 3}
+
+
+def test_the_cli_refuses_a_wrong_fault_before_touching_any_lab(capsys) -> None:
+    from orchestrator.cli import main
+
+    code = main(["replay", "no-such-lab", "no-such.jsonl", "--mode", "unicast", "--fault", "1 reboot spine1"])
+    assert code == 2
+    err = capsys.readouterr()
+    assert "'reboot' is not a fault" in err.err + err.out

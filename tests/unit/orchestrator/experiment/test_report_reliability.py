@@ -86,3 +86,20 @@ def test_no_reliability_section_without_a_reliable_run(tmp_path) -> None:
     topo = fx.topology()
     (c,) = compare_runs([fx.run("unicast", topo), fx.run("host-bier", topo)])
     assert reliability_table(c) is None and feedback_links_table(c) is None
+
+
+def test_a_run_with_faults_says_so_in_its_conditions() -> None:
+    from orchestrator.experiment.report import run_conditions
+
+    topo = fx.topology()
+    run = fx.run("reliable-host-bier", topo)
+    plain = run_conditions(run)
+    faults = [
+        {"fault": "0.3 link leaf1:eth1 down", "at_s": 0.3, "started_s": 0.301, "done_s": 0.4, "lines": [],
+         "error": None},
+        {"fault": "600ms restart spine2", "at_s": 0.6, "started_s": 0.6, "done_s": 1.3, "lines": [],
+         "error": None},
+    ]  # fmt: skip
+    meta = run.meta.model_copy(update={"settings": {**run.meta.settings, "faults": faults}})
+    label = run_conditions(run.model_copy(update={"meta": meta}))
+    assert label == f"{plain}; faults: link leaf1:eth1 down at 0.3 s, restart spine2 at 0.6 s"
