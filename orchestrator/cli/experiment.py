@@ -24,8 +24,7 @@ examples:
   aidclab replay leaf-spine workloads/moe-sample.jsonl --mode net-bier
   aidclab replay ina-fig1 workloads/allreduce-sample.jsonl --mode ina
   aidclab replay leaf-spine workloads/moe-sample.jsonl --mode host-bier --find-scale
-  aidclab replay leaf-spine workloads/moe-sample.jsonl --mode reliable-host-bier \
-      --fault "0.3 link leaf1:eth1 down" --fault "0.6 restart spine2"   (faults mid-run: docs/faults.md)
+  aidclab replay leaf-spine workloads/moe-sample.jsonl --mode reliable-host-bier --fault "0.3 restart spine2"
   aidclab report latest
 """
 
