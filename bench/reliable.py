@@ -121,7 +121,7 @@ def report(p: float, runs: dict[Mode, dict[str, Any]]) -> list[str]:
     if agg is None:
         return lines
     ratios = []
-    for mode, label in ((Mode.RELIABLE_HOST_BIER_E2E, "e2e"), (Mode.RELIABLE_UNICAST, "unicast")):
+    for mode, label in ((Mode.RELIABLE_HOST_BIER_E2E, "e2e"), (Mode.RELIABLE_UNICAST, str(Mode.UNICAST))):
         other = runs.get(mode)
         if other is None:
             continue
