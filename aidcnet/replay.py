@@ -103,6 +103,12 @@ def build_fragments(
     return out
 
 
+def looks_like_replay(payload: bytes) -> bool:
+    """The payload starts as a replay fragment does (magic and version): what the replay may take of a
+    port it shares (host-BIER deliveries to 4791 also carry ``aidcnet ctl bier send`` payloads)."""
+    return len(payload) >= 3 and (payload[0] << 8 | payload[1]) == MAGIC and payload[2] == VERSION
+
+
 def parse_fragment(payload: bytes, max_datagram: int = DEFAULT_MAX_DATAGRAM) -> Fragment:
     """Decode one fragment; raises PayloadError (never anything else) for a foreign or broken one."""
     if len(payload) < HEADER_SIZE:

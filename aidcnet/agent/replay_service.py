@@ -35,7 +35,7 @@ from aidcnet.agent.reliable_node import replay_flow_id
 from aidcnet.agent.service import Service
 from aidcnet.ipv4 import QP_PORT_BASE, ROCEV2_PORT
 from aidcnet.modes import RELIABLE, Mode
-from aidcnet.replay import DEFAULT_MAX_DATAGRAM, Reassembly, build_fragments
+from aidcnet.replay import DEFAULT_MAX_DATAGRAM, Reassembly, build_fragments, looks_like_replay
 from aidcnet.roles import Role
 from aidcnet.udpio import set_socket_buffer, shaped_sndbuf, size_send_buffer
 
@@ -390,8 +390,9 @@ class ReplayService:
         self._leave_members()
 
     def on_bier_datagram(self, datagram: UdpDatagram) -> bool:
-        """BIER service hook: take host-BIER deliveries to the replay port; others stay with the service."""
-        if datagram.dport != ROCEV2_PORT:
+        """BIER service hook: take host-BIER deliveries of replay fragments to the replay port; others
+        (``bier_send``'s payloads use the same port) stay with the service, also after a replay ran."""
+        if datagram.dport != ROCEV2_PORT or not looks_like_replay(datagram.payload):
             return False
         self.received(datagram.payload, datagram.src)
         return True

@@ -137,3 +137,25 @@ def test_truncated_fragment_is_rejected() -> None:
     frag = build_fragments(1, 5000, 0)[0]
     with pytest.raises(PayloadError, match="bad-length"):
         parse_fragment(frag[:-1])
+
+
+def test_the_replay_takes_only_its_own_fragments_of_the_shared_port() -> None:
+    """Host-BIER deliveries to 4791 are the replay's fragments and ``bier_send``'s payloads alike: a host
+    whose replay service once ran must still leave the latter to the BIER service (its received list)."""
+    from aidcnet.agent.replay_service import ReplayService
+    from aidcnet.ipv4 import ROCEV2_PORT, UdpDatagram
+    from aidcnet.replay import looks_like_replay
+
+    fragment = build_fragments(3, 100, 0)[0]
+    assert looks_like_replay(fragment)
+    assert (
+        not looks_like_replay(b"5:before:0:xxxx")
+        and not looks_like_replay(b"AR")
+        and not looks_like_replay(b"")
+    )
+    assert not looks_like_replay(fragment[:2] + bytes([fragment[2] + 1]) + fragment[3:])  # another version
+    svc = ReplayService("127.0.0.1")
+    assert svc.on_bier_datagram(UdpDatagram("10.0.0.1", "232.1.0.1", 49152, ROCEV2_PORT, 64, fragment))
+    assert not svc.on_bier_datagram(UdpDatagram("10.0.0.1", "232.1.0.1", 49152, ROCEV2_PORT, 64, b"5:t:0:xx"))
+    assert not svc.on_bier_datagram(UdpDatagram("10.0.0.1", "232.1.0.1", 49152, 4792, 64, fragment))
+    assert 3 in svc.reassembly.records
