@@ -28,8 +28,9 @@ sys.path.insert(0, str(ROOT))
 
 from aidcnet.modes import RELIABLE, Mode  # noqa: E402
 from orchestrator.configure.ansible import configure  # noqa: E402
-from orchestrator.experiment.driver import run_experiment  # noqa: E402
+from orchestrator.experiment.driver import run_experiment, timing_summary  # noqa: E402
 from orchestrator.experiment.modes.base import RunOptions  # noqa: E402
+from orchestrator.experiment.modes.reliable import ACK_KINDS, link_feedback_packets  # noqa: E402
 from orchestrator.experiment.session import LabSession  # noqa: E402
 from orchestrator.lab.deploy import deploy, destroy  # noqa: E402
 from orchestrator.lab.labdir import lab_dir  # noqa: E402
@@ -40,7 +41,6 @@ from orchestrator.lab.topology import Topology, load_topology  # noqa: E402
 
 LAB = "bench-reliable"
 LOSSES = (0.0, 0.01, 0.05)
-KINDS = ("ack", "agg-ack", "agg-ack-partial")
 
 
 def make_trace(path: Path, hosts: list[str], size: str, chunk: str) -> None:
@@ -89,9 +89,9 @@ def one_run(
     # What the link-fault programs dropped and the feedback they passed, per end, over the run.
     links = rel["links"]
     dropped = sum(v["lost_bytes"] for v in links.values())
-    on_links = sum(v["ack"] + v["nack"] + v["agg-ack"] for v in links.values())
+    on_links = sum(link_feedback_packets(v) for v in links.values())
     sent = src.get("sender.sent", 0)
-    acks = sum(src.get(f"source.rx.{k}.packets", 0) for k in KINDS)
+    acks = sum(src.get(f"source.rx.{k}.packets", 0) for k in ACK_KINDS)
     return {
         "acks": acks / sent if sent else float("nan"),
         "nacks": src.get("source.rx.nack.packets", 0) / sent if sent else float("nan"),
@@ -99,6 +99,7 @@ def one_run(
         "dropped": dropped,
         "feedback_on_links": on_links / sent if sent else float("nan"),
         "completion": m.completion_time or float("nan"),
+        "timing": timing_summary(outcome.result),  # fabric time at the lab's scale, and the verdict
         "delivered": m.delivery.delivered,
         "expected": m.delivery.expected,
         "duplicates": m.delivery.duplicates,
@@ -114,7 +115,8 @@ def report(p: float, runs: dict[Mode, dict[str, Any]]) -> list[str]:
             f"  {mode:24s}: ACKs at sources {r['acks']:.3f}/packet, NACKs {r['nacks']:.3f}/packet, "
             f"feedback on all links {r['feedback_on_links']:.2f}/packet, "
             f"retransmitted {r['retx']} B / dropped {r['dropped']} B = {factor}, "
-            f"completion {r['completion'] * 1e3:.1f} ms, delivered {r['delivered']}/{r['expected']}, "
+            f"completion {r['completion'] * 1e3:.1f} ms wall{r['timing']}, "
+            f"delivered {r['delivered']}/{r['expected']}, "
             f"duplicates {r['duplicates']}, failed {r['failed']}"
         )
     agg = runs.get(Mode.RELIABLE_HOST_BIER)

@@ -103,7 +103,7 @@ def run_experiment(
     finished = datetime.now(UTC)
     with phases.phase("collect", "counters after, deliveries judged"):
         links_after = session.interface_snapshot()
-        agents_after = faults.counters_after(agents_before, session.agent_snapshot(session.lost))
+        agents_after = faults.counters_after(session.agent_snapshot(session.lost))
         agents_before = {n: c for n, c in agents_before.items() if n in agents_after}
         outcome = spec.collect(session, ops)
         faults.judge(outcome, session.plan.time.scale)

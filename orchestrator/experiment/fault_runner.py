@@ -29,7 +29,7 @@ HEALTH_POLL_S = 0.05
 
 
 class FaultRunner:
-    """``with FaultRunner(faults, session, runtime, lab_dir, zero):`` runs them; ``records`` after."""
+    """``with FaultRunner.for_run(spec, session, topo, runtime):`` runs them; ``records`` after."""
 
     def __init__(
         self, faults: list[Fault], session: LabSession, runtime: Runtime, lab_dir: Path, start_lead_s: float
@@ -39,7 +39,7 @@ class FaultRunner:
         self.runtime = runtime
         self.lab_dir = lab_dir
         self.start_lead_s = start_lead_s  # from the run step's start to the run's zero (the mode's)
-        self.zero = time.time() + start_lead_s  # set again as the run step begins
+        self.zero = 0.0  # wall time of the run's zero, set as the run step begins (__enter__)
         # node -> its agent's counters read just before each restart (the run's share spans restarts).
         self.segments: dict[str, list[dict[str, int]]] = {}
         self._cancel = threading.Event()
@@ -111,15 +111,13 @@ class FaultRunner:
         raise TimeoutError(f"{node}: the agent did not come back configured within {RESTART_TIMEOUT_S:g} s")
 
     # -- after the run ---------------------------------------------------------------------------------
-    def counters_after(
-        self, before: dict[str, dict[str, int]], after: dict[str, dict[str, int]]
-    ) -> dict[str, dict[str, int]]:
+    def counters_after(self, after: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
         """The agents' counters after the run as the deltas need them: a restarted agent counted from zero
         again, so its counters before each restart are added back."""
         out = dict(after)
         for node, segments in self.segments.items():
             if node in out:
-                out[node] = counters_across_restarts(before.get(node, {}), segments, out[node])
+                out[node] = counters_across_restarts(segments, out[node])
         return out
 
     def judge(self, outcome: ModeOutcome, scale: Any) -> None:

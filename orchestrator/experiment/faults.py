@@ -17,6 +17,7 @@ fabric time.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -153,21 +154,11 @@ def fault_lines(records: Iterable[FaultRecord], scale: int | None) -> list[str]:
     return out
 
 
-def counters_across_restarts(
-    before: Mapping[str, int], segments: list[Mapping[str, int]], after: Mapping[str, int]
-) -> dict[str, int]:
-    """A node's counters over a run in which its agent restarted: an agent's counters start from zero
-    again, so the run's share is (first segment's end - before) + every later segment's end + after.
-    ``segments``: the counters read just before each restart."""
-    if not segments:
-        return dict(after)
-    total: dict[str, int] = {}
-    first, *rest = segments
-    for name, v in first.items():
-        total[name] = v - before.get(name, 0)
-    for seg in [*rest, after]:
-        for name, v in seg.items():
-            total[name] = total.get(name, 0) + v
-    # Give back the form the driver's delta step expects: a snapshot whose difference from ``before``
-    # is the run's share.
-    return {name: v + before.get(name, 0) for name, v in total.items()}
+def counters_across_restarts(segments: list[Mapping[str, int]], after: Mapping[str, int]) -> dict[str, int]:
+    """A node's counters after a run in which its agent restarted, as one snapshot the driver's delta
+    step can take from the one before the run: an agent counts from zero again after a restart, so the
+    counters read just before each restart (``segments``) are added to the ones read after the run."""
+    total = Counter(after)
+    for segment in segments:
+        total.update(segment)
+    return dict(total)

@@ -41,6 +41,12 @@ from orchestrator.experiment.metrics import (
     is_multicast,
     receiver_latencies,
 )
+from orchestrator.experiment.modes.reliable import (
+    ACK_KINDS,
+    FEEDBACK_KINDS,
+    busiest_end,
+    link_feedback_packets,
+)
 from orchestrator.experiment.records import RunResult
 from orchestrator.lab.fabric import conditions_label
 from orchestrator.lab.topology import Topology
@@ -434,13 +440,6 @@ def membership_blocks(c: Comparison) -> list[Block]:
     return [Heading(3, "Memberships"), mt, Para(note)]
 
 
-_FEEDBACK_KINDS = ("ack", "nack", "agg-ack")
-
-
-def _link_feedback_packets(counts: dict[str, int]) -> int:
-    return sum(counts.get(k, 0) for k in _FEEDBACK_KINDS)
-
-
 _RELIABILITY_ROWS = (
     "feedback",
     "DATA packets sent first",
@@ -466,20 +465,18 @@ def _reliability_column(rel: dict[str, object]) -> list[str]:
         got = sum(src.get(f"source.rx.{k}.packets", 0) for k in kinds)
         return f"{got / sent:.3f}" if sent else "–"
 
-    fb_bytes = sum(src.get(f"source.rx.{k}.bytes", 0) for k in (*_FEEDBACK_KINDS, "agg-ack-partial"))
+    fb_bytes = sum(src.get(f"source.rx.{k}.bytes", 0) for k in FEEDBACK_KINDS)
     retx = src.get("sender.retransmitted-bytes", 0)
     on_links, busiest, lost = "–", "–", None
     if links is not None:  # runs recorded before the link-fault programs counted feedback have none
-        on_links = str(sum(_link_feedback_packets(v) for v in links.values()))
+        on_links = str(sum(link_feedback_packets(v) for v in links.values()))
         lost = sum(v["lost_bytes"] for v in links.values())
-        if links:
-            end, counts = max(links.items(), key=lambda kv: (_link_feedback_packets(kv[1]), kv[0]))
-            if _link_feedback_packets(counts):
-                busiest = f"{end}: {_link_feedback_packets(counts)}"
+        if (most := busiest_end(links)) is not None:
+            busiest = f"{most[0]}: {most[1]}"
     return [
         str(rel.get("feedback", "–")),
         str(sent),
-        per_sent(("ack", "agg-ack", "agg-ack-partial")),
+        per_sent(ACK_KINDS),
         per_sent(("nack",)),
         fmt_bytes(fb_bytes),
         on_links,
@@ -511,8 +508,8 @@ def feedback_links_table(c: Comparison) -> TableBlock | None:
     for i, col in enumerate(cols):
         ls = (col.run.meta.settings.get("reliable") or {}).get("links") or {}
         for end, counts in ls.items():
-            if _link_feedback_packets(counts):
-                per_end.setdefault(end, [0] * len(cols))[i] = _link_feedback_packets(counts)
+            if link_feedback_packets(counts):
+                per_end.setdefault(end, [0] * len(cols))[i] = link_feedback_packets(counts)
     if not per_end:
         return None
     names = sorted(per_end, key=lambda n: (-max(per_end[n]), n))[:MAX_LINK_ROWS]

@@ -22,13 +22,7 @@ from orchestrator.experiment.fidelity import (
 from orchestrator.experiment.records import BoundRecord, LinkEndTiming, NodeTiming, TimingRecord
 from orchestrator.lab import labdir
 from orchestrator.lab.fabric import Fabric
-from orchestrator.lab.shaping import (
-    FabricIOError,
-    load_fabric,
-    node_drop_counters,
-    node_netns,
-    read_link_fault,
-)
+from orchestrator.lab.shaping import FabricIOError, fault_stats_of, load_fabric, node_drop_counters
 
 if TYPE_CHECKING:
     from orchestrator.experiment.sampler import FabricSampler
@@ -110,15 +104,12 @@ class FabricWatch:
         return out
 
     def _injected(self, fabric: Fabric) -> dict[str, int]:
-        """Packets the fault program dropped so far, per end that has (or had) a fault: reading every
-        end costs two bpftool calls each, and an end never given a fault drops nothing."""
-        out = {}
-        for name in sorted(fabric.faults):
-            end = fabric.end(name)
-            netns = node_netns(self.session.topo.container_name(end.node))
-            _fault, stats = read_link_fault(netns, end.interface)
-            out[name] = stats.lost_packets
-        return out
+        """Packets the fault program dropped so far, per end that has (or had) a fault (an end never
+        given a fault drops nothing)."""
+        if not fabric.faults:
+            return {}
+        stats = fault_stats_of(fabric.faults, self.session.topo.container_name)
+        return {name: s.lost_packets for name, s in stats.items()}
 
     def _sampler(self) -> FabricSampler:
         if self.sampler is None:

@@ -284,25 +284,8 @@ def attach_link_fault(netns: str, interface: str, obj: Path, replace: bool = Fal
     where = f"{netns} {interface}"
     _run([*_in_netns(netns), "tc", "qdisc", "replace", "dev", interface, "clsact"], f"{where}: clsact")
     _run(
-        [
-            *_in_netns(netns),
-            "tc",
-            "filter",
-            "replace",
-            "dev",
-            interface,
-            "egress",
-            "pref",
-            FAULT_PREF,
-            "handle",
-            FAULT_HANDLE,
-            "bpf",
-            "direct-action",
-            "obj",
-            str(obj),
-            "sec",
-            "tc",
-        ],
+        [*_in_netns(netns), "tc", "filter", "replace", "dev", interface, "egress", "pref", FAULT_PREF,
+         "handle", FAULT_HANDLE, "bpf", "direct-action", "obj", str(obj), "sec", "tc"],
         f"{where}: attaching {obj.name}",
     )
     found = link_fault_prog_id(netns, interface)
@@ -330,22 +313,8 @@ def _fault_maps(prog_id: int) -> dict[str, int]:
 
 def _map_write(map_id: int, value: bytes) -> None:
     _run(
-        [
-            _bpftool(),
-            "map",
-            "update",
-            "id",
-            str(map_id),
-            "key",
-            "hex",
-            "00",
-            "00",
-            "00",
-            "00",
-            "value",
-            "hex",
-            *(f"{b:02x}" for b in value),
-        ],
+        [_bpftool(), "map", "update", "id", str(map_id), "key", "hex", "00", "00", "00", "00",
+         "value", "hex", *(f"{b:02x}" for b in value)],
         f"map {map_id}: update",
     )
 
@@ -455,18 +424,26 @@ def load_fabric(lab_dir: Path) -> Fabric:
     return Fabric.from_json(path.read_text(), str(path))
 
 
-def fabric_lost_bytes(fabric: Fabric, container_name: Callable[[str], str]) -> int:
-    """Bytes the link-fault programs of every end of ``fabric`` have dropped so far (a counter: take the
-    difference over a run). ``container_name`` maps a node to its container (``Topology.container_name``)."""
-    nodes = {end.node for end in fabric.ends.values()}
+def fault_stats_of(ends: Iterable[str], container_name: Callable[[str], str]) -> dict[str, FaultStats]:
+    """The link-fault counters of ``ends`` (``node:interface``), read with :func:`read_fault_stats` for their
+    nodes; an end without the program is an error naming it. ``container_name`` maps a node to its
+    container (``Topology.container_name``)."""
+    ends = sorted(set(ends))
+    nodes = {end.split(":", 1)[0] for end in ends}
     stats = read_fault_stats({node: node_netns(container_name(node)) for node in nodes})
-    missing = sorted(set(fabric.ends) - set(stats))
+    missing = [end for end in ends if end not in stats]
     if missing:
         raise FabricIOError(
             f"no link-fault program at the egress of {', '.join(missing)}; "
             "aidclab configure attaches one at every link end"
         )
-    return sum(stats[end].lost_bytes for end in fabric.ends)
+    return {end: stats[end] for end in ends}
+
+
+def fabric_lost_bytes(fabric: Fabric, container_name: Callable[[str], str]) -> int:
+    """Bytes the link-fault programs of every end of ``fabric`` have dropped so far (a counter: take the
+    difference over a run). ``container_name`` maps a node to its container (``Topology.container_name``)."""
+    return sum(stats.lost_bytes for stats in fault_stats_of(fabric.ends, container_name).values())
 
 
 def write_fabric(lab_dir: Path, fabric: Fabric) -> Path:

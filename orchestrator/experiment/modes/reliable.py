@@ -47,6 +47,10 @@ INITIAL_CWND: int | None = None
 # rule then leaves the estimator without a sample (measured: 3x the DATA resent at 0% loss with 50 ms).
 INITIAL_RTO_S = 1.0
 FEEDBACK_KINDS = ("ack", "nack", "agg-ack", "agg-ack-partial")
+# What a source counts as an acknowledgment of a DATA packet (a NACK is not one).
+ACK_KINDS = ("ack", "agg-ack", "agg-ack-partial")
+# Feedback as the link-fault programs tell it apart on the wire (a partial is an AGG-ACK there).
+LINK_FEEDBACK_KINDS = ("ack", "nack", "agg-ack")
 
 
 def run_number(now_s: float) -> int:
@@ -82,7 +86,7 @@ def feedback_lines(total: dict[str, int]) -> list[str]:
     """What the sources heard and resent, per DATA packet they sent first."""
     sent = total.get("sender.sent", 0)
     packets = {k: total.get(f"source.rx.{k}.packets", 0) for k in FEEDBACK_KINDS}
-    acks = packets["ack"] + packets["agg-ack"] + packets["agg-ack-partial"]
+    acks = sum(packets[k] for k in ACK_KINDS)
     fb_bytes = sum(total.get(f"source.rx.{k}.bytes", 0) for k in FEEDBACK_KINDS)
     per = f"{acks / sent:.3f}" if sent else "n/a"
     return [
@@ -114,21 +118,33 @@ def link_feedback(before: dict[str, FaultStats], after: dict[str, FaultStats]) -
     return out
 
 
+def link_feedback_packets(counts: dict[str, int]) -> int:
+    """ACK, NACK and AGG-ACK packets of one link end's ``links`` entry."""
+    return sum(counts.get(k, 0) for k in LINK_FEEDBACK_KINDS)
+
+
+def busiest_end(links: dict[str, dict[str, int]]) -> tuple[str, int] | None:
+    """The link end that carried the most feedback, and how many packets; None when none carried any."""
+    if not links:
+        return None
+    end = max(links, key=lambda e: (link_feedback_packets(links[e]), e))
+    packets = link_feedback_packets(links[end])
+    return (end, packets) if packets else None
+
+
 def link_lines(links: dict[str, dict[str, int]], retransmitted_bytes: int) -> list[str]:
     """Feedback on the links (the implosion is visible on the source's own link) and retransmitted payload
     bytes against the bytes the fabric dropped (every frame the fault programs dropped, feedback included)."""
-    kinds = ("ack", "nack", "agg-ack")
-    total = {k: sum(v[k] for v in links.values()) for k in kinds}
-    packets = sum(total.values())
+    total = {k: sum(v[k] for v in links.values()) for k in LINK_FEEDBACK_KINDS}
     dropped = sum(v["lost_bytes"] for v in links.values())
     lines = []
-    if packets:
-        busiest, counts = max(links.items(), key=lambda kv: (sum(kv[1][k] for k in kinds), kv[0]))
+    if (busiest := busiest_end(links)) is not None:
+        fb_bytes = sum(v["feedback_bytes"] for v in links.values())
+        carrying = sum(1 for v in links.values() if link_feedback_packets(v))
         lines.append(
-            f"reliable: feedback on the links {packets} packets (ack {total['ack']}, nack {total['nack']}, "
-            f"agg-ack {total['agg-ack']}), {sum(v['feedback_bytes'] for v in links.values())} B over "
-            f"{sum(1 for v in links.values() if any(v[k] for k in kinds))} link ends; most at {busiest}: "
-            f"{sum(counts[k] for k in kinds)} packets"
+            f"reliable: feedback on the links {sum(total.values())} packets (ack {total['ack']}, nack "
+            f"{total['nack']}, agg-ack {total['agg-ack']}), {fb_bytes} B over {carrying} link ends; most "
+            f"at {busiest[0]}: {busiest[1]} packets"
         )
     factor = f"{retransmitted_bytes / dropped:.2f}x" if dropped else "n/a (nothing dropped)"
     lines.append(

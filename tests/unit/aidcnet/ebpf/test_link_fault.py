@@ -19,6 +19,7 @@ from orchestrator.lab.shaping import (
     attach_link_fault,
     egress_programs,
     fault_stats_maps,
+    fault_stats_of,
     link_fault_object,
     link_fault_prog_id,
     qdisc_stats,
@@ -349,3 +350,12 @@ def test_feedback_is_counted_by_type_and_the_whole_lab_reader_agrees(faulty):
     assert read_fault_stats({"a": pair.a_path}) == {f"a:{pair.a_if}": stats}
     # An end without the program is absent, not zero.
     assert read_fault_stats({"b": pair.b_path}) == {}
+
+
+def test_the_counters_of_named_ends_and_an_end_without_the_program_named(faulty):
+    pair, _obj, _prog = faulty
+    container = {"a": pair.a, "b": pair.b}.__getitem__  # nodes whose namespaces are /run/netns/<name>
+    a_end, b_end = f"a:{pair.a_if}", f"b:{pair.b_if}"
+    assert fault_stats_of([a_end], container) == {a_end: read_link_fault(pair.a_path, pair.a_if)[1]}
+    with pytest.raises(FabricIOError, match=f"no link-fault program at the egress of {b_end}"):
+        fault_stats_of([a_end, b_end], container)

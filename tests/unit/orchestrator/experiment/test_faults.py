@@ -99,13 +99,14 @@ def test_counters_across_restarts_are_the_run_share_as_if_never_reset(increments
             value = 0
         value += inc
     after = {"c": value}
-    combined = counters_across_restarts(before, segments, after)
+    combined = counters_across_restarts(segments, after)
     assert combined["c"] - before["c"] == sum(increments)
 
 
 def test_a_counter_born_after_the_restart_counts_from_zero() -> None:
-    combined = counters_across_restarts({"a": 5}, [{"a": 8}], {"a": 2, "new": 3})
-    assert combined == {"a": 5 + 3 + 2, "new": 3}
+    before = {"a": 5}
+    combined = counters_across_restarts([{"a": 8}], {"a": 2, "new": 3})
+    assert combined == {"a": before["a"] + 3 + 2, "new": 3}
 
 
 def test_the_cli_refuses_a_wrong_fault_before_touching_any_lab(capsys) -> None:
