@@ -9,6 +9,7 @@ management bridge: a lab packet with no route must be dropped, never sent toward
 
 from __future__ import annotations
 
+import errno
 import socket
 from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -44,6 +45,7 @@ class IncrementalWiring:
             self.missing[vx.endpoint.node] += 1
         self.prepared: list[Future[None]] = []
         self.ipr = IPRoute()
+        self.a_ifindex = a_end_ifindexes(topo)
 
     def node_started(self, node: str, pid: int) -> None:
         self.pids[node] = pid
@@ -58,7 +60,7 @@ class IncrementalWiring:
         for link in self.waiting[node]:
             other = link.b.node if link.a.node == node else link.a.node
             if other in self.pids and (other != node or link.a == link.b):
-                _create_pair(self.ipr, link, self.pids)
+                _create_pair(self.ipr, link, self.pids, self.a_ifindex[link.index])
                 for ep in link.endpoints:
                     self.missing[ep.node] -= 1
                     if self.missing[ep.node] == 0 and ep.node in self.pids:
@@ -84,17 +86,42 @@ class IncrementalWiring:
         return len(self.topo.links) + len(self.topo.vxlan_links)
 
 
-def _create_pair(ipr: IPRoute, link: Link, pids: dict[str, int]) -> None:
+# Linux's linkwatch treats a carrier change on a device whose ifindex equals its link's peer's ifindex as not
+# urgent, and delays it by up to a second (net/core/link_watch.c, linkwatch_urgent_event). Every namespace
+# numbers its devices from 2, so the two ends of a veth often get the same number, and a failed link's far end
+# then learned of it after 4 ms or after a second, by chance (the FARE bench measured 194 ms median for one
+# pair). The a end takes a number from a band the kernel's own count (which the b end gets) never reaches;
+# its low byte stays clear of the small ones, since the eBPF BFR keys a shortcut table on it (bier.h).
+A_END_IFINDEX_BASE = (1 << 20) + 128
+
+
+def a_end_ifindexes(topo: Topology) -> dict[int, int]:
+    """Link index → the ifindex its a end is created with: unique within its node, never its peer's."""
+    ordinal = dict.fromkeys(topo.nodes, 0)
+    out: dict[int, int] = {}
+    for link in topo.links:
+        out[link.index] = A_END_IFINDEX_BASE + ordinal[link.a.node]
+        ordinal[link.a.node] += 1
+    return out
+
+
+def _create_pair(ipr: IPRoute, link: Link, pids: dict[str, int], a_ifindex: int) -> None:
+    request = {
+        "ifname": link.a.interface,
+        "kind": "veth",
+        "net_ns_pid": pids[link.a.node],
+        "mtu": link.mtu,
+        "state": "up",
+        "peer": {"ifname": link.b.interface, "net_ns_pid": pids[link.b.node], "mtu": link.mtu},
+    }
     try:
-        ipr.link(
-            "add",
-            ifname=link.a.interface,
-            kind="veth",
-            net_ns_pid=pids[link.a.node],
-            mtu=link.mtu,
-            state="up",
-            peer={"ifname": link.b.interface, "net_ns_pid": pids[link.b.node], "mtu": link.mtu},
-        )
+        try:
+            ipr.link("add", index=a_ifindex, **request)
+        except NetlinkError as exc:
+            # A device Docker moved in (eth0 keeps the host's number) may hold it: the kernel then picks one.
+            if exc.code not in (errno.EEXIST, errno.EBUSY):
+                raise
+            ipr.link("add", **request)
     except NetlinkError as exc:
         raise WiringError(
             f"link {link} (topology/links/{link.index}): netlink refused the veth pair: {exc.args[-1]} "
