@@ -34,12 +34,20 @@ HOSTS = [f"h{i}" for i in range(1, 9)]
 MODES = (Mode.UNICAST, Mode.HOST_BIER)
 
 
-def make_trace(path: Path, steps: int, tokens_per_host: int, seed: int, hosts: list[str] = HOSTS) -> None:
+def make_trace(
+    path: Path,
+    steps: int,
+    tokens_per_host: int,
+    seed: int,
+    hosts: list[str] = HOSTS,
+    experts: int | None = None,
+) -> None:
+    """``experts``: the workload's default when None (one per host is too few for top-8 at 256 hosts)."""
     subprocess.run(
         [
             sys.executable, "-m", "orchestrator.cli.workload", "moe", "--hosts", ",".join(hosts),
             "--steps", str(steps), "--tokens-per-host", str(tokens_per_host), "--seed", str(seed),
-            "-o", str(path),
+            *(["--experts", str(experts)] if experts else []), "-o", str(path),
         ],
         check=True, cwd=ROOT,
     )  # fmt: skip

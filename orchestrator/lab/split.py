@@ -371,11 +371,13 @@ def write_inventory(split: SplitLab, root: Path | None = None) -> Path:
     plugin addresses containers by name, so no management address is needed here."""
     from orchestrator.lab import labdir
 
-    inv = labdir.inventory(split.whole, {})
+    inv = labdir.inventory(split.whole, {}, labdir.local_connection())
     for group in inv["all"]["children"].values():
         for entry in group["hosts"].values():
             docker_host = split.docker_host_of(entry["clab_node_name"])
             if docker_host:
+                # nsenter reaches this machine's containers only
+                entry["ansible_connection"] = labdir.DOCKER_CONNECTION
                 entry["ansible_docker_extra_args"] = f"-H {docker_host}"
     path = labdir.lab_dir(split.whole, root)
     path.mkdir(parents=True, exist_ok=True)

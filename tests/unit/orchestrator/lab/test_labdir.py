@@ -1,7 +1,7 @@
 """The lab directory files keep containerlab's shape and let plain ansible-playbook connect."""
 
 
-from orchestrator.lab.labdir import container_labels, inventory, topology_data
+from orchestrator.lab.labdir import NSENTER_CONNECTION, container_labels, inventory, topology_data
 from orchestrator.lab.roles.base import image_role_name
 from orchestrator.lab.topology import load_topology
 from orchestrator.paths import LABS as LABS_DIR
@@ -19,6 +19,7 @@ def test_inventory_groups_by_kind_and_role():
     assert h1["ansible_host"] == "172.20.20.9"
     assert h1["ansible_docker_host"] == "clab-leaf-spine-h1"
     assert inv["all"]["vars"]["ansible_connection"] == "community.docker.docker"
+    assert inventory(topo, {}, NSENTER_CONNECTION)["all"]["vars"]["ansible_connection"] == "aidclab_nsenter"
     # each group gets its own dict so YAML carries no anchors a reader must chase
     assert (
         children["gpu_host"]["hosts"]["clab-leaf-spine-h1"]

@@ -6,6 +6,7 @@ import jsonschema
 import pytest
 import yaml
 
+from orchestrator.lab.labdir import DOCKER_CONNECTION, local_connection
 from orchestrator.lab.split import SplitError, load_split, plan_split, write_inventory, write_split
 from orchestrator.lab.topology import clab_schema, load_topology
 from orchestrator.paths import LABS
@@ -117,6 +118,10 @@ def test_manifest_reads_back_as_the_whole_lab_under_part_container_names(topo, t
     assert len(hosts) == 14
     assert hosts["clab-leaf-spine-b-leaf3"]["ansible_docker_extra_args"] == "-H ssh://root@10.1.0.2"
     assert "ansible_docker_extra_args" not in hosts["clab-leaf-spine-a-leaf1"]
+    # nsenter reaches this machine's containers only: a part on another Docker host goes through docker exec
+    assert hosts["clab-leaf-spine-b-leaf3"]["ansible_connection"] == DOCKER_CONNECTION
+    assert "ansible_connection" not in hosts["clab-leaf-spine-a-leaf1"]
+    assert inv["all"]["vars"]["ansible_connection"] == local_connection()
 
 
 def test_inspect_lists_the_vxlan_ends_of_every_part(topo, tmp_path, capsys):
