@@ -12,7 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import count
@@ -175,3 +175,27 @@ def wait_carrier(ns: str, dev: str, want: bool, timeout: float = 10.0) -> None:
             return
         time.sleep(0.005)
     raise RuntimeError(f"{ns}:{dev} carrier never became {'up' if want else 'down'} within {timeout} s")
+
+
+@contextmanager
+def held_namespaces(prefix: str, nodes: Iterable[str]) -> Iterator[dict[str, tuple[str, int]]]:
+    """Named network namespaces ``<prefix>-<node>``, each held by a sleeping process the way a container
+    holds its own: node -> (namespace, PID). Removed on exit."""
+    import time
+
+    made, procs = {}, []
+    try:
+        for n in nodes:
+            name = f"{prefix}-{n}"
+            sh("ip", "netns", "add", name)
+            proc = subprocess.Popen(["ip", "netns", "exec", name, "sleep", "60"])
+            procs.append(proc)
+            made[n] = (name, proc.pid)
+        time.sleep(0.2)  # ip netns exec has entered the namespace before it execs sleep
+        yield made
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+        for name, _pid in made.values():
+            sh("ip", "netns", "del", name, check=False)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import time
 from collections.abc import Iterator
 
@@ -23,7 +22,7 @@ from orchestrator.lab.vxlan import (
     remove_lab_devices,
     remove_local_underlay,
 )
-from tests.unit.fabric_netns import require_root, require_tool, sh
+from tests.unit.fabric_netns import held_namespaces, require_root, require_tool, sh
 
 PREFIX = f"vxA-{os.getpid()}"
 
@@ -33,22 +32,10 @@ def world() -> Iterator[dict]:
     require_root()
     require_tool("ip", "iproute2")
     underlay = local_underlay({"a": "198.18.0.1", "b": "198.18.0.2"}, PREFIX)
-    nodes, procs = {}, []
     try:
-        for n in ("n1", "n2", "n3"):
-            name = f"{PREFIX}-{n}"
-            sh("ip", "netns", "add", name)
-            proc = subprocess.Popen(["ip", "netns", "exec", name, "sleep", "60"])
-            procs.append(proc)
-            nodes[n] = (name, proc.pid)
-        time.sleep(0.2)  # ip netns exec has entered the namespace before it execs sleep
-        yield {"underlay": underlay, "nodes": nodes}
+        with held_namespaces(PREFIX, ("n1", "n2", "n3")) as nodes:
+            yield {"underlay": underlay, "nodes": nodes}
     finally:
-        for proc in procs:
-            proc.kill()
-            proc.wait()
-        for name, _pid in nodes.values():
-            sh("ip", "netns", "del", name, check=False)
         remove_local_underlay(PREFIX, ["a", "b"])
 
 

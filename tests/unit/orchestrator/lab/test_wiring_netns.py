@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
@@ -18,7 +16,7 @@ import pytest
 
 from orchestrator.lab.topology import Topology, parse_topology
 from orchestrator.lab.wiring import A_END_IFINDEX_BASE, IncrementalWiring, a_end_ifindexes
-from tests.unit.fabric_netns import require_root, require_tool, sh
+from tests.unit.fabric_netns import held_namespaces, require_root, require_tool, sh
 
 PREFIX = f"wiA-{os.getpid()}"
 NODES = ("n1", "n2", "n3")
@@ -45,22 +43,8 @@ def triangle() -> Topology:
 def nodes() -> Iterator[dict[str, tuple[str, int]]]:
     require_root()
     require_tool("ip", "iproute2")
-    made, procs = {}, []
-    try:
-        for n in NODES:
-            name = f"{PREFIX}-{n}"
-            sh("ip", "netns", "add", name)
-            proc = subprocess.Popen(["ip", "netns", "exec", name, "sleep", "60"])
-            procs.append(proc)
-            made[n] = (name, proc.pid)
-        time.sleep(0.2)  # ip netns exec has entered the namespace before it execs sleep
+    with held_namespaces(PREFIX, NODES) as made:
         yield made
-    finally:
-        for proc in procs:
-            proc.kill()
-            proc.wait()
-        for name, _pid in made.values():
-            sh("ip", "netns", "del", name, check=False)
 
 
 def wire(topo: Topology, nodes: dict[str, tuple[str, int]]) -> None:
