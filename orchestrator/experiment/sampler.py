@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from pyroute2 import NetNS
+from pyroute2 import IPRoute
 
 from orchestrator.experiment.fidelity import CpuMeter, DrainMeter, LinkCounters, NodeCounters
 from orchestrator.lab.fabric import EndShaper, Fabric
@@ -57,7 +57,7 @@ class FabricSampler:
         self.first: dict[str, QdiscStats] = {}
         self.last: dict[str, QdiscStats] = {}
         self.samples = 0
-        self._handles: dict[str, NetNS] = {}
+        self._handles: dict[str, IPRoute] = {}
         self._stop: threading.Event | None = None
         self._thread: threading.Thread | None = None
         self.error: BaseException | None = None

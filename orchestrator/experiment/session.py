@@ -12,8 +12,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-import yaml
-
 from aidcnet.agent.client import AgentClient
 from aidcnet.agent.control import ControlError
 from aidcnet.roles import AGENT_ROLES, Role
@@ -39,13 +37,15 @@ class HostInfo:
 
 
 def load_plan(topo: Topology) -> LabPlan:
+    from orchestrator.configure.plan import read_plan
+
     path = labdir.lab_dir(topo) / "plan.yml"
     if not path.exists():
         raise ExperimentError(
             f"lab {topo.name} has no plan at {path}: the lab must be deployed and configured first "
             f"(aidclab deploy {topo.path}; aidclab configure {topo.name})"
         )
-    return LabPlan.model_validate(yaml.safe_load(path.read_text()))
+    return read_plan(path)
 
 
 def node_pids(topo: Topology, runtime: DockerRuntime) -> dict[str, int]:

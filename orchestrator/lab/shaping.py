@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from pyroute2 import NetNS
+from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
 from aidcnet.ebpf.link_fault import FaultStats, LinkFault
@@ -40,15 +40,15 @@ def node_netns(container: str) -> str:
     return str(NETNS_DIR / container)
 
 
-def open_netns(netns: str) -> NetNS:
-    """A netlink handle inside an existing namespace (never creates one: flags=0)."""
+def open_netns(netns: str) -> IPRoute:
+    """A netlink handle inside an existing namespace (never creates one)."""
     try:
         return open_handle(netns)
     except FileNotFoundError:
         raise FabricIOError(f"{netns} does not exist: is the lab deployed (aidclab deploy)?") from None
 
 
-def _index(ns: NetNS, netns: str, interface: str) -> int:
+def _index(ns: IPRoute, netns: str, interface: str) -> int:
     found = ns.link_lookup(ifname=interface)
     if not found:
         raise FabricIOError(f"{netns}: no interface {interface} (is the lab deployed and wired?)")
@@ -112,9 +112,11 @@ def qdisc_stats(netns: str, interfaces: Iterable[str] | None = None) -> dict[str
         return read_qdisc_stats(ns, netns, interfaces)
 
 
-def read_qdisc_stats(ns: NetNS, netns: str, interfaces: Iterable[str] | None = None) -> dict[str, QdiscStats]:
+def read_qdisc_stats(
+    ns: IPRoute, netns: str, interfaces: Iterable[str] | None = None
+) -> dict[str, QdiscStats]:
     """:func:`qdisc_stats` through a namespace handle already open: a sampler polling every few tens of
-    milliseconds keeps one open (opening one costs some 7 ms)."""
+    milliseconds keeps one open (opening one costs a few ms)."""
     out: dict[str, QdiscStats] = {}
     names = {msg["index"]: msg.get_attr("IFLA_IFNAME") for msg in ns.get_links()}
     wanted = set(names.values()) if interfaces is None else set(interfaces)
