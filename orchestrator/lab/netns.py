@@ -3,8 +3,8 @@ namespace's interface counters read through ``/proc/PID/net/dev`` without enteri
 
 A handle to an existing namespace gets its netlink socket from a short-lived thread that enters the
 namespace with setns(2) (which moves only that thread) and opens the socket there: a socket stays in the
-namespace it was made in. pyroute2's ``NetNS`` forks a helper process for that instead, and a fork of a
-replay's process took 29 ms a handle, 8 s of a bsl256 replay's prepare for its 280 nodes. ``NetNS`` is
+namespace it was made in. pyroute2's ``NetNS`` forks a helper process for that instead, for each handle
+and again for each thread that uses it: about 5 s of a bsl256 replay's prepare for its 280 nodes. ``NetNS`` is
 still what creates a namespace; it stops its helper with SIGTERM, so nothing in the orchestrator may
 install a SIGTERM handler that a forked child would run as Python code (aidclab/pytest.py's handler ends
 such a child at once).
