@@ -2,10 +2,14 @@
 # of going through `docker exec`.
 from __future__ import annotations
 
+import http.client
+import json
 import os
 import shlex
 import shutil
+import socket
 import subprocess
+from urllib.parse import quote
 
 from ansible.errors import AnsibleConnectionFailure, AnsibleError, AnsibleFileNotFound
 from ansible.module_utils.common.text.converters import to_bytes, to_native
@@ -24,7 +28,9 @@ description:
     bsl256, a one-task play took 68.8 s this way against 89.0 s through C(docker exec). The inventory
     `aidclab deploy` writes uses it when aidclab runs as root, and C(community.docker.docker) otherwise
     (docs/configuring-a-lab.md).
-  - The container's PID is asked of Docker once per connection (C(docker inspect)).
+  - The container's PID is asked of Docker once per connection, on the engine's socket (C(DOCKER_HOST) when it
+    names one, else /var/run/docker.sock), or with C(docker inspect) when the engine is not on a local
+    socket. A CLI process costs about 20 ms of CPU, 6 s over a 280-node play on two cores.
 options:
   remote_addr:
     description: The container's name.
@@ -36,6 +42,19 @@ options:
 """
 
 display = Display()
+
+
+class _UnixHTTPConnection(http.client.HTTPConnection):
+    """HTTP to the engine's API on a unix socket (the standard library speaks HTTP, not the socket)."""
+
+    def __init__(self, path: str, timeout: float = 30.0):
+        super().__init__("localhost", timeout=timeout)
+        self._path = path
+
+    def connect(self):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(self.timeout)
+        self.sock.connect(self._path)
 
 NAMESPACES = ("--mount", "--uts", "--ipc", "--net", "--pid")
 
@@ -59,21 +78,51 @@ class Connection(ConnectionBase):
             self._connected = True
         return self
 
+    @classmethod
+    def _container_pid(cls, container: str) -> int:
+        try:
+            state = cls._engine_state(container)
+        except (OSError, http.client.HTTPException, ValueError):
+            state = None  # no engine socket here: the CLI finds the engine its own way
+        if state is None:
+            pid, error = cls._cli_pid(container)
+        else:
+            pid, error = str(state.get("Pid") or ""), state.get("Error") or "not running"
+        if not pid.isdigit() or pid == "0":
+            raise AnsibleConnectionFailure(
+                f"aidclab_nsenter: container {container} is not running here "
+                f"({error or 'no PID'}); `aidclab status` shows the lab's containers"
+            )
+        return int(pid)
+
     @staticmethod
-    def _container_pid(container: str) -> int:
+    def _engine_state(container: str) -> dict | None:
+        """The container's State from the engine's API on its unix socket; None when there is none."""
+        host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+        if not host.startswith("unix://"):
+            return None
+        conn = _UnixHTTPConnection(host.removeprefix("unix://"))
+        try:
+            conn.request("GET", f"/containers/{quote(container, safe='')}/json")
+            reply = conn.getresponse()
+            body = reply.read()
+        finally:
+            conn.close()
+        if reply.status == 404:
+            return {"Error": "no such container"}
+        if reply.status != 200:
+            raise ValueError(f"engine answered {reply.status}")
+        return json.loads(body).get("State") or {}
+
+    @staticmethod
+    def _cli_pid(container: str) -> tuple[str, str]:
         docker = shutil.which("docker")
         if docker is None:
             raise AnsibleConnectionFailure("aidclab_nsenter: the docker command is not on PATH")
         done = subprocess.run(
             [docker, "inspect", "--format", "{{.State.Pid}}", container], capture_output=True, text=True
         )
-        pid = done.stdout.strip()
-        if done.returncode != 0 or not pid.isdigit() or pid == "0":
-            raise AnsibleConnectionFailure(
-                f"aidclab_nsenter: container {container} is not running here "
-                f"({done.stderr.strip() or 'no PID'}); `aidclab status` shows the lab's containers"
-            )
-        return int(pid)
+        return (done.stdout.strip() if done.returncode == 0 else ""), done.stderr.strip()
 
     @staticmethod
     def _container_env(container: str, pid: int) -> dict[str, str]:

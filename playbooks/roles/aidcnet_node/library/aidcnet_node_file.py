@@ -121,7 +121,10 @@ def main():
     module.no_log_values.update(secrets)
     if current == content:
         module.exit_json(changed=False, dest=dest)
+    # Only under --diff: the two files ride in every result through Ansible's queue, callbacks and
+    # ansible-runner's event files otherwise, two node files per host for nothing.
     diff = {"before": current or "", "after": content, "before_header": dest, "after_header": dest}
+    shown = {"diff": diff} if module._diff else {}
     os.makedirs(os.path.dirname(dest), exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".node-", suffix=".yml", dir=os.path.dirname(dest))
     try:
@@ -136,13 +139,13 @@ def main():
                 msg=f"the new node file was rejected, {dest} is unchanged: " + explain(reply, tmp, dest)
             )
         if module.check_mode:
-            module.exit_json(changed=True, diff=diff)
+            module.exit_json(changed=True, **shown)
         os.chmod(tmp, 0o600 if secrets_in(content) else 0o644)
         os.replace(tmp, dest)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
-    module.exit_json(changed=True, diff=diff, applied=reply.get("applied"))
+    module.exit_json(changed=True, applied=reply.get("applied"), **shown)
 
 
 if __name__ == "__main__":

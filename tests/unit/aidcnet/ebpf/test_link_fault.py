@@ -17,17 +17,19 @@ from orchestrator.lab.shaping import (
     FabricIOError,
     apply_shapers,
     attach_link_fault,
+    attach_link_faults,
     egress_programs,
     fault_stats_maps,
     fault_stats_of,
     link_fault_object,
     link_fault_prog_id,
+    link_fault_programs,
     qdisc_stats,
     read_fault_stats,
     read_link_fault,
     set_link_fault,
 )
-from tests.unit.fabric_netns import VethPair, require_tool
+from tests.unit.fabric_netns import VethPair, make_uplinks, require_tool
 
 prob = st.floats(0, 1, allow_nan=False)
 
@@ -125,6 +127,10 @@ def test_program_and_map_listings_pick_each_egress_link_fault_stats_map():
         {"devname": "eth2", "ifindex": 3, "kind": "clsact/egress", "name": "link_fault.o:[tc]", "id": 564},
     ], "flow_dissector": []}]  # fmt: skip
     assert egress_programs(net) == {"eth1": 556, "eth2": 564}
+    other = {"devname": "eth3", "ifindex": 4, "kind": "clsact/egress", "name": "other.o:[tc]", "id": 9}
+    net[0]["tc"].append(other)
+    assert egress_programs(net, "link_fault") == {"eth1": 556, "eth2": 564}
+    assert egress_programs(net)["eth3"] == 9
     progs = [
         {"id": 556, "name": "link_fault", "map_ids": [745, 746, 747]},
         {"id": 564, "name": "link_fault", "map_ids": [748, 749, 750]},
@@ -359,3 +365,21 @@ def test_the_counters_of_named_ends_and_an_end_without_the_program_named(faulty)
     assert fault_stats_of([a_end], container) == {a_end: read_link_fault(pair.a_path, pair.a_if)[1]}
     with pytest.raises(FabricIOError, match=f"no link-fault program at the egress of {b_end}"):
         fault_stats_of([a_end, b_end], container)
+
+
+def test_a_node_s_ends_attach_in_one_batch_keep_their_programs_and_replace_together():
+    require_tool("clang", "clang llvm libbpf-dev")
+    obj = link_fault_object()
+    with make_uplinks("lfb", 3) as (node, _far):
+        netns = f"/run/netns/{node}"
+        assert link_fault_programs(netns) == {}
+        first = attach_link_faults(netns, ["up0", "up2"], obj)
+        assert sorted(first) == ["up0", "up2"] and len(set(first.values())) == 2
+        assert link_fault_programs(netns) == first  # up1 was not asked for
+        # Again with one more end: the two running programs stay, only up1 gets one.
+        again = attach_link_faults(netns, ["up0", "up1", "up2"], obj)
+        assert {i: again[i] for i in first} == first and again["up1"] not in first.values()
+        fresh = attach_link_faults(netns, ["up0", "up1", "up2"], obj, replace=True)
+        assert not set(fresh.values()) & set(again.values())
+        with pytest.raises(FabricIOError, match="up7"):
+            attach_link_faults(netns, ["up7"], obj)

@@ -52,9 +52,12 @@ def agent(tmp_path):
     server.close()
 
 
-def run_module(tmp_path: Path, control: Path, dest: Path, check: bool) -> dict:
+def run_module(tmp_path: Path, control: Path, dest: Path, check: bool, diff: bool = True) -> dict:
     args = tmp_path / "args.json"
-    params = {"content": NODE_FILE, "dest": str(dest), "socket": str(control), "_ansible_check_mode": check}
+    params = {
+        "content": NODE_FILE, "dest": str(dest), "socket": str(control), "_ansible_check_mode": check,
+        "_ansible_diff": diff,
+    }
     args.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": params}))
     cmd = [sys.executable, str(MODULE), str(args)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
@@ -75,6 +78,14 @@ def test_secrets_never_reach_the_modules_output(tmp_path, agent, check):
         assert not dest.exists()
     else:
         assert dest.read_text() == NODE_FILE and dest.stat().st_mode & 0o777 == 0o600
+
+
+def test_the_diff_is_returned_only_under_diff_mode(tmp_path, agent):
+    control, _asked = agent
+    out = run_module(tmp_path, control, tmp_path / "node.yml", check=False, diff=False)
+    assert out["changed"] is True and "diff" not in out, out
+    out = run_module(tmp_path, control, tmp_path / "other.yml", check=True, diff=False)
+    assert out["changed"] is True and "diff" not in out, out
 
 
 def _module():

@@ -97,3 +97,27 @@ def test_a_container_that_is_not_running_is_named_in_the_error():
         pytest.skip("the docker CLI is not installed (make setup installs it)")
     with pytest.raises(AnsibleConnectionFailure, match="clab-no-such-lab-x1 is not running"):
         load_connection()._container_pid("clab-no-such-lab-x1")
+
+
+def test_the_pid_comes_from_the_engine_socket_and_from_the_cli_when_there_is_none(monkeypatch):
+    if shutil.which("docker") is None or not Path("/var/run/docker.sock").exists():
+        pytest.skip("no Docker engine on /var/run/docker.sock (make setup starts one)")
+    name = f"aidclab-nsenter-pid-{os.getpid()}"
+    subprocess.run(["docker", "rm", "-f", name], capture_output=True)
+    started = subprocess.run(
+        ["docker", "run", "-d", "--rm", "--network", "none", "--name", name, "aidclab/base", "sleep", "60"],
+        capture_output=True, text=True,
+    )
+    assert started.returncode == 0, f"aidclab/base does not start (make images builds it): {started.stderr}"
+    try:
+        inspect = ["docker", "inspect", "--format", "{{.State.Pid}}", name]
+        want = int(subprocess.run(inspect, capture_output=True, text=True).stdout)
+        conn = load_connection()
+        assert conn._container_pid(name) == want  # through the socket
+        # An engine that is not on a local socket: the CLI is asked, and its complaint is passed on.
+        monkeypatch.setenv("DOCKER_HOST", "tcp://127.0.0.1:9")
+        assert conn._engine_state(name) is None
+        with pytest.raises(AnsibleConnectionFailure, match=rf"{name} is not running here \(.*tcp://127\.0\.0\.1:9"):
+            conn._container_pid(name)
+    finally:
+        subprocess.run(["docker", "rm", "-f", name], capture_output=True)
