@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import errno
 import socket
 import struct
@@ -94,7 +93,8 @@ def _load_mmsg() -> tuple[object, object] | None:
     if not sys.platform.startswith("linux"):
         return None
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        # The interpreter's own symbols include libc's; find_library("c") would run ldconfig at import.
+        libc = ctypes.CDLL(None, use_errno=True)
         recvmmsg = libc.recvmmsg
         sendmmsg = libc.sendmmsg
     except (OSError, AttributeError):

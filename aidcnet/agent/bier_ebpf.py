@@ -234,11 +234,14 @@ class Libbpf:
     """The few documented libbpf calls we need (libbpf1 from Debian)."""
 
     def __init__(self) -> None:
-        name = ctypes.util.find_library("bpf") or "libbpf.so.1"
+        # Debian's soname first: find_library runs ldconfig (a process) to find it.
         try:
-            lib = ctypes.CDLL(name, use_errno=True)
-        except OSError as exc:
-            raise EbpfUnavailable(f"libbpf not loadable ({exc}); install Debian's libbpf1") from exc
+            lib = ctypes.CDLL("libbpf.so.1", use_errno=True)
+        except OSError:
+            try:
+                lib = ctypes.CDLL(ctypes.util.find_library("bpf") or "libbpf.so", use_errno=True)
+            except OSError as exc:
+                raise EbpfUnavailable(f"libbpf not loadable ({exc}); install Debian's libbpf1") from exc
         lib.bpf_obj_get.argtypes = [ctypes.c_char_p]
         lib.bpf_map_update_elem.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint64]
         lib.bpf_map_lookup_elem.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]

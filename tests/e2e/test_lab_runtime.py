@@ -154,3 +154,26 @@ def test_lab_too_large_for_its_management_subnet_is_refused_before_anything_star
     assert runtime.lab_containers("t-tiny") == []
     assert [n for n in runtime.client.networks.list(names=["t-tiny-mgmt"]) if n.name == "t-tiny-mgmt"] == []
     assert host_veths() <= veths_before
+
+
+# Run in a node: every aidcnet module the agent imports has its bytecode in the image (a node never writes
+# any: PYTHONDONTWRITEBYTECODE), and pydantic skips its plugin lookup.
+AGENT_IMPORTS = """
+import importlib.util, json, os, sys
+import aidcnet.agent.daemon, aidcnet.agent.bier_ebpf, aidcnet.cli
+files = [getattr(m, "__file__", None) or "" for m in list(sys.modules.values())]
+ours = [f for f in files if f.startswith("/opt/aidcnet/src/")]
+uncompiled = [f for f in ours if not os.path.exists(importlib.util.cache_from_source(f))]
+print(json.dumps([len(ours), uncompiled, os.environ.get("PYDANTIC_DISABLE_PLUGINS")]))
+"""
+
+
+def test_node_images_carry_the_agents_bytecode():
+    out = subprocess.run(
+        ["docker", "run", "--rm", "--network", "none", "--entrypoint", "/opt/aidcnet/bin/python",
+         "aidclab/node", "-c", AGENT_IMPORTS],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    count, uncompiled, plugins = json.loads(out.stdout)
+    assert count > 20 and uncompiled == [] and plugins == "1", out.stdout

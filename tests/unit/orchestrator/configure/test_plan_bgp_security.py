@@ -4,6 +4,7 @@ whose both ends do GTSM (our nodes, FRR), none towards GoBGP and BIRD peers."""
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from pathlib import Path
@@ -136,5 +137,11 @@ def test_configure_plans_with_the_lab_secret_and_stays_idempotent(tmp_path: Path
     assert write_lab_plan(topo, compute_plan(topo)).changed == []  # same secret, same node files
     leaf = next(files.path.glob("host_vars/*leaf1.yml"))
     assert secret in leaf.read_text() and stat.S_IMODE(leaf.stat().st_mode) == 0o600
+    # The node file is written as JSON, and Ansible reads the same data from it as a YAML reader does.
+    from ansible.parsing.dataloader import DataLoader
+
+    as_json = json.loads(leaf.read_text())
+    assert as_json == yaml.safe_load(leaf.read_text()) == DataLoader().load_from_file(str(leaf))
+    assert as_json["aidclab_node"]["node"] == "leaf1" and "aidclab_generated" in as_json
     assert secret not in (files.path / "plan.yml").read_text()
     assert os.stat(lab_dir(topo) / BGP_MD5_FILE).st_mode & 0o077 == 0
