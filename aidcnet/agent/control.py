@@ -5,9 +5,9 @@ The operations are the :class:`Op` names, defined here once: the daemon's handle
 and :class:`aidcnet.agent.client.AgentClient` (inside a node, or from the host through
 ``/proc/PID/root``) all take them from here. Nothing listens on the network.
 
-One deliberate exception: the Ansible module ``playbooks/roles/aidcnet_node/library/aidcnet_node_file.py``
-runs in the node's system Python, which has no aidcnet, so it writes its two requests (validate, reload)
-by hand.
+One deliberate exception: the node's half of the Ansible action ``aidcnet_node_file``
+(``playbooks/roles/aidcnet_node/files/aidcnet_node_file.py``) writes its two requests (validate, reload) by
+hand: importing this module and its asyncio would cost more than that whole configure step.
 """
 
 from __future__ import annotations

@@ -379,9 +379,13 @@ def _remove_network(runtime: DockerRuntime, net: str, removed: list[str]) -> Non
             f"({', '.join(stale[:4])}{'...' if len(stale) > 4 else ''}); disconnected them with force"
         )
     if not runtime.remove_network_if_unused(net, removed) and not runtime.network_in_use(net):
+        # Docker 20.10 checks a count it keeps apart from the endpoints (libnetwork's endpoint_count), and
+        # that count can stay above zero with no endpoint left; only dockerd's start recounts it.
         console.print(
-            f"  network {net}: Docker still reports endpoints of removed containers and refuses to remove "
-            f"it even after a forced disconnect; `docker network rm {net}` after a dockerd restart clears it"
+            f"  network {net}: has no endpoint left, but Docker's count of its endpoints is off and Docker "
+            f"refuses to remove it (\"has active endpoints\"). It holds nothing and a redeploy of the lab "
+            f"reuses it; dockerd recounts when it restarts, then `docker network rm {net}` removes it "
+            "(docs/running-a-lab.md, \"Destroy\")"
         )
 
 
