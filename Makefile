@@ -55,7 +55,7 @@ destroy:
 	$(AIDCLAB) destroy $(LAB) --cleanup
 
 lint: setup
-	$(VENV)/bin/ruff check aidclab orchestrator aidcnet tests bench
+	$(VENV)/bin/ruff check aidclab orchestrator aidcnet tests bench playbooks
 
 unit: setup
 	$(PYTEST) -q tests/unit

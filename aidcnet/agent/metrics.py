@@ -173,8 +173,14 @@ class CountingAgent(Protocol):
     def show_counters(self, request: dict[str, Any]) -> Awaitable[dict[str, Any]]: ...
 
 
-def serve_agent(agent: CountingAgent, port: int = METRICS_PORT) -> Exporter | None:
-    """Export ``agent``'s counters; call from the agent's event loop.
+# A lab's own management hub gives a node its eth0 after the agent started (orchestrator.lab.mgmtbridge):
+# the exporter waits for the address, looking this often, and gives up after EXPORTER_WAIT_S.
+EXPORTER_RETRY_S = 0.5
+EXPORTER_WAIT_S = 600.0
+
+
+def serve_agent(agent: CountingAgent, port: int = METRICS_PORT) -> None:
+    """Export ``agent``'s counters as soon as ``eth0`` has an address; call from the agent's event loop.
 
     Scrapes run in the HTTP server's thread while the loop mutates the counters, so the read is
     handed to the loop (the same path as ``aidcnet ctl counters``) instead of iterating live dicts."""
@@ -184,4 +190,16 @@ def serve_agent(agent: CountingAgent, port: int = METRICS_PORT) -> Exporter | No
         future = asyncio.run_coroutine_threadsafe(agent.show_counters({}), loop)
         return future.result(timeout=5.0)["counters"]
 
-    return start_exporter(AgentCollector(source, node=socket.gethostname(), role=agent.role), port=port)
+    collector = AgentCollector(source, node=socket.gethostname(), role=agent.role)
+    deadline = loop.time() + EXPORTER_WAIT_S
+
+    def attempt() -> None:
+        address = interface_ipv4(MGMT_INTERFACE)
+        if address is not None:
+            start_exporter(collector, address=address, port=port)
+        elif loop.time() < deadline:
+            loop.call_later(EXPORTER_RETRY_S, attempt)
+        else:
+            log.warning("no IPv4 on %s after %.0f s: metrics not exported", MGMT_INTERFACE, EXPORTER_WAIT_S)
+
+    attempt()

@@ -248,9 +248,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser(
         "destroy",
-        help="remove a lab's containers, netns links and unused mgmt network",
-        description="Finds everything by containerlab's labels, so it also cleans up after "
-        "a crashed or interrupted deploy. Idempotent: destroying twice is fine.",
+        help="remove a lab's containers, netns links and management network",
+        description="Finds everything by containerlab's labels and the management hub's interface alias "
+        "(aidclab-mgmt:<lab>), so it also cleans up after a crashed or interrupted deploy. A Docker "
+        "network the topology names (mgmt.network) is removed only when no other lab uses it. "
+        "Idempotent: destroying twice is fine.",
     )
     add_lab_argument(p, optional=True)
     p.add_argument("--all", action="store_true", help="every lab on this machine")

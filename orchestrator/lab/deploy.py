@@ -18,6 +18,7 @@ from rich.console import Console
 from aidcnet.agent.client import AgentClient
 from aidcnet.agent.control import ControlError
 from orchestrator.lab import labdir
+from orchestrator.lab.mgmtbridge import MgmtBridge, MgmtError, ensure_bridge, remove_bridges
 from orchestrator.lab.roles import role_of
 from orchestrator.lab.runtime.docker import (
     ContainerSpec,
@@ -35,6 +36,10 @@ from orchestrator.progress import Counter, Phases, console
 # Docker's API server serialises much of container creation; beyond ~8 parallel requests it only queues.
 PARALLEL = 8
 HEALTH_TIMEOUT_S = 60.0
+# Namespaces prepared at once (a few netlink requests each).
+PREPARE_PARALLEL = 2
+# A node's management address with its prefix, on a lab's own hub (Docker's view has none: network none).
+MGMT_LABEL = "aidclab-mgmt-ipv4"
 # Rounds of 0.2 s that destroy waits for Docker to release removed containers' endpoints by itself.
 STALE_WAIT_ROUNDS = 10
 # Listings of a lab's containers destroy removes before it trusts that none is left.
@@ -57,7 +62,9 @@ class NodeStatus:
     detail: str = ""
 
 
-def _spec(topo: Topology, node_name: str) -> ContainerSpec:
+def _spec(topo: Topology, node_name: str, mgmt: MgmtBridge | None = None) -> ContainerSpec:
+    """``mgmt``: the lab's own hub, which gives the node its ``eth0`` after the start (Docker's network
+    ``none`` until then); None: Docker's network ``topo.mgmt.network`` does."""
     node = topo.nodes[node_name]
     role = role_of(node)
     base = topo.path.resolve().parent
@@ -68,17 +75,20 @@ def _spec(topo: Topology, node_name: str) -> ContainerSpec:
         if not src.startswith("/"):
             src = str((base / src).resolve())
         binds.append(f"{src}{sep}{rest}")
+    labels = labdir.container_labels(topo, node_name)
+    if mgmt is not None:
+        labels[MGMT_LABEL] = mgmt.interface(node_name)
     return ContainerSpec(
         name=topo.container_name(node_name),
         image=node.image,
         hostname=node_name,
-        network=topo.mgmt.network,
-        labels=labdir.container_labels(topo, node_name),
+        network="none" if mgmt is not None else topo.mgmt.network,
+        labels=labels,
         env={"CLAB_LABEL": topo.name, "CLAB_NODE_NAME": node_name, **node.env},
         binds=binds,
         sysctls=role.container_sysctls(node),
         cap_add=list(role.cap_add),
-        mgmt_ipv4=node.mgmt_ipv4,
+        mgmt_ipv4=None if mgmt is not None else node.mgmt_ipv4,
         cmd=node.cmd,
     )
 
@@ -187,17 +197,22 @@ def _check_mgmt_room(runtime: DockerRuntime, topo: Topology) -> None:
         )
 
 
-def _ensure_mgmt(phases: Phases, runtime: DockerRuntime, topo: Topology) -> None:
+def _ensure_mgmt(phases: Phases, runtime: DockerRuntime, topo: Topology) -> MgmtBridge | None:
     """Create (or reuse) the management network and settle ``topo.mgmt.ipv4_subnet``: a lab's own network
-    whose subnet the file leaves open takes a free one, sized to the nodes; the lab directory records it
-    (topology-data.json), so configure and redeploy agree with this deploy."""
+    (a hub of ours, orchestrator.lab.mgmtbridge) whose subnet the file leaves open takes a free one, sized
+    to the nodes; the lab directory records it (topology-data.json), so configure and redeploy agree with
+    this deploy. Returns the lab's own hub, or None for a Docker network the file names."""
     mgmt = topo.mgmt
-    what = f"{mgmt.network} {mgmt.ipv4_subnet or 'free subnet'} (internal{', own' if mgmt.own else ''})"
-    with phases.phase("network", what):
-        mgmt.ipv4_subnet = runtime.ensure_mgmt_network(
-            mgmt.network, mgmt.ipv4_subnet, mgmt.bridge,
-            lab=topo.name if mgmt.own else None, containers=len(topo.nodes),
-        )  # fmt: skip
+    if mgmt.own:
+        with phases.phase("network", f"{mgmt.network} {mgmt.ipv4_subnet or 'free subnet'} (own, internal)"):
+            try:
+                return ensure_bridge(topo, runtime.network_subnets())
+            except MgmtError as exc:
+                raise DeployError(str(exc)) from exc
+    subnet = str(mgmt.ipv4_subnet)  # a named network always has one (topology._mgmt)
+    with phases.phase("network", f"{mgmt.network} {subnet} (internal, Docker)"):
+        mgmt.ipv4_subnet = runtime.ensure_mgmt_network(mgmt.network, subnet, mgmt.bridge)
+    return None
 
 
 def _run_exec(phases: Phases, runtime: DockerRuntime, topo: Topology) -> None:
@@ -236,12 +251,15 @@ def deploy(
     if existing:
         destroy(topo.name, runtime=runtime, quiet=True, underlay_netns=underlay_netns)
     _check_mgmt_room(runtime, topo)
-    _ensure_mgmt(phases, runtime, topo)
+    mgmt = _ensure_mgmt(phases, runtime, topo)
     pids: dict[str, int] = {}
-    # Health checks start as each container starts, so they overlap with the rest of the deploy.
+    # Health checks start as each container starts, so they overlap with the rest of the deploy. A health
+    # check holds its thread until the agent answers: namespaces are prepared in a pool of their own, or
+    # they would wait behind the checks (7 s of a superpod deploy did).
     health_pool = ThreadPoolExecutor(max_workers=PARALLEL)
+    prepare_pool = ThreadPoolExecutor(max_workers=PREPARE_PARALLEL)
     health: dict[Future[tuple[bool, str]], str] = {}
-    wiring = IncrementalWiring(topo, health_pool, underlay_netns)
+    wiring = IncrementalWiring(topo, prepare_pool, underlay_netns, mgmt)
     try:
         with phases.phase(
             "containers", f"{len(topo.nodes)} in parallel ({PARALLEL} at a time), links as both ends come up"
@@ -249,7 +267,7 @@ def deploy(
             counter = Counter("started", len(topo.nodes))
             progress = _LabProgress()
             with ThreadPoolExecutor(max_workers=PARALLEL) as pool:
-                futures = {pool.submit(runtime.run, _spec(topo, n)): n for n in topo.nodes}
+                futures = {pool.submit(runtime.run, _spec(topo, n, mgmt)): n for n in topo.nodes}
                 errors = []
                 for fut in as_completed(futures):
                     node = futures[fut]
@@ -286,6 +304,7 @@ def deploy(
                 raise DeployError("nodes not healthy: " + "; ".join(sorted(bad)))
     finally:
         health_pool.shutdown(wait=False, cancel_futures=True)
+        prepare_pool.shutdown(wait=False, cancel_futures=True)
     with phases.phase("lab-dir"):
         addresses = mgmt_addresses(runtime, topo)
         prefix_len = ipaddress.ip_network(str(topo.mgmt.ipv4_subnet), strict=False).prefixlen
@@ -294,11 +313,22 @@ def deploy(
     return path
 
 
+def _mgmt_of(container: dict[str, Any], labels: dict[str, str]) -> tuple[str, str]:
+    """(address, prefix length) of a container's management interface: the label a lab's own hub left,
+    else the address Docker's network gave it."""
+    if labels.get(MGMT_LABEL):
+        addr, _, prefix = labels[MGMT_LABEL].partition("/")
+        return addr, prefix
+    nets = (container.get("NetworkSettings") or {}).get("Networks") or {}
+    net = next((n for n in nets.values() if n.get("IPAddress")), {})
+    return net.get("IPAddress", ""), str(net.get("IPPrefixLen") or "")
+
+
 def mgmt_addresses(runtime: DockerRuntime, topo: Topology) -> dict[str, str]:
     out = {}
     for name in topo.nodes:
-        nets = runtime.inspect(topo.container_name(name))["NetworkSettings"]["Networks"]
-        out[name] = (nets.get(topo.mgmt.network) or {}).get("IPAddress", "")
+        info = runtime.inspect(topo.container_name(name))
+        out[name] = _mgmt_of(info, info["Config"].get("Labels") or {})[0]
     return out
 
 
@@ -351,6 +381,7 @@ def destroy(
         networks.update(runtime.lab_networks(lab))
         for net in sorted(networks - {"none", "host", "bridge"}):
             _remove_network(runtime, net, names)
+        remove_bridges(lab)
     if cleanup:
         for lab_name in labs | ({lab} if lab else set()):
             path = (lab_dir_root or Path.cwd()) / lab_dir_name(lab_name)
@@ -393,8 +424,7 @@ def status(runtime: DockerRuntime, lab: str | None) -> list[NodeStatus]:
     out = []
     for c in sorted(runtime.lab_containers(lab), key=lambda c: c["Names"][0]):
         labels = c.get("Labels") or {}
-        nets = (c.get("NetworkSettings") or {}).get("Networks") or {}
-        ipv4 = next((n.get("IPAddress", "") for n in nets.values() if n.get("IPAddress")), "")
+        ipv4 = _mgmt_of(c, labels)[0]
         out.append(
             NodeStatus(
                 name=labels.get("clab-node-name", ""),
@@ -413,9 +443,7 @@ def inspect_json(runtime: DockerRuntime, lab: str | None) -> dict[str, Any]:
     rows = []
     for c in sorted(runtime.lab_containers(lab), key=lambda c: c["Names"][0]):
         labels = c.get("Labels") or {}
-        nets = (c.get("NetworkSettings") or {}).get("Networks") or {}
-        net = next(iter(nets.values()), {})
-        prefix = net.get("IPPrefixLen") or ""
+        addr, prefix = _mgmt_of(c, labels)
         rows.append(
             {
                 "lab_name": labels.get("containerlab", ""),
@@ -426,7 +454,7 @@ def inspect_json(runtime: DockerRuntime, lab: str | None) -> dict[str, Any]:
                 "kind": labels.get("clab-node-kind", ""),
                 "group": labels.get("clab-node-group", ""),
                 "state": c.get("State", ""),
-                "ipv4_address": f"{net.get('IPAddress', '')}/{prefix}" if net.get("IPAddress") else "",
+                "ipv4_address": f"{addr}/{prefix}" if addr else "",
                 "ipv6_address": "",
                 "owner": labels.get("clab-owner", ""),
             }

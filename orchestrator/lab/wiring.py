@@ -16,6 +16,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
+from orchestrator.lab.mgmtbridge import MGMT_IFNAME, MgmtBridge, MgmtError, attach_node, configure_eth0
 from orchestrator.lab.netns import netlink
 from orchestrator.lab.topology import Link, Topology
 from orchestrator.lab.vxlan import VxlanError, create_end
@@ -28,12 +29,17 @@ class WiringError(RuntimeError):
 class IncrementalWiring:
     """Wires links while containers are still starting: a pair is created as soon as both of its nodes
     have a PID, and a node's namespace is prepared as soon as all of its links exist. Deploy time is then
-    bounded by container starts, not by starts plus wiring."""
+    bounded by container starts, not by starts plus wiring. ``mgmt``: the lab's own management hub, whose
+    ``eth0`` each node gets here (orchestrator.lab.mgmtbridge); None on a Docker network."""
 
-    def __init__(self, topo: Topology, pool: ThreadPoolExecutor, underlay_netns: str | None = None):
+    def __init__(
+        self, topo: Topology, pool: ThreadPoolExecutor, underlay_netns: str | None = None,
+        mgmt: MgmtBridge | None = None,
+    ):  # fmt: skip
         self.topo = topo
         self.pool = pool
         self.underlay_netns = underlay_netns
+        self.mgmt = mgmt
         self.pids: dict[str, int] = {}
         self.waiting: dict[str, list[Link]] = {node: [] for node in topo.nodes}
         self.missing: dict[str, int] = dict.fromkeys(topo.nodes, 0)
@@ -49,6 +55,11 @@ class IncrementalWiring:
 
     def node_started(self, node: str, pid: int) -> None:
         self.pids[node] = pid
+        if self.mgmt is not None:
+            try:
+                attach_node(self.ipr, self.mgmt, node, pid)
+            except MgmtError as exc:
+                raise WiringError(str(exc)) from exc
         # A VXLAN end needs only its own node: its peer is in another part, on another host.
         for vx in self.topo.vxlan_links:
             if vx.endpoint.node == node:
@@ -71,7 +82,8 @@ class IncrementalWiring:
     def _prepare(self, node: str) -> None:
         interfaces = [ep.interface for _link, ep, _peer in self.topo.links_of(node)]
         interfaces += [vx.endpoint.interface for vx in self.topo.vxlan_links if vx.endpoint.node == node]
-        self.prepared.append(self.pool.submit(_prepare_netns, node, self.pids[node], interfaces))
+        eth0 = self.mgmt.interface(node) if self.mgmt is not None else None
+        self.prepared.append(self.pool.submit(_prepare_netns, node, self.pids[node], interfaces, eth0))
 
     def finish(self) -> int:
         """Wait for every namespace to be prepared; raise the first wiring error."""
@@ -129,10 +141,16 @@ def _create_pair(ipr: IPRoute, link: Link, pids: dict[str, int], a_ifindex: int)
         ) from exc
 
 
-def _prepare_netns(node: str, pid: int, interfaces: list[str]) -> None:
+def _prepare_netns(node: str, pid: int, interfaces: list[str], eth0: str | None = None) -> None:
+    """Set the node's data interfaces up, give ``eth0`` its management address (``A.B.C.D/len``) when
+    the lab's own hub made it, and delete any default route."""
     with netlink(f"/proc/{pid}/ns/net") as ns:
         # One dump for all: link_lookup(ifname=) dumps every link per call, and a SuperPoD leaf has 64.
         index = {link.get_attr("IFLA_IFNAME"): link["index"] for link in ns.get_links()}
+        if eth0 is not None:
+            if MGMT_IFNAME not in index:
+                raise WiringError(f"node {node}: its management interface {MGMT_IFNAME} vanished")
+            configure_eth0(ns, index[MGMT_IFNAME], eth0)
         for name in interfaces:
             if name not in index:
                 raise WiringError(f"node {node}: interface {name} vanished right after it was created")

@@ -1,6 +1,7 @@
-"""Docker state after many labs come and go (issue 18): every lab gets a management network of its own,
-and destroy leaves no container, network, endpoint, veth or netns behind, also after a deploy killed with
-SIGKILL half way. Labs here are tiny (2-3 nodes) and named ``mg*``."""
+"""Host and Docker state after many labs come and go (issue 18): every lab gets a management network of its
+own (a hub of ours, orchestrator.lab.mgmtbridge, not a Docker network), and destroy leaves no container,
+network, endpoint, hub, macvlan or netns behind, also after a deploy killed with SIGKILL half way. Labs
+here are tiny (2-3 nodes) and named ``mg*``."""
 
 from __future__ import annotations
 
@@ -18,8 +19,9 @@ import pytest
 import yaml
 
 from orchestrator.configure.plan import build_plan
-from orchestrator.lab.deploy import deploy, destroy
-from orchestrator.lab.runtime.docker import NETWORK_LAB_LABEL, DockerRuntime, netns_links
+from orchestrator.lab.deploy import MGMT_LABEL, deploy, destroy
+from orchestrator.lab.mgmtbridge import ALIAS_PREFIX, bridge_name, gateway_name
+from orchestrator.lab.runtime.docker import DockerRuntime, netns_links
 from orchestrator.lab.topology import Topology, load_topology
 
 from .conftest import aidclab
@@ -56,49 +58,61 @@ class Footprint:
 
     lab: str
     network: str
-    network_id: str
-    bridge: str
-    veths: set[str] = field(default_factory=set)
+    subnet: str
+    hub_index: int
+    devices: set[str] = field(default_factory=set)
 
 
-def host_veths(master: str | None = None) -> set[str]:
-    cmd = ["ip", "-o", "link", "show", "type", "veth"] + (["master", master] if master else [])
-    out = subprocess.run(cmd, capture_output=True, text=True)
-    return {line.split(":")[1].strip().split("@")[0] for line in out.stdout.splitlines() if ":" in line}
+def host_links(alias: str | None = None) -> dict[str, int]:
+    """Host interfaces (name -> ifindex), only those with ``alias`` when given."""
+    out = subprocess.run(["ip", "-d", "-j", "link", "show"], capture_output=True, text=True, check=True)
+    links = json.loads(out.stdout)
+    return {d["ifname"]: d["ifindex"] for d in links if alias is None or d.get("ifalias") == alias}
 
 
-def host_links() -> set[str]:
-    out = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True, check=True)
-    return {line.split(":")[1].strip().split("@")[0] for line in out.stdout.splitlines() if ":" in line}
+def footprint(topo: Topology) -> Footprint:
+    devices = host_links(f"{ALIAS_PREFIX}{topo.name}")
+    hub_index = devices.get(bridge_name(topo), -1)
+    return Footprint(topo.name, topo.mgmt.network, str(topo.mgmt.ipv4_subnet), hub_index, set(devices))
 
 
-def footprint(runtime: DockerRuntime, topo: Topology) -> Footprint:
-    net = runtime.client.networks.get(topo.mgmt.network)
-    bridge = (net.attrs.get("Options") or {}).get("com.docker.network.bridge.name") or f"br-{net.id[:12]}"
-    return Footprint(topo.name, net.name, net.id, bridge, host_veths(bridge))
+def node_eth0(runtime: DockerRuntime, topo: Topology, node: str) -> str:
+    code, out = runtime.exec(topo.container_name(node), ["ip", "-4", "-br", "addr", "show", "eth0"])
+    assert code == 0, out
+    return out.split()[2]
 
 
 def assert_up_on_its_own_network(runtime: DockerRuntime, topo: Topology, lab_dir: Path) -> Footprint:
-    net = runtime.client.networks.get(topo.mgmt.network)
-    assert net.name == f"clab-{topo.name}" and net.attrs["Internal"] is True
-    assert net.attrs["Labels"][NETWORK_LAB_LABEL] == topo.name
-    subnet = net.attrs["IPAM"]["Config"][0]["Subnet"]
-    # Sized to the lab: the smallest subnet that holds its nodes (a /29 holds 5 next to Docker's gateway).
-    assert subnet == topo.mgmt.ipv4_subnet and ipaddress.ip_network(subnet).prefixlen == 29
-    attached = {e["Name"] for e in net.attrs["Containers"].values()}
-    assert attached == {topo.container_name(n) for n in topo.nodes}
+    # No Docker network: the containers run on "none" and get eth0 from the lab's hub.
+    name = topo.mgmt.network
+    assert [n for n in runtime.client.networks.list(names=[name]) if n.name == name] == []
+    fp = footprint(topo)
+    assert fp.devices == {bridge_name(topo), gateway_name(topo)}, fp.devices
+    subnet = ipaddress.ip_network(str(topo.mgmt.ipv4_subnet))
+    # Sized to the lab: the smallest subnet that holds its nodes (a /29 holds 5 next to the gateway).
+    assert subnet.prefixlen == 29
+    gw = subprocess.run(
+        ["ip", "-4", "-br", "addr", "show", gateway_name(topo)], capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert gw[2] == f"{subnet.network_address + 1}/29", gw
+    addresses = {}
+    for node in topo.nodes:
+        info = runtime.inspect(topo.container_name(node))
+        assert info["HostConfig"]["NetworkMode"] == "none"
+        addresses[node] = info["Config"]["Labels"][MGMT_LABEL]
+        assert node_eth0(runtime, topo, node) == addresses[node]
+        assert ipaddress.ip_interface(addresses[node]).network == subnet
+    assert len(set(addresses.values())) == len(topo.nodes)
     # Recorded in the lab dir: a configure in another process plans around the same subnet.
     data = json.loads((lab_dir / "topology-data.json").read_text())
-    assert data["clab"]["config"]["mgmt"] == {"network": net.name, "ipv4-subnet": subnet}
-    assert {n["mgmt-ipv4-address"] for n in data["nodes"].values()} <= {
-        str(a) for a in ipaddress.ip_network(subnet).hosts()
+    assert data["clab"]["config"]["mgmt"] == {"network": topo.mgmt.network, "ipv4-subnet": str(subnet)}
+    assert {n["mgmt-ipv4-address"] for n in data["nodes"].values()} == {
+        a.partition("/")[0] for a in addresses.values()
     }
     fresh = load_topology(topo.path)
     assert fresh.mgmt.ipv4_subnet is None
     build_plan(fresh)
-    assert fresh.mgmt.ipv4_subnet == subnet
-    fp = footprint(runtime, topo)
-    assert len(fp.veths) == len(topo.nodes), f"{fp.bridge}: {fp.veths}"
+    assert fresh.mgmt.ipv4_subnet == str(subnet)
     return fp
 
 
@@ -111,8 +125,8 @@ def assert_nothing_left(runtime: DockerRuntime, fp: Footprint) -> None:
     for net in runtime.client.networks.list(greedy=True):
         names = {e.get("Name", "") for e in (net.attrs.get("Containers") or {}).values()}
         assert not {n for n in names if n.startswith(f"clab-{lab}-")}, f"{net.name}: endpoints {names}"
-    assert fp.bridge not in host_links(), f"bridge {fp.bridge} left"
-    assert not (fp.veths & host_veths()), f"veths of {lab} left: {fp.veths & host_veths()}"
+    assert host_links(f"{ALIAS_PREFIX}{lab}") == {}, f"management hub devices of {lab} left"
+    assert not (fp.devices & set(host_links())), f"devices of {lab} left: {fp.devices & set(host_links())}"
     assert netns_links(f"clab-{lab}-") == []
     netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout
     assert f"clab-{lab}-" not in netns
@@ -145,17 +159,14 @@ def test_deploy_destroy_cycles_leave_nothing(runtime, tmp_path, monkeypatch, lab
             topo = load_topology(tiny_lab(tmp_path, name, shape))
             up.append(assert_up_on_its_own_network(runtime, topo, deploy(topo, runtime)))
         if len(up) == 2:
-            nets = [runtime.client.networks.get(fp.network) for fp in up]
-            a, b = (ipaddress.ip_network(n.attrs["IPAM"]["Config"][0]["Subnet"]) for n in nets)
+            a, b = (ipaddress.ip_network(fp.subnet) for fp in up)
             assert not a.overlaps(b)
         if cycle[0][0] == "mgs4":
-            # Redeploy in place: the old network goes with the old containers, and its veths and bridge.
+            # Redeploy in place: the old hub goes with the old containers, and a new one is made.
             (old,) = up
             topo = load_topology(tmp_path / "mgs4.clab.yml")
             up = [assert_up_on_its_own_network(runtime, topo, deploy(topo, runtime, reconfigure=True))]
-            assert up[0].network_id != old.network_id
-            assert not (old.veths & host_veths()), f"redeploy left veths {old.veths & host_veths()}"
-            assert old.bridge not in host_links(), f"redeploy left bridge {old.bridge}"
+            assert up[0].hub_index != old.hub_index
         for fp in up:
             destroy(fp.lab, runtime, cleanup=True)
             assert_nothing_left(runtime, fp)
@@ -163,7 +174,7 @@ def test_deploy_destroy_cycles_leave_nothing(runtime, tmp_path, monkeypatch, lab
 
 def test_destroy_after_a_deploy_killed_half_way_leaves_nothing(runtime, tmp_path, labs_cleanup):
     """``aidclab deploy`` killed with SIGKILL once its first containers exist; ``aidclab destroy`` then
-    removes the containers, netns links, the lab's own network and its endpoints."""
+    removes the containers, netns links and the lab's own hub."""
     name = "mgkill"
     labs_cleanup.append(name)
     path = tiny_lab(tmp_path, name, "pair", nodes=12)
@@ -181,7 +192,7 @@ def test_destroy_after_a_deploy_killed_half_way_leaves_nothing(runtime, tmp_path
             assert proc.poll() is None, "deploy finished before it could be killed"
             assert time.monotonic() < deadline, "deploy never started a container"
             time.sleep(0.02)
-        fp_net = runtime.client.networks.get(network)
+        devices = host_links(f"{ALIAS_PREFIX}{name}")
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
     finally:
@@ -191,8 +202,8 @@ def test_destroy_after_a_deploy_killed_half_way_leaves_nothing(runtime, tmp_path
     # Half way: containers exist but the deploy never reached its lab directory (its last step).
     assert runtime.lab_containers(name)
     assert not (tmp_path / f"clab-{name}" / "topology-data.json").exists()
-    bridge = f"br-{fp_net.id[:12]}"
-    fp = Footprint(name, network, fp_net.id, bridge, host_veths(bridge))
+    assert len(devices) == 2, devices  # the hub and the gateway's macvlan were up before any container
+    fp = Footprint(name, network, "", -1, set(devices))
     out = aidclab("destroy", str(path), "--cleanup", cwd=tmp_path)
     assert "removed" in out.stderr
     assert_nothing_left(runtime, fp)

@@ -20,14 +20,12 @@ import docker.errors
 import requests.exceptions
 
 from aidcnet.agent.client import AgentClient
-from orchestrator.lab.topology import MGMT_POOL, free_mgmt_subnet, mgmt_prefix_for
 
 LAB_LABEL = "containerlab"
 MANAGED_NETWORK_LABEL = "aidclab.managed"
-# On a lab's own management network: the lab it belongs to, so destroy finds it with no container left.
+# On a lab's own Docker management network, which deploys before the lab's own hub made (mgmtbridge):
+# the lab it belongs to, so destroy still finds and removes such a network.
 NETWORK_LAB_LABEL = "aidclab.lab"
-# Two labs deploying at once can pick the same free subnet; the loser picks again.
-SUBNET_ATTEMPTS = 5
 # Tries, 0.2 s apart, at removing a network Docker says still has endpoints.
 NETWORK_REMOVE_ATTEMPTS = 30
 NETNS_DIR = Path("/run/netns")
@@ -74,20 +72,15 @@ class DockerRuntime:
     def _network(self, name: str) -> Any | None:
         return next((n for n in self.client.networks.list(names=[name]) if n.name == name), None)
 
-    def ensure_mgmt_network(
-        self, name: str, subnet: str | None, bridge: str | None = None, lab: str | None = None,
-        containers: int = 0,
-    ) -> str:
-        """An ``--internal`` bridge: no NAT and no route out of the machine (DESIGN.md §5); returns its
-        subnet. ``lab``: the lab's own network, labelled with the lab so destroy finds it; its bridge is
-        named by Docker (``br-<id>``, never two labs' names cut to the same 15 characters). ``subnet``
-        None: the network's subnet if it exists, else the first free one holding ``containers``."""
+    def ensure_mgmt_network(self, name: str, subnet: str, bridge: str | None = None) -> str:
+        """The Docker network a topology names (``mgmt.network``, shared as containerlab's ``clab`` is):
+        an ``--internal`` bridge, no NAT and no route out of the machine (DESIGN.md §5), created when
+        missing; returns its subnet. A lab that names no network gets a hub of its own instead
+        (orchestrator.lab.mgmtbridge)."""
         net = self._network(name)
         if net is not None:
             configs = (net.attrs.get("IPAM") or {}).get("Config") or []
             subnets = sorted(c.get("Subnet") for c in configs if c.get("Subnet"))
-            if subnet is None and len(subnets) == 1:
-                subnet = subnets[0]
             if subnet not in subnets:
                 raise DockerError(
                     f"management network {name!r} exists with subnet {subnets}, not {subnet}; "
@@ -100,40 +93,20 @@ class DockerRuntime:
                     f"reach outside the machine; remove it (docker network rm {name}) and deploy again"
                 )
             return subnet
-        labels = {MANAGED_NETWORK_LABEL: "true"}
-        options = {}
-        if lab is not None:
-            labels[NETWORK_LAB_LABEL] = lab
-        if bridge or lab is None:
-            options["com.docker.network.bridge.name"] = bridge or f"br-{name}"[:15]
-        for _attempt in range(SUBNET_ATTEMPTS):
-            chosen = subnet or self._free_subnet(name, containers)
-            ipam = docker.types.IPAMConfig(pool_configs=[docker.types.IPAMPool(subnet=chosen)])
-            try:
-                self.client.networks.create(
-                    name, driver="bridge", internal=True, ipam=ipam, options=options, labels=labels
-                )
-                return chosen
-            except docker.errors.APIError as exc:
-                # Another deploy took the subnet between our look and our create: look again.
-                if subnet is not None or "overlap" not in str(exc).lower():
-                    raise DockerError(f"creating management network {name!r} ({chosen}): {exc}") from exc
-        raise DockerError(
-            f"creating management network {name!r}: every free subnet was taken by another deploy "
-            f"{SUBNET_ATTEMPTS} times over; deploy again, or set mgmt.ipv4-subnet in the topology file"
-        )
-
-    def _free_subnet(self, name: str, containers: int) -> str:
-        free = free_mgmt_subnet(max(containers, 1), self.network_subnets())
-        if free is None:
-            raise DockerError(
-                f"no free /{mgmt_prefix_for(max(containers, 1))} in {MGMT_POOL} for management network "
-                f"{name!r}: Docker networks hold it all; remove unused ones (docker network prune)"
-            )
-        return str(free)
+        options = {"com.docker.network.bridge.name": bridge or f"br-{name}"[:15]}
+        ipam = docker.types.IPAMConfig(pool_configs=[docker.types.IPAMPool(subnet=subnet)])
+        try:
+            self.client.networks.create(
+                name, driver="bridge", internal=True, ipam=ipam, options=options,
+                labels={MANAGED_NETWORK_LABEL: "true"},
+            )  # fmt: skip
+        except docker.errors.APIError as exc:
+            raise DockerError(f"creating management network {name!r} ({subnet}): {exc}") from exc
+        return subnet
 
     def lab_networks(self, lab: str | None = None) -> list[str]:
-        """The names of the own management networks of ``lab`` (of every lab if None)."""
+        """The names of the own Docker management networks of ``lab`` (of every lab if None), which labs
+        deployed before their own hubs (orchestrator.lab.mgmtbridge) have."""
         label = f"{NETWORK_LAB_LABEL}={lab}" if lab else NETWORK_LAB_LABEL
         return sorted(n.name for n in self.client.networks.list(filters={"label": label}))
 

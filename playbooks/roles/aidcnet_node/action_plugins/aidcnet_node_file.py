@@ -10,7 +10,7 @@ from ansible.plugins.action import ActionBase
 
 DOCUMENTATION = r"""
 action: aidcnet_node_file
-short_description: Install /etc/aidcnet/node.yml from the plan and have the aidcnet agent validate and apply it
+short_description: Install /etc/aidcnet/node.yml from the plan; the aidcnet agent validates and applies it
 description:
   - Sends the node file as data on the standard input of one command in the node, which runs the role's
     files/aidcnet_node_file.py in aidcnet's own Python (/opt/aidcnet/bin/python). That script checks the
@@ -64,5 +64,6 @@ class ActionModule(ActionBase):
             rc = done.get("rc")
             why = (done.get("stderr") or done.get("stdout") or "").strip()[-600:]
             hint = f" (no {PYTHON} in this node: is it one of aidclab's images?)" if rc == 127 else ""
-            return {**result, "failed": True, "rc": rc, "msg": f"installing the node file failed (rc {rc}){hint}: {why}"}
+            msg = f"installing the node file failed (rc {rc}){hint}: {why}"
+            return {**result, "failed": True, "rc": rc, "msg": msg}
         return {**result, **reply}

@@ -122,3 +122,33 @@ def test_ina_drop_reasons_become_a_labelled_family():
         "aidcnet_ina_dropped_by_reason", {"reason": "slot-budget-exceeded"}
     )
     assert split_counter("ina.completed") == ("aidcnet_ina_completed", {})
+
+
+def test_the_exporter_waits_for_eth0_to_get_its_address(monkeypatch) -> None:
+    """A lab's own management hub gives eth0 its address after the agent started: the agent keeps
+    looking, and exports once the address is there, on that address."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from aidcnet.agent import metrics
+
+    answers = iter([None, None, "10.9.0.2"])
+    looked: list[str] = []
+    started: list[tuple[str, int]] = []
+
+    def fake_ipv4(ifname: str) -> str | None:
+        looked.append(ifname)
+        return next(answers)
+
+    monkeypatch.setattr(metrics, "interface_ipv4", fake_ipv4)
+    monkeypatch.setattr(metrics, "EXPORTER_RETRY_S", 0.01)
+    monkeypatch.setattr(metrics, "start_exporter", lambda c, address, port: started.append((address, port)))
+
+    async def run() -> None:
+        metrics.serve_agent(SimpleNamespace(role="bfr"), port=19464)  # type: ignore[arg-type]
+        assert started == []
+        await asyncio.sleep(0.2)
+
+    asyncio.run(run())
+    assert looked == ["eth0"] * 3
+    assert started == [("10.9.0.2", 19464)]
