@@ -228,6 +228,21 @@ def _run_exec(phases: Phases, runtime: DockerRuntime, topo: Topology) -> None:
                     raise DeployError(f"node {n}: exec {cmd!r} failed with exit {code}: {out.strip()[-300:]}")
 
 
+def _await_health(phases: Phases, health: dict[Future[tuple[bool, str]], str]) -> None:
+    with phases.phase("health", "waiting for every node's agent"):
+        counter = Counter("healthy", len(health))
+        bad = []
+        for fut in as_completed(health):
+            ok, detail = fut.result()
+            if ok:
+                counter.step(health[fut])
+            else:
+                bad.append(f"{health[fut]}: {detail}")
+        counter.close()
+        if bad:
+            raise DeployError("nodes not healthy: " + "; ".join(sorted(bad)))
+
+
 def deploy(
     topo: Topology,
     runtime: DockerRuntime | None = None,
@@ -290,18 +305,7 @@ def deploy(
         with phases.phase("links", f"{len(topo.links)} veth pairs, {len(topo.vxlan_links)} VXLAN ends"):
             wiring.finish()
         _run_exec(phases, runtime, topo)
-        with phases.phase("health", "waiting for every node's agent"):
-            counter = Counter("healthy", len(topo.nodes))
-            bad = []
-            for fut in as_completed(health):
-                ok, detail = fut.result()
-                if ok:
-                    counter.step(health[fut])
-                else:
-                    bad.append(f"{health[fut]}: {detail}")
-            counter.close()
-            if bad:
-                raise DeployError("nodes not healthy: " + "; ".join(sorted(bad)))
+        _await_health(phases, health)
     finally:
         health_pool.shutdown(wait=False, cancel_futures=True)
         prepare_pool.shutdown(wait=False, cancel_futures=True)
