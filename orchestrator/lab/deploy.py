@@ -363,6 +363,7 @@ def destroy(
             batch = [c["Names"][0].lstrip("/") for c in found]
             for c in found:
                 networks.update((c.get("NetworkSettings") or {}).get("Networks", {}).keys())
+            list(pool.map(runtime.kill, batch))  # all exit at once; each removal then waits for one
             list(pool.map(runtime.remove, batch))
             names += batch
     with phases.phase("netns"):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import os
+import signal
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -267,6 +268,34 @@ class DockerRuntime:
     def remove(self, name_or_id: str) -> None:
         with contextlib.suppress(docker.errors.NotFound):
             self.api.remove_container(name_or_id, force=True, v=True)
+
+    def kill(self, name_or_id: str) -> bool:
+        """SIGKILL a running container's init straight from the host, without waiting for dockerd; True
+        when sent. A ``remove`` after it finds the container exiting or gone: dockerd then handles the
+        exits of many containers side by side, where ``docker rm -f`` one by one waits for each (280 nodes:
+        10 s to see all exited, 1 s to remove them, against 15.8 s of ``rm -f`` with 8 at a time).
+        The signal goes through a pidfd of a process checked to be in the container's cgroup, so a PID
+        the kernel gave to another process meanwhile is never signalled."""
+        try:
+            info = self.api.inspect_container(name_or_id)
+        except docker.errors.NotFound:
+            return False
+        pid = int(info["State"].get("Pid") or 0)
+        if not info["State"].get("Running") or pid <= 0:
+            return False
+        try:
+            pidfd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            return False
+        try:
+            if info["Id"] not in Path(f"/proc/{pid}/cgroup").read_text():
+                return False
+            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+            return True
+        except (ProcessLookupError, FileNotFoundError):
+            return False
+        finally:
+            os.close(pidfd)
 
     def pid(self, container: str) -> int:
         """The host PID of a running container's init; DockerError naming the container if it is not up."""
