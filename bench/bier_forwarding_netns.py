@@ -9,10 +9,12 @@ default ebpf-).  In the same run, on the same path:
   - Python BFR 1->1 and 1->8: the same packets through the agent's Python dataplane (one thread).
 Load: several sender processes (sendmmsg) on the other CPUs, and a tc egress program on the source's
 veth (FANOUT_C) that sends every packet they send --clones more times (bpf_clone_redirect out of the same
-device; default 7, so x8): the same generator for every line.  Sockets alone could not offer more than
-the DUT's 1->1 capacity.  The clones share their data with each other, so a DUT that writes a packet may
-have to copy its head first: the kernel's ip_forward (skb_cow) and the program (its writes make the
-skb writable) would pay it alike; a perf profile of the DUT CPU (64 B) showed pskb_expand_head in neither.
+device; default 15, so x16): the same generator for every line.  Sockets alone could not offer more than
+the DUT's 1->1 capacity, and with 7 clones the eBPF 1->1 line forwarded all that was offered (0-1% not
+forwarded, 2026-11-28), so it was the sender's rate.  The clones share their data with each other, so a
+DUT that writes a packet may have to copy its head first: the kernel's ip_forward (skb_cow) and the
+program (its writes make the skb writable) would pay it alike; a perf profile of the DUT CPU (64 B)
+showed pskb_expand_head in neither.
 RPS moves the DUT's receive path to its own CPU (--dut-cpu), away from the senders, so the excess is
 dropped at the DUT's backlog instead of slowing the senders down.  "offered" is what the source's veth
 handed the DUT (its tx packets plus tx drops, i.e. refused at the DUT CPU's full backlog) over the middle
@@ -27,7 +29,7 @@ includes the clones' transmit.  The source is one of the DUT's BFR neighbours (n
 Sinks drop IPv4 at their tc ingress, so only the DUT's own work is compared (see setup).
 --compare-ref REF adds the program as of a git revision, run in the same rounds.
 Targets (issue 13): eBPF 1->1 >= 0.9x kernel IPv4 forwarding; eBPF 1->8 copies/s >= 0.9x ipmr.
-Run as root: python bench/bier_forwarding_netns.py [--seconds 4] [--sizes 64,1000] [--rounds 3] [--clones 7]
+Run as root: python bench/bier_forwarding_netns.py [--seconds 4] [--sizes 64,1000] [--rounds 3] [--clones 15]
 """
 
 from __future__ import annotations
@@ -427,7 +429,7 @@ def main() -> int:
     parser.add_argument(
         "--clones",
         type=int,
-        default=7,
+        default=15,
         help="load multiplier: each packet the senders send leaves the source this many more times "
         "(a tc program's bpf_clone_redirect on its veth), so the offered load exceeds the DUT's 1->1 "
         "capacity; 0: the senders' packets only",
