@@ -30,6 +30,7 @@ import errno
 import fcntl
 import hashlib
 import ipaddress
+import os
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -41,8 +42,9 @@ from pyroute2.netlink.exceptions import NetlinkError
 from orchestrator.lab.topology import MAX_IFNAME, Topology, free_mgmt_subnet, mgmt_capacity, mgmt_prefix_for
 
 ALIAS_PREFIX = "aidclab-mgmt:"
-# Two deploys choosing a free subnet at once must not choose the same one.
-SUBNET_LOCK = Path("/run/aidclab-mgmt.lock")
+# Two deploys choosing a free subnet at once must not choose the same one: they take turns holding a lock
+# on /run itself, a directory every deploy on the machine sees, so no lock file is left behind.
+SUBNET_LOCK = Path("/run")
 MGMT_IFNAME = "eth0"
 
 
@@ -117,10 +119,12 @@ class MgmtBridge:
 
 @contextmanager
 def subnet_lock() -> Iterator[None]:
-    SUBNET_LOCK.parent.mkdir(parents=True, exist_ok=True)
-    with SUBNET_LOCK.open("a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
+    fd = os.open(SUBNET_LOCK, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
         yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def host_subnets(ipr: IPRoute) -> list[ipaddress.IPv4Network]:

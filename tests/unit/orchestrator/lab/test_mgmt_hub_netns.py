@@ -24,6 +24,7 @@ from orchestrator.lab.mgmtbridge import (
     ensure_bridge,
     gateway_name,
     remove_bridges,
+    subnet_lock,
 )
 from orchestrator.lab.netns import netlink
 from orchestrator.lab.topology import Topology, parse_topology
@@ -148,3 +149,25 @@ def test_an_interface_of_another_owner_with_the_bridge_name_is_not_taken(nodes):
         assert f"interface {name} exists on the host and is not lab" in str(info.value)
     finally:
         sh("ip", "link", "del", name)
+
+
+def test_deploys_take_turns_choosing_a_subnet_and_leave_no_lock_file():
+    """A second deploy waits while one holds the lock (a process of its own here), and nothing is created
+    for it."""
+    require_root()
+    before = set(os.listdir("/run"))
+    holder = subprocess.Popen(
+        ["python3", "-c", "import fcntl, os, time; fd = os.open('/run', os.O_RDONLY | os.O_DIRECTORY); "
+         "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); time.sleep(0.6)"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        t0 = time.monotonic()
+        with subnet_lock():
+            waited = time.monotonic() - t0
+        assert waited > 0.3, waited
+    finally:
+        holder.kill()
+        holder.wait()
+    assert set(os.listdir("/run")) - before == set()
