@@ -310,7 +310,8 @@ def deploy(
         health_pool.shutdown(wait=False, cancel_futures=True)
         prepare_pool.shutdown(wait=False, cancel_futures=True)
     with phases.phase("lab-dir"):
-        addresses = mgmt_addresses(runtime, topo)
+        # The hub planned every address; only a Docker network's have to be asked for, node by node.
+        addresses = mgmt.host_addresses() if mgmt is not None else mgmt_addresses(runtime, topo)
         prefix_len = ipaddress.ip_network(str(topo.mgmt.ipv4_subnet), strict=False).prefixlen
         path = labdir.write_lab_dir(topo, addresses, prefix_len)
     phases.summary(f"{len(topo.nodes)} nodes healthy, {len(topo.links)} links up, lab dir {path.name}/")

@@ -112,6 +112,10 @@ class MgmtBridge:
     subnet: ipaddress.IPv4Network
     addresses: dict[str, ipaddress.IPv4Address]
 
+    def host_addresses(self) -> dict[str, str]:
+        """Node → its address, without the prefix (what the lab directory records)."""
+        return {node: str(addr) for node, addr in self.addresses.items()}
+
     def interface(self, node: str) -> str:
         """``eth0``'s address with its prefix, as ``ip addr`` writes it."""
         return f"{self.addresses[node]}/{self.subnet.prefixlen}"
