@@ -946,7 +946,12 @@ int bier_rx(struct __sk_buff *skb)
  * Everything else passes untouched to the stack, where the Python edge's AF_PACKET socket takes it
  * (counted E_PUNTED): IP options, fragments, Ethernet padding, TTL <= 1, a bad header, no flow, a flow
  * the agent did not install (BFERs in several SIs, or this BFR among them), too many copies.
+ *
+ * "Untouched" is TC_ACT_UNSPEC, not TC_ACT_OK: a host port also runs bier_rx (pref 49, after this
+ * program's 48), and TC_ACT_OK from a direct-action program ends the port's filter chain. BIER from a
+ * GPU host (host-BIER) then skipped bier_rx and was forwarded by the Python dataplane behind the stack.
  */
+#define NOT_IMPOSED TC_ACT_UNSPEC
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 4096);
@@ -1225,16 +1230,16 @@ int bier_impose(struct __sk_buff *skb)
 	__u32 zero = 0, ifindex = skb->ingress_ifindex;
 
 	if (skb->protocol != bpf_htons(ETH_P_IP) || (skb->pkt_type != 0 && skb->pkt_type != 2))
-		return TC_ACT_OK; /* PACKET_HOST, PACKET_MULTICAST: what the Python edge's filter keeps */
+		return NOT_IMPOSED; /* PACKET_HOST, PACKET_MULTICAST: what the Python edge's filter keeps */
 	void *data = (void *)(long)skb->data, *end = (void *)(long)skb->data_end;
 
 	if (data + BIER_OFF > end) {
 		if (skb->len < BIER_OFF || bpf_skb_pull_data(skb, BIER_OFF))
-			return TC_ACT_OK;
+			return NOT_IMPOSED;
 		data = (void *)(long)skb->data;
 		end = (void *)(long)skb->data_end;
 		if (data + BIER_OFF > end)
-			return TC_ACT_OK;
+			return NOT_IMPOSED;
 	}
 	struct iphdr *iph = data + IP_OFF;
 	__u8 *g = (__u8 *)&iph->daddr;
@@ -1242,11 +1247,11 @@ int bier_impose(struct __sk_buff *skb)
 	/* aidcnet.bier.edge.is_routable_multicast, IGMP excluded: the packets the edge captures at all */
 	if (iph->version != 4 || (g[0] & 0xF0) != 0xE0 || (g[0] == 224 && g[1] == 0 && g[2] == 0) ||
 	    iph->protocol == IPPROTO_IGMP_)
-		return TC_ACT_OK;
+		return NOT_IMPOSED;
 	__u32 *pidx = bpf_map_lookup_elem(&bier_port, &ifindex);
 
 	if (!pidx)
-		return TC_ACT_OK;
+		return NOT_IMPOSED;
 	__u32 port = *pidx & (BIER_MAX_PORTS - 1);
 	__u32 tot = bpf_ntohs(iph->tot_len);
 	struct udphdr *udph = data + UDP_OFF;
@@ -1391,7 +1396,7 @@ int bier_impose(struct __sk_buff *skb)
 	return TC_ACT_STOLEN;
 punt:
 	ecnt(port, E_PUNTED, 1);
-	return TC_ACT_OK;
+	return NOT_IMPOSED;
 }
 
 char LICENSE[] SEC("license") = "GPL";

@@ -26,6 +26,7 @@ from aidcnet.agent.bier_ebpf import EbpfBier, EbpfNetBier, flow_entries, run_cmd
 from aidcnet.agent.net_bier import NetBierEdge
 from aidcnet.bier.bift import SELF, build_bifts
 from aidcnet.bier.edge import multicast_mac
+from aidcnet.bier.header import BierHeader
 from aidcnet.ipv4 import checksum16
 from tests.dataplane.netlab import PREFIX, NetLab, in_netns
 
@@ -250,3 +251,41 @@ def test_imposition_completes_offloaded_udp_checksums(lab: NetLab, bier_obj: Pat
             ulen = int.from_bytes(f[inner + 24 : inner + 26], "big")
             pseudo = f[inner + 12 : inner + 20] + struct.pack("!BBH", 0, 17, ulen)
             assert checksum16(pseudo + f[inner + 20 : inner + 20 + ulen]) == 0
+
+
+@pytest.mark.parametrize("lab", [4], indirect=True)
+def test_bier_from_a_host_port_reaches_the_forwarding_program(lab: NetLab, bier_obj: Path) -> None:
+    """Host-BIER: the GPU host on the host port is a BFR neighbour too, so that port runs bier_impose
+    (pref 48) in front of bier_rx (pref 49). BIER the host sends is not an imposition and must go on to
+    bier_rx: a TC_ACT_OK from bier_impose ended the port's filter chain, and the Python dataplane behind
+    the stack forwarded every such packet."""
+    names = ["H", *NAMES]
+    birt = {OWN: SELF, 8: ["H"], 1: ["N1"], 2: ["N2"], 3: ["N3"]}
+    labels = {n: {(0, BSL, si): 900 + 10 * i + si for si in range(2)} for i, n in enumerate(names)}
+    bifts = build_bifts(birt, BSL, labels, ecmp_seed=5)
+    nbrs = {n: (lab.nbr_addr[i], lab.dut_if[i]) for i, n in enumerate(names)}
+    with in_netns(lab.dut):
+        dp = BierDataplane(OWN, BSL, 0, bifts, nbrs, {(0, BSL, 0): 500})
+        edge = NetBierEdge(dp, [lab.dut_if[0]], FLOWS, [])
+    fast = EbpfBier(dp, bier_obj, lab.dut_addr, pin_dir=PIN, run=run_cmd(lab.run_prefix()))
+    net = EbpfNetBier(fast, edge, [lab.dut_if[0]], FLOWS)
+    try:
+        with in_netns(lab.dut):
+            fast.start()
+            net.start()
+        bitstrings = (0b1, 0b10, 0b100, 0b111, 0b110)  # BFR-ids 1..3: N1..N3
+        packets = [
+            BierHeader(bift_id=500, bitstring=b, bsl=BSL, ttl=64, entropy=b, bfir_id=8).encode() + b"pl%d" % b
+            for b in bitstrings
+        ]
+        lab.send([lab.frame_in(p) for p in packets])
+        got = lab.capture(settle=0.05, poll=lambda: edge.drain() + dp.poll_once())
+        assert [len(frames) for frames in got[1:]] == [2, 3, 3]
+        assert dp.counters().get("rx.packets", 0) == 0, "the Python dataplane forwarded host-BIER"
+        assert fast.counters()["forwarded"] == len(packets)
+    finally:
+        net.stop()
+        fast.stop()
+        edge.close()
+        dp.close()
+        unpin(PIN)
