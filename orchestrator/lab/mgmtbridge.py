@@ -120,6 +120,20 @@ class MgmtBridge:
         """``eth0``'s address with its prefix, as ``ip addr`` writes it."""
         return f"{self.addresses[node]}/{self.subnet.prefixlen}"
 
+    def hosts_file(self, container_names: dict[str, str]) -> str:
+        """The nodes' ``/etc/hosts``: loopback names, then every node of the lab at its management
+        address, by node name and container name. Docker writes none for a container with networking
+        disabled (how a node on the lab's own hub starts)."""
+        lines = [
+            "127.0.0.1\tlocalhost",
+            "::1\tlocalhost ip6-localhost ip6-loopback",
+            "ff02::1\tip6-allnodes",
+            "ff02::2\tip6-allrouters",
+        ]
+        for node, addr in self.addresses.items():
+            lines.append(f"{addr}\t{node} {container_names.get(node, node)}")
+        return "\n".join(lines) + "\n"
+
 
 @contextmanager
 def subnet_lock() -> Iterator[None]:
@@ -239,6 +253,20 @@ def attach_node(ipr: IPRoute, bridge: MgmtBridge, node: str, pid: int) -> None:
             f"node {node}: netlink refused its management interface (a macvlan of {bridge.name}): "
             f"{exc.args[-1]} (errno {exc.code}); run `aidclab destroy` for lab {bridge.lab!r}, then deploy"
         ) from exc
+
+
+def write_hosts(node: str, pid: int, text: str) -> None:
+    """Write the node's ``/etc/hosts`` through its PID's root. Not followed if the image made it a link:
+    through ``/proc/PID/root`` an absolute link would resolve on the host."""
+    path = f"/proc/{pid}/root/etc/hosts"
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    except OSError as exc:
+        raise MgmtError(
+            f"node {node}: cannot write its /etc/hosts ({exc.strerror}); is the container running?"
+        ) from exc
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
 
 
 def configure_eth0(ns: IPRoute, index: int, address: str) -> None:

@@ -16,7 +16,14 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
-from orchestrator.lab.mgmtbridge import MGMT_IFNAME, MgmtBridge, MgmtError, attach_node, configure_eth0
+from orchestrator.lab.mgmtbridge import (
+    MGMT_IFNAME,
+    MgmtBridge,
+    MgmtError,
+    attach_node,
+    configure_eth0,
+    write_hosts,
+)
 from orchestrator.lab.netns import netlink
 from orchestrator.lab.topology import Link, Topology
 from orchestrator.lab.vxlan import VxlanError, create_end
@@ -52,6 +59,9 @@ class IncrementalWiring:
         self.prepared: list[Future[None]] = []
         self.ipr = IPRoute()
         self.a_ifindex = a_end_ifindexes(topo)
+        self.hosts = (
+            mgmt.hosts_file({n: topo.container_name(n) for n in topo.nodes}) if mgmt is not None else None
+        )
 
     def node_started(self, node: str, pid: int) -> None:
         self.pids[node] = pid
@@ -83,7 +93,9 @@ class IncrementalWiring:
         interfaces = [ep.interface for _link, ep, _peer in self.topo.links_of(node)]
         interfaces += [vx.endpoint.interface for vx in self.topo.vxlan_links if vx.endpoint.node == node]
         eth0 = self.mgmt.interface(node) if self.mgmt is not None else None
-        self.prepared.append(self.pool.submit(_prepare_netns, node, self.pids[node], interfaces, eth0))
+        self.prepared.append(
+            self.pool.submit(_prepare_netns, node, self.pids[node], interfaces, eth0, self.hosts)
+        )
 
     def finish(self) -> int:
         """Wait for every namespace to be prepared; raise the first wiring error."""
@@ -141,9 +153,16 @@ def _create_pair(ipr: IPRoute, link: Link, pids: dict[str, int], a_ifindex: int)
         ) from exc
 
 
-def _prepare_netns(node: str, pid: int, interfaces: list[str], eth0: str | None = None) -> None:
-    """Set the node's data interfaces up, give ``eth0`` its management address (``A.B.C.D/len``) when
-    the lab's own hub made it, and delete any default route."""
+def _prepare_netns(
+    node: str, pid: int, interfaces: list[str], eth0: str | None = None, hosts: str | None = None
+) -> None:
+    """Set the node's data interfaces up, give ``eth0`` its management address (``A.B.C.D/len``) and the
+    node its ``/etc/hosts`` when the lab's own hub made it, and delete any default route."""
+    if hosts is not None:
+        try:
+            write_hosts(node, pid, hosts)
+        except MgmtError as exc:
+            raise WiringError(str(exc)) from exc
     with netlink(f"/proc/{pid}/ns/net") as ns:
         # One dump for all: link_lookup(ifname=) dumps every link per call, and a SuperPoD leaf has 64.
         index = {link.get_attr("IFLA_IFNAME"): link["index"] for link in ns.get_links()}

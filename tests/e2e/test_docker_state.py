@@ -98,11 +98,19 @@ def assert_up_on_its_own_network(runtime: DockerRuntime, topo: Topology, lab_dir
     addresses = {}
     for node in topo.nodes:
         info = runtime.inspect(topo.container_name(node))
-        assert info["HostConfig"]["NetworkMode"] == "none"
+        # Docker's network controller never sees the node: nothing of it to deadlock on at destroy.
+        assert info["HostConfig"]["NetworkMode"] == "none" and info["Config"].get("NetworkDisabled") is True
+        assert info["NetworkSettings"]["SandboxKey"] == ""
         addresses[node] = info["Config"]["Labels"][MGMT_LABEL]
         assert node_eth0(runtime, topo, node) == addresses[node]
         assert ipaddress.ip_interface(addresses[node]).network == subnet
     assert len(set(addresses.values())) == len(topo.nodes)
+    # Every node resolves localhost and every other node by name, from the /etc/hosts deploy wrote.
+    first = next(iter(topo.nodes))
+    for node in topo.nodes:
+        code, out = runtime.exec(topo.container_name(first), ["getent", "hosts", node, "localhost"])
+        assert code == 0, out
+        assert out.split()[:2] == [addresses[node].partition("/")[0], node], out
     # Recorded in the lab dir: a configure in another process plans around the same subnet.
     data = json.loads((lab_dir / "topology-data.json").read_text())
     assert data["clab"]["config"]["mgmt"] == {"network": topo.mgmt.network, "ipv4-subnet": str(subnet)}

@@ -214,6 +214,11 @@ class DockerRuntime:
                 environment=spec.env or None,
                 host_config=host_config,
                 networking_config=networking,
+                # Network "none" with networking disabled: runc makes the node's namespace and Docker's
+                # network controller never sees the container. With a sandbox on "none", 68 nodes exiting
+                # at once (destroy) deadlocked Docker 20.10's controller (endpoint delete against its
+                # watch loop, moby/libnetwork#2679), after which no container of the lab could be removed.
+                network_disabled=spec.network == "none",
                 detach=True,
             )
         except docker.errors.ImageNotFound as exc:

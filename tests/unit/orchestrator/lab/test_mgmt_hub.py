@@ -8,7 +8,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from orchestrator.lab.mgmtbridge import MgmtError, bridge_name, gateway, gateway_name, plan_addresses
+from orchestrator.lab.mgmtbridge import (
+    MgmtBridge,
+    MgmtError,
+    bridge_name,
+    gateway,
+    gateway_name,
+    plan_addresses,
+)
 from orchestrator.lab.topology import MAX_IFNAME, mgmt_prefix_for, parse_topology
 
 NODE = {"kind": "linux", "image": "aidclab/bfr:latest"}
@@ -81,3 +88,17 @@ def test_device_names_fit_ifnamsiz_and_differ_per_lab(name):
 def test_a_bridge_the_file_names_is_used():
     topo = lab(1, mgmt={"bridge": "labmgmt0"})
     assert (bridge_name(topo), gateway_name(topo)) == ("labmgmt0", "labmgmt0gw")
+
+
+def test_the_hosts_file_names_localhost_and_every_node_at_its_address():
+    topo = lab(3, pinned={"n1": "172.30.0.9"}, mgmt={"ipv4-subnet": "172.30.0.0/28"})
+    subnet = ipaddress.IPv4Network("172.30.0.0/28")
+    hub = MgmtBridge(topo.name, "amx", 1, subnet, plan_addresses(topo, subnet))
+    text = hub.hosts_file({n: topo.container_name(n) for n in topo.nodes})
+    entries = [line.split() for line in text.splitlines()]
+    assert entries[0] == ["127.0.0.1", "localhost"]
+    assert sorted(entries[-3:], key=lambda e: e[1]) == [
+        ["172.30.0.2", "n0", "clab-hub-n0"],
+        ["172.30.0.9", "n1", "clab-hub-n1"],
+        ["172.30.0.3", "n2", "clab-hub-n2"],
+    ]
