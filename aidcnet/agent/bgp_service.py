@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aidcnet.agent.control import Handler, Op
-from aidcnet.agent.kernel import RouteTable
+from aidcnet.agent.kernel import LinkWatch, RouteTable, dump_links
 from aidcnet.agent.service import Service
 from aidcnet.bgp import exabgp, security
 from aidcnet.bgp.rib import Link, Rib, Selected, advertisements, community_asn, kernel_routes, select
@@ -32,6 +32,7 @@ from aidcnet.fare.bandwidth import bits_to_bytes, format_bandwidth
 
 if TYPE_CHECKING:
     from aidcnet.config import NodeConfig
+    from aidcnet.rtnl import LinkState
 
 log = logging.getLogger("aidcnet.bgp")
 
@@ -39,8 +40,6 @@ RTPROT_BGP = 186  # Linux's RTPROT_BGP; rt_protos names it "bgp"
 RUN_DIR = Path(os.environ.get("AIDCNET_BGP_DIR", "/run/aidcnet"))
 DEFAULT_LINK_BPS = 100e9  # an interface the plan gave no bandwidth counts as 100G (equal weights)
 RESTART_DELAY_S = 1.0
-IFF_UP = 0x1
-IFF_LOWER_UP = 0x10000
 
 OnChange = Callable[[Mapping[str, Selected]], None]
 
@@ -82,7 +81,7 @@ class BgpService:
         self._server: asyncio.AbstractServer | None = None
         self._proc: asyncio.subprocess.Process | None = None
         self._tasks: list[asyncio.Task[Any]] = []
-        self._ipr: Any = None
+        self._link_watch: LinkWatch | None = None
         self._closing = False
         self._dirty = False
         self._pending_event: dict[str, Any] | None = None
@@ -146,9 +145,9 @@ class BgpService:
                 self._proc.kill()
         if self._server is not None:
             self._server.close()
-        if self._ipr is not None:
-            self._ipr.close()
-            self._ipr = None
+        if self._link_watch is not None:
+            self._link_watch.close()
+            self._link_watch = None
         self.selected = {}
         await asyncio.to_thread(self._program_kernel, {})
 
@@ -245,24 +244,19 @@ class BgpService:
 
     # -- links (netlink) ---------------------------------------------------------------------------
     async def _watch_links(self) -> None:
-        from pyroute2 import AsyncIPRoute
-        from pyroute2.netlink.rtnl import RTMGRP_LINK
-
-        ipr = AsyncIPRoute()
-        self._ipr = ipr
-        await ipr.bind(groups=RTMGRP_LINK)
+        watch = self._link_watch = LinkWatch()
         now = time.time()
-        async for msg in await ipr.link("dump"):
-            self._link_state(msg, now)
-        self._tasks.append(asyncio.create_task(self._netlink_events(ipr)))
+        for link in await asyncio.to_thread(dump_links):
+            self._link_state(link, now)
+        self._tasks.append(asyncio.create_task(self._netlink_events(watch)))
 
-    async def _netlink_events(self, ipr: Any) -> None:
+    async def _netlink_events(self, watch: LinkWatch) -> None:
         while True:
             try:
                 changed: set[str] = set()
-                async for msg in ipr.get():
-                    if msg.get("event") == "RTM_NEWLINK" and self._link_state(msg, time.time()):
-                        changed.add(msg.get_attr("IFLA_IFNAME"))
+                for link in await watch.changes():
+                    if self._link_state(link, time.time()):
+                        changed.add(link.name)
                 if changed:
                     # The kernel flushes or marks routes of a downed link itself: the routes through these
                     # links are rewritten (or deleted) whatever we installed, with no dump of the table.
@@ -275,9 +269,8 @@ class BgpService:
                 log.warning("netlink read failed: %s", exc)
                 await asyncio.sleep(0.1)
 
-    def _link_state(self, msg: Any, now: float) -> bool:
-        name = msg.get_attr("IFLA_IFNAME")
-        up = bool(msg["flags"] & IFF_UP) and bool(msg["flags"] & IFF_LOWER_UP)
+    def _link_state(self, state: LinkState, now: float) -> bool:
+        name, up = state.name, state.running
         changed = False
         for peer, link in self.links.items():
             if link.dev == name and link.up != up:

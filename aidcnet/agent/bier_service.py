@@ -27,13 +27,12 @@ from aidcnet.bier.bift import SELF, Bift, LabelKey, build_bifts
 from aidcnet.bier.bitstring import bfr_id_to_si_bit
 from aidcnet.bier.edge_policy import PortPolicy, from_config
 from aidcnet.bier.header import BierProto
-from aidcnet.config import Bier
 from aidcnet.ipv4 import QP_PORT_BASE, ROCEV2_PORT, Ipv4DecodeError, UdpDatagram, build_udp, parse_udp
 from aidcnet.roles import Role
 from aidcnet.udpio import shaped_sndbuf
 
 if TYPE_CHECKING:
-    from aidcnet.config import NodeConfig
+    from aidcnet.config import Bier, NodeConfig
 
 log = logging.getLogger("aidcnet.bier.service")
 

@@ -20,10 +20,10 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aidcnet.agent import control, metrics
-from aidcnet.agent.bgp_service import IFF_LOWER_UP, IFF_UP, BgpPart
+from aidcnet.agent.bgp_service import BgpPart
 from aidcnet.agent.bier_service import BierPart
 from aidcnet.agent.control import Handler, Op
 from aidcnet.agent.igmp_service import IgmpPart
@@ -31,13 +31,15 @@ from aidcnet.agent.ina_service import InaPart
 from aidcnet.agent.reliable_service import ReliablePart
 from aidcnet.agent.replay_service import ReplayPart
 from aidcnet.agent.service import Service
+
+# The node-file models (pydantic, about 90 ms of CPU in a node) load at start, though a fresh agent only has
+# to answer its health check: every node needs them for its first configure, and loaded then, they made
+# the Ansible run of bsl256's first configure 72.5 s against 51.3 s (280 reloads on two cores), while
+# loaded here they cost the superpod's deploy about 2.5 s (12.0 s against 9.4 s). Netlink needs no library
+# (aidcnet.rtnl), and what only some nodes use (numpy for INA, the BGP speaker) loads when first needed.
+from aidcnet.config import NodeConfig
 from aidcnet.paths import DEFAULT_CONFIG_PATH
 from aidcnet.roles import AGENT_ROLES, Role
-
-# The modules behind a node file (pydantic models, BIER tables, numpy) are imported when first needed: a
-# fresh agent only has to answer its health check, and 68 of them start at once on two cores in a deploy.
-if TYPE_CHECKING:
-    from aidcnet.config import NodeConfig
 
 log = logging.getLogger("aidcnet.agent")
 
@@ -97,33 +99,30 @@ class Agent:
     async def _watch_links(self) -> None:
         """When a data interface gets its carrier back (``aidclab link set NODE:IF up``), put back what the
         kernel flushed while it was down (static routes via it): the running config again, as a diff."""
-        from pyroute2 import AsyncIPRoute
-        from pyroute2.netlink.rtnl import RTMGRP_LINK
+        from aidcnet.agent.kernel import LinkWatch
 
-        ipr = AsyncIPRoute()
-        await ipr.bind(groups=RTMGRP_LINK)
+        watch = LinkWatch()
         up: dict[str, bool] = {}
-        while True:
-            try:
-                came_up = False
-                async for msg in ipr.get():
-                    if msg.get("event") != "RTM_NEWLINK":
-                        continue
-                    name = msg.get_attr("IFLA_IFNAME")
-                    now = bool(msg["flags"] & IFF_UP) and bool(msg["flags"] & IFF_LOWER_UP)
-                    came_up |= now and up.get(name) is False
-                    up[name] = now
-                if came_up and self.config is not None:
-                    async with self._reload_lock:
-                        summary = await asyncio.to_thread(self._converge, self.config)
-                    self.counters["config.relinked"] += 1
-                    log.info("link up: running config re-applied: %s", summary)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # a netlink hiccup or a refused route must not stop the agent
-                self.counters["netlink.error"] += 1
-                log.warning("link watch: %s", exc)
-                await asyncio.sleep(0.1)
+        try:
+            while True:
+                try:
+                    came_up = False
+                    for link in await watch.changes():
+                        came_up |= link.running and up.get(link.name) is False
+                        up[link.name] = link.running
+                    if came_up and self.config is not None:
+                        async with self._reload_lock:
+                            summary = await asyncio.to_thread(self._converge, self.config)
+                        self.counters["config.relinked"] += 1
+                        log.info("link up: running config re-applied: %s", summary)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # a netlink hiccup or a refused route must not stop the agent
+                    self.counters["netlink.error"] += 1
+                    log.warning("link watch: %s", exc)
+                    await asyncio.sleep(0.1)
+        finally:
+            watch.close()
 
     def _load_for_this_node(self, path: Path) -> NodeConfig:
         from aidcnet.config import ConfigError, load_config

@@ -1,17 +1,22 @@
-"""Program addresses, MTUs and routes into the node's kernel with pyroute2; a thin shell around
-:mod:`aidcnet.netstate`, which decides what to change."""
+"""Program addresses, MTUs and routes into the node's kernel, and hear its link changes: a thin shell
+around :mod:`aidcnet.netstate`, which decides what to change, with rtnetlink messages from
+:mod:`aidcnet.rtnl` on plain netlink sockets.
+
+Not pyroute2: its package imports every module it has, about 75 ms of CPU in a node, and every agent of a
+lab pays for its imports at once in a deploy (68 on two cores for the superpod). pyroute2 stays the
+independent reference the codec is tested against, and drives :func:`apply_routes_per_request`.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import ipaddress
 import os
 import socket
 import threading
-from collections.abc import Iterable, Mapping
-
-from pyroute2 import IPRoute
-from pyroute2.netlink.exceptions import NetlinkError
+from collections.abc import Callable, Iterable, Mapping
+from typing import TypeVar
 
 from aidcnet import rtnl
 from aidcnet.netstate import (
@@ -23,6 +28,7 @@ from aidcnet.netstate import (
     forget_routes_on,
 )
 
+T = TypeVar("T")
 SOL_NETLINK = 270
 NETLINK_CAP_ACK = 10  # failure answers without the echoed request
 NETLINK_EXT_ACK = 11  # ... but with the kernel's reason in words
@@ -44,67 +50,72 @@ def _index(ifname: str) -> int:
         ) from None
 
 
+def _dump(request: bytes, parse: Callable[[bytes], tuple[list[T], bool]]) -> list[T]:
+    out: list[T] = []
+    with _netlink_socket() as sock:
+        sock.sendall(request)
+        done = False
+        while not done:
+            batch, done = parse(sock.recv(1 << 20))
+            out.extend(batch)
+    return out
+
+
 def read_state(managed: set[str], proto: int = RTPROT_AIDCNET) -> KernelState:
     """Addresses and MTUs of ``managed`` interfaces, and the routes installed with ``proto``."""
+    links = dump_links()
+    names = {link.index: link.name for link in links}
+    mtus = {link.name: link.mtu for link in links if link.name in managed}
     addresses = set()
-    mtus = {}
+    for addr in _dump(rtnl.addr_dump_request(1), rtnl.parse_addresses):
+        name = names.get(addr.index)
+        if name in managed and not ipaddress.ip_address(addr.address).is_loopback:
+            addresses.add((name, f"{addr.address}/{addr.prefixlen}"))
     routes: dict[str, NextHops] = {}
-    with IPRoute() as ipr:
-        names = {msg["index"]: msg.get_attr("IFLA_IFNAME") for msg in ipr.get_links()}
-        for msg in ipr.get_links():
-            name = msg.get_attr("IFLA_IFNAME")
-            if name in managed:
-                mtus[name] = msg.get_attr("IFLA_MTU")
-        for msg in ipr.get_addr(family=socket.AF_INET):
-            name = names.get(msg["index"])
-            addr = msg.get_attr("IFA_ADDRESS")
-            if name in managed and not ipaddress.ip_address(addr).is_loopback:
-                addresses.add((name, f"{addr}/{msg['prefixlen']}"))
-        for msg in ipr.get_routes(family=socket.AF_INET, proto=proto):
-            prefix = f"{msg.get_attr('RTA_DST') or '0.0.0.0'}/{msg['dst_len']}"
-            multipath = msg.get_attr("RTA_MULTIPATH")
-            if multipath:
-                hops = tuple(
-                    sorted(
-                        (nh.get_attr("RTA_GATEWAY"), names.get(nh["oif"], "?"), nh["hops"] + 1)
-                        for nh in multipath
-                    )
-                )
-            else:
-                hops = ((msg.get_attr("RTA_GATEWAY"), names.get(msg.get_attr("RTA_OIF"), "?"), 1),)
-            routes[prefix] = hops
+    for route in _dump(rtnl.route_dump_request(1), rtnl.parse_routes):
+        if route.protocol == proto:
+            hops = ((via, names.get(oif, "?"), weight) for via, oif, weight in route.hops)
+            routes[route.prefix] = tuple(sorted(hops)) if len(route.hops) > 1 else tuple(hops)
     return KernelState(frozenset(addresses), routes, mtus)
+
+
+def _ask(sock: socket.socket, seq: int, request: bytes) -> rtnl.Answer:
+    sock.sendall(request)
+    while True:
+        for answer in rtnl.parse_answers(sock.recv(1 << 16)):
+            if answer.seq == seq:
+                return answer
 
 
 def apply_diff(diff: KernelDiff, proto: int = RTPROT_AIDCNET) -> None:
     """Apply in the order that keeps routes resolvable: MTUs and new addresses, then routes, then
     removals. Raises :class:`KernelError` naming the item the kernel refused."""
-    with IPRoute() as ipr:
-        step = ""
-        try:
-            for name, mtu in diff.set_mtus.items():
-                step = f"set mtu {mtu} on {name}"
-                ipr.link("set", index=_index(name), mtu=mtu, state="up")
-            for name, cidr in diff.add_addresses:
-                step = f"add address {cidr} on {name}"
-                iface = ipaddress.IPv4Interface(cidr)
-                ipr.addr(
-                    "replace",
-                    index=_index(name),
-                    address=str(iface.ip),
-                    prefixlen=iface.network.prefixlen,
-                )
-                if name != "lo":
-                    ipr.link("set", index=_index(name), state="up")
-            apply_routes(diff.replace_routes, diff.remove_routes, proto)
-            for name, cidr in diff.remove_addresses:
-                step = f"remove address {cidr} from {name}"
-                iface = ipaddress.IPv4Interface(cidr)
-                ipr.addr(
-                    "del", index=_index(name), address=str(iface.ip), prefixlen=iface.network.prefixlen
-                )
-        except NetlinkError as exc:
-            raise KernelError(f"kernel refused to {step}: {exc.args[-1]} (errno {exc.code})") from exc
+    first: list[tuple[str, bytes]] = []
+    for name, mtu in diff.set_mtus.items():
+        first.append((f"set mtu {mtu} on {name}", rtnl.link_set(len(first), _index(name), mtu=mtu)))
+    for name, cidr in diff.add_addresses:
+        index = _index(name)
+        first.append((f"add address {cidr} on {name}", rtnl.addr_replace(len(first), index, cidr)))
+        if name != "lo":
+            first.append((f"set {name} up", rtnl.link_set(len(first), index)))
+    last = [
+        (f"remove address {cidr} from {name}", rtnl.addr_delete(seq, _index(name), cidr))
+        for seq, (name, cidr) in enumerate(diff.remove_addresses, len(first))
+    ]
+    with _netlink_socket() as sock:
+        sock.setsockopt(SOL_NETLINK, NETLINK_CAP_ACK, 1)
+        sock.setsockopt(SOL_NETLINK, NETLINK_EXT_ACK, 1)
+        for seq, (step, request) in enumerate(first):
+            _check(step, _ask(sock, seq, request))
+        apply_routes(diff.replace_routes, diff.remove_routes, proto)
+        for seq, (step, request) in enumerate(last, len(first)):
+            _check(step, _ask(sock, seq, request))
+
+
+def _check(step: str, answer: rtnl.Answer) -> None:
+    if answer.errno != 0:
+        reason = answer.message or os.strerror(answer.errno)
+        raise KernelError(f"kernel refused to {step}: {reason} (errno {answer.errno})")
 
 
 # Requests per sendmsg: one skb each, far below the socket's send buffer, and a failure answer per request
@@ -174,6 +185,9 @@ def apply_routes_per_request(
 ) -> None:
     """The same change as :func:`apply_routes` with one pyroute2 request per route: the reference the
     batched path is tested and benchmarked against."""
+    from pyroute2 import IPRoute
+    from pyroute2.netlink.exceptions import NetlinkError
+
     with IPRoute() as ipr:
         for prefix, hops in replace.items():
             if len(hops) == 1:
@@ -188,6 +202,45 @@ def apply_routes_per_request(
             except NetlinkError as exc:
                 if exc.code != errno.ESRCH:
                     raise
+
+
+def _netlink_socket(groups: int = 0, blocking: bool = True) -> socket.socket:
+    kind = socket.SOCK_RAW | socket.SOCK_CLOEXEC | (0 if blocking else socket.SOCK_NONBLOCK)
+    sock = socket.socket(socket.AF_NETLINK, kind, socket.NETLINK_ROUTE)
+    sock.bind((0, groups))
+    return sock
+
+
+def dump_links() -> list[rtnl.LinkState]:
+    """Every interface of this node and its flags (``ip link show``)."""
+    states: list[rtnl.LinkState] = []
+    with _netlink_socket() as sock:
+        sock.sendall(rtnl.link_dump_request(1))
+        done = False
+        while not done:
+            batch, done = rtnl.parse_link_states(sock.recv(1 << 20))
+            states.extend(batch)
+    return states
+
+
+class LinkWatch:
+    """Link changes as the kernel announces them (the RTMGRP_LINK group), read on the running event
+    loop. Open it before :func:`dump_links` so no change falls between the two. A receive buffer that
+    overflowed raises ``OSError(ENOBUFS)`` from :meth:`changes`: changes were lost, dump again."""
+
+    RCVBUF = 1 << 20
+
+    def __init__(self) -> None:
+        self._sock = _netlink_socket(rtnl.RTMGRP_LINK, blocking=False)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.RCVBUF)
+
+    async def changes(self) -> list[rtnl.LinkState]:
+        """The next datagram's link states (one or more), waiting for it."""
+        data = await asyncio.get_running_loop().sock_recv(self._sock, 1 << 20)
+        return rtnl.parse_link_states(data)[0]
+
+    def close(self) -> None:
+        self._sock.close()
 
 
 class RouteTable:

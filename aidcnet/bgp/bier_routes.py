@@ -22,9 +22,12 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from aidcnet.bgp.bier_attribute import BierAttribute, BierTlv, MplsEncapsulationSubTlv
-from aidcnet.config import Bier
+
+if TYPE_CHECKING:
+    from aidcnet.config import Bier
 
 __all__ = ["BgpBirt", "BgpPath", "bgp_paths", "birt_from_bgp", "loopback_attribute"]
 

@@ -10,6 +10,8 @@ import struct
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from pyroute2.netlink.rtnl.ifaddrmsg import ifaddrmsg
+from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
 from pyroute2.netlink.rtnl.rtmsg import rtmsg
 
 from aidcnet import rtnl
@@ -117,3 +119,131 @@ def test_a_truncated_answer_is_an_error_not_a_silent_loss() -> None:
     data = _answer(5, -errno.EEXIST, message="exists")
     with pytest.raises(ValueError, match="runs past"):
         rtnl.parse_answers(data[:-4])
+
+
+def _newlink(index: int, flags: int, name: str | None, kind: int = rtnl.RTM_NEWLINK) -> bytes:
+    # Encoded by pyroute2, an independent encoder of the same layout.
+    msg = ifinfmsg()
+    msg["header"]["type"] = kind
+    msg["index"], msg["flags"] = index, flags
+    msg["attrs"] = [("IFLA_MTU", 1500), *([("IFLA_IFNAME", name)] if name else []), ("IFLA_TXQLEN", 1000)]
+    msg.encode()
+    return bytes(msg.data)
+
+
+names = st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7E), min_size=1, max_size=15)
+links = st.tuples(st.integers(1, (1 << 31) - 1), st.integers(0, (1 << 32) - 1), names)
+
+
+@given(st.lists(links, max_size=6))
+def test_link_states_are_what_pyroute2_encoded(announced) -> None:
+    data = b"".join(_newlink(index, flags, name) for index, flags, name in announced)
+    assert rtnl.parse_link_states(data) == (
+        [rtnl.LinkState(name, index, flags, mtu=1500) for index, flags, name in announced],
+        False,
+    )
+
+
+def test_link_states_skip_other_messages_and_see_the_end_of_a_dump() -> None:
+    done = struct.pack("=IHHII", 20, rtnl.NLMSG_DONE, 2, 1, 0) + b"\0" * 4
+    data = (
+        _newlink(2, 0x1 | 0x10000, "eth1")
+        + _newlink(3, 0x1, None)  # no name: skipped
+        + _newlink(4, 0x1, "eth2", kind=17)  # RTM_DELLINK: not a state
+        + _newlink(5, 0x1, "eth3")
+        + done
+    )
+    states, end = rtnl.parse_link_states(data)
+    assert end
+    assert [(s.name, s.index, s.running) for s in states] == [("eth1", 2, True), ("eth3", 5, False)]
+    with pytest.raises(ValueError, match="runs past"):
+        rtnl.parse_link_states(data[:-30])
+
+
+def test_the_dump_request_is_a_get_link_dump() -> None:
+    msg = ifinfmsg(rtnl.link_dump_request(9))
+    msg.decode()
+    assert (msg["header"]["type"], msg["header"]["flags"], msg["header"]["sequence_number"]) == (18, 0x301, 9)
+    assert (msg["header"]["length"], msg["family"], msg["index"]) == (32, 0, 0)
+
+
+addresses = st.integers(0x01000000, 0xDFFFFFFF).map(lambda n: str(ipaddress.IPv4Address(n)))
+
+
+@given(st.lists(st.tuples(st.integers(1, 1 << 20), addresses, st.integers(0, 32)), max_size=6))
+def test_addresses_are_what_pyroute2_encoded(announced) -> None:
+    data = b""
+    for index, addr, prefixlen in announced:
+        msg = ifaddrmsg()
+        msg["header"]["type"] = 20
+        msg["family"], msg["prefixlen"], msg["index"] = 2, prefixlen, index
+        msg["attrs"] = [("IFA_ADDRESS", addr), ("IFA_LOCAL", addr), ("IFA_LABEL", "eth1")]
+        msg.encode()
+        data += bytes(msg.data)
+    assert rtnl.parse_addresses(data + _done()) == (
+        [rtnl.AddressState(index, addr, prefixlen) for index, addr, prefixlen in announced],
+        True,
+    )
+
+
+def _done() -> bytes:
+    return struct.pack("=IHHII", 20, rtnl.NLMSG_DONE, 2, 1, 0) + b"\0" * 4
+
+
+def _route(prefix: str, hops, proto: int = 186, table: int = 254, rtype: int = 1) -> bytes:
+    # Our encoder, then the header patched the way a dump answer differs from a request.
+    data = bytearray(rtnl.route_replace(0, prefix, [(v, i, w) for v, i, w in hops], proto=proto))
+    data[16 + 4] = min(table, 255)
+    data[16 + 7] = rtype
+    if table != 254:
+        data = data.replace(
+            struct.pack("=HHI", 8, rtnl.RTA_TABLE, 254), struct.pack("=HHI", 8, rtnl.RTA_TABLE, table)
+        )
+    return bytes(data)
+
+
+@given(prefixes, st.lists(hop, min_size=1, max_size=8), st.integers(1, 255))
+def test_routes_read_back_what_was_encoded(prefix, hops, proto) -> None:
+    states, done = rtnl.parse_routes(_route(prefix, hops, proto) + _done())
+    want = tuple(hops) if len(hops) > 1 else ((hops[0][0], hops[0][1], 1),)
+    assert done and states == [rtnl.RouteState(str(ipaddress.IPv4Network(prefix)), proto, want)]
+
+
+def test_routes_of_other_tables_and_types_are_skipped() -> None:
+    hops = [("10.0.0.1", 2, 1)]
+    data = (
+        _route("10.1.0.0/16", hops, table=1000)
+        + _route("10.2.0.0/16", hops, table=255)
+        + _route("10.3.0.0/16", hops, rtype=2)  # local
+        + _route("10.4.0.0/16", hops)
+    )
+    assert [r.prefix for r in rtnl.parse_routes(data)[0]] == ["10.4.0.0/16"]
+
+
+def test_requests_decode_in_pyroute2_as_ip_would_send_them() -> None:
+    link = ifinfmsg(rtnl.link_set(3, 7, mtu=9000))
+    link.decode()
+    assert (link["header"]["type"], link["header"]["flags"], link["header"]["sequence_number"]) == (16, 5, 3)
+    assert (link["index"], link["flags"], link["change"], link.get_attr("IFLA_MTU")) == (7, 1, 1, 9000)
+    down = ifinfmsg(rtnl.link_set(4, 7, up=False))
+    down.decode()
+    assert (down["flags"], down["change"], down.get_attr("IFLA_MTU")) == (0, 1, None)
+    for request, kind, flags in (
+        (rtnl.addr_replace(5, 9, "10.0.0.2/31"), 20, 0x1 | 0x4 | 0x400 | 0x100),
+        (rtnl.addr_delete(5, 9, "10.0.0.2/31"), 21, 0x1 | 0x4),
+    ):
+        msg = ifaddrmsg(request)
+        msg.decode()
+        assert (msg["header"]["type"], msg["header"]["flags"], msg["header"]["length"]) == (
+            kind,
+            flags,
+            len(request),
+        )
+        assert (msg["family"], msg["prefixlen"], msg["index"], msg["scope"]) == (2, 31, 9, 0)
+        assert msg.get_attr("IFA_LOCAL") == msg.get_attr("IFA_ADDRESS") == "10.0.0.2"
+    dump = ifaddrmsg(rtnl.addr_dump_request(1))
+    dump.decode()
+    assert (dump["header"]["type"], dump["header"]["flags"], dump["family"]) == (22, 0x301, 2)
+    routes = rtmsg(rtnl.route_dump_request(1))
+    routes.decode()
+    assert (routes["header"]["type"], routes["header"]["flags"], routes["family"]) == (26, 0x301, 2)

@@ -9,6 +9,7 @@ import json
 from aidcnet.agent.bgp_service import BgpService
 from aidcnet.bgp.rib import Link
 from aidcnet.config import parse_config
+from aidcnet.rtnl import LinkState
 
 G1 = {
     "version": 1,
@@ -138,27 +139,16 @@ def test_status_names_the_peer_whose_md5_session_stays_down(tmp_path, monkeypatc
     assert "right-Key1" not in json.dumps(status)
 
 
-class LinkMessage(dict):
-    """An RTM_NEWLINK as pyroute2 delivers it, for the fields the service reads."""
-
-    def __init__(self, name: str, flags: int) -> None:
-        super().__init__(event="RTM_NEWLINK", flags=flags)
-        self.name = name
-
-    def get_attr(self, attr: str) -> str:
-        assert attr == "IFLA_IFNAME"
-        return self.name
-
-
 class Netlink:
-    def __init__(self, batches: list[list[LinkMessage]]) -> None:
+    """A link watch that hands out the given batches of link states, then stays quiet."""
+
+    def __init__(self, batches: list[list[LinkState]]) -> None:
         self.batches = batches
 
-    async def get(self):
+    async def changes(self) -> list[LinkState]:
         if not self.batches:
             await asyncio.Event().wait()  # nothing more: block as a quiet socket does
-        for msg in self.batches.pop(0):
-            yield msg
+        return self.batches.pop(0)
 
 
 def test_a_link_event_hands_its_link_to_the_route_table_instead_of_a_dump(tmp_path) -> None:
@@ -169,8 +159,8 @@ def test_a_link_event_hands_its_link_to_the_route_table_instead_of_a_dump(tmp_pa
         svc, _writer = service(tmp_path)
         installed = {"10.255.0.6/32": (("10.0.0.1", "eth1", 1), ("10.0.0.5", "eth3", 1))}
         svc._routes.installed = dict(installed)
-        down = LinkMessage("eth3", 0x1)  # admin up, no carrier
-        task = asyncio.create_task(svc._netlink_events(Netlink([[down, LinkMessage("eth9", 0x1)]])))
+        down = LinkState("eth3", 4, 0x1)  # admin up, no carrier
+        task = asyncio.create_task(svc._netlink_events(Netlink([[down, LinkState("eth9", 10, 0x1)]])))
         for _ in range(5):
             await asyncio.sleep(0)
         task.cancel()

@@ -12,7 +12,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from aidcnet.agent.kernel import KernelError, RouteTable, apply_routes, apply_routes_per_request, read_state
+from aidcnet.agent.kernel import (
+    KernelError,
+    RouteTable,
+    apply_diff,
+    apply_routes,
+    apply_routes_per_request,
+    read_state,
+)
 from aidcnet.netstate import KernelState, NextHops, diff_state
 from tests.dataplane.netlab import in_netns
 from tests.unit.fabric_netns import make_uplinks, wait_carrier
@@ -143,3 +150,76 @@ def test_a_link_that_flapped_between_two_applies_gets_its_flushed_routes_back(no
         assert read_state(set(), proto=PROTO).routes == wanted
     assert (list(diff.replace_routes), table.dumps) == (["10.201.0.0/24"], 1)
     wait_carrier(ns, "up3", True)
+
+
+def pyroute2_state(managed: set[str], proto: int) -> KernelState:
+    """What read_state returned while it read the kernel with pyroute2: the independent reference."""
+    import ipaddress
+    import socket
+
+    from pyroute2 import IPRoute
+
+    addresses, mtus, routes = set(), {}, {}
+    with IPRoute() as ipr:
+        names = {msg["index"]: msg.get_attr("IFLA_IFNAME") for msg in ipr.get_links()}
+        for msg in ipr.get_links():
+            if msg.get_attr("IFLA_IFNAME") in managed:
+                mtus[msg.get_attr("IFLA_IFNAME")] = msg.get_attr("IFLA_MTU")
+        for msg in ipr.get_addr(family=socket.AF_INET):
+            addr = msg.get_attr("IFA_ADDRESS")
+            if names.get(msg["index"]) in managed and not ipaddress.ip_address(addr).is_loopback:
+                addresses.add((names[msg["index"]], f"{addr}/{msg['prefixlen']}"))
+        for msg in ipr.get_routes(family=socket.AF_INET, proto=proto):
+            prefix = f"{msg.get_attr('RTA_DST') or '0.0.0.0'}/{msg['dst_len']}"
+            multipath = msg.get_attr("RTA_MULTIPATH")
+            if multipath:
+                routes[prefix] = tuple(
+                    sorted((nh.get_attr("RTA_GATEWAY"), names[nh["oif"]], nh["hops"] + 1) for nh in multipath)
+                )
+            else:
+                routes[prefix] = ((msg.get_attr("RTA_GATEWAY"), names[msg.get_attr("RTA_OIF")], 1),)
+    return KernelState(frozenset(addresses), routes, mtus)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(routes=tables, mtu=st.integers(1280, 9000), extra=st.integers(1, 250))
+def test_read_state_reads_what_pyroute2_reads(node, routes, mtu, extra) -> None:
+    ns, _far = node
+    flush(ns)
+    managed = {"up0", "up1", "up3", "lo"}
+    subprocess.run(["ip", "-n", ns, "link", "set", "up1", "mtu", str(mtu)], check=True)
+    subprocess.run(["ip", "-n", ns, "addr", "replace", f"10.99.{extra}.1/24", "dev", "up3"], check=True)
+    try:
+        with in_netns(ns):
+            apply_routes_per_request(routes, [], PROTO)
+            assert read_state(managed, PROTO) == pyroute2_state(managed, PROTO)
+            assert read_state(managed, PROTO).mtus["up1"] == mtu
+    finally:
+        subprocess.run(["ip", "-n", ns, "addr", "del", f"10.99.{extra}.1/24", "dev", "up3"], check=True)
+
+
+def test_apply_diff_changes_addresses_and_mtus_and_names_what_the_kernel_refused(node) -> None:
+    ns, _far = node
+    flush(ns)
+    managed = {"up2", "up3"}
+    with in_netns(ns):
+        before = read_state(managed, PROTO)
+        want = KernelState(
+            frozenset({("up2", "10.64.2.0/31"), ("up2", "10.98.0.1/24"), ("up3", "10.64.3.0/31")}),
+            {"10.201.0.0/24": (("10.98.0.7", "up2", 1),)},
+            {"up2": 9000, "up3": 1500},
+        )
+        apply_diff(diff_state(want, before, managed), PROTO)
+        assert read_state(managed, PROTO) == want
+        shown = json.loads(subprocess.run(["ip", "-j", "addr", "show", "up2"], capture_output=True,
+                                          text=True, check=True).stdout)[0]
+        assert shown["mtu"] == 9000 and "UP" in shown["flags"]
+        assert {(a["local"], a["prefixlen"]) for a in shown["addr_info"] if a["family"] == "inet"} == {
+            ("10.64.2.0", 31), ("10.98.0.1", 24)
+        }
+        # And back: the address and the route go, the MTU returns.
+        apply_diff(diff_state(before, read_state(managed, PROTO), managed), PROTO)
+        assert read_state(managed, PROTO) == before
+        too_big = KernelState(before.addresses, {}, {**before.mtus, "up3": 70000})
+        with pytest.raises(KernelError, match=r"kernel refused to set mtu 70000 on up3: .*errno 22"):
+            apply_diff(diff_state(too_big, before, managed), PROTO)
