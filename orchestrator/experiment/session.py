@@ -7,6 +7,7 @@ Agents are reached through their control sockets from the host (``AgentClient.fo
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -76,22 +77,35 @@ def _node_pid(topo: Topology, runtime: DockerRuntime, node: str) -> int:
 
 class Unresponsive:
     """Nodes whose agent stopped answering mid-run (a paused or stopped container). A run must report
-    their loss, not hang or crash on them: after one failed request a node is not asked again."""
+    their loss, not hang or crash on them: a node that failed a request is not asked again.
 
-    def __init__(self, say: Callable[[str], None] | None = None):
+    ``patience_s`` is for requests that poll: a busy agent may miss one answer (all of bsl256's 256 GPU
+    hosts receiving at once on two cores kept one of them past a 2 s poll now and then, and its
+    deliveries were counted lost). A node is given up only when it has not answered for that long."""
+
+    def __init__(self, say: Callable[[str], None] | None = None, clock: Callable[[], float] = time.monotonic):
         self.nodes: dict[str, str] = {}
         self.say = say
+        self.clock = clock
+        self.silent_since: dict[str, float] = {}
 
-    def call(self, node: str, request: Callable[[], dict[str, Any]]) -> dict[str, Any] | None:
+    def call(
+        self, node: str, request: Callable[[], dict[str, Any]], patience_s: float = 0.0
+    ) -> dict[str, Any] | None:
         if node in self.nodes:
             return None
         try:
-            return request()
+            reply = request()
         except ControlError as exc:
+            since = self.silent_since.setdefault(node, self.clock())
+            if self.clock() - since < patience_s:
+                return None
             self.nodes[node] = str(exc)
             if self.say is not None:
                 self.say(f"node {node} stopped answering; counting its deliveries as lost ({exc})")
             return None
+        self.silent_since.pop(node, None)
+        return reply
 
 
 @dataclass

@@ -24,6 +24,8 @@ from orchestrator.workloads.trace import ALLREDUCE_OP, TraceOp
 OPS_PER_LOAD = 200
 START_LEAD_S = 1.0
 POLL_S = 0.2
+# A host that misses status polls this long is given up (a paused container); a busy one misses a few.
+STATUS_PATIENCE_S = 20.0
 
 
 def build_messages(
@@ -149,7 +151,9 @@ class MessageMode(ExperimentMode):
         while True:
             for n in self.all_hosts:
                 agent = session.agent(n)
-                reply = lost.call(n, lambda agent=agent: agent.replay_status(timeout=2.0))
+                reply = lost.call(
+                    n, lambda agent=agent: agent.replay_status(timeout=2.0), patience_s=STATUS_PATIENCE_S
+                )
                 if reply is not None:
                     status[n] = reply
             sent = sum(s["sent_ops"] for s in status.values())
