@@ -213,14 +213,7 @@ def _netlink_socket(groups: int = 0, blocking: bool = True) -> socket.socket:
 
 def dump_links() -> list[rtnl.LinkState]:
     """Every interface of this node and its flags (``ip link show``)."""
-    states: list[rtnl.LinkState] = []
-    with _netlink_socket() as sock:
-        sock.sendall(rtnl.link_dump_request(1))
-        done = False
-        while not done:
-            batch, done = rtnl.parse_link_states(sock.recv(1 << 20))
-            states.extend(batch)
-    return states
+    return _dump(rtnl.link_dump_request(1), rtnl.parse_link_states)
 
 
 class LinkWatch:
