@@ -42,7 +42,7 @@ from aidcnet.reliable.header import (
     decode,
 )
 from aidcnet.reliable.receiver import Receiver, ReceiverConfig
-from aidcnet.reliable.sender import Sender, SenderConfig, mask_ids
+from aidcnet.reliable.sender import SendBudget, Sender, SenderConfig, mask_ids
 from aidcnet.rto import RtoEstimator
 
 FEEDBACK_MODES = ("hop", "e2e")
@@ -87,6 +87,9 @@ class ReliableSettings:
     run: int | None = None  # this run's number (replay_flow_id); None: flows of any run are taken
     window: int = 64
     initial_cwnd: int | None = None  # the sender's congestion window (SenderConfig); None: fixed window
+    # Payload bytes all of this host's flows may have in flight together (SendBudget); None: no bound.
+    inflight_bytes: int | None = None
+    nack_gather: float = 0.0  # SenderConfig.nack_gather: fraction of the RTO a NACK waits for others
     fail_after: float = 30.0
     initial_rto: float = 0.05
     min_rto: float = 0.02
@@ -103,7 +106,9 @@ class ReliableSettings:
             raise ValueError(f"reliable.isn {self.isn!r} must be a 32-bit sequence number")
         if self.run is not None:
             replay_flow_id(self.run, 0)  # validates the run number
-        self.sender_config()  # validates window, initial_cwnd and fail_after
+        self.sender_config()  # validates window, initial_cwnd, nack_gather and fail_after
+        if self.inflight_bytes is not None:
+            SendBudget(self.inflight_bytes)
         RtoEstimator(self.initial_rto, self.min_rto, self.max_rto)
 
     def sender_config(self) -> SenderConfig:
@@ -112,6 +117,7 @@ class ReliableSettings:
             fail_after=self.fail_after,
             initial_cwnd=self.initial_cwnd,
             max_rto=self.max_rto,
+            nack_gather=self.nack_gather,
         )
 
     @classmethod
@@ -119,7 +125,7 @@ class ReliableSettings:
         raw = dict(raw or {})
         known = {
             "feedback", "isn", "run", "window", "initial_cwnd", "fail_after", "initial_rto", "min_rto",
-            "max_rto",
+            "max_rto", "inflight_bytes", "nack_gather",
         }  # fmt: skip
         unknown = sorted(set(raw) - known - set(RECEIVER_FIELDS))
         if unknown:
@@ -129,10 +135,10 @@ class ReliableSettings:
         base = cls()
         receiver = ReceiverConfig(**{**base.receiver.__dict__, **rx}) if rx else base.receiver
         kw: dict[str, Any] = {k: raw[k] for k in known if k in raw}
-        for k in ("isn", "run", "window", "initial_cwnd"):
+        for k in ("isn", "run", "window", "initial_cwnd", "inflight_bytes"):
             if kw.get(k) is not None:
                 kw[k] = int(kw[k])
-        for k in ("fail_after", "initial_rto", "min_rto", "max_rto"):
+        for k in ("fail_after", "initial_rto", "min_rto", "max_rto", "nack_gather"):
             if k in kw:
                 kw[k] = float(kw[k])
         return cls(receiver=receiver, **kw)
@@ -178,6 +184,7 @@ class ReliableNode:
         self.receiver: Receiver | None = None
         # (flow id, receiver id for a unicast flow / 0 for a BIER flow) -> sender
         self.senders: dict[tuple[int, int], Sender] = {}
+        self.budget: SendBudget | None = None  # shared by this run's senders
         self._active: dict[tuple[int, int], Sender] = {}  # the senders not done yet
         self._unicast_addr: dict[tuple[int, int], str] = {}
         self.rpf: dict[tuple[int, int], str] = {}
@@ -194,6 +201,7 @@ class ReliableNode:
         if self_id is not None:
             self.bfr_id = self_id
         self.senders = {}
+        self.budget = SendBudget(settings.inflight_bytes) if settings.inflight_bytes is not None else None
         self._active = {}
         self._unicast_addr = {}
         self.feedback_to = {}
@@ -222,6 +230,7 @@ class ReliableNode:
             self._rto(),
             s.sender_config(),
             s.isn,
+            self.budget,
         )
         for i, payload in enumerate(payloads):
             sender.offer(payload, fin=i == len(payloads) - 1)

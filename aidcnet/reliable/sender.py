@@ -10,12 +10,22 @@ For every sequence in flight the sender keeps the id-mask of receivers that stil
 ACKs, NACKs and AGG-ACKs clear bits; a sequence leaves the window when nobody owes it.  Two things
 retransmit, both to the owing subset only (the retransmission's BitString is the missing set):
 
-* a NACK (or a partial AGG-ACK) asks for sequences for named receivers: retransmitted at the next
-  :meth:`poll`, merged per sequence, unless that receiver was sent a retransmission of it less than
-  ``nack_holdoff`` × RTO ago (it may still be on the way);
+* a NACK (or a partial AGG-ACK) asks for sequences for named receivers: retransmitted ``nack_gather``
+  × RTO after the first request for that sequence, merged over every request that arrived meanwhile
+  (one drop above several receivers makes each of them ask, a few milliseconds apart), unless that
+  receiver was sent a retransmission of it less than ``nack_holdoff`` × RTO ago (it may still be on
+  the way);
 * the retransmission timer: ``RTO × 2**attempt`` after the last transmission (exponential backoff,
   capped at ``2**max_backoff``, and the timer itself at ``max_rto`` when set: RFC 6298 §5.5 lets the
-  maximum RTO bound the doubling).
+  maximum RTO bound the doubling).  Only the oldest sequence someone owes times out, as RFC 6298 §5.4
+  retransmits only the earliest unacknowledged segment, and it holds back the later timers for two RTOs
+  after its last transmission: acknowledgments are cumulative and BFRs aggregate them cumulatively, so
+  while one receiver's sequence is repaired, the BFRs above it hold everyone's acknowledgments of what
+  follows, and the later timers would fire for data that arrived.
+
+The sequences a node's flows have in flight together may be bounded by a :class:`SendBudget` shared by
+its senders (in payload bytes): without it, a source with several flows fills its link's shaper queue
+and every timer fires for data that is only queued.
 
 A receiver that owes something and has not been heard from for ``fail_after`` seconds is declared
 failed: its bits are cleared everywhere and the flow completes for the others (the seed's "minimized
@@ -67,7 +77,11 @@ class SenderConfig:
     # all the probes it got in 30 s, and at 5% loss per link a live receiver was declared failed.
     max_rto: float | None = None
     fail_after: float = 5.0  # seconds without feedback from a receiver that owes something
-    nack_holdoff: float = 0.5  # fraction of the RTO during which a repeated request is not answered again
+    # Fraction of the RTO during which a repeated request is not answered again. A whole RTO: the
+    # retransmission and the answer to it take a round trip, and a receiver repeats its NACK sooner.
+    nack_holdoff: float = 1.0
+    # Fraction of the RTO a first request for a sequence waits for the others (0: the next poll).
+    nack_gather: float = 0.0
     # Congestion window (None: only ``window`` limits what is in flight). Sequences in flight are at most
     # min(window, cwnd); cwnd starts here, grows by one per sequence every receiver acknowledged (slow
     # start) up to ssthresh and by 1/cwnd each above it, and halves (a timeout: drops to 1) once per loss
@@ -82,6 +96,8 @@ class SenderConfig:
             raise ValueError(f"initial_cwnd {self.initial_cwnd} must be 1..window ({self.window})")
         if self.fail_after <= 0 or self.nack_holdoff < 0 or self.max_backoff < 0:
             raise ValueError("fail_after must be > 0, nack_holdoff and max_backoff >= 0")
+        if not 0 <= self.nack_gather < 1:
+            raise ValueError(f"nack_gather {self.nack_gather} must be in [0, 1): a fraction of the RTO")
         if self.max_rto is not None and not 0 < self.max_rto < self.fail_after:
             raise ValueError(f"max_rto {self.max_rto} must be above 0 and below fail_after {self.fail_after}")
 
@@ -94,12 +110,38 @@ class Transmission:
     bfers: int
 
 
+class SendBudget:
+    """Payload bytes the flows of one node may have in flight together (sent, owed by someone).
+
+    Shared by the node's :class:`Sender` s: a flow takes from it when it sends a sequence for the first
+    time and gives back when nobody owes that sequence any more.  One sequence may always be sent when
+    nothing is in flight, so a message larger than the budget still goes."""
+
+    def __init__(self, limit: int) -> None:
+        if limit < 1:
+            raise ValueError(f"send budget {limit} must be at least one byte")
+        self.limit = limit
+        self.used = 0
+
+    def room(self, size: int) -> bool:
+        return self.used == 0 or self.used + size <= self.limit
+
+    def take(self, size: int) -> None:
+        self.used += size
+
+    def give(self, size: int) -> None:
+        self.used -= size
+
+
 class _Slot:
-    __slots__ = ("attempts", "deadline", "fin", "first_sent", "last_bits", "last_sent", "owing", "payload")
+    __slots__ = (
+        "attempts", "charged", "deadline", "fin", "first_sent", "last_bits", "last_sent", "owing", "payload",
+    )  # fmt: skip
 
     def __init__(self, payload: bytes, fin: bool) -> None:
         self.payload = payload
         self.fin = fin
+        self.charged = False  # its bytes are in the SendBudget
         self.owing = 0
         self.attempts = 0
         self.first_sent = 0.0
@@ -139,8 +181,10 @@ class Sender:
         rto: RtoPolicy,
         config: SenderConfig | None = None,
         isn: int = 0,
+        budget: SendBudget | None = None,
     ) -> None:
         self.bfir_id = bfir_id
+        self.budget = budget
         self.flow_id = flow_id
         self.config = config or SenderConfig()
         self.rto = rto
@@ -154,6 +198,8 @@ class Sender:
         self._queue: deque[tuple[bytes, bool]] = deque()
         self._queued_fin = False
         self._pending: dict[int, int] = {}  # seq -> receivers that asked for it
+        self._pending_due: dict[int, float] = {}  # seq -> when the gathered request is answered
+        self._wake = float("inf")  # when a retransmission timer can next run out (set by poll)
         self._heard: dict[int, float] = {}  # receiver bit -> last feedback (or first send) time
         self.completed_at: float | None = None
         self.counters: Counter[str] = Counter()
@@ -182,20 +228,21 @@ class Sender:
         self._declare_failures(now)
         out: list[Transmission] = []
         rto = self.rto.current()
-        for seq, asked in sorted(self._pending.items(), key=lambda item: serial.distance(self.base, item[0])):
+        due = [seq for seq, t in self._pending_due.items() if t <= now]
+        for seq in sorted(due, key=lambda q: serial.distance(self.base, q)):
+            asked = self._pending.pop(seq)
+            del self._pending_due[seq]
             slot = self._slots.get(seq)
             if slot is not None and asked & slot.owing:
                 out.append(self._send(seq, slot, asked & slot.owing, now, rto))
-        self._pending.clear()
-        for seq, slot in self._slots.items():
-            if slot.owing and now >= slot.deadline and slot.last_sent != now:
-                self.counters["timeouts"] += 1
-                self._congestion(seq, timeout=True)
-                out.append(self._send(seq, slot, slot.owing, now, rto))
-        while self._queue and serial.distance(self.base, self.next_seq) < self.window:
+        out.extend(self._timeouts(now, rto))
+        while self._queue and self._may_send_new():
             payload, fin = self._queue.popleft()
+            if self.budget is not None:
+                self.budget.take(len(payload))
             slot = _Slot(payload, fin)
             slot.owing = self.alive
+            slot.charged = self.budget is not None
             self._slots[self.next_seq] = slot
             out.append(self._send(self.next_seq, slot, self.alive, now, rto))
             self.next_seq = serial.add(self.next_seq, 1)
@@ -204,11 +251,52 @@ class Sender:
 
     def next_deadline(self) -> float | None:
         """Earliest time :meth:`poll` has work (None: only feedback can change anything)."""
-        if self._pending or (self._queue and serial.distance(self.base, self.next_seq) < self.window):
+        if self._queue and self._may_send_new():
             return 0.0
-        times = [s.deadline for s in self._slots.values() if s.owing]
+        times = list(self._pending_due.values())
+        if self._slots and self._wake < float("inf"):
+            times.append(self._wake)  # as the last poll left it: feedback since only clears sequences
         times.extend(t + self.config.fail_after for b, t in self._heard.items() if b & self.alive)
         return min(times) if times else None
+
+    def _may_send_new(self) -> bool:
+        """The window, and the node's send budget, have room for the next queued message."""
+        if serial.distance(self.base, self.next_seq) >= self.window:
+            return False
+        return self.budget is None or self.budget.room(len(self._queue[0][0]))
+
+    def _timeouts(self, now: float, rto: float) -> list[Transmission]:
+        """Retransmissions whose timer ran out; sets ``_wake`` to when a timer can next run out.
+
+        Only the oldest sequence someone owes may time out (RFC 6298 §5.4), and it holds back every later
+        timer for two RTOs after its last transmission: while one receiver's sequence is repaired, the
+        BFRs above it hold the acknowledgments of everything after it, its own and those of every BFER
+        that shares an aggregation entry with it (at the first hop: all of them), since AGG-ACKs are
+        cumulative. A repair that stays unanswered longer no longer explains the silence, and the next
+        sequence's timer may fire too (a BFR whose aggregation window spans several sequences absorbs
+        ACKs inside the window, and the simulation found a flow that never completed otherwise)."""
+        out = []
+        wake = float("inf")
+        for seq in self._in_flight():
+            slot = self._slots.get(seq)
+            if slot is None or not slot.owing:
+                continue
+            if seq in self._pending:
+                # Asked for: its retransmission is due soon (a timer would double it) and holds back the rest.
+                break
+            if now >= slot.deadline and slot.last_sent != now:
+                self.counters["timeouts"] += 1
+                if slot.attempts > 1:
+                    self.counters["timeouts-of-retransmissions"] += 1
+                self._congestion(seq, timeout=True)
+                out.append(self._send(seq, slot, slot.owing, now, rto))
+            wake = min(wake, slot.deadline)
+            hold_until = slot.last_sent + 2 * rto
+            if now < hold_until:
+                wake = min(wake, hold_until)
+                break
+        self._wake = wake
+        return out
 
     def on_feedback(self, msg: Ack | AggAck, now: float) -> None:
         """Apply an ACK, NACK or AGG-ACK for this flow (the caller matched BFIR-id and Flow ID)."""
@@ -297,6 +385,8 @@ class Sender:
         if slot is None or not slot.owing & bits:
             return
         slot.owing &= ~bits
+        if not slot.owing:
+            self._release(slot)
         if slot.attempts == 1:
             self.rto.observe(now - slot.first_sent)
         if not slot.owing and self.config.initial_cwnd is not None:
@@ -330,6 +420,10 @@ class Sender:
             bits &= ~slot.last_bits
         if bits:
             self._congestion(seq)
+            if seq not in self._pending:
+                self._pending_due[seq] = now + self.config.nack_gather * self.rto.current()
+            else:
+                self.counters["requests-gathered"] += 1
             self._pending[seq] = self._pending.get(seq, 0) | bits
 
     def _request_oldest(self, cum: int, bits: int, now: float) -> None:
@@ -366,7 +460,14 @@ class Sender:
                 self.counters["receivers-failed"] += 1
                 for slot in self._slots.values():
                     slot.owing &= ~bit
+                    if not slot.owing:
+                        self._release(slot)
         self._advance(now)
+
+    def _release(self, slot: _Slot) -> None:
+        if slot.charged and self.budget is not None:
+            self.budget.give(len(slot.payload))
+            slot.charged = False
 
 
 def _bits(mask: int) -> list[int]:

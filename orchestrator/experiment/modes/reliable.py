@@ -25,6 +25,8 @@ from typing import Any, ClassVar
 
 from aidcnet.ebpf.link_fault import FaultStats
 from aidcnet.modes import RELIABLE, Mode
+from orchestrator.configure.plan.model import LabPlan
+from orchestrator.configure.plan.timescale import MIN_QUEUE_BYTES
 from orchestrator.experiment.modes import register
 from orchestrator.experiment.modes.base import ModeOutcome, Say
 from orchestrator.experiment.modes.messages import MessageMode
@@ -46,6 +48,24 @@ INITIAL_CWND: int | None = None
 # of a second or so: a shorter first guess retransmits every packet before its ACK can arrive, and Karn's
 # rule then leaves the estimator without a sample (measured: 3x the DATA resent at 0% loss with 50 ms).
 INITIAL_RTO_S = 1.0
+# What one source's flows may have in flight together, in wall seconds of its slowest link
+# (aidcnet.reliable.sender.SendBudget). Without a bound the eight flows of a 2 MiB distribution put 4 MiB
+# (the whole 4 MiB shaper queue, 1.7 s at 20 Mbit/s) behind the source's link, past the first RTO, and
+# every timer fired for data that was only queued. A round trip of the lab at 1:20000 is some 30 ms on
+# the wall clock (four store-and-forward hops of 8 kB at 20 Mbit/s and the Python BFRs), so 0.1 s keeps
+# the link busy and the queue under 0.1 s.
+INFLIGHT_WALL_S = 0.1
+# The senders' smallest RTO (RFC 6298 §2.4 lets a floor above its 1 s minimum's replacements stand). A
+# round trip may carry the whole send budget's queueing, and the estimator lags a queue that fills within
+# a round trip: with 20 ms the first samples (an empty queue, about 20 ms) set the RTO to some 60 ms while
+# the next packets met 100 ms of queue, and timers fired without loss (2 packets a run, every mode).
+MIN_RTO_S = 2.5 * INFLIGHT_WALL_S
+# A NACK waits this fraction of the RTO (at least MIN_RTO_S: 25 ms or more) for the other receivers' NACKs
+# of the same sequence: one drop on the source's link makes every receiver ask, and one retransmission
+# answers them all (without it: up to one per receiver). At 1:20000 their NACKs come some 13 ms apart:
+# the receiver under the source's leaf sees the next packet two store-and-forward hops of 8 kB at
+# 20 Mbit/s (3.3 ms each) before those behind the spine, whose NACKs also travel two hops more.
+NACK_GATHER = 0.1
 FEEDBACK_KINDS = ("ack", "nack", "agg-ack", "agg-ack-partial")
 # What a source counts as an acknowledgment of a DATA packet (a NACK is not one).
 ACK_KINDS = ("ack", "agg-ack", "agg-ack-partial")
@@ -74,6 +94,19 @@ def forget_earlier_runs(session: LabSession, say: Say) -> None:
         say(f"forgot {sum(left.values())} aggregation windows earlier runs left open ({nodes})")
 
 
+def inflight_bytes(plan: LabPlan, host: str) -> int | None:
+    """The send budget of ``host`` (:data:`INFLIGHT_WALL_S` of its slowest shaped link, at least one
+    jumbo frame); None on an unshaped lab, whose links have no queue to fill."""
+    rates = [
+        link.shaped_bps
+        for link in plan.links
+        if link.shaped_bps and host in (link.a.node, link.b.node)
+    ]
+    if not rates:
+        return None
+    return max(MIN_QUEUE_BYTES, int(min(rates) / 8 * INFLIGHT_WALL_S))
+
+
 def source_totals(status: dict[str, dict[str, Any]]) -> dict[str, int]:
     """The reliable counters of every sending host, summed (``replay_status()["reliable"]``)."""
     total: Counter[str] = Counter()
@@ -93,7 +126,8 @@ def feedback_lines(total: dict[str, int]) -> list[str]:
         f"reliable: {sent} DATA packets sent first, ACKs at the sources {per} per packet "
         f"(ack {packets['ack']}, agg-ack {packets['agg-ack']}, partial {packets['agg-ack-partial']}), "
         f"NACKs {packets['nack']}, feedback bytes at the sources {fb_bytes}",
-        f"reliable: retransmitted {total.get('sender.retransmitted', 0)} packets / "
+        f"reliable: retransmitted {total.get('sender.retransmitted', 0)} packets "
+        f"({total.get('sender.timeouts', 0)} on a timer, the others asked for by NACKs and partials) / "
         f"{total.get('sender.retransmitted-bytes', 0)} payload bytes against "
         f"{total.get('sender.sent-bytes', 0)} first sent; receivers declared failed "
         f"{total.get('sender.receivers-failed', 0)}",
@@ -175,6 +209,7 @@ class ReliableMode(MessageMode):
     def prepare(self, session: LabSession, ops: list[TraceOp], say: Say) -> None:
         super().prepare(session, ops, say)
         self.ids = self._number(self.all_hosts)
+        self.inflight = {h: inflight_bytes(session.plan, h) for h in self.all_hosts}
         forget_earlier_runs(session, say)
         self.run_number = run_number(time.time())
 
@@ -195,8 +230,11 @@ class ReliableMode(MessageMode):
                 "run": self.run_number,
                 "window": WINDOW,
                 "initial_cwnd": INITIAL_CWND,
+                "inflight_bytes": self.inflight[host],
+                "nack_gather": NACK_GATHER,
                 "fail_after": FAIL_AFTER_S,
                 "initial_rto": INITIAL_RTO_S,
+                "min_rto": MIN_RTO_S,
             }
         }
 
@@ -220,6 +258,8 @@ class ReliableMode(MessageMode):
             "run": self.run_number,
             "window": WINDOW,
             "initial_cwnd": INITIAL_CWND,
+            "inflight_bytes": {h: self.inflight[h] for h in sorted(self.senders)},
+            "nack_gather": NACK_GATHER,
             "sources": total,
             "receivers": {
                 k: v for k, v in source_totals(status).items() if k.startswith(("receiver.", "agg."))

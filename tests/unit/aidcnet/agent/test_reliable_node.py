@@ -337,3 +337,30 @@ def test_settings_from_request() -> None:
     assert ReliableSettings.from_request({"initial_cwnd": None}).sender_config().initial_cwnd is None
     with pytest.raises(ValueError, match="initial_cwnd"):
         ReliableSettings.from_request({"window": 8, "initial_cwnd": 9})
+    budget = ReliableSettings.from_request({"inflight_bytes": "250000", "nack_gather": "0.1"})
+    assert budget.inflight_bytes == 250_000 and budget.sender_config().nack_gather == 0.1
+    with pytest.raises(ValueError, match="send budget"):
+        ReliableSettings.from_request({"inflight_bytes": 0})
+    with pytest.raises(ValueError, match="nack_gather"):
+        ReliableSettings.from_request({"nack_gather": 1.5})
+
+
+def test_the_flows_of_a_host_share_one_send_budget() -> None:
+    """Two flows of one source with a budget of three messages: never more than three in flight at once,
+    every message delivered exactly once, the budget all given back."""
+    fab = Fabric("hop")
+    size = len(payloads(1)[0])
+    fab.nodes["S"].configure(fast_settings("hop", inflight_bytes=3 * size), IDS["S"])
+    source = fab.nodes["S"]
+    budget = source.budget
+    assert budget is not None
+    peak: list[int] = []
+    take = budget.take
+    budget.take = lambda n: (take(n), peak.append(budget.used))  # type: ignore[method-assign]
+    source.open_bier_flow(7, [4], payloads(20), 0.0)
+    source.open_bier_flow(8, [2, 3], payloads(20), 0.0)
+    fab.run()
+    for receiver in ("R2", "R3", "R4"):
+        assert fab.delivered[receiver] == payloads(20), receiver
+    assert len(peak) == 40 and max(peak) == 3 * size
+    assert budget.used == 0 and source.sending_done

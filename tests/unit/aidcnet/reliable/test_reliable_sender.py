@@ -6,7 +6,7 @@ import pytest
 
 from aidcnet.reliable import serial
 from aidcnet.reliable.header import Ack, AggAck
-from aidcnet.reliable.sender import FixedRto, Sender, SenderConfig, id_mask, mask_ids
+from aidcnet.reliable.sender import FixedRto, SendBudget, Sender, SenderConfig, id_mask, mask_ids
 
 ISN = serial.MASK - 1
 RX = (2, 3, 4)
@@ -50,7 +50,7 @@ def test_window_limits_what_is_in_flight() -> None:
 
 
 def test_nack_retransmits_to_the_missing_subset_only_once() -> None:
-    s = sender()
+    s = sender(nack_holdoff=0.5)
     s.poll(0.0)
     s.on_feedback(ack(2, 1, 3, ranges=[(1, 1)], nack=True), 0.01)
     s.on_feedback(ack(4, 1, 3, ranges=[(1, 1)], nack=True), 0.01)
@@ -67,9 +67,12 @@ def test_selective_ack_clears_received_sequences_only() -> None:
     s = sender()
     s.poll(0.0)
     s.on_feedback(ack(3, 1, 4, ranges=[(1, 2)]), 0.01)  # has 0 and 3
-    out = s.poll(1.0)  # timer: 1 and 2 to everyone, 0 and 3 to the two others
+    out = s.poll(1.0)  # timer: the oldest sequence owed, to the two others (it holds back the rest)
     bits = {serial.distance(ISN, t.data.seq): mask_ids(t.bfers) for t in out}
-    assert bits == {0: [2, 4], 1: [2, 3, 4], 2: [2, 3, 4], 3: [2, 4]}
+    assert bits == {0: [2, 4]}
+    s.on_feedback(ack(2, 4), 1.1)
+    s.on_feedback(ack(4, 4), 1.1)
+    assert [(t.data.seq, mask_ids(t.bfers)) for t in s.poll(1.1)] == [(serial.add(ISN, 1), [3])]
 
 
 def test_timeout_backoff_doubles() -> None:
@@ -152,7 +155,9 @@ def test_congestion_window_slow_starts_and_halves_once_per_loss_event() -> None:
 def test_timeout_drops_the_congestion_window_to_one() -> None:
     s = sender(n=10, window=8, initial_cwnd=4)
     assert len(s.poll(0.0)) == 4
-    assert len(s.poll(1.0)) == 4  # every sequence timed out; the first timeout is the loss event
+    # Every sequence is overdue; only the oldest is resent (its answer covers the rest), and its timeout
+    # is the loss event.
+    assert [t.data.seq for t in s.poll(1.0)] == [ISN]
     assert s.cwnd == 1 and s.window == 1 and s.counters["cwnd-reductions"] == 1
 
 
@@ -189,3 +194,69 @@ def test_max_rto_bounds_the_doubling_so_a_live_receiver_is_probed_until_it_answe
     SenderConfig(max_rto=2.0, fail_after=30.0)
     with pytest.raises(ValueError, match="max_rto"):
         SenderConfig(max_rto=40.0, fail_after=30.0)
+
+
+def test_nacks_of_one_drop_are_gathered_into_one_retransmission() -> None:
+    # One drop above three receivers: their NACKs arrive a few milliseconds apart.
+    s = sender(nack_gather=0.25)  # RTO 1 s: the first request waits 0.25 s for the others
+    s.poll(0.0)
+    s.on_feedback(ack(2, 1, 3, ranges=[(1, 1)], nack=True), 0.010)
+    assert s.poll(0.010) == []
+    s.on_feedback(ack(3, 1, 3, ranges=[(1, 1)], nack=True), 0.012)
+    s.on_feedback(ack(4, 1, 3, ranges=[(1, 1)], nack=True), 0.015)
+    assert s.poll(0.2) == [] and s.next_deadline() == pytest.approx(0.26)
+    (tx,) = s.poll(0.26)
+    assert tx.data.seq == serial.add(ISN, 1) and mask_ids(tx.bfers) == [2, 3, 4]
+    assert s.counters["requests-gathered"] == 2 and s.counters["retransmitted"] == 1
+
+
+def test_a_receiver_under_repair_holds_back_its_later_timers_for_two_rtos_after_each_repair() -> None:
+    s = sender(n=3)  # RTO 1 s
+    s.poll(0.0)
+    for r in (2, 3):
+        s.on_feedback(ack(r, 3), 0.1)
+    # 4 owes all three; only the oldest is resent at each timeout while its repair may be answered...
+    assert [(t.data.seq, mask_ids(t.bfers)) for t in s.poll(1.0)] == [(ISN, [4])]
+    assert s.poll(1.5) == [] and s.poll(2.0) == []
+    assert [t.data.seq for t in s.poll(3.0)] == [ISN]  # RTO × 2 after the first retransmission
+    assert s.poll(4.9) == [] and s.next_deadline() == 5.0
+    # ...and two RTOs after its last retransmission the silence is not explained: the next one's timer
+    # fires (its timer ran out at 1.0), and that one holds back the last in turn.
+    assert [t.data.seq for t in s.poll(5.0)] == [serial.add(ISN, 1)]
+    assert s.poll(5.1) == []
+
+
+def test_a_send_budget_is_shared_by_the_flows_of_a_node() -> None:
+    budget = SendBudget(25)  # two 10-byte messages
+    flows = [Sender(1, f, RX, FixedRto(1.0), SenderConfig(window=8), ISN, budget) for f in (7, 8)]
+    for s in flows:
+        for i in range(3):
+            s.offer(bytes([i]) * 10, fin=i == 2)
+    assert len(flows[0].poll(0.0)) == 2 and flows[1].poll(0.0) == [] and budget.used == 20
+    assert flows[1].next_deadline() is None  # no room: not a busy loop; flow 7's feedback makes some
+    for r in RX[:2]:
+        flows[0].on_feedback(ack(r, 1), 0.1)
+    assert budget.used == 20  # 4 still owes the first: nothing given back
+    flows[0].on_feedback(ack(4, 1), 0.1)
+    assert budget.used == 10 and flows[1].next_deadline() == 0.0
+    assert [t.data.flow_id for t in flows[1].poll(0.1)] == [8] and budget.used == 20
+
+
+def test_one_message_larger_than_the_budget_still_goes_when_nothing_is_in_flight() -> None:
+    budget = SendBudget(5)
+    s = Sender(1, 7, RX, FixedRto(1.0), SenderConfig(window=8), ISN, budget)
+    s.offer(b"x" * 10)
+    s.offer(b"y" * 10, fin=True)
+    assert len(s.poll(0.0)) == 1 and budget.used == 10
+
+
+def test_a_sequence_asked_for_waits_for_its_gathered_retransmission_not_its_timer() -> None:
+    s = sender(nack_gather=0.5)  # RTO 1 s: a request waits 0.5 s
+    s.poll(0.0)
+    for r in RX:
+        s.on_feedback(ack(r, 1), 0.1)
+    s.on_feedback(ack(2, 1, 3, ranges=[(1, 1)], nack=True), 0.9)
+    assert s.poll(1.0) == []  # the timer of sequence 1 ran out, but its retransmission is due at 1.4
+    (tx,) = s.poll(1.4)
+    assert tx.data.seq == serial.add(ISN, 1) and mask_ids(tx.bfers) == [2]
+    assert s.counters["timeouts"] == 0 and s.counters["retransmitted"] == 1

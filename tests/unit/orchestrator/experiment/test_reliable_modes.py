@@ -6,11 +6,14 @@ import pytest
 
 from aidcnet.ebpf.link_fault import FaultStats
 from aidcnet.modes import RELIABLE, Mode
+from orchestrator.configure.plan.timescale import MIN_QUEUE_BYTES
 from orchestrator.experiment.modes import mode_class, registered
 from orchestrator.experiment.modes.reliable import (
+    INFLIGHT_WALL_S,
     ISN,
     ReliableMode,
     feedback_lines,
+    inflight_bytes,
     link_feedback,
     link_lines,
     run_number,
@@ -40,9 +43,10 @@ def test_ids_are_bfr_ids_when_all_have_one_else_numbered_by_name() -> None:
     mode.check_hosts(mixed)  # unicast needs no BFR-ids
     mode.ids = mode._number(mixed)
     mode.run_number = 9
+    mode.inflight = {"h1": None, "h2": 250_000}
     fields = mode.first_load_fields(None, "h2")  # type: ignore[arg-type]
     assert fields["reliable"]["self_id"] == 2 and fields["reliable"]["isn"] == ISN
-    assert fields["reliable"]["run"] == 9
+    assert fields["reliable"]["run"] == 9 and fields["reliable"]["inflight_bytes"] == 250_000
 
 
 def test_run_numbers_of_runs_a_second_apart_differ() -> None:
@@ -76,9 +80,12 @@ def test_feedback_lines_count_per_first_sent_packet() -> None:
         "source.rx.nack.packets": 4,
         "source.rx.agg-ack-partial.packets": 10,
     }
-    first, second = feedback_lines({**total, "sender.retransmitted-bytes": 5000, "sender.retransmitted": 5})
+    first, second = feedback_lines(
+        {**total, "sender.retransmitted-bytes": 5000, "sender.retransmitted": 5, "sender.timeouts": 2}
+    )
     assert "ACKs at the sources 0.500 per packet" in first and "NACKs 4" in first
-    assert "retransmitted 5 packets / 5000 payload bytes" in second
+    assert "retransmitted 5 packets (2 on a timer, the others asked for" in second
+    assert "/ 5000 payload bytes" in second
     assert "n/a" in feedback_lines({})[0]
 
 
@@ -116,3 +123,19 @@ def test_link_feedback_is_the_run_share_per_end_and_leaves_out_quiet_ends() -> N
 def test_link_lines_without_feedback_or_drops_say_so() -> None:
     (only,) = link_lines({}, retransmitted_bytes=0)
     assert "dropped 0 packets / 0 B" in only and "n/a (nothing dropped)" in only
+
+
+def test_the_send_budget_is_a_tenth_of_a_second_of_the_hosts_slowest_link() -> None:
+    from orchestrator.configure.plan import LabVars, build_plan
+    from orchestrator.lab.topology import load_topology
+    from orchestrator.paths import LABS
+
+    topo = load_topology(LABS / "leaf-spine.clab.yml")
+
+    def plan(scale: object):
+        return build_plan(topo, LabVars.model_validate({"time": {"scale": scale}}).with_source("x.vars.yml"))
+
+    # 400G / 20000 = 20 Mbit/s: 2.5 MB/s, 0.1 s of it
+    assert inflight_bytes(plan(20000), "h1") == 250_000 == int(2.5e6 * INFLIGHT_WALL_S)
+    assert inflight_bytes(plan(2_000_000), "h1") == MIN_QUEUE_BYTES  # 2500 B would not hold a jumbo frame
+    assert inflight_bytes(plan("off"), "h1") is None
