@@ -85,7 +85,7 @@ bench: images
 	$(PY) bench/fidelity.py
 	$(PY) bench/udp_backpressure.py
 	$(PY) bench/reliable.py
-	$(PY) bench/reliable.py --lab superpod --losses 0 --modes reliable-host-bier-e2e,reliable-host-bier
+	$(PY) bench/reliable.py --lab superpod --scale 200000 --losses 0,0.05 --modes reliable-host-bier-e2e,reliable-host-bier
 	$(PY) bench/reliable_shaped.py
 
 # The main job, from a fresh machine: everything is set up on the way. Deploy, check, configure, replay the
