@@ -247,6 +247,7 @@ class Sender:
             out.append(self._send(self.next_seq, slot, self.alive, now, rto))
             self.next_seq = serial.add(self.next_seq, 1)
         self._advance(now)
+        self._timeouts(now, rto, fire=False)  # the new sequences' timers
         return out
 
     def next_deadline(self) -> float | None:
@@ -255,7 +256,7 @@ class Sender:
             return 0.0
         times = list(self._pending_due.values())
         if self._slots and self._wake < float("inf"):
-            times.append(self._wake)  # as the last poll left it: feedback since only clears sequences
+            times.append(self._wake)
         times.extend(t + self.config.fail_after for b, t in self._heard.items() if b & self.alive)
         return min(times) if times else None
 
@@ -265,8 +266,9 @@ class Sender:
             return False
         return self.budget is None or self.budget.room(len(self._queue[0][0]))
 
-    def _timeouts(self, now: float, rto: float) -> list[Transmission]:
-        """Retransmissions whose timer ran out; sets ``_wake`` to when a timer can next run out.
+    def _timeouts(self, now: float, rto: float, fire: bool = True) -> list[Transmission]:
+        """Retransmissions whose timer ran out (none unless ``fire``); sets ``_wake`` to when a timer can
+        next run out, which :meth:`next_deadline` reports until the next poll or feedback.
 
         Only the oldest sequence someone owes may time out (RFC 6298 §5.4), and it holds back every later
         timer for two RTOs after its last transmission: while one receiver's sequence is repaired, the
@@ -284,7 +286,7 @@ class Sender:
             if seq in self._pending:
                 # Asked for: its retransmission is due soon (a timer would double it) and holds back the rest.
                 break
-            if now >= slot.deadline and slot.last_sent != now:
+            if fire and now >= slot.deadline and slot.last_sent != now:
                 self.counters["timeouts"] += 1
                 if slot.attempts > 1:
                     self.counters["timeouts-of-retransmissions"] += 1
@@ -323,6 +325,7 @@ class Sender:
                     if _in_ranges(seq, msg.ranges):
                         self._request(seq, bit, now)
         self._advance(now)
+        self._timeouts(now, self.rto.current(), fire=False)  # which timer is the oldest now
 
     # -- internals ---------------------------------------------------------------------------------
 

@@ -260,3 +260,20 @@ def test_a_sequence_asked_for_waits_for_its_gathered_retransmission_not_its_time
     (tx,) = s.poll(1.4)
     assert tx.data.seq == serial.add(ISN, 1) and mask_ids(tx.bfers) == [2]
     assert s.counters["timeouts"] == 0 and s.counters["retransmitted"] == 1
+
+
+def test_next_deadline_follows_new_sequences_and_feedback() -> None:
+    # Found by the simulation's hypothesis test: after everything in flight was acknowledged, the next
+    # poll's new sequences were left out of next_deadline, and the flow slept until fail_after.
+    s = sender(n=3, window=1, fail_after=60.0)
+    s.poll(0.0)
+    assert s.next_deadline() == 1.0
+    for r in RX:
+        s.on_feedback(ack(r, 1), 0.1)
+    assert s.next_deadline() == 0.0  # the window has room again
+    (tx,) = s.poll(0.1)
+    assert tx.data.seq == serial.add(ISN, 1) and s.next_deadline() == pytest.approx(1.1)
+    for r in RX:
+        s.on_feedback(ack(r, 2), 0.2)
+    s.poll(0.2)
+    assert s.next_deadline() == pytest.approx(1.2)
