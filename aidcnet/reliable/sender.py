@@ -197,8 +197,8 @@ class Sender:
         self._slots: dict[int, _Slot] = {}
         self._queue: deque[tuple[bytes, bool]] = deque()
         self._queued_fin = False
-        self._pending: dict[int, int] = {}  # seq -> receivers that asked for it
-        self._pending_due: dict[int, float] = {}  # seq -> when the gathered request is answered
+        # seq -> (receivers that asked for it, when the gathered request is answered)
+        self._pending: dict[int, tuple[int, float]] = {}
         self._wake = float("inf")  # when a retransmission timer can next run out (set by poll)
         self._heard: dict[int, float] = {}  # receiver bit -> last feedback (or first send) time
         self.completed_at: float | None = None
@@ -228,10 +228,9 @@ class Sender:
         self._declare_failures(now)
         out: list[Transmission] = []
         rto = self.rto.current()
-        due = [seq for seq, t in self._pending_due.items() if t <= now]
+        due = [seq for seq, (_asked, t) in self._pending.items() if t <= now]
         for seq in sorted(due, key=lambda q: serial.distance(self.base, q)):
-            asked = self._pending.pop(seq)
-            del self._pending_due[seq]
+            asked, _t = self._pending.pop(seq)
             slot = self._slots.get(seq)
             if slot is not None and asked & slot.owing:
                 out.append(self._send(seq, slot, asked & slot.owing, now, rto))
@@ -254,7 +253,7 @@ class Sender:
         """Earliest time :meth:`poll` has work (None: only feedback can change anything)."""
         if self._queue and self._may_send_new():
             return 0.0
-        times = list(self._pending_due.values())
+        times = [t for _asked, t in self._pending.values()]
         if self._slots and self._wake < float("inf"):
             times.append(self._wake)
         times.extend(t + self.config.fail_after for b, t in self._heard.items() if b & self.alive)
@@ -423,11 +422,12 @@ class Sender:
             bits &= ~slot.last_bits
         if bits:
             self._congestion(seq)
-            if seq not in self._pending:
-                self._pending_due[seq] = now + self.config.nack_gather * self.rto.current()
-            else:
+            if seq in self._pending:
                 self.counters["requests-gathered"] += 1
-            self._pending[seq] = self._pending.get(seq, 0) | bits
+                asked, due = self._pending[seq]
+                self._pending[seq] = (asked | bits, due)
+            else:
+                self._pending[seq] = (bits, now + self.config.nack_gather * self.rto.current())
 
     def _request_oldest(self, cum: int, bits: int, now: float) -> None:
         # A partial AGG-ACK only says these receivers have not confirmed everything before ``cum``; their
