@@ -56,6 +56,9 @@ RECEIVER_FIELDS = ("ack_delay", "nack_interval", "nack_max_interval")
 # lab the DATA of a window queues at 20 Mbit/s for up to a second (the replay's first RTO, RFC 6298's
 # 1 s), and 50 ms sent partials for windows still in flight, which made the sources resend them
 # (measured at 0% loss: 639 partials and 314 needless retransmissions for 264 packets).
+# An AGG-ACK waits for the next window's twice the flow's DATA inter-arrival time (adaptive): at 20 Mbit/s
+# an 8 kB DATA arrives every 3.3 ms of wall time, and a fixed 2 ms sent one AGG-ACK per packet (the
+# simulation of the lab: 0.996 per packet at 0% loss; 0.500 adaptive).
 BFR_AGGREGATOR = AggregatorConfig(partial_after=1.0, lifetime=10.0)
 # A replay flow's Flow ID: the run's number (8 bits) above the op id (24 bits). Runs of one trace reuse
 # the op ids and the ISN, so without the run's number a DATA or an ACK still in flight from the last run

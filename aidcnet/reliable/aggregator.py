@@ -8,6 +8,11 @@ so every ACK and AGG-ACK from below passes this BFR:
 
 * when every expected BFER has acknowledged a window, one AGG-ACK (cumulative = the window's end,
   acked = the expected set) goes upstream and the entry is freed;
+* when every expected BFER holds a window but some still lack an earlier sequence (their ACKs say so
+  selectively: received runs above the cumulative point, or a selective AGG-ACK from below), one
+  *selective* AGG-ACK for the window (First = its start) goes upstream at once and the entry stays for
+  the cumulative one.  Without it one receiver's hole held everyone's acknowledgments of everything
+  after it until the repair came back, and with them the BFIR's send budget and its timers;
 * ``partial_after`` seconds after the entry was made (and again after 2, 4, ... times that, capped
   at ``2**max_backoff``), a partial AGG-ACK names who acknowledged and who is missing, so the BFIR
   can retransmit to the missing BFERs only, before its own timer would resend to everyone; a partial
@@ -23,7 +28,9 @@ so every ACK and AGG-ACK from below passes this BFR:
   entry was never made because the budget was full, expired, or the ACK is stale) is passed upstream
   unchanged: end-to-end acknowledgment is the fallback, so losing state here never loses data;
 * NACKs are passed upstream unchanged (they ask for data now; holding them would delay repair);
-  their cumulative point is still used like an ACK's;
+  their cumulative point is still used like an ACK's, and a window whose missing BFERs have all asked
+  for it themselves since its last partial sends no partial (the BFIR knows; partials are for BFERs
+  that stay silent, such as one that lost the flow's last packets and sees no hole);
 * entries expire ``lifetime`` seconds after they were made; at most ``budget`` entries exist, and
   DATA that would need one more is counted ``over-budget`` and forwarded without state.
 
@@ -56,6 +63,13 @@ class AggregatorConfig:
     max_backoff: int = 5  # partials of one entry come after partial_after × 2**k, k capped here
     bsl: int = 64  # BitString length of the AGG-ACKs it sends
     adaptive: bool = True  # per-flow partial timer from window completion times (floor partial_after)
+    # Windows acknowledged below whose AGG-ACK waits for the next one, as a receiver delays its ACK for a
+    # second segment: with one AGG-ACK per window the BFIR hears one per packet per branch already
+    # without loss, and every repair and partial puts it over that. The wait is report_delay, or with
+    # ``adaptive`` twice the flow's DATA inter-arrival time here when that is longer (at most
+    # partial_after / 2): a fixed wait shorter than the gap between packets pairs none of them.
+    report_every: int = 2
+    report_delay: float = 0.002
 
     def __post_init__(self) -> None:
         if self.window < 1 or self.window & (self.window - 1) or self.window > 1 << 16:
@@ -66,19 +80,25 @@ class AggregatorConfig:
             raise ValueError("budget must be >= 0")
         if self.bsl not in BSL_CODES:
             raise ValueError(f"bsl {self.bsl} must be one of {sorted(BSL_CODES)}")
+        if self.report_every < 1 or not 0 <= self.report_delay < self.partial_after:
+            raise ValueError("need report_every >= 1 and 0 <= report_delay < partial_after")
 
 
 class _Entry:
     __slots__ = (
         "acked",
+        "asked",
         "born",
         "deadline",
         "end",
         "expected",
         "expires",
+        "fin",
+        "held",
         "partials",
         "repaired",
         "reported_missing",
+        "selective_sent",
         "start",
         "upstream",
     )
@@ -91,7 +111,11 @@ class _Entry:
         self.repaired = False
         self.end = end
         self.expected = 0
-        self.acked = 0
+        self.acked = 0  # BFERs that hold every sequence before ``end``
+        self.held = 0  # BFERs that hold [start, end): ``acked`` and those that said so selectively
+        self.selective_sent = False  # its selective AGG-ACK went upstream; the cumulative one is owed
+        self.fin = False  # it holds the flow's last sequence
+        self.asked = 0  # BFERs whose NACK for a sequence of it passed here since its last partial
         self.reported_missing = 0
         self.partials = 0
         self.upstream = upstream
@@ -101,6 +125,10 @@ class _Entry:
     def covers(self, cum: int) -> bool:
         """The receiver with cumulative point ``cum`` is inside this window."""
         return serial.le(self.start, cum) and serial.lt(cum, self.end)
+
+    def within(self, first: int, end: int) -> bool:
+        """Every sequence of this window is in ``[first, end)``."""
+        return serial.le(first, self.start) and serial.le(self.end, end)
 
 
 class AckAggregator:
@@ -113,11 +141,21 @@ class AckAggregator:
         self.entries = 0
         self.counters: Counter[str] = Counter()
         self.timers: dict[FlowKey, RtoEstimator] = {}
+        self.report_due: dict[FlowKey, float] = {}  # when a flow's waiting AGG-ACK goes at the latest
+        self.arrivals: dict[FlowKey, tuple[float, float | None]] = {}  # last DATA, smoothed gap between
 
     def partial_wait(self, key: FlowKey) -> float:
         """How long a new window of flow ``key`` waits before its first partial AGG-ACK."""
         timer = self.timers.get(key)
         return timer.current() if timer is not None else self.config.partial_after
+
+    def report_wait(self, key: FlowKey) -> float:
+        """How long a window of flow ``key`` acknowledged below waits for the next one's AGG-ACK."""
+        cfg = self.config
+        _last, gap = self.arrivals.get(key, (0.0, None))
+        if not cfg.adaptive or gap is None:
+            return cfg.report_delay
+        return max(cfg.report_delay, min(2 * gap, cfg.partial_after / 2))
 
     def forget(self) -> int:
         """Drop every entry and every learned timer, keeping the counters; returns the entries dropped.
@@ -126,9 +164,21 @@ class AckAggregator:
         dropped = self.entries
         self.flows.clear()
         self.timers.clear()
+        self.report_due.clear()
+        self.arrivals.clear()
         self.entries = 0
         self.counters["forgotten"] += dropped
         return dropped
+
+    def _arrival(self, key: FlowKey, now: float) -> None:
+        """Smooth the gap between the flow's DATA here (RFC 6298's SRTT gain, 1/8)."""
+        last, gap = self.arrivals.pop(key, (None, None))
+        if last is not None:
+            sample = now - last
+            gap = sample if gap is None else gap + (sample - gap) / 8
+        self.arrivals[key] = (now, gap)  # most recent last, so the oldest flow is dropped first
+        if len(self.arrivals) > max(1, self.config.budget):
+            del self.arrivals[next(iter(self.arrivals))]
 
     def _timer(self, key: FlowKey) -> RtoEstimator:
         timer = self.timers.get(key)
@@ -153,6 +203,7 @@ class AckAggregator:
         if not downstream:
             return
         key = (data.bfir_id, data.flow_id)
+        self._arrival(key, now)
         start = data.seq & ~(self.config.window - 1)
         flow = self.flows.get(key)
         entry = flow.get(start) if flow else None
@@ -170,6 +221,7 @@ class AckAggregator:
                 entry.repaired = True
             if data.fin:
                 entry.end = serial.add(data.seq, 1)
+        entry.fin |= data.fin
         entry.expected |= downstream
         entry.upstream = upstream
 
@@ -181,10 +233,21 @@ class AckAggregator:
             reporters, missing = msg.acked_mask(), msg.missing_mask()
         else:
             reporters, missing = 1 << (msg.reporter - 1), 0
-        claimed = self._apply(flow, msg.cum, reporters, missing)
+        if isinstance(msg, AggAck) and msg.first is not None:
+            claimed = self._apply_held(flow, [(msg.first, msg.cum)], reporters, missing, msg.cum)
+        else:
+            claimed = self._apply(flow, msg.cum, reporters, missing)
+            if isinstance(msg, Ack) and not msg.nack and msg.ranges:
+                # A NACK's ranges are the gaps asked for now, not all of them: only an ACK's say what is held.
+                claimed |= self._apply_held(flow, _received_runs(msg), reporters, 0, None)
         out = self._finished(key, flow, now)
         if isinstance(msg, Ack) and msg.nack:
             self.counters["nack-passed"] += 1
+            for entry in flow.values():
+                if any(
+                    serial.le(entry.start, last) and serial.lt(first, entry.end) for first, last in msg.ranges
+                ):
+                    entry.asked |= reporters & entry.expected
             out.append((self._upstream(flow), msg))
         elif claimed == reporters | missing:
             self.counters["absorbed"] += 1
@@ -194,8 +257,11 @@ class AckAggregator:
         return out
 
     def poll(self, now: float) -> list[Out]:
-        """Partial AGG-ACKs and expiries due at ``now``."""
+        """AGG-ACKs that waited long enough, partial AGG-ACKs and expiries due at ``now``."""
         out: list[Out] = []
+        for key, due in list(self.report_due.items()):
+            if now >= due:
+                out.extend(self._finished(key, self.flows.get(key, {}), now))
         for key, flow in list(self.flows.items()):
             due = []
             for start, entry in list(flow.items()):
@@ -203,11 +269,16 @@ class AckAggregator:
                     del flow[start]
                     self.entries -= 1
                     self.counters["expired"] += 1
-                elif now >= entry.deadline:
+                elif now >= entry.deadline and entry.held != entry.expected:
                     entry.partials += 1
                     backoff = 1 << min(entry.partials, self.config.max_backoff)
                     entry.deadline = now + self.partial_wait(key) * backoff
-                    due.append(entry)
+                    if entry.expected & ~entry.held & ~entry.asked:
+                        due.append(entry)
+                    else:
+                        # Every BFER that lacks it has asked for itself since: the BFIR knows.
+                        self.counters["partial-suppressed"] += 1
+                    entry.asked = 0
             for entry in due:
                 # The latest due window's partial speaks for the earlier ones with no other BFERs: its
                 # acked BFERs hold those windows too, and its missing ones are the earlier ones' (or
@@ -218,10 +289,16 @@ class AckAggregator:
                 out.extend(self._agg(key, entry, entry.expected & ~entry.acked, "partial-sent"))
             if not flow:
                 del self.flows[key]
+                self.report_due.pop(key, None)
         return out
 
     def next_deadline(self) -> float | None:
-        times = [min(e.deadline, e.expires) for flow in self.flows.values() for e in flow.values()]
+        times = [*self.report_due.values()]
+        times += [
+            e.expires if e.held == e.expected else min(e.deadline, e.expires)
+            for flow in self.flows.values()
+            for e in flow.values()
+        ]
         return min(times) if times else None
 
     # -- internals ---------------------------------------------------------------------------------
@@ -233,7 +310,8 @@ class AckAggregator:
             mine = reporters & entry.expected
             if serial.le(entry.end, cum):
                 entry.acked |= mine
-                entry.reported_missing &= ~entry.acked
+                entry.held |= mine
+                entry.reported_missing &= ~entry.held
                 claimed |= mine
                 if entry.end == cum:
                     # A partial from below speaks for its own window only: marking older windows too
@@ -246,28 +324,112 @@ class AckAggregator:
                 claimed |= mine
         return claimed
 
-    def _finished(self, key: FlowKey, flow: dict[int, _Entry], now: float) -> list[Out]:
-        out: list[Out] = []
-        done = [(start, e) for start, e in flow.items() if e.acked == e.expected]
-        for start, entry in done:
-            del flow[start]
-            self.entries -= 1
-            if self.config.adaptive:
-                self._timer(key).sample(now - entry.born, retransmitted=entry.repaired)
-            # One AGG-ACK with a later cumulative point for a superset of BFERs says all this one says.
-            if any(serial.lt(entry.end, o.end) and entry.expected & ~o.expected == 0 for _, o in done):
-                self.counters["agg-coalesced"] += 1
-                continue
-            out.extend(self._agg(key, entry, 0, "agg-sent"))
+    def _apply_held(
+        self,
+        flow: dict[int, _Entry],
+        spans: list[tuple[int, int]],
+        reporters: int,
+        missing: int,
+        cum: int | None,
+    ) -> int:
+        """Record ``reporters`` as holding the windows inside ``spans`` ([first, end) pairs), whatever they
+        lack before; ``missing`` (a selective partial from below, ending at ``cum``) as for :meth:`_apply`.
+        Returns the bits accounted for."""
+        claimed = 0
         for entry in flow.values():
-            if entry.reported_missing and entry.acked | entry.reported_missing == entry.expected:
+            mine = reporters & entry.expected
+            if mine and any(entry.within(first, end) for first, end in spans):
+                entry.held |= mine
+                entry.reported_missing &= ~entry.held
+                claimed |= mine
+            if cum is not None and entry.end == cum and missing & entry.expected:
+                entry.reported_missing = (entry.reported_missing | (missing & entry.expected)) & ~entry.held
+                claimed |= missing & entry.expected
+        return claimed
+
+    def _finished(self, key: FlowKey, flow: dict[int, _Entry], now: float) -> list[Out]:
+        """The AGG-ACKs the windows acknowledged below call for: at once when ``report_every`` of them wait
+        (or the FIN's window is among them, or their ``report_delay`` ran out), later otherwise."""
+        out: list[Out] = []
+        waiting = [e for e in flow.values() if e.acked == e.expected or e.held == e.expected != e.acked]
+        fresh = [e for e in waiting if e.acked == e.expected or not e.selective_sent]
+        if not fresh:
+            self.report_due.pop(key, None)
+        elif (
+            len(fresh) >= self.config.report_every
+            or any(e.fin for e in fresh)
+            or now >= self.report_due.get(key, float("inf"))
+        ):
+            self.report_due.pop(key, None)
+            out = self._report(key, flow, now)
+        else:
+            self.report_due.setdefault(key, now + self.report_wait(key))
+        for entry in flow.values():
+            if entry.reported_missing and entry.held | entry.reported_missing == entry.expected:
                 # Everyone below has answered or been reported missing by a BFR below: no point waiting.
                 out.extend(self._agg(key, entry, entry.reported_missing, "partial-sent"))
                 entry.reported_missing = 0
                 entry.deadline = now + self.partial_wait(key)
         if not flow:
             self.flows.pop(key, None)
+            self.report_due.pop(key, None)
         return out
+
+    def _report(self, key: FlowKey, flow: dict[int, _Entry], now: float) -> list[Out]:
+        """Selective AGG-ACKs for the windows held below, and one cumulative AGG-ACK for those acknowledged
+        (which are freed)."""
+        out = self._selective(key, flow, now)
+        done = [(start, e) for start, e in flow.items() if e.acked == e.expected]
+        for start, entry in done:
+            del flow[start]
+            self.entries -= 1
+            if self.config.adaptive and not entry.selective_sent:
+                self._timer(key).sample(now - entry.born, retransmitted=entry.repaired)
+            # One AGG-ACK with a later cumulative point for a superset of BFERs says all this one says.
+            if any(serial.lt(entry.end, o.end) and entry.expected & ~o.expected == 0 for _, o in done):
+                self.counters["agg-coalesced"] += 1
+                continue
+            out.extend(self._agg(key, entry, 0, "agg-sent"))
+        return out
+
+    def _selective(self, key: FlowKey, flow: dict[int, _Entry], now: float) -> list[Out]:
+        """Selective AGG-ACKs for the windows every expected BFER now holds while some lack an earlier
+        sequence: one per run of adjacent windows with the same BFERs and upstream.  Each names the
+        whole run of held windows it extends (First goes back over those already reported), so one that
+        is lost is said again by the next instead of waiting for the cumulative AGG-ACK."""
+        ready = [e for e in flow.values() if not e.selective_sent and e.held == e.expected != e.acked]
+        if not ready:
+            return []
+        oldest = ready[0].start
+        ready.sort(key=lambda e: serial.distance(oldest, e.start))
+        out: list[Out] = []
+        run: list[_Entry] = []
+        for entry in [*ready, None]:
+            if run and (entry is None or not _extends(run[-1], entry)):
+                first = self._held_since(flow, run[0])
+                msgs = agg_acks(
+                    key[0], key[1], run[-1].end, self.bfr_id, run[0].expected, 0, self.config.bsl, first
+                )
+                self.counters["selective-sent"] += len(msgs)
+                self.counters["selective-coalesced"] += len(run) - 1
+                out.extend((run[0].upstream, m) for m in msgs)
+                run = []
+            if entry is not None:
+                entry.selective_sent = True
+                if self.config.adaptive:
+                    self._timer(key).sample(now - entry.born, retransmitted=entry.repaired)
+                run.append(entry)
+        return out
+
+    def _held_since(self, flow: dict[int, _Entry], entry: _Entry) -> int:
+        """Start of the run of adjacent windows before ``entry`` whose selective AGG-ACK already went."""
+        first = entry.start
+        for _ in range(len(flow)):
+            before = flow.get(serial.add(first, -self.config.window) & serial.MASK)
+            if before is None or not before.selective_sent or not _extends(before, entry, first):
+                break
+            first = before.start
+        return first
 
     def _agg(self, key: FlowKey, entry: _Entry, missing: int, counter: str) -> list[Out]:
         msgs = agg_acks(key[0], key[1], entry.end, self.bfr_id, entry.acked, missing, self.config.bsl)
@@ -279,3 +441,26 @@ class AckAggregator:
         for entry in flow.values():
             return entry.upstream
         return None
+
+
+def _extends(before: _Entry, entry: _Entry, start: int | None = None) -> bool:
+    """``entry`` (or the run starting at ``start``) follows ``before`` directly, for the same BFERs and
+    upstream, so one selective AGG-ACK may speak for both."""
+    return (
+        before.end == (entry.start if start is None else start)
+        and before.held == before.expected == entry.expected
+        and before.upstream == entry.upstream
+    )
+
+
+def _received_runs(ack: Ack) -> list[tuple[int, int]]:
+    """The [first, end) runs an ACK's ranges say were received between its cumulative point and Highest."""
+    runs = []
+    low = ack.cum
+    for first, last in ack.ranges:
+        if low != first:
+            runs.append((low, first))
+        low = serial.add(last, 1)
+    if low != ack.highest:
+        runs.append((low, ack.highest))
+    return runs

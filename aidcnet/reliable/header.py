@@ -24,7 +24,9 @@ expects: it holds every sequence before it (serial arithmetic, RFC 1982, :mod:`.
   plus selective gaps); a NACK asks for the listed ranges now.
 * AGG-ACK (4): from a BFR, for the BFERs of one SI: the ``acked`` BitString (they hold everything
   before Cumulative) and the ``missing`` BitString (they were sent that range and have not confirmed
-  it); flag P (partial) is set exactly when ``missing`` is not empty.
+  it); flag P (partial) is set exactly when ``missing`` is not empty.  With flag S (selective) a
+  ``First`` sequence precedes the BitStrings and both speak of ``[First, Cumulative)`` only: the acked
+  BFERs hold that range, whatever they lack before it.
 
 All multi-octet fields are in network byte order.  Decoding is strict: every field the encoder would
 refuse is refused, so ``encode(decode(b)) == b`` for every accepted ``b``.
@@ -53,11 +55,13 @@ MAX_RANGES: Final = 0xFFFF
 _COMMON = struct.Struct("!BBHIIHH")
 _HIGHEST = struct.Struct("!I")
 _RANGE = struct.Struct("!II")
+_FIRST = struct.Struct("!I")
 assert _COMMON.size == COMMON_LEN
 
 FLAG_RETRANSMIT: Final = 0x80  # DATA: R, a retransmission (its BitString is the missing set only)
 FLAG_FIN: Final = 0x40  # DATA: F, the last sequence of the flow
 FLAG_PARTIAL: Final = 0x80  # AGG-ACK: P, sent after the BFR's timeout with some BFERs missing
+FLAG_SELECTIVE: Final = 0x40  # AGG-ACK: S, the BitStrings speak of [First, Cumulative) only
 
 
 class MsgType(IntEnum):
@@ -71,7 +75,7 @@ _ALLOWED_FLAGS: Final = {
     MsgType.DATA: FLAG_RETRANSMIT | FLAG_FIN,
     MsgType.ACK: 0,
     MsgType.NACK: 0,
-    MsgType.AGG_ACK: FLAG_PARTIAL,
+    MsgType.AGG_ACK: FLAG_PARTIAL | FLAG_SELECTIVE,
 }
 _TYPE_BY_CODE: Final = {int(t): t for t in MsgType}
 _BSL_BY_CODE: Final = {code: bsl for bsl, code in BSL_CODES.items()}
@@ -86,7 +90,8 @@ REASONS: Final = frozenset(
         "bad-bfir",  # BFIR-id 0 (RFC 8279 §2: unassigned)
         "bad-reporter",  # ACK/NACK from BFR-id 0
         "length-mismatch",  # octets after the announced body
-        "bad-range",  # Highest before Cumulative, a range outside it, out of order, or a NACK with none
+        "bad-range",  # Highest before Cumulative, a range outside it, out of order, a NACK with none,
+        # or a selective AGG-ACK's First not before its Cumulative
         "bad-bsl",
         "bad-bitstring",  # AGG-ACK with no BFER in either BitString, or one in both
     }
@@ -211,7 +216,8 @@ class Ack:
 class AggAck:
     """AGG-ACK from a BFR (``reporter``, its BFR-id or 0 for a BFR without one) for one SI.
 
-    ``acked``/``missing`` are BitStrings of ``bsl`` bits for SI ``si`` (RFC 8279 §3 numbering).
+    ``acked``/``missing`` are BitStrings of ``bsl`` bits for SI ``si`` (RFC 8279 §3 numbering).  With
+    ``first`` (selective) they speak of ``[first, cum)`` only; without it of everything before ``cum``.
     """
 
     bfir_id: int
@@ -222,10 +228,15 @@ class AggAck:
     si: int
     acked: int
     missing: int = 0
+    first: int | None = None
 
     @property
     def partial(self) -> bool:
         return self.missing != 0
+
+    @property
+    def selective(self) -> bool:
+        return self.first is not None
 
     def acked_mask(self) -> int:
         """``acked`` as an id-mask (bit BFR-id − 1), the form :mod:`.sender` and :mod:`.aggregator` use."""
@@ -243,25 +254,49 @@ class AggAck:
             raise ValueError(
                 f"acked 0x{self.acked:x} and missing 0x{self.missing:x} must be disjoint and not both empty"
             )
+        first = b""
+        if self.first is not None:
+            _check_u("first", self.first, 32)
+            problem = _first_problem(self.first, self.cum)
+            if problem:
+                raise ValueError(problem)
+            first = _FIRST.pack(self.first)
         head = _COMMON.pack(
             (VERSION << 4) | MsgType.AGG_ACK,
-            FLAG_PARTIAL if self.partial else 0,
+            (FLAG_PARTIAL if self.partial else 0) | (FLAG_SELECTIVE if first else 0),
             self.bfir_id,
             self.flow_id,
             self.cum,
             self.reporter,
             (code << 12) | self.si,
         )
-        return head + encode_bitstring(self.acked, self.bsl) + encode_bitstring(self.missing, self.bsl)
+        return (
+            head + first + encode_bitstring(self.acked, self.bsl) + encode_bitstring(self.missing, self.bsl)
+        )
+
+
+def _first_problem(first: int, cum: int) -> str | None:
+    """Why a selective AGG-ACK's ``[first, cum)`` is not a range a flow can have in flight, or None."""
+    if not 0 < serial.distance(first, cum) <= serial.MAX_SPAN:
+        return f"first {first} is not within {serial.MAX_SPAN} before cumulative {cum}"
+    return None
 
 
 Message = Data | Ack | AggAck
 
 
 def agg_acks(
-    bfir_id: int, flow_id: int, cum: int, reporter: int, acked: int, missing: int, bsl: int
+    bfir_id: int,
+    flow_id: int,
+    cum: int,
+    reporter: int,
+    acked: int,
+    missing: int,
+    bsl: int,
+    first: int | None = None,
 ) -> list[AggAck]:
-    """AGG-ACKs for id-masks (bit BFR-id − 1) ``acked``/``missing``: one per SI they touch, ascending."""
+    """AGG-ACKs for id-masks (bit BFR-id − 1) ``acked``/``missing``: one per SI they touch, ascending.
+    ``first``: selective ones, for ``[first, cum)`` only."""
     if acked < 0 or missing < 0 or acked & missing:
         raise ValueError(f"acked 0x{acked:x} and missing 0x{missing:x} must be disjoint id-masks")
     out = []
@@ -280,6 +315,7 @@ def agg_acks(
                     si=si,
                     acked=a,
                     missing=m,
+                    first=first,
                 )
             )
         acked >>= bsl
@@ -386,13 +422,20 @@ def _decode_agg(
     if bsl is None:
         raise ReliableDecodeError("bad-bsl", f"BSL code {code} is not an RFC 8296 code (1..7)")
     width = bsl >> 3
-    end = COMMON_LEN + 2 * width
+    at = COMMON_LEN + (_FIRST.size if flags & FLAG_SELECTIVE else 0)
+    end = at + 2 * width
     if total < end:
         raise ReliableDecodeError("truncated", f"{total} octets, two {bsl}-bit BitStrings need {end}")
     if total != end:
         raise ReliableDecodeError("length-mismatch", f"{total} octets, BSL {bsl} implies {end}")
-    acked = decode_bitstring(mv[COMMON_LEN : COMMON_LEN + width])
-    missing = decode_bitstring(mv[COMMON_LEN + width : end])
+    first = None
+    if flags & FLAG_SELECTIVE:
+        (first,) = _FIRST.unpack_from(mv, COMMON_LEN)
+        problem = _first_problem(first, cum)
+        if problem:
+            raise ReliableDecodeError("bad-range", problem)
+    acked = decode_bitstring(mv[at : at + width])
+    missing = decode_bitstring(mv[at + width : end])
     if bool(flags & FLAG_PARTIAL) != bool(missing):
         raise ReliableDecodeError(
             "bad-flags", f"P flag {bool(flags & FLAG_PARTIAL)} with missing 0x{missing:x}"
@@ -410,4 +453,5 @@ def _decode_agg(
         si=si,
         acked=acked,
         missing=missing,
+        first=first,
     )

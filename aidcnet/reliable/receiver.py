@@ -8,8 +8,9 @@ out-of-order sequences above it (at most ``window``), and for each missing seque
 
 * A sequence before the cumulative point, or already buffered, is a duplicate: counted, never
   delivered, and answered with an ACK at once (a duplicate means the sender has not heard our ACK).
-* In-order data is delivered together with the buffered run behind it; an ACK goes out when the
-  cumulative point has moved ``ack_every`` sequences or reached the FIN, else after ``ack_delay``.
+* In-order data is delivered together with the buffered run behind it; an ACK goes out when
+  ``ack_every`` new sequences have arrived (in order or above a hole: the ACK's gaps then say what is
+  held) or the cumulative point reached the FIN, else after ``ack_delay``.
 * A sequence that leaves a hole makes the hole's sequences missing: a NACK names them at once, and
   again after ``nack_interval``, doubling up to ``nack_max_interval``, while they stay missing.
 
@@ -98,6 +99,10 @@ class Receiver:
             self.counters["beyond-window"] += 1
             return [], [self._ack(key, flow)]
         self.counters["accepted"] += 1
+        # Out-of-order arrivals count too: their ACK's gaps tell the BFRs what is held above a hole (a BFR
+        # acknowledges those windows selectively), where a count of delivered ones would stay silent
+        # until the hole is repaired.
+        flow.advanced += 1
         flow.buffer[data.seq] = bytes(data.payload)
         flow.missing.pop(data.seq, None)
         if data.fin:
@@ -142,7 +147,6 @@ class Receiver:
         while flow.cum in flow.buffer:
             out.append(Delivery(key[0], key[1], flow.cum, flow.buffer.pop(flow.cum)))
             flow.cum = serial.add(flow.cum, 1)
-            flow.advanced += 1
         self.counters["delivered"] += len(out)
         return out
 

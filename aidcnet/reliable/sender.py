@@ -7,7 +7,8 @@ Receivers are named by BFR-id; sets of them are *id-masks*, ints with bit ``BFR-
 concatenation of the SIs' BitStrings, RFC 8279 §3), so one int covers any number of SIs.
 
 For every sequence in flight the sender keeps the id-mask of receivers that still owe it (``owing``).
-ACKs, NACKs and AGG-ACKs clear bits; a sequence leaves the window when nobody owes it.  Two things
+ACKs, NACKs and AGG-ACKs (cumulative, or selective for the range they name) clear bits; a sequence
+leaves the window when nobody owes it.  Two things
 retransmit, both to the owing subset only (the retransmission's BitString is the missing set):
 
 * a NACK (or a partial AGG-ACK) asks for sequences for named receivers: retransmitted ``nack_gather``
@@ -17,11 +18,9 @@ retransmit, both to the owing subset only (the retransmission's BitString is the
   the way);
 * the retransmission timer: ``RTO × 2**attempt`` after the last transmission (exponential backoff,
   capped at ``2**max_backoff``, and the timer itself at ``max_rto`` when set: RFC 6298 §5.5 lets the
-  maximum RTO bound the doubling).  Only the oldest sequence someone owes times out, as RFC 6298 §5.4
-  retransmits only the earliest unacknowledged segment, and it holds back the later timers for two RTOs
-  after its last transmission: acknowledgments are cumulative and BFRs aggregate them cumulatively, so
-  while one receiver's sequence is repaired, the BFRs above it hold everyone's acknowledgments of what
-  follows, and the later timers would fire for data that arrived.
+  maximum RTO bound the doubling).  For each receiver only the oldest sequence it owes times out, as
+  RFC 6298 §5.4 retransmits only the earliest unacknowledged segment, and it holds back that receiver's
+  later timers for two RTOs after its last transmission (see :meth:`Sender._timeouts`).
 
 The sequences a node's flows have in flight together may be bounded by a :class:`SendBudget` shared by
 its senders (in payload bytes): without it, a source with several flows fills its link's shaper queue
@@ -200,6 +199,7 @@ class Sender:
         # seq -> (receivers that asked for it, when the gathered request is answered)
         self._pending: dict[int, tuple[int, float]] = {}
         self._wake = float("inf")  # when a retransmission timer can next run out (set by poll)
+        self._cleared_once: dict[int, float] = {}  # sequences sent once the feedback at hand cleared
         self._heard: dict[int, float] = {}  # receiver bit -> last feedback (or first send) time
         self.completed_at: float | None = None
         self.counters: Counter[str] = Counter()
@@ -269,43 +269,61 @@ class Sender:
         """Retransmissions whose timer ran out (none unless ``fire``); sets ``_wake`` to when a timer can
         next run out, which :meth:`next_deadline` reports until the next poll or feedback.
 
-        Only the oldest sequence someone owes may time out (RFC 6298 §5.4), and it holds back every later
-        timer for two RTOs after its last transmission: while one receiver's sequence is repaired, the
-        BFRs above it hold the acknowledgments of everything after it, its own and those of every BFER
-        that shares an aggregation entry with it (at the first hop: all of them), since AGG-ACKs are
-        cumulative. A repair that stays unanswered longer no longer explains the silence, and the next
-        sequence's timer may fire too (a BFR whose aggregation window spans several sequences absorbs
-        ACKs inside the window, and the simulation found a flow that never completed otherwise)."""
+        For each receiver only the oldest sequence it owes may time out (RFC 6298 §5.4 retransmits the
+        earliest unacknowledged segment), and that sequence holds back the receiver's later timers for
+        two RTOs after its last transmission, or while a NACK's retransmission of it is pending: its
+        acknowledgments of what follows may wait on the repair (a BFR whose aggregation window spans
+        several sequences absorbs ACKs inside the window). A repair that stays unanswered longer no
+        longer explains the silence, and the next sequence's timer may fire too (the simulation found a
+        flow that never completed otherwise). One receiver's repairs never hold back another's timers:
+        BFRs acknowledge what their BFERs hold above a hole selectively, so its siblings' ACKs do not
+        wait on it, and a receiver that lost the flow's last packets (it sees no hole and sends nothing)
+        had waited behind the others' repairs until it was declared failed."""
         out = []
         wake = float("inf")
+        blocked = 0  # receivers whose older sequence is under repair
         for seq in self._in_flight():
             slot = self._slots.get(seq)
-            if slot is None or not slot.owing:
+            if slot is None or not slot.owing & ~blocked:
                 continue
             if seq in self._pending:
-                # Asked for: its retransmission is due soon (a timer would double it) and holds back the rest.
-                break
-            if fire and now >= slot.deadline and slot.last_sent != now:
-                self.counters["timeouts"] += 1
-                if slot.attempts > 1:
-                    self.counters["timeouts-of-retransmissions"] += 1
-                self._congestion(seq, timeout=True)
-                out.append(self._send(seq, slot, slot.owing, now, rto))
-            wake = min(wake, slot.deadline)
-            hold_until = slot.last_sent + 2 * rto
-            if now < hold_until:
-                wake = min(wake, hold_until)
+                # Asked for: its retransmission is due soon (a timer would double it).
+                blocked |= slot.owing
+            else:
+                if fire and now >= slot.deadline and slot.last_sent != now:
+                    self.counters["timeouts"] += 1
+                    if slot.attempts > 1:
+                        self.counters["timeouts-of-retransmissions"] += 1
+                    self._congestion(seq, timeout=True)
+                    out.append(self._send(seq, slot, slot.owing, now, rto))
+                wake = min(wake, slot.deadline)
+                hold_until = slot.last_sent + 2 * rto
+                if now < hold_until:
+                    wake = min(wake, hold_until)
+                    blocked |= slot.owing
+            if self.alive & ~blocked == 0:
                 break
         self._wake = wake
         return out
 
     def on_feedback(self, msg: Ack | AggAck, now: float) -> None:
-        """Apply an ACK, NACK or AGG-ACK for this flow (the caller matched BFIR-id and Flow ID)."""
+        """Apply an ACK, NACK or AGG-ACK for this flow (the caller matched BFIR-id and Flow ID).
+
+        At most one round-trip sample per feedback: from the newest sequence it speaks of (an ACK's
+        Highest − 1, an AGG-ACK's Cumulative − 1), when that one was sent once (Karn's rule) and this
+        feedback is what clears it, i.e. the feedback answers that sequence's arrival.  The older ones it
+        clears waited, for a hole's repair or for an acknowledgment lost and said again, and would feed
+        the estimator that wait; a NACK (its cumulative point moved with a repair) and a partial AGG-ACK
+        (sent when a BFR's timer ran out) give none."""
+        self._cleared_once.clear()
         if isinstance(msg, AggAck):
             self.counters["agg-ack-partial" if msg.partial else "agg-ack"] += 1
             acked = msg.acked_mask() & self.alive
             self._hear(acked, now)
-            self._clear_before(msg.cum, acked, now)
+            if msg.first is not None:
+                self._clear_span(msg.first, msg.cum, acked, now)
+            else:
+                self._clear_before(msg.cum, acked, now)
             if msg.partial:
                 self._request_oldest(msg.cum, msg.missing_mask() & self.alive, now)
         else:
@@ -323,6 +341,9 @@ class Sender:
                 for seq in self._in_flight():
                     if _in_ranges(seq, msg.ranges):
                         self._request(seq, bit, now)
+        newest = serial.add(msg.highest if isinstance(msg, Ack) else msg.cum, -1)
+        if newest in self._cleared_once and not (isinstance(msg, AggAck) and msg.partial):
+            self.rto.observe(now - self._cleared_once[newest])
         self._advance(now)
         self._timeouts(now, self.rto.current(), fire=False)  # which timer is the oldest now
 
@@ -390,7 +411,7 @@ class Sender:
         if not slot.owing:
             self._release(slot)
         if slot.attempts == 1:
-            self.rto.observe(now - slot.first_sent)
+            self._cleared_once[seq] = slot.first_sent
         if not slot.owing and self.config.initial_cwnd is not None:
             self.cwnd += 1.0 if self.cwnd < self.ssthresh else 1.0 / self.cwnd
             self.cwnd = min(self.cwnd, float(self.config.window))
@@ -402,6 +423,12 @@ class Sender:
             if not serial.lt(seq, cum):
                 break
             self._clear(seq, bits, now)
+
+    def _clear_span(self, first: int, end: int, bits: int, now: float) -> None:
+        # A selective AGG-ACK: these receivers hold [first, end), whatever they lack before it.
+        for seq in self._in_flight():
+            if serial.le(first, seq) and serial.lt(seq, end):
+                self._clear(seq, bits, now)
 
     def _clear_selective(self, ack: Ack, bit: int, now: float) -> None:
         # Sequences in [cum, highest) outside every gap were received (selective acknowledgment).

@@ -27,7 +27,7 @@ from aidcnet.bier.routing import compute_birts, undirected
 from aidcnet.reliable.aggregator import AckAggregator, AggregatorConfig
 from aidcnet.reliable.header import Ack, AggAck, Data, decode
 from aidcnet.reliable.receiver import Receiver, ReceiverConfig
-from aidcnet.reliable.sender import FixedRto, Sender, SenderConfig, mask_ids
+from aidcnet.reliable.sender import FixedRto, SendBudget, Sender, SenderConfig, mask_ids
 from aidcnet.rto import RtoEstimator
 
 BSL = 64
@@ -56,6 +56,9 @@ class SimConfig:
     until: float = 30.0
     dead_hosts: tuple[str, ...] = ()  # hosts whose link drops everything (a receiver that died)
     sender: SenderConfig = field(default_factory=lambda: SenderConfig(window=32, fail_after=2.0))
+    # The sender's SendBudget in payload octets (None: only the window limits what is in flight), as the
+    # replay gives the agents' senders one.
+    inflight_bytes: int | None = None
     rto: float = 0.006
     adaptive_rto: bool = False  # RFC 6298 estimator (aidcnet.rto) with ``rto`` as first guess and floor
     receiver: ReceiverConfig = field(default_factory=ReceiverConfig)
@@ -159,7 +162,8 @@ def simulate(cfg: SimConfig) -> SimResult:
     receivers = {net.bfr_id[h]: Receiver(net.bfr_id[h], cfg.receiver, cfg.isn) for h in net.hosts[1:]}
     delivered: dict[int, list[tuple[int, bytes]]] = {r: [] for r in receivers}
     rto = RtoEstimator(cfg.rto, min_rto=cfg.rto, max_rto=1.0) if cfg.adaptive_rto else FixedRto(cfg.rto)
-    sender = Sender(src_id, cfg.flow_id, receivers, rto, cfg.sender, cfg.isn)
+    budget = SendBudget(cfg.inflight_bytes) if cfg.inflight_bytes is not None else None
+    sender = Sender(src_id, cfg.flow_id, receivers, rto, cfg.sender, cfg.isn, budget)
     for i in range(cfg.messages):
         sender.offer(i.to_bytes(4, "big") * (cfg.size // 4), fin=i == cfg.messages - 1)
     branches = len(impose(net.bift[source], sum(1 << (r - 1) for r in receivers), TTL).copies)

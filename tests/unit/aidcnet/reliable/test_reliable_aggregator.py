@@ -32,7 +32,10 @@ def ack(reporter: int, cum_k: int, nack: bool = False) -> Ack:
 
 
 def agg(**cfg: float) -> AckAggregator:
-    return AckAggregator(17, AggregatorConfig(**{"partial_after": 0.01, "lifetime": 1.0, **cfg}))
+    # One AGG-ACK per window unless a test says otherwise: these tests are about what one window says.
+    return AckAggregator(
+        17, AggregatorConfig(**{"partial_after": 0.01, "lifetime": 1.0, "report_every": 1, **cfg})
+    )
 
 
 def test_one_agg_ack_when_every_bfer_below_acked() -> None:
@@ -222,3 +225,123 @@ def test_forget_drops_a_window_left_open_so_a_new_run_of_the_same_flow_id_starts
     ((_, msg),) = a.poll(100.01)
     assert msg.partial and mask_ids(msg.missing_mask()) == [3, 5]
     assert a.forget() == 1 and a.forget() == 0  # idempotent
+
+
+def sack(
+    reporter: int, cum_k: int, highest_k: int, missing: list[tuple[int, int]], nack: bool = False
+) -> Ack:
+    """An ACK with gaps: ``reporter`` holds [cum_k, highest_k) except the ``missing`` ranges (a NACK:
+    asks for them, and says nothing of the rest)."""
+    return Ack(
+        bfir_id=1,
+        flow_id=7,
+        cum=serial.add(ISN, cum_k),
+        reporter=reporter,
+        highest=serial.add(ISN, highest_k),
+        ranges=tuple((serial.add(ISN, a), serial.add(ISN, b)) for a, b in missing),
+        nack=nack,
+    )
+
+
+def spans(out: list) -> list[tuple[int | None, int, list[int], list[int]]]:
+    """(First, Cumulative, acked, missing) of the AGG-ACKs in ``out``, relative to ISN."""
+
+    def k(seq: int | None) -> int | None:
+        return None if seq is None else serial.distance(ISN, seq)
+
+    return [(k(m.first), k(m.cum), mask_ids(m.acked_mask()), mask_ids(m.missing_mask())) for _, m in out]
+
+
+def test_windows_held_above_a_hole_are_acknowledged_selectively_then_cumulatively() -> None:
+    a = agg()
+    for k in range(4):
+        a.on_data(data(k), DOWN, "up", 0.0)
+    assert a.on_feedback(ack(2, 4), 0.001) == [] and a.on_feedback(ack(3, 4), 0.001) == []
+    # 5 lost 1: its ACK's gaps say it holds 0, 2 and 3. 0 is complete; 2..3 are held by all, selectively.
+    out = a.on_feedback(sack(5, 1, 4, [(1, 1)]), 0.002)
+    assert spans(out) == [(2, 4, [2, 3, 5], []), (None, 1, [2, 3, 5], [])]
+    assert a.counters["selective-sent"] == 1 and a.counters["selective-coalesced"] == 1
+    assert a.entries == 3, "1 is open, and 2..3 wait for their cumulative AGG-ACK"
+    assert a.poll(0.05) != [] and a.counters["partial-sent"] == 1, "only 1's window sends a partial"
+    # The repair arrives: one cumulative AGG-ACK for 1..3, and every entry is freed.
+    assert spans(a.on_feedback(ack(5, 4), 0.06)) == [(None, 4, [2, 3, 5], [])]
+    assert a.entries == 0
+
+
+def test_a_selective_agg_ack_says_again_the_held_windows_before_it() -> None:
+    """Its First goes back over the adjacent windows already reported, so a lost one is repeated."""
+    a = agg()
+    for k in range(4):
+        a.on_data(data(k), DOWN, "up", 0.0)
+    for r in (2, 3):
+        a.on_feedback(ack(r, 4), 0.001)
+    assert spans(a.on_feedback(sack(5, 0, 2, [(0, 0)]), 0.002)) == [(1, 2, [2, 3, 5], [])]
+    assert spans(a.on_feedback(sack(5, 0, 4, [(0, 0)]), 0.003)) == [(1, 4, [2, 3, 5], [])]
+
+
+def test_selective_agg_acks_from_below_nest() -> None:
+    a = agg()
+    a.on_data(data(0), DOWN, "up", 0.0)
+    a.on_data(data(1), DOWN, "up", 0.0)
+    below = AggAck(
+        bfir_id=1,
+        flow_id=7,
+        cum=serial.add(ISN, 2),
+        reporter=9,
+        bsl=64,
+        si=0,
+        acked=id_mask([3, 5]),
+        first=serial.add(ISN, 1),
+    )
+    assert a.on_feedback(below, 0.001) == [] and a.counters["absorbed"] == 1
+    assert spans(a.on_feedback(ack(2, 2), 0.002)) == [(1, 2, [2, 3, 5], [])]
+    # The cumulative AGG-ACK from below ends it: 0 and 1 in one message.
+    below = AggAck(
+        bfir_id=1, flow_id=7, cum=serial.add(ISN, 2), reporter=9, bsl=64, si=0, acked=id_mask([3, 5])
+    )
+    assert spans(a.on_feedback(below, 0.003)) == [(None, 2, [2, 3, 5], [])] and a.entries == 0
+
+
+def test_a_nack_is_no_selective_ack() -> None:
+    """A NACK's ranges are the gaps asked for now, not all of them: what lies between is not held."""
+    a = agg()
+    for k in range(3):
+        a.on_data(data(k), DOWN, "up", 0.0)
+    for r in (2, 3):
+        a.on_feedback(ack(r, 3), 0.001)
+    nack = sack(5, 0, 3, [(0, 0)], nack=True)
+    assert a.on_feedback(nack, 0.002) == [("up", nack)] and a.counters["selective-sent"] == 0
+
+
+def test_an_agg_ack_waits_for_the_next_window_or_report_delay() -> None:
+    a = agg(report_every=2, report_delay=0.002)
+    for k in range(4):
+        a.on_data(data(k), DOWN, "up", 0.0)
+    for r in (2, 3):
+        a.on_feedback(ack(r, 1), 0.001)
+    assert a.on_feedback(ack(5, 1), 0.001) == [] and a.next_deadline() == pytest.approx(0.003)
+    for r in (2, 3):
+        a.on_feedback(ack(r, 2), 0.0015)
+    # The second window: one AGG-ACK says both.
+    assert spans(a.on_feedback(ack(5, 2), 0.0015)) == [(None, 2, [2, 3, 5], [])]
+    for r in (2, 3, 5):
+        a.on_feedback(ack(r, 3), 0.002)
+    assert a.poll(0.0039) == []
+    assert spans(a.poll(0.004)) == [(None, 3, [2, 3, 5], [])], "the third waited report_delay alone"
+    a.on_data(data(4, fin=True), DOWN, "up", 0.006)
+    for r in (2, 3):
+        a.on_feedback(ack(r, 5), 0.007)
+    # The FIN's window does not wait: nothing follows it.
+    assert spans(a.on_feedback(ack(5, 5), 0.007)) == [(None, 5, [2, 3, 5], [])]
+    assert a.entries == 0 and a.next_deadline() is None
+
+
+def test_no_partial_for_a_window_whose_missing_bfers_asked_for_it_themselves() -> None:
+    a = agg()
+    a.on_data(data(0), DOWN, "up", 0.0)
+    a.on_feedback(ack(2, 1), 0.001)
+    a.on_feedback(ack(3, 0, nack=True), 0.002)
+    a.on_feedback(ack(5, 0, nack=True), 0.003)
+    assert a.poll(0.011) == [] and a.counters["partial-suppressed"] == 1
+    # Silent since: the next partial goes, and names them.
+    assert spans(a.poll(0.05)) == [(None, 1, [2], [3, 5])]

@@ -60,6 +60,7 @@ def valid(rng: random.Random) -> bytes:
         si=rng.getrandbits(8),
         acked=acked | (0 if acked | missing else 1),
         missing=missing,
+        first=(seq - rng.randint(1, 64)) & 0xFFFFFFFF if rng.random() < 0.5 else None,
     ).encode()
 
 

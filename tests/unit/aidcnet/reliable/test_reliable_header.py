@@ -22,6 +22,9 @@ DATA_VECTOR = bytes.fromhex("11c00003 00000007 ffffffff 00000004 61626364")
 ACK_VECTOR = bytes.fromhex("12000003 00000007 fffffffe 00050002 00000006 fffffffe fffffffe 00000001 00000003")
 NACK_VECTOR = bytes.fromhex("13000003 00000007 fffffffe 00050001 00000006 fffffffe fffffffe")
 AGG_VECTOR = bytes.fromhex("14800003 00000007 00000010 00111000 00000000 000000a6 00000000 00000010")
+SACK_VECTOR = bytes.fromhex(
+    "14400003 00000007 00000010 00111000 0000000c 00000000 000000a6 00000000 00000000"
+)
 
 
 def test_data_vector() -> None:
@@ -60,6 +63,13 @@ def test_agg_ack_vector_partial() -> None:
     assert msg.encode() == AGG_VECTOR
     assert decode(AGG_VECTOR) == msg and msg.partial
     assert msg.acked_mask() == 0xA6
+
+
+def test_agg_ack_vector_selective() -> None:
+    # BFR 17: BFERs 2, 3, 6 and 8 hold 12..15, whatever they lack before 12 (flag S, First 12).
+    msg = AggAck(bfir_id=3, flow_id=7, cum=16, reporter=17, bsl=64, si=0, acked=0xA6, first=12)
+    assert msg.encode() == SACK_VECTOR
+    assert decode(SACK_VECTOR) == msg and msg.selective and not msg.partial
 
 
 def test_agg_acks_split_id_masks_by_si() -> None:
@@ -103,6 +113,11 @@ BAD = [
     ("bad-bsl", _with(AGG_VECTOR, 14, 0x80)),
     ("bad-bitstring", AGG_VECTOR[:1] + b"\x00" + AGG_VECTOR[2:16] + bytes(16)),
     ("bad-bitstring", AGG_VECTOR[:16] + bytes.fromhex("00000000 000000b6 00000000 00000010")),  # overlap
+    ("truncated", SACK_VECTOR[:-4]),  # the BitStrings after First cut short
+    ("length-mismatch", SACK_VECTOR + b"\0"),
+    ("truncated", _with(AGG_VECTOR, 1, 0xC0)),  # S set, but no room for First
+    ("bad-range", SACK_VECTOR[:16] + bytes.fromhex("00000010") + SACK_VECTOR[20:]),  # First = Cumulative
+    ("bad-range", SACK_VECTOR[:16] + bytes.fromhex("00000011") + SACK_VECTOR[20:]),  # First after it
 ]
 
 
@@ -130,6 +145,7 @@ def test_malformed_is_refused_with_its_reason(reason: str, buf: bytes) -> None:
         (AggAck(bfir_id=1, flow_id=1, cum=0, reporter=0, bsl=64, si=0, acked=1, missing=1), "disjoint"),
         (AggAck(bfir_id=1, flow_id=1, cum=0, reporter=0, bsl=64, si=0, acked=1 << 64), "fit"),
         (AggAck(bfir_id=1, flow_id=1, cum=0, reporter=0, bsl=100, si=0, acked=1), "BitString length"),
+        (AggAck(bfir_id=1, flow_id=1, cum=5, reporter=0, bsl=64, si=0, acked=1, first=5), "first 5"),
     ],
 )
 def test_encoder_refuses_what_the_decoder_would(msg: Data | Ack | AggAck, match: str) -> None:
@@ -172,15 +188,18 @@ def aggs(draw: st.DrawFn) -> AggAck:
     missing = draw(st.integers(0, (1 << bsl) - 1)) & ~acked
     if not acked | missing:
         acked = 1
+    cum = draw(u32)
+    back = draw(st.none() | st.integers(1, serial.MAX_SPAN))
     return AggAck(
         bfir_id=draw(bfr),
         flow_id=draw(u32),
-        cum=draw(u32),
+        cum=cum,
         reporter=draw(st.integers(0, 0xFFFF)),
         bsl=bsl,
         si=draw(st.integers(0, 255)),
         acked=acked,
         missing=missing,
+        first=None if back is None else serial.add(cum, -back),
     )
 
 

@@ -28,15 +28,19 @@ def test_gap_is_nacked_at_once_then_filled_in_order() -> None:
     rx.on_data(data(0), 0.0)
     got, fb = rx.on_data(data(3), 0.001)  # 1 and 2 (across the wrap) are missing
     assert got == []
-    (nack,) = fb
+    nack, ack = fb  # the NACK asks; the ACK says what is held above the hole (a BFR acks it selectively)
     assert nack.nack and nack.cum == serial.add(ISN, 1) and nack.highest == serial.add(ISN, 4)
     assert nack.missing() == [serial.add(ISN, 1), serial.add(ISN, 2)]
+    assert not ack.nack and (ack.cum, ack.highest) == (nack.cum, nack.highest)
+    assert ack.ranges == nack.ranges
     assert rx.poll(0.005) == []  # not yet due again
     (again,) = rx.poll(0.011)
     assert again.nack and again.missing() == nack.missing()
     assert rx.poll(0.025) == []  # interval doubled to 0.02
     got, fb = rx.on_data(data(2), 0.03)
-    assert got == [] and fb == []
+    assert got == [] and [(m.nack, m.ranges) for m in fb] == [
+        (False, ((serial.add(ISN, 1), serial.add(ISN, 1)),))
+    ]
     got, fb = rx.on_data(data(1), 0.031)
     assert [d.seq for d in got] == [serial.add(ISN, k) for k in (1, 2, 3)]
     assert fb[-1].cum == serial.add(ISN, 4) and fb[-1].ranges == ()

@@ -67,12 +67,13 @@ def test_selective_ack_clears_received_sequences_only() -> None:
     s = sender()
     s.poll(0.0)
     s.on_feedback(ack(3, 1, 4, ranges=[(1, 2)]), 0.01)  # has 0 and 3
-    out = s.poll(1.0)  # timer: the oldest sequence owed, to the two others (it holds back the rest)
+    out = s.poll(1.0)  # timers: each receiver's oldest sequence owed (2 and 4 owe 0, 3 owes 1 first)
     bits = {serial.distance(ISN, t.data.seq): mask_ids(t.bfers) for t in out}
-    assert bits == {0: [2, 4]}
+    assert bits == {0: [2, 4], 1: [2, 3, 4]}
     s.on_feedback(ack(2, 4), 1.1)
     s.on_feedback(ack(4, 4), 1.1)
-    assert [(t.data.seq, mask_ids(t.bfers)) for t in s.poll(1.1)] == [(serial.add(ISN, 1), [3])]
+    assert s.poll(1.1) == []  # 1 was just resent to 3, and holds back its 2
+    assert [(t.data.seq, mask_ids(t.bfers)) for t in s.poll(3.0)] == [(serial.add(ISN, 1), [3])]
 
 
 def test_timeout_backoff_doubles() -> None:
@@ -105,14 +106,16 @@ def test_agg_ack_clears_a_branch_and_a_partial_resends_the_oldest_to_the_missing
         ),
         0.1,
     )
-    assert rto.samples == [0.1, 0.1, 0.1]
+    assert rto.samples == []  # a partial goes when a BFR's timer runs out: its timing is no round trip
     (tx,) = s.poll(0.1)
     assert tx.data.seq == ISN and mask_ids(tx.bfers) == [4]
     s.on_feedback(
         AggAck(bfir_id=1, flow_id=7, cum=serial.add(ISN, 3), reporter=0, bsl=64, si=0, acked=id_mask([4])),
         0.2,
     )
-    assert rto.samples[3:] == [0.2, 0.2]  # the retransmitted sequence gives no sample (Karn)
+    # One sample per feedback, from its newest sequence (sent once, cleared by it); the retransmitted
+    # one would give none (Karn), and the middle one waited with it.
+    assert rto.samples == [0.2]
     assert s.done and s.completed_at == 0.2
 
 
@@ -277,3 +280,53 @@ def test_next_deadline_follows_new_sequences_and_feedback() -> None:
         s.on_feedback(ack(r, 2), 0.2)
     s.poll(0.2)
     assert s.next_deadline() == pytest.approx(1.2)
+
+
+def test_a_selective_agg_ack_clears_its_range_only() -> None:
+    s = sender(n=4)
+    s.poll(0.0)
+    sel = AggAck(
+        bfir_id=1,
+        flow_id=7,
+        cum=serial.add(ISN, 4),
+        reporter=0,
+        bsl=64,
+        si=0,
+        acked=id_mask([2, 3, 4]),
+        first=serial.add(ISN, 2),
+    )
+    s.on_feedback(sel, 0.1)
+    owed = {serial.distance(ISN, q): mask_ids(slot.owing) for q, slot in s._slots.items() if slot.owing}
+    assert owed == {0: [2, 3, 4], 1: [2, 3, 4]}
+
+
+def test_one_receivers_repairs_do_not_hold_back_anothers_timer() -> None:
+    """3 lost the last sequence and sees no hole, so it sends nothing; 4 is being repaired all along."""
+    s = sender(n=3)  # RTO 1 s
+    s.poll(0.0)
+    s.on_feedback(ack(2, 3), 0.1)
+    s.on_feedback(ack(3, 2), 0.1)  # 3 holds 0 and 1: 2 (the last) was lost on its way
+    t = 0.2
+    timed_out_for_3 = None
+    while t < 3.0 and timed_out_for_3 is None:
+        s.on_feedback(ack(4, 0, 1, ranges=[(0, 0)], nack=True), t)  # 4 asks for 0 again and again
+        for tx in s.poll(t):
+            if 3 in mask_ids(tx.bfers):
+                timed_out_for_3 = (serial.distance(ISN, tx.data.seq), t)
+        t = round(t + 0.1, 1)
+    assert timed_out_for_3 == (2, 1.0), "3's oldest owed sequence times out on its own timer"
+
+
+def test_one_round_trip_sample_per_feedback_from_the_sequence_it_answers() -> None:
+    rto = CountingRto(1.0)
+    s = Sender(1, 7, [2], rto, SenderConfig(window=8), isn=ISN)
+    for i in range(3):
+        s.offer(bytes([i]), fin=i == 2)
+    s.poll(0.0)
+    s.on_feedback(ack(2, 0, 3, ranges=[(0, 0)]), 0.1)  # 1 and 2 arrived, 0 did not: one sample, 2's
+    assert rto.samples == [0.1]
+    s.on_feedback(ack(2, 0, 3, ranges=[(0, 0)], nack=True), 0.2)  # a NACK: none
+    (repair,) = s.poll(0.2)
+    assert repair.data.seq == ISN
+    s.on_feedback(ack(2, 3), 0.3)  # clears 0 only, resent (Karn); 2 was cleared before: none
+    assert rto.samples == [0.1] and s.done

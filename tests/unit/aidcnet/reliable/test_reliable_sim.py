@@ -50,7 +50,9 @@ def test_exactly_once_and_ack_implosion_absorbed(loss: float) -> None:
     assert agg.acks_per_packet < e2e.acks_per_packet <= e2e.receivers
     if loss == 0:
         assert e2e.acks_per_packet == e2e.receivers  # every receiver acknowledges every packet
-        assert agg.at_source["agg-ack"] == agg.sent and agg.duplicates == e2e.duplicates == 0
+        # one AGG-ACK per report_every windows: the BFRs delay each for the next, as receivers do ACKs
+        every = CFG.aggregator.report_every
+        assert agg.at_source["agg-ack"] == -(-agg.sent // every) and agg.duplicates == e2e.duplicates == 0
 
 
 def test_wider_aggregation_window_sends_fewer_acks() -> None:
@@ -115,9 +117,10 @@ def test_any_seed_delivers_exactly_once(
         assert [p for _, p in got] == EXPECTED[:60]
         assert [s for s, _ in got] == [(isn + k) & 0xFFFFFFFF for k in range(60)]
     if aggregate and loss <= 0.05 and window > 1:
-        # A window of one sequence gets exactly one AGG-ACK per packet without loss (the test above), so
-        # any loss's partial AGG-ACK or NACK takes the source above one per packet: 1.02-1.23 in 4 of 41
-        # seeds at 5% (seed 3289: 1.08). Wider windows leave the room; at 10% loss partials push even
+        # With windows of one sequence, one AGG-ACK per two of them without loss (the test above); in flows
+        # of 60 packets the repairs' AGG-ACKs and the partials still take a few seeds above one per packet
+        # at 5% (7 of about 140 random aggregated runs at 2-5%, at most 1.08, with delayed AGG-ACKs;
+        # 1.02-1.23 in 4 of 41 before them). Wider windows leave the room; at 10% loss partials push even
         # them above one (1.63 at seed 0). Measured, reported in docs/reliability.md, not claimed.
         assert res.acks_per_packet <= res.branches
 
