@@ -44,7 +44,7 @@ LOSSES = (0.0, 0.01, 0.05)
 # The senders' counters that say why they retransmitted (aidcnet/reliable/sender.py).
 CAUSES = (
     "retransmitted", "timeouts", "timeouts-of-retransmissions", "request-held-off", "requests-gathered",
-    "agg-ack-partial",
+    "ack", "agg-ack", "agg-ack-partial",
 )  # fmt: skip
 
 
@@ -112,7 +112,18 @@ def one_run(
         "duplicates": m.delivery.duplicates,
         "failed": src.get("sender.receivers-failed", 0),
         "causes": {k: src.get(f"sender.{k}", 0) for k in CAUSES},
+        "busiest": busiest_node(outcome.result.timing),
     }
+
+
+def busiest_node(timing: Any) -> str:
+    """The node whose agent used most of a core (aggregated feedback runs through the BFR agents' Python,
+    end-to-end feedback is routed by the kernel past them), for reading a completion time beside."""
+    nodes = timing.nodes if timing is not None else {}
+    if not nodes:
+        return "no node CPU sampled"
+    name, node = max(nodes.items(), key=lambda kv: kv[1].cpu_peak)
+    return f"busiest node {name}: {node.cpu_peak:.0%} of a core at peak, {node.cpu_mean:.0%} mean"
 
 
 def report(p: float, runs: dict[Mode, dict[str, Any]]) -> list[str]:
@@ -131,7 +142,9 @@ def report(p: float, runs: dict[Mode, dict[str, Any]]) -> list[str]:
         lines.append(
             f"  {'':24s}  retransmissions {c['retransmitted']} ({c['timeouts']} on a timer, "
             f"{c['timeouts-of-retransmissions']} of them for a retransmission), requests held "
-            f"off {c['request-held-off']}, gathered {c['requests-gathered']}, partials {c['agg-ack-partial']}"
+            f"off {c['request-held-off']}, gathered {c['requests-gathered']}, "
+            f"partials {c['agg-ack-partial']}; ACKs heard: receivers' own {c['ack']} (end to end, or past "
+            f"a BFR without state), AGG-ACKs {c['agg-ack']}; {r['busiest']}"
         )
     agg = runs.get(Mode.RELIABLE_HOST_BIER)
     if agg is None:

@@ -31,8 +31,11 @@ so every ACK and AGG-ACK from below passes this BFR:
   their cumulative point is still used like an ACK's, and a window whose missing BFERs have all asked
   for it themselves since its last partial sends no partial (the BFIR knows; partials are for BFERs
   that stay silent, such as one that lost the flow's last packets and sees no hole);
-* entries expire ``lifetime`` seconds after they were made; at most ``budget`` entries exist, and
-  DATA that would need one more is counted ``over-budget`` and forwarded without state.
+* entries expire ``lifetime`` seconds after the last DATA or feedback of their flow passed this BFR
+  (a window whose hole outlived a lifetime counted from its first DATA lost its state while the flow
+  was still running, and its BFERs' later ACKs reached the BFIR end to end); at most ``budget``
+  entries exist, and DATA that would need one more is counted ``over-budget`` and forwarded without
+  state.
 
 ``window`` sequences share one entry (a power of two, so windows line up across the 2**32 wrap).
 Every decision bumps one counter.
@@ -170,6 +173,12 @@ class AckAggregator:
         self.counters["forgotten"] += dropped
         return dropped
 
+    def _alive(self, flow: dict[int, _Entry], now: float) -> None:
+        """The flow is still running: its entries live another ``lifetime``."""
+        expires = now + self.config.lifetime
+        for entry in flow.values():
+            entry.expires = expires
+
     def _arrival(self, key: FlowKey, now: float) -> None:
         """Smooth the gap between the flow's DATA here (RFC 6298's SRTT gain, 1/8)."""
         last, gap = self.arrivals.pop(key, (None, None))
@@ -206,6 +215,8 @@ class AckAggregator:
         self._arrival(key, now)
         start = data.seq & ~(self.config.window - 1)
         flow = self.flows.get(key)
+        if flow:
+            self._alive(flow, now)
         entry = flow.get(start) if flow else None
         if entry is None:
             if self.entries >= self.config.budget:
@@ -229,6 +240,7 @@ class AckAggregator:
         """An ACK, NACK or AGG-ACK from below: absorbed, aggregated, or passed upstream."""
         key = (msg.bfir_id, msg.flow_id)
         flow = self.flows.get(key, {})
+        self._alive(flow, now)
         if isinstance(msg, AggAck):
             reporters, missing = msg.acked_mask(), msg.missing_mask()
         else:

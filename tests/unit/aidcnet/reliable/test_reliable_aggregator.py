@@ -138,6 +138,19 @@ def test_entries_expire() -> None:
     assert a.entries == 0 and a.counters["expired"] == 1 and a.next_deadline() is None
 
 
+def test_a_running_flow_keeps_its_entries_past_their_lifetime() -> None:
+    """A hole that outlives a lifetime counted from the window's first DATA would lose its state while
+    the flow still runs, and its BFERs' ACKs would then reach the BFIR end to end."""
+    a = agg(lifetime=0.05)
+    a.on_data(data(0), DOWN, "up", 0.0)
+    a.on_feedback(ack(2, 1), 0.04)  # the flow is alive: every entry of it lives another lifetime
+    a.on_data(data(1), DOWN, "up", 0.08)
+    a.poll(0.085)
+    assert a.entries == 2 and a.counters["expired"] == 0
+    a.poll(0.13)  # 0.05 after the last sign of the flow
+    assert a.entries == 0 and a.counters["expired"] == 2
+
+
 @pytest.mark.parametrize("cfg", [{"window": 3}, {"partial_after": 2.0}, {"budget": -1}, {"bsl": 100}])
 def test_bad_config_is_refused(cfg: dict) -> None:
     with pytest.raises(ValueError):
