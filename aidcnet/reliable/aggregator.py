@@ -95,7 +95,6 @@ class _Entry:
         "deadline",
         "end",
         "expected",
-        "expires",
         "fin",
         "held",
         "partials",
@@ -106,9 +105,7 @@ class _Entry:
         "upstream",
     )
 
-    def __init__(
-        self, start: int, end: int, upstream: Hashable | None, now: float, cfg: AggregatorConfig, wait: float
-    ):
+    def __init__(self, start: int, end: int, upstream: Hashable | None, now: float, wait: float):
         self.start = start
         self.born = now
         self.repaired = False
@@ -123,7 +120,6 @@ class _Entry:
         self.partials = 0
         self.upstream = upstream
         self.deadline = now + wait
-        self.expires = now + cfg.lifetime
 
     def covers(self, cum: int) -> bool:
         """The receiver with cumulative point ``cum`` is inside this window."""
@@ -145,6 +141,7 @@ class AckAggregator:
         self.counters: Counter[str] = Counter()
         self.timers: dict[FlowKey, RtoEstimator] = {}
         self.report_due: dict[FlowKey, float] = {}  # when a flow's waiting AGG-ACK goes at the latest
+        self.seen: dict[FlowKey, float] = {}  # the flow's last DATA or feedback here: its entries live on
         self.arrivals: dict[FlowKey, tuple[float, float | None]] = {}  # last DATA, smoothed gap between
 
     def partial_wait(self, key: FlowKey) -> float:
@@ -168,16 +165,17 @@ class AckAggregator:
         self.flows.clear()
         self.timers.clear()
         self.report_due.clear()
+        self.seen.clear()
         self.arrivals.clear()
         self.entries = 0
         self.counters["forgotten"] += dropped
         return dropped
 
-    def _alive(self, flow: dict[int, _Entry], now: float) -> None:
-        """The flow is still running: its entries live another ``lifetime``."""
-        expires = now + self.config.lifetime
-        for entry in flow.values():
-            entry.expires = expires
+    def _drop_flow(self, key: FlowKey) -> None:
+        """The flow has no entry left here."""
+        self.flows.pop(key, None)
+        self.report_due.pop(key, None)
+        self.seen.pop(key, None)
 
     def _arrival(self, key: FlowKey, now: float) -> None:
         """Smooth the gap between the flow's DATA here (RFC 6298's SRTT gain, 1/8)."""
@@ -215,15 +213,15 @@ class AckAggregator:
         self._arrival(key, now)
         start = data.seq & ~(self.config.window - 1)
         flow = self.flows.get(key)
-        if flow:
-            self._alive(flow, now)
         entry = flow.get(start) if flow else None
         if entry is None:
             if self.entries >= self.config.budget:
                 self.counters["over-budget"] += 1
+                if flow:
+                    self.seen[key] = now
                 return
             end = serial.add(data.seq, 1) if data.fin else serial.add(start, self.config.window)
-            entry = _Entry(start, end, upstream, now, self.config, self.partial_wait(key))
+            entry = _Entry(start, end, upstream, now, self.partial_wait(key))
             self.flows.setdefault(key, {})[start] = entry
             self.entries += 1
             self.counters["entries-made"] += 1
@@ -233,6 +231,7 @@ class AckAggregator:
             if data.fin:
                 entry.end = serial.add(data.seq, 1)
         entry.fin |= data.fin
+        self.seen[key] = now
         entry.expected |= downstream
         entry.upstream = upstream
 
@@ -240,7 +239,8 @@ class AckAggregator:
         """An ACK, NACK or AGG-ACK from below: absorbed, aggregated, or passed upstream."""
         key = (msg.bfir_id, msg.flow_id)
         flow = self.flows.get(key, {})
-        self._alive(flow, now)
+        if flow:
+            self.seen[key] = now
         if isinstance(msg, AggAck):
             reporters, missing = msg.acked_mask(), msg.missing_mask()
         else:
@@ -275,13 +275,14 @@ class AckAggregator:
             if now >= due:
                 out.extend(self._finished(key, self.flows.get(key, {}), now))
         for key, flow in list(self.flows.items()):
+            if now >= self.seen[key] + self.config.lifetime:
+                self.entries -= len(flow)
+                self.counters["expired"] += len(flow)
+                self._drop_flow(key)
+                continue
             due = []
-            for start, entry in list(flow.items()):
-                if now >= entry.expires:
-                    del flow[start]
-                    self.entries -= 1
-                    self.counters["expired"] += 1
-                elif now >= entry.deadline and entry.held != entry.expected:
+            for entry in flow.values():
+                if now >= entry.deadline and entry.held != entry.expected:
                     entry.partials += 1
                     backoff = 1 << min(entry.partials, self.config.max_backoff)
                     entry.deadline = now + self.partial_wait(key) * backoff
@@ -299,18 +300,12 @@ class AckAggregator:
                     self.counters["partial-coalesced"] += 1
                     continue
                 out.extend(self._agg(key, entry, entry.expected & ~entry.acked, "partial-sent"))
-            if not flow:
-                del self.flows[key]
-                self.report_due.pop(key, None)
         return out
 
     def next_deadline(self) -> float | None:
         times = [*self.report_due.values()]
-        times += [
-            e.expires if e.held == e.expected else min(e.deadline, e.expires)
-            for flow in self.flows.values()
-            for e in flow.values()
-        ]
+        times += [seen + self.config.lifetime for seen in self.seen.values()]
+        times += [e.deadline for flow in self.flows.values() for e in flow.values() if e.held != e.expected]
         return min(times) if times else None
 
     # -- internals ---------------------------------------------------------------------------------
@@ -363,8 +358,12 @@ class AckAggregator:
         """The AGG-ACKs the windows acknowledged below call for: at once when ``report_every`` of them wait
         (or the FIN's window is among them, or their ``report_delay`` ran out), later otherwise."""
         out: list[Out] = []
-        waiting = [e for e in flow.values() if e.acked == e.expected or e.held == e.expected != e.acked]
-        fresh = [e for e in waiting if e.acked == e.expected or not e.selective_sent]
+        # Acknowledged, or held above a hole and not yet said so (``held`` includes ``acked``).
+        fresh = [
+            e
+            for e in flow.values()
+            if e.acked == e.expected or (e.held == e.expected and not e.selective_sent)
+        ]
         if not fresh:
             self.report_due.pop(key, None)
         elif (
@@ -383,8 +382,7 @@ class AckAggregator:
                 entry.reported_missing = 0
                 entry.deadline = now + self.partial_wait(key)
         if not flow:
-            self.flows.pop(key, None)
-            self.report_due.pop(key, None)
+            self._drop_flow(key)
         return out
 
     def _report(self, key: FlowKey, flow: dict[int, _Entry], now: float) -> list[Out]:

@@ -199,7 +199,9 @@ class Sender:
         # seq -> (receivers that asked for it, when the gathered request is answered)
         self._pending: dict[int, tuple[int, float]] = {}
         self._wake = float("inf")  # when a retransmission timer can next run out (set by poll)
-        self._cleared_once: dict[int, float] = {}  # sequences sent once the feedback at hand cleared
+        # The newest sequence the feedback at hand speaks of, and its round trip if the feedback cleared it.
+        self._answered: int | None = None
+        self._sample: float | None = None
         self._heard: dict[int, float] = {}  # receiver bit -> last feedback (or first send) time
         self.completed_at: float | None = None
         self.counters: Counter[str] = Counter()
@@ -315,7 +317,9 @@ class Sender:
         clears waited, for a hole's repair or for an acknowledgment lost and said again, and would feed
         the estimator that wait; a NACK (its cumulative point moved with a repair) and a partial AGG-ACK
         (sent when a BFR's timer ran out) give none."""
-        self._cleared_once.clear()
+        partial = isinstance(msg, AggAck) and msg.partial
+        self._answered = None if partial else serial.add(msg.highest if isinstance(msg, Ack) else msg.cum, -1)
+        self._sample = None
         if isinstance(msg, AggAck):
             self.counters["agg-ack-partial" if msg.partial else "agg-ack"] += 1
             acked = msg.acked_mask() & self.alive
@@ -341,9 +345,8 @@ class Sender:
                 for seq in self._in_flight():
                     if _in_ranges(seq, msg.ranges):
                         self._request(seq, bit, now)
-        newest = serial.add(msg.highest if isinstance(msg, Ack) else msg.cum, -1)
-        if newest in self._cleared_once and not (isinstance(msg, AggAck) and msg.partial):
-            self.rto.observe(now - self._cleared_once[newest])
+        if self._sample is not None:
+            self.rto.observe(self._sample)
         self._advance(now)
         self._timeouts(now, self.rto.current(), fire=False)  # which timer is the oldest now
 
@@ -410,24 +413,23 @@ class Sender:
         slot.owing &= ~bits
         if not slot.owing:
             self._release(slot)
-        if slot.attempts == 1:
-            self._cleared_once[seq] = slot.first_sent
+        if slot.attempts == 1 and seq == self._answered:
+            self._sample = now - slot.first_sent
         if not slot.owing and self.config.initial_cwnd is not None:
             self.cwnd += 1.0 if self.cwnd < self.ssthresh else 1.0 / self.cwnd
             self.cwnd = min(self.cwnd, float(self.config.window))
 
     def _clear_before(self, cum: int, bits: int, now: float) -> None:
+        self._clear_span(self.base, cum, bits, now)
+
+    def _clear_span(self, first: int, end: int, bits: int, now: float) -> None:
+        """``bits`` hold [first, end), whatever they lack before it (a selective AGG-ACK)."""
         if not bits:
             return
         for seq in self._in_flight():
-            if not serial.lt(seq, cum):
+            if not serial.lt(seq, end):
                 break
-            self._clear(seq, bits, now)
-
-    def _clear_span(self, first: int, end: int, bits: int, now: float) -> None:
-        # A selective AGG-ACK: these receivers hold [first, end), whatever they lack before it.
-        for seq in self._in_flight():
-            if serial.le(first, seq) and serial.lt(seq, end):
+            if serial.le(first, seq):
                 self._clear(seq, bits, now)
 
     def _clear_selective(self, ack: Ack, bit: int, now: float) -> None:

@@ -8,6 +8,7 @@ from aidcnet.reliable import serial
 from aidcnet.reliable.aggregator import AckAggregator, AggregatorConfig
 from aidcnet.reliable.header import Ack, AggAck, Data
 from aidcnet.reliable.sender import id_mask, mask_ids
+from tests.unit.aidcnet.reliable.feedback import agg_ack
 
 ISN = serial.MASK  # windows straddle the wrap
 DOWN = id_mask([2, 3, 5])
@@ -91,16 +92,7 @@ def test_partial_from_below_is_passed_on_without_waiting() -> None:
     a = agg()
     a.on_data(data(0), DOWN, "up", 0.0)
     a.on_feedback(ack(2, 1), 0.001)
-    below = AggAck(
-        bfir_id=1,
-        flow_id=7,
-        cum=serial.add(ISN, 1),
-        reporter=9,
-        bsl=64,
-        si=0,
-        acked=id_mask([3]),
-        missing=id_mask([5]),
-    )
+    below = agg_ack(ISN, 1, [3], missing=[5], reporter=9)
     ((_, msg),) = a.on_feedback(below, 0.002)
     assert msg.partial and mask_ids(msg.acked_mask()) == [2, 3] and mask_ids(msg.missing_mask()) == [5]
 
@@ -296,22 +288,11 @@ def test_selective_agg_acks_from_below_nest() -> None:
     a = agg()
     a.on_data(data(0), DOWN, "up", 0.0)
     a.on_data(data(1), DOWN, "up", 0.0)
-    below = AggAck(
-        bfir_id=1,
-        flow_id=7,
-        cum=serial.add(ISN, 2),
-        reporter=9,
-        bsl=64,
-        si=0,
-        acked=id_mask([3, 5]),
-        first=serial.add(ISN, 1),
-    )
+    below = agg_ack(ISN, 2, [3, 5], first_k=1, reporter=9)
     assert a.on_feedback(below, 0.001) == [] and a.counters["absorbed"] == 1
     assert spans(a.on_feedback(ack(2, 2), 0.002)) == [(1, 2, [2, 3, 5], [])]
     # The cumulative AGG-ACK from below ends it: 0 and 1 in one message.
-    below = AggAck(
-        bfir_id=1, flow_id=7, cum=serial.add(ISN, 2), reporter=9, bsl=64, si=0, acked=id_mask([3, 5])
-    )
+    below = agg_ack(ISN, 2, [3, 5], reporter=9)
     assert spans(a.on_feedback(below, 0.003)) == [(None, 2, [2, 3, 5], [])] and a.entries == 0
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from aidcnet.reliable import serial
-from aidcnet.reliable.header import Ack, AggAck
+from aidcnet.reliable.header import Ack
 from aidcnet.reliable.sender import FixedRto, SendBudget, Sender, SenderConfig, id_mask, mask_ids
+from tests.unit.aidcnet.reliable.feedback import agg_ack
 
 ISN = serial.MASK - 1
 RX = (2, 3, 4)
@@ -93,26 +94,11 @@ def test_agg_ack_clears_a_branch_and_a_partial_resends_the_oldest_to_the_missing
     for i in range(3):
         s.offer(bytes([i]), fin=i == 2)
     s.poll(0.0)
-    s.on_feedback(
-        AggAck(
-            bfir_id=1,
-            flow_id=7,
-            cum=serial.add(ISN, 3),
-            reporter=0,
-            bsl=64,
-            si=0,
-            acked=id_mask([2, 3]),
-            missing=id_mask([4]),
-        ),
-        0.1,
-    )
+    s.on_feedback(agg_ack(ISN, 3, [2, 3], missing=[4]), 0.1)
     assert rto.samples == []  # a partial goes when a BFR's timer runs out: its timing is no round trip
     (tx,) = s.poll(0.1)
     assert tx.data.seq == ISN and mask_ids(tx.bfers) == [4]
-    s.on_feedback(
-        AggAck(bfir_id=1, flow_id=7, cum=serial.add(ISN, 3), reporter=0, bsl=64, si=0, acked=id_mask([4])),
-        0.2,
-    )
+    s.on_feedback(agg_ack(ISN, 3, [4]), 0.2)
     # One sample per feedback, from its newest sequence (sent once, cleared by it); the retransmitted
     # one would give none (Karn), and the middle one waited with it.
     assert rto.samples == [0.2]
@@ -285,17 +271,7 @@ def test_next_deadline_follows_new_sequences_and_feedback() -> None:
 def test_a_selective_agg_ack_clears_its_range_only() -> None:
     s = sender(n=4)
     s.poll(0.0)
-    sel = AggAck(
-        bfir_id=1,
-        flow_id=7,
-        cum=serial.add(ISN, 4),
-        reporter=0,
-        bsl=64,
-        si=0,
-        acked=id_mask([2, 3, 4]),
-        first=serial.add(ISN, 2),
-    )
-    s.on_feedback(sel, 0.1)
+    s.on_feedback(agg_ack(ISN, 4, [2, 3, 4], first_k=2), 0.1)
     owed = {serial.distance(ISN, q): mask_ids(slot.owing) for q, slot in s._slots.items() if slot.owing}
     assert owed == {0: [2, 3, 4], 1: [2, 3, 4]}
 
