@@ -23,10 +23,11 @@ class Mode(StrEnum):
     PROXY = "proxy"
     # the same messages, delivered reliably (docs/reliability.md): unicast with end-to-end ACKs per
     # receiver, host-BIER with end-to-end ACKs from every receiver (the implosion), host-BIER with ACKs
-    # aggregated in the BFRs
+    # aggregated in the BFRs, network-BIER with ACKs aggregated in the leaves and the spines
     RELIABLE_UNICAST = "reliable-unicast"
     RELIABLE_HOST_BIER_E2E = "reliable-host-bier-e2e"
     RELIABLE_HOST_BIER = "reliable-host-bier"
+    RELIABLE_NET_BIER = "reliable-net-bier"
     # collectives (allreduce ops)
     INA = "ina"
     RING = "ring"
@@ -44,6 +45,7 @@ RELIABLE: dict[Mode, str] = {
     Mode.RELIABLE_UNICAST: "e2e",
     Mode.RELIABLE_HOST_BIER_E2E: "e2e",
     Mode.RELIABLE_HOST_BIER: "hop",
+    Mode.RELIABLE_NET_BIER: "net",
 }
 
 # The modes whose BitStrings come from memberships learned at run time (docs/igmp.md): their runs carry

@@ -457,6 +457,28 @@ def size_send_buffer(sock: socket.socket, sndbuf: int | None, unshaped: int) -> 
         enable_backpressure(sock, sndbuf)
 
 
+def multicast_sender(
+    bind: tuple[str, int], interface: str, ttl: int, sndbuf: int | None, unshaped: int
+) -> socket.socket:
+    """A non-blocking UDP socket that sends IP multicast from ``bind`` (an address and port: a source host's
+    loopback is the S a leaf matches (S,G) on) out of ``interface`` with TTL ``ttl``, never looped back to
+    this host; its send buffer as :func:`size_send_buffer` says."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        size_send_buffer(sock, sndbuf, unshaped)
+        sock.bind(bind)
+        sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, ttl)
+        sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_LOOP, 0)
+        # struct ip_mreqn: no group, any local address, the interface.
+        mreqn = struct.pack("4s4si", bytes(4), bytes(4), socket.if_nametoindex(interface))
+        sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, mreqn)
+        sock.setblocking(False)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
 class SendTimeout(TimeoutError):
     pass
 

@@ -6,7 +6,9 @@ against baselines measured in the same run:
   implosion the BFRs absorb; the aggregated figure should stay <= the source's first-hop branches, 1);
 * retransmitted payload bytes at the sources over the bytes the link-fault programs dropped, for the
   aggregated mode (subset retransmission) and for reliable-unicast (the factor to quote);
-* completion time (the run's, in fabric time when the lab is shaped) of each mode over aggregated.
+* completion time (the run's, in fabric time when the lab is shaped) of each mode over aggregated;
+* network-BIER's aggregation (reliable-net-bier: the BFER leaves acknowledge for their hosts, the source's
+  leaf narrows repairs) against the end-to-end ACKs and against host-BIER's aggregation.
 
 Deploys its own lab (``bench-reliable``, python BIER dataplane, the shipped time.scale) and destroys it.
 """
@@ -146,6 +148,7 @@ def report(p: float, runs: dict[Mode, dict[str, Any]]) -> list[str]:
             f"partials {c['agg-ack-partial']}; ACKs heard: receivers' own {c['ack']} (end to end, or past "
             f"a BFR without state), AGG-ACKs {c['agg-ack']}; {r['busiest']}"
         )
+    lines += net_lines(runs)
     agg = runs.get(Mode.RELIABLE_HOST_BIER)
     if agg is None:
         return lines
@@ -170,6 +173,26 @@ def report(p: float, runs: dict[Mode, dict[str, Any]]) -> list[str]:
     if ratios:
         lines.append("  ratio " + ", ".join(ratios))
     return lines
+
+
+def net_lines(runs: dict[Mode, dict[str, Any]]) -> list[str]:
+    """Network-BIER's aggregation (the leaves speak for their hosts) against the end-to-end ACKs and
+    against host-BIER's aggregation measured in the same run."""
+    net = runs.get(Mode.RELIABLE_NET_BIER)
+    if net is None:
+        return []
+    ratios = []
+    if (e2e := runs.get(Mode.RELIABLE_HOST_BIER_E2E)) is not None:
+        ratios.append(f"ACKs at sources e2e/net-aggregated {e2e['acks'] / net['acks']:.2f}x")
+    if (host := runs.get(Mode.RELIABLE_HOST_BIER)) is not None:
+        ratio = net["completion"] / host["completion"]
+        ratios.append(f"completion net-aggregated/host-aggregated {ratio:.2f}x")
+        if host["dropped"] and net["dropped"]:
+            ratios.append(
+                f"retransmitted per dropped byte net {net['retx'] / net['dropped']:.2f}x, "
+                f"host {host['retx'] / host['dropped']:.2f}x"
+            )
+    return ["  network-BIER: " + ", ".join(ratios)] if ratios else []
 
 
 def main() -> int:

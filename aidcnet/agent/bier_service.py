@@ -325,6 +325,14 @@ class BierPart(Service):
         self.current: BierService | None = None
         self._listeners: list[Callable[[UdpDatagram], bool]] = []
         self._forward_listeners: list[ForwardFn] = []
+        self._edge_hooks: tuple[Callable[..., Any], Callable[..., Any]] | None = None
+
+    def set_edge_hooks(self, on_impose: Callable[..., Any], on_emit: Callable[..., Any]) -> None:
+        """Network-BIER's edge (``NetBierEdge.on_impose`` and ``on_emit``) in every BIER service this
+        part runs, now and after each reload; the Python edge only (the eBPF one never calls them)."""
+        self._edge_hooks = (on_impose, on_emit)
+        if self.current is not None and self.current.edge is not None:
+            self.current.edge.on_impose, self.current.edge.on_emit = on_impose, on_emit
 
     def add_listener(self, listener: Callable[[UdpDatagram], bool]) -> None:
         """``listener`` sees each decoded IPv4/UDP delivery in registration order until one claims it."""
@@ -363,6 +371,8 @@ class BierPart(Service):
         service.on_udp = self._deliver
         if self._forward_listeners:
             service.dataplane.on_forward = self._forwarded
+        if self._edge_hooks is not None and service.edge is not None:
+            service.edge.on_impose, service.edge.on_emit = self._edge_hooks
         service.attach(loop)
         self.current = service
 

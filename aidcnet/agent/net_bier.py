@@ -40,7 +40,13 @@ Counters (:meth:`NetBierEdge.counters`, flat), every one also per host port as
 * ``passed``: payloads handed to the previous callback (not Proto 4, or Proto 4 to a
   destination that is not a routable group), not counted in ``delivered``; ``other-proto``:
   non-IPv4 payloads with no previous callback to hand them to;
-* ``ttl-expired`` and ``malformed``: the ``-in`` and ``-out`` counters summed.
+* ``ttl-expired`` and ``malformed``: the ``-in`` and ``-out`` counters summed;
+* ``hook-errors``: an exception in :attr:`NetBierEdge.on_impose` or :attr:`NetBierEdge.on_emit` (the
+  packet still goes, to the BFERs or ports it would have gone to without the hook).
+
+Hooks for the reliable transport over network-BIER (``aidcnet/agent/reliable_node.py``): ``on_impose``
+sees each packet before imposition and may name other BFERs for it (a retransmission goes to the BFERs
+that have not confirmed it), ``on_emit`` sees each packet delivered to member ports and which.
 """
 
 from __future__ import annotations
@@ -135,7 +141,7 @@ def _fixed_counter_names() -> list[str]:
         *("captured", "captured-bytes", "unmatched", "imposed", "impose-errors", "ignored", "rx-errors"),
         *("ttl-expired-in", "malformed-in", "delivered", "sent", "no-members", "ingress-only"),
         *("ttl-expired-out", "malformed-out", "not-multicast", "emitted", "emitted-bytes", "emit-errors"),
-        *("passed", "other-proto", "csum-completed"),
+        *("passed", "other-proto", "csum-completed", "hook-errors"),
         *(f"malformed-in.{r}" for r in sorted(MALFORMED_REASONS)),
         *(f"malformed-out.{r}" for r in sorted(MALFORMED_REASONS)),
     ]
@@ -272,6 +278,10 @@ class NetBierEdge:
         # Report the kernel queued before this packet, so the packet right after the report gets the
         # new BitString whichever socket the event loop serves first.
         self.before_lookup: Callable[[str], object] | None = None
+        # on_impose(packet, BFR-ids, source address) -> the BFR-ids to impose for.
+        self.on_impose: Callable[[bytes, tuple[int, ...], str], tuple[int, ...]] | None = None
+        # on_emit(packet, member ports it goes out on).
+        self.on_emit: Callable[[bytes, tuple[str, ...]], object] | None = None
 
     # -- dynamic state (IGMP, Receiver Proxy Reports) ----------------------------------------------
     def set_flows(self, flows: Iterable[object]) -> None:
@@ -357,6 +367,12 @@ class NetBierEdge:
                 return
             packet = bytes(buf)
             self._count(port, "csum-completed")
+        if self.on_impose is not None:
+            try:
+                bfers = self.on_impose(packet, bfers, socket.inet_ntoa(info.src))
+            except Exception:
+                self._count(None, "hook-errors")
+                log.exception("%s: on_impose failed", port.name)
         self._tls.ingress = port.name
         try:
             self.dataplane.impose(packet, bfers, proto=BierProto.IPV4, entropy=entropy)
@@ -413,6 +429,12 @@ class NetBierEdge:
         packet = bytearray(payload[: info.total_length])
         decrement_ttl(packet)
         self._count(None, "sent")
+        if self.on_emit is not None:
+            try:
+                self.on_emit(bytes(packet), tuple(port.name for port, _eth in targets))
+            except Exception:
+                self._count(None, "hook-errors")
+                log.exception("on_emit failed for a packet to %s", ipaddress.IPv4Address(info.dst))
         for port, eth in targets:
             frame = eth + packet
             try:

@@ -11,16 +11,24 @@ Where feedback goes, per run (``ReliableSettings.feedback``):
   for) to the neighbor the flow's DATA came from, and so on up to the BFIR.  A BFR that saw no DATA
   of the flow (the eBPF fast path forwarded it, or the BFR restarted) passes feedback toward the
   BFIR by its BIFT: end-to-end acknowledgment, relayed.
-* ``e2e`` (any other source port; we use 4796): a receiver sends its feedback straight to the BFIR's
+* ``e2e`` (source port 4796): a receiver sends its feedback straight to the BFIR's
   loopback (the inner IPv4 source of the DATA); BFR agents never see it (the kernel routes it) and
   keep no state for its DATA: the implosion baseline, and unicast's way.
+* ``net`` (source port 4797): network-BIER. The source host sends DATA as plain IP multicast to the
+  op's group; its leaf, the BFIR, imposes BIER (:meth:`ReliableNode.on_impose`: it keeps an aggregation
+  entry over the BFER leaves and narrows a retransmission to the BFERs that have not confirmed it,
+  :func:`aidcnet.reliable.edge.repair_bfers`); a BFER leaf delivers to its member hosts
+  (:meth:`ReliableNode.on_emit`), which acknowledge to it, and it speaks for them upstream as one BFER
+  (:class:`aidcnet.reliable.edge.EdgeAggregator`). Between the leaves feedback goes hop by hop as in
+  ``hop``. The source's receivers are the BFER leaves, as a BitString names them.
 
 The DATA itself says which (its inner UDP source port), so BFRs and receivers need no per-run
 configuration, and a BFR never waits for feedback that will not pass it.  A node that is a BFER and
 forwards the flow to BFERs below it (a BFR with its own bit) aggregates its own ACKs with theirs.
 
 Host-BIER DATA travels as the BIER payload IPv4/UDP loopback -> 232.1.0.1, port 4795; unicast DATA as
-UDP from the sender's loopback to each receiver's loopback, port 4795, one flow per receiver.
+UDP from the sender's loopback to each receiver's loopback, port 4795, one flow per receiver;
+network-BIER DATA as UDP from the sender's loopback to the op's group, port 4795.
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ from typing import Any
 from aidcnet.ipv4 import Ipv4DecodeError, UdpDatagram, parse_udp
 from aidcnet.reliable import serial
 from aidcnet.reliable.aggregator import AckAggregator, AggregatorConfig
+from aidcnet.reliable.edge import EdgeAggregator, repair_bfers
 from aidcnet.reliable.header import (
     RELIABLE_UDP_PORT,
     Ack,
@@ -45,12 +54,15 @@ from aidcnet.reliable.receiver import Receiver, ReceiverConfig
 from aidcnet.reliable.sender import SendBudget, Sender, SenderConfig, mask_ids
 from aidcnet.rto import RtoEstimator
 
-FEEDBACK_MODES = ("hop", "e2e")
+FEEDBACK_MODES = ("hop", "e2e", "net")
 # A BFR remembers where each flow's DATA came from; past this many flows it forgets them all (the
 # BIFT then routes feedback toward the BFIR, which is right, only not always the reverse path).
 RPF_KEEP = 65536
 HOP_SPORT = RELIABLE_UDP_PORT
 E2E_SPORT = RELIABLE_UDP_PORT + 1
+NET_SPORT = RELIABLE_UDP_PORT + 2
+# The source ports of DATA whose feedback passes the BFRs (they keep state for it).
+HOP_BY_HOP_SPORTS = (HOP_SPORT, NET_SPORT)
 RECEIVER_FIELDS = ("ack_delay", "nack_interval", "nack_max_interval")
 # A BFR's aggregation timers, in wall seconds. A partial AGG-ACK must wait out a round trip: on a shaped
 # lab the DATA of a window queues at 20 Mbit/s for up to a second (the replay's first RTO, RFC 6298's
@@ -77,7 +89,9 @@ def replay_flow_id(run: int, op_id: int) -> int:
 
 
 # Values of now among the totals: a run's counter deltas must never see them fall.
-GAUGES = frozenset({"agg.entries", "sender.flows", "sender.flows-done", "sender.receivers-failed"})
+GAUGES = frozenset(
+    {"agg.entries", "edge.entries", "sender.flows", "sender.flows-done", "sender.receivers-failed"}
+)
 
 
 @dataclass(frozen=True)
@@ -156,6 +170,9 @@ Toward = Callable[[int], "str | None"]
 """``toward(bfr_id)``: the address of the BIER neighbor toward that BFR-id (the BIFT's row), or None."""
 Deliver = Callable[[bytes, str], None]
 """``deliver(payload, source address)``: one DATA payload, in order, exactly once."""
+Multicast = Callable[[bytes, str], None]
+"""``multicast(data, group)``: send ``data`` (a DATA message) as UDP from :data:`NET_SPORT` to the group's
+port 4795 (network-BIER: the source's leaf imposes BIER)."""
 
 
 def _kind(msg: Ack | AggAck) -> str:
@@ -176,20 +193,28 @@ class ReliableNode:
         impose: Impose | None = None,
         deliver: Deliver | None = None,
         aggregator: AggregatorConfig | None = None,
+        multicast: Multicast | None = None,
     ) -> None:
         self.bfr_id = bfr_id
         self.send = send
         self.toward = toward
         self.impose = impose
         self.deliver = deliver
+        self.multicast = multicast
         self.settings = ReliableSettings()
         self.aggregator = AckAggregator(bfr_id or 0, aggregator or BFR_AGGREGATOR)
+        # Network-BIER at a BFER leaf: its member hosts, aggregated into its own bit (made on first use).
+        self._aggregator_config = aggregator or BFR_AGGREGATOR
+        self.edge: EdgeAggregator | None = None
+        # Network-BIER flows this leaf delivered to member hosts: the id-mask of those hosts.
+        self.net_flows: dict[tuple[int, int], int] = {}
         self.receiver: Receiver | None = None
         # (flow id, receiver id for a unicast flow / 0 for a BIER flow) -> sender
         self.senders: dict[tuple[int, int], Sender] = {}
         self.budget: SendBudget | None = None  # shared by this run's senders
         self._active: dict[tuple[int, int], Sender] = {}  # the senders not done yet
         self._unicast_addr: dict[tuple[int, int], str] = {}
+        self._group: dict[tuple[int, int], str] = {}  # network-BIER flows: the op's group
         self.rpf: dict[tuple[int, int], str] = {}
         # Where a flow's feedback goes from this receiver: the first hop back, or the BFIR itself.
         self.feedback_to: dict[tuple[int, int], str | None] = {}
@@ -207,6 +232,7 @@ class ReliableNode:
         self.budget = SendBudget(settings.inflight_bytes) if settings.inflight_bytes is not None else None
         self._active = {}
         self._unicast_addr = {}
+        self._group = {}
         self.feedback_to = {}
         self.receiver = Receiver(self_id, settings.receiver, settings.isn) if self_id is not None else None
         self.counters = Counter()
@@ -216,7 +242,8 @@ class ReliableNode:
         learned partial timers, reverse paths). A window left open would go on sending partial AGG-ACKs
         during the new run. Returns the aggregation entries dropped."""
         self.rpf.clear()
-        return self.aggregator.forget()
+        self.net_flows.clear()
+        return self.aggregator.forget() + (self.edge.forget() if self.edge is not None else 0)
 
     def _rto(self) -> RtoEstimator:
         s = self.settings
@@ -243,10 +270,35 @@ class ReliableNode:
         """One flow over host-BIER to the BFR-ids ``receivers``: one sequence per payload."""
         if self.impose is None:
             raise ValueError("reliable: host-BIER flows need this host's BIER service")
-        key = (flow_id, 0)
+        self._open((flow_id, 0), receivers, payloads, now)
+
+    def open_net_flow(
+        self, flow_id: int, bfers: list[int], group: str, payloads: list[bytes], now: float
+    ) -> None:
+        """One flow over network-BIER: DATA to ``group``, acknowledged per BFER leaf (``bfers``, the
+        BFR-ids the group's BitString names), one sequence per payload."""
+        if self.multicast is None:
+            raise ValueError("reliable: network-BIER flows need a multicast socket (replay load: interface)")
+        self._open((flow_id, 0), bfers, payloads, now, group=group)
+
+    def _open(
+        self,
+        key: tuple[int, int],
+        receivers: Iterable[int],
+        payloads: list[bytes],
+        now: float,
+        group: str | None = None,
+        unicast_to: str | None = None,
+    ) -> None:
+        """A new sender for ``key`` (flow id, receiver id of a unicast flow or 0), sending at once."""
         if key in self.senders:
-            raise ValueError(f"reliable: flow {flow_id} is already open")
-        self.senders[key] = self._active[key] = self._sender(flow_id, receivers, payloads)
+            to = f" to {key[1]}" if key[1] else ""
+            raise ValueError(f"reliable: flow {key[0]}{to} is already open")
+        self.senders[key] = self._active[key] = self._sender(key[0], receivers, payloads)
+        if group is not None:
+            self._group[key] = group
+        if unicast_to is not None:
+            self._unicast_addr[key] = unicast_to
         self._poll_sender(key, self.senders[key], now)
 
     def open_unicast_flows(
@@ -254,27 +306,28 @@ class ReliableNode:
     ) -> None:
         """One flow per receiver (id -> loopback address), each acknowledged end to end."""
         for rid, addr in receivers.items():
-            key = (flow_id, rid)
-            if key in self.senders:
-                raise ValueError(f"reliable: flow {flow_id} to {rid} is already open")
-            self.senders[key] = self._active[key] = self._sender(flow_id, [rid], payloads)
-            self._unicast_addr[key] = addr
-            self._poll_sender(key, self.senders[key], now)
+            self._open((flow_id, rid), [rid], payloads, now, unicast_to=addr)
 
     @property
     def sending_done(self) -> bool:
         return not self._active
 
     # -- events ------------------------------------------------------------------------------------
-    def on_datagram(self, payload: bytes, src: str, now: float) -> None:
-        """A UDP datagram to our port 4795: unicast DATA, or feedback (for our flows, or to aggregate)."""
+    def on_datagram(self, payload: bytes, src: str, now: float, sport: int = 0) -> None:
+        """A UDP datagram to our port 4795 from ``src``:``sport``: unicast or network-BIER DATA, or
+        feedback (for our flows, or to aggregate)."""
         msg = self._decode(payload)
         if msg is None:
             return
         if isinstance(msg, Data):
-            self._on_data(msg, src, src, now)
+            # network-BIER: feedback goes to the leaf that delivered it (our BIER neighbor toward the
+            # source), which speaks for its hosts; unicast: straight back to the source.
+            upstream = self.toward(msg.bfir_id) if sport == NET_SPORT else src
+            self._on_data(msg, src, upstream, now)
         elif self.receiver is not None and msg.bfir_id == self.bfr_id:
             self._on_source_feedback(msg, len(payload), now)
+        elif isinstance(msg, Ack) and self._from_member(msg):
+            self._edge_feedback(msg, now)
         else:
             self._aggregate(msg, now)
 
@@ -299,14 +352,8 @@ class ReliableNode:
     def on_forward(self, inner: bytes, upstream: str, downstream: int, now: float) -> None:
         """This BFR forwarded (or delivered) a BIER packet whose payload is ``inner`` (IPv4) to the
         BFERs of id-mask ``downstream``; ``upstream`` is the neighbor it came from."""
-        try:
-            datagram = parse_udp(inner)
-        except Ipv4DecodeError:
-            return
-        if datagram.dport != RELIABLE_UDP_PORT or datagram.sport != HOP_SPORT:
-            return  # not ours, or its feedback goes end to end and will not pass here
-        msg = self._decode(datagram.payload)
-        if not isinstance(msg, Data):
+        msg = self._hop_data(inner)
+        if msg is None:
             return
         # The way back, for this node's own feedback too: with ECMP the BIFT's first choice toward
         # the BFIR need not be the neighbor this copy came from, whose aggregator waits for us.
@@ -317,6 +364,36 @@ class ReliableNode:
         if downstream & ~own:
             self.aggregator.on_data(msg, downstream, upstream, now)
 
+    def on_impose(self, inner: bytes, bfers: tuple[int, ...], upstream: str, now: float) -> tuple[int, ...]:
+        """This leaf, a network-BIER BFIR, is about to impose BIER on ``inner`` (IPv4 from a host, whose
+        address ``upstream`` is) for the BFR-ids ``bfers``: the BFR-ids to impose for instead (a
+        retransmission goes to the BFERs that have not confirmed it), and the window's aggregation
+        entry made, so the source hears one AGG-ACK from here instead of one per branch."""
+        msg = self._hop_data(inner, NET_SPORT)
+        if msg is None:
+            return bfers
+        bfers = repair_bfers(self.aggregator, msg, bfers)
+        mask = 0
+        for b in bfers:
+            mask |= 1 << (b - 1)
+        self.aggregator.on_data(msg, mask, upstream, now)
+        return bfers
+
+    def on_emit(self, inner: bytes, hosts: int, now: float) -> None:
+        """This leaf, a network-BIER BFER, delivers ``inner`` to its member hosts of id-mask ``hosts``."""
+        msg = self._hop_data(inner, NET_SPORT)
+        if msg is None or not hosts or not self.bfr_id:
+            return
+        if self.edge is None:
+            self.edge = EdgeAggregator(self.bfr_id, self._aggregator_config)
+        key = (msg.bfir_id, msg.flow_id)
+        if len(self.net_flows) >= RPF_KEEP:
+            self.net_flows.clear()
+        self.net_flows[key] = self.net_flows.get(key, 0) | hosts
+        # The way up: the BFR the BIER packet came from (on_forward saw it first), or none when this
+        # leaf imposed it itself (its own aggregation entry then takes the hosts' word).
+        self.edge.on_data(msg, hosts, self.rpf.get(key), now)
+
     def poll(self, now: float) -> float | None:
         """Everything due at ``now``; returns when there is work next (None: only events can make some)."""
         for key, sender in list(self._active.items()):
@@ -326,7 +403,11 @@ class ReliableNode:
                 self._send_feedback(fb, now)
         for up, msg in self.aggregator.poll(now):
             self._upstream(msg, up)
+        if self.edge is not None:
+            self._edge_out(self.edge.poll(now), now)
         times = [self.aggregator.next_deadline()]
+        if self.edge is not None:
+            times.append(self.edge.next_deadline())
         if self.receiver is not None:
             times.append(self.receiver.next_deadline())
         times.extend(s.next_deadline() for s in self._active.values())
@@ -340,6 +421,39 @@ class ReliableNode:
         except ReliableDecodeError as exc:
             self.counters["rx.malformed." + exc.reason] += 1
             return None
+
+    def _hop_data(self, inner: bytes, sport: int | None = None) -> Data | None:
+        """The DATA in an IPv4 packet whose feedback passes the BFRs (source port ``sport``, or any of
+        :data:`HOP_BY_HOP_SPORTS`); None for anything else."""
+        try:
+            datagram = parse_udp(inner)
+        except Ipv4DecodeError:
+            return None
+        if datagram.dport != RELIABLE_UDP_PORT:
+            return None
+        if datagram.sport != sport if sport is not None else datagram.sport not in HOP_BY_HOP_SPORTS:
+            return None  # not ours, or its feedback goes end to end and will not pass here
+        msg = self._decode(datagram.payload)
+        return msg if isinstance(msg, Data) else None
+
+    def _from_member(self, msg: Ack) -> bool:
+        """An ACK or NACK of a host this leaf delivered the network-BIER flow to."""
+        return bool(self.net_flows.get((msg.bfir_id, msg.flow_id), 0) >> (msg.reporter - 1) & 1)
+
+    def _edge_feedback(self, msg: Ack | AggAck, now: float) -> None:
+        """Feedback from a member host of a network-BIER flow this leaf delivers."""
+        assert self.edge is not None
+        self.counters["edge.rx." + _kind(msg)] += 1
+        self._edge_out(self.edge.on_feedback(msg, now), now)
+
+    def _edge_out(self, out: list[tuple[object, Ack | AggAck]], now: float) -> None:
+        """What the leaf says for its hosts: into its own aggregation when it forwards the flow on too (or
+        imposed it: the BFIR leaf with member hosts), upstream otherwise."""
+        for up, msg in out:
+            if (msg.bfir_id, msg.flow_id) in self.aggregator.flows:
+                self._aggregate(msg, now)
+            else:
+                self._upstream(msg, up)
 
     def _other_run(self, flow_id: int) -> bool:
         """A flow of an earlier run (counted ``rx.other-run``): not this run's to deliver or to hear."""
@@ -403,6 +517,9 @@ class ReliableNode:
             wire = tx.data.encode()
             if key[1]:
                 self.send(wire, self._unicast_addr[key])
+            elif key in self._group:
+                assert self.multicast is not None
+                self.multicast(wire, self._group[key])
             else:
                 assert self.impose is not None
                 sport = HOP_SPORT if self.settings.feedback == "hop" else E2E_SPORT
@@ -438,4 +555,7 @@ class ReliableNode:
             out.update({f"receiver.{k}": v for k, v in self.receiver.counters.items()})
         out.update({f"agg.{k}": v for k, v in self.aggregator.counters.items()})
         out["agg.entries"] = self.aggregator.entries
+        if self.edge is not None:
+            out.update({f"edge.{k}": v for k, v in self.edge.counters.items()})
+            out["edge.entries"] = self.edge.entries
         return dict(out)

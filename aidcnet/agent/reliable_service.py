@@ -30,13 +30,13 @@ from typing import TYPE_CHECKING, Any
 
 from aidcnet.agent.control import Handler, Op
 from aidcnet.agent.outbox import Outbox
-from aidcnet.agent.reliable_node import GAUGES, ReliableNode
+from aidcnet.agent.reliable_node import GAUGES, NET_SPORT, ReliableNode
 from aidcnet.agent.service import Service
-from aidcnet.bier.bitstring import bfr_id_to_si_bit
+from aidcnet.bier.bitstring import bfr_id_to_si_bit, si_bit_to_bfr_id
 from aidcnet.ipv4 import build_udp
 from aidcnet.reliable.aggregator import AggregatorConfig
 from aidcnet.reliable.header import RELIABLE_UDP_PORT
-from aidcnet.udpio import BatchIO, enable_backpressure, set_socket_buffer, shaped_sndbuf
+from aidcnet.udpio import BatchIO, enable_backpressure, multicast_sender, set_socket_buffer, shaped_sndbuf
 
 if TYPE_CHECKING:
     from aidcnet.agent.bier_service import BierPart
@@ -81,7 +81,11 @@ class ReliableEndpoint:
         socket waits for room (the :class:`Outbox`) instead of overrunning it."""
         self.port = port
         self.clock = clock
+        self.source = source
+        self.queue_bytes = queue_bytes
         self.node = ReliableNode(bfr_id, self._send, toward, aggregator=aggregator)
+        # Network-BIER DATA to the groups (open_multicast): its socket and outbox.
+        self.group_out: Outbox | None = None
         self.errors = 0
         self.rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -107,23 +111,49 @@ class ReliableEndpoint:
         # (outbox.refused) and left to the protocol's timers.
         self.out.send([(message, (address, self.port))])
 
+    def open_multicast(self, interface: str, ttl: int) -> None:
+        """Send this node's network-BIER DATA as IP multicast from its loopback, port 4797
+        (:data:`NET_SPORT`), out of ``interface``; replaces the socket of an earlier run."""
+        self.close_multicast()
+        sock = multicast_sender(
+            (self.source, NET_SPORT), interface, ttl, shaped_sndbuf(self.queue_bytes), SOCKET_BUFFER
+        )
+        enable_backpressure(sock)
+        self.group_out = Outbox(BatchIO(sock))
+        if self._loop is not None:
+            self.group_out.attach(self._loop)
+        self.node.multicast = self._send_group
+
+    def _send_group(self, message: bytes, group: str) -> None:
+        assert self.group_out is not None
+        self.group_out.send([(message, (group, self.port))])
+
+    def close_multicast(self) -> None:
+        if self.group_out is not None:
+            self.group_out.close()
+            self.group_out.io.sock.close()
+            self.group_out = None
+        self.node.multicast = None
+
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         self.out.attach(loop)
+        if self.group_out is not None:
+            self.group_out.attach(loop)
         loop.add_reader(self.rx.fileno(), self._drain)
         self.kick()
 
     def _drain(self) -> None:
         for _ in range(256):
             try:
-                data, (src, _port) = self.rx.recvfrom(RECV_SIZE)
+                data, (src, sport) = self.rx.recvfrom(RECV_SIZE)
             except (BlockingIOError, InterruptedError):
                 break
             except OSError as exc:
                 self.node.counters["rx.errors"] += 1
                 log.warning("reliable socket receive failed: %s", exc)
                 break
-            self.node.on_datagram(data, src, self.clock())
+            self.node.on_datagram(data, src, self.clock(), sport)
         self.nudge()
 
     def nudge(self) -> None:
@@ -154,6 +184,7 @@ class ReliableEndpoint:
             self._timer.cancel()
             self._timer = None
         self.out.close()
+        self.close_multicast()
         if self._loop is not None:
             self._loop.remove_reader(self.rx.fileno())
             self._loop = None
@@ -176,6 +207,9 @@ class ReliablePart(Service):
         self._writer_fd: int | None = None
         bier.add_listener(self._on_bier_udp)
         bier.add_forward_listener(self._on_forward)
+        bier.set_edge_hooks(self._on_impose, self._on_emit)
+        # Host port -> id-mask of the BFRs behind it (its hosts), per BIER service (built on first use).
+        self._port_hosts: tuple[tuple[object, ...], dict[str, int]] | None = None
 
     async def reload(self, config: NodeConfig | None) -> None:
         source = str(config.loopback.ip) if config is not None and config.loopback is not None else None
@@ -214,6 +248,17 @@ class ReliablePart(Service):
     def kick(self) -> None:
         if self.endpoint is not None:
             self.endpoint.kick()
+
+    def open_multicast(self, interface: str, ttl: int) -> None:
+        """This host's network-BIER DATA leaves as IP multicast out of ``interface`` (a reliable-net-bier
+        run); :meth:`ReliableEndpoint.open_multicast`."""
+        self.node()  # an unconfigured node says so
+        assert self.endpoint is not None
+        self.endpoint.open_multicast(interface, ttl)
+
+    def close_multicast(self) -> None:
+        if self.endpoint is not None:
+            self.endpoint.close_multicast()
 
     def toward(self, bfr_id: int) -> str | None:
         """The address of the BIER neighbor toward BFR-id ``bfr_id`` (the first alternative of its BIFT
@@ -275,6 +320,41 @@ class ReliablePart(Service):
     def _on_forward(self, src: str, inner: bytes, downstream: int) -> None:
         if self.endpoint is not None:
             self.endpoint.node.on_forward(inner, src, downstream, self.endpoint.clock())
+
+    def _on_impose(self, packet: bytes, bfers: tuple[int, ...], src: str) -> tuple[int, ...]:
+        if self.endpoint is None:
+            return bfers
+        return self.endpoint.node.on_impose(packet, bfers, src, self.endpoint.clock())
+
+    def _on_emit(self, packet: bytes, ports: tuple[str, ...]) -> None:
+        if self.endpoint is None:
+            return
+        hosts = self.hosts_behind()
+        mask = 0
+        for port in ports:
+            mask |= hosts.get(port, 0)
+        self.endpoint.node.on_emit(packet, mask, self.endpoint.clock())
+        self.endpoint.nudge()
+
+    def hosts_behind(self) -> dict[str, int]:
+        """Per interface, the id-mask of the BFR-ids whose BIFT row leads out of it (on a leaf's host
+        port: the host on it). Network-BIER's BitString names the leaf; this is who answers for it."""
+        service = self.bier.current
+        if service is None:
+            return {}
+        # BGP rebuilds the BIFTs in place of the old ones: a new table, a new map.
+        key = (service, *map(id, service.bifts.values()))
+        if self._port_hosts is not None and self._port_hosts[0] == key:
+            return self._port_hosts[1]
+        ifname = {nbr: port for nbr, (_addr, port) in service.dataplane.neighbors.items()}
+        out: dict[str, int] = {}
+        for si, bift in service.bifts.items():
+            for bit, alts in enumerate(bift.entries):
+                if bit and alts and alts[0][1] in ifname:
+                    port = ifname[alts[0][1]]
+                    out[port] = out.get(port, 0) | 1 << (si_bit_to_bfr_id(si, bit, service.bier.bsl) - 1)
+        self._port_hosts = (key, out)
+        return out
 
     async def reset(self, _request: dict[str, Any]) -> dict[str, Any]:
         """Forget the flows of earlier runs (:meth:`ReliableNode.forget_flows`); a node the reliable

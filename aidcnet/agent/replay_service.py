@@ -37,7 +37,7 @@ from aidcnet.ipv4 import QP_PORT_BASE, ROCEV2_PORT
 from aidcnet.modes import RELIABLE, Mode
 from aidcnet.replay import DEFAULT_MAX_DATAGRAM, Reassembly, build_fragments, looks_like_replay
 from aidcnet.roles import Role
-from aidcnet.udpio import set_socket_buffer, shaped_sndbuf, size_send_buffer
+from aidcnet.udpio import multicast_sender, set_socket_buffer, shaped_sndbuf, size_send_buffer
 
 if TYPE_CHECKING:
     from aidcnet.agent.bier_service import BierPart, BierService
@@ -50,7 +50,7 @@ log = logging.getLogger("aidcnet.replay")
 # The modes whose messages this service sends and receives (collectives are the INA worker's).
 MODES = (Mode.UNICAST, Mode.HOST_BIER, Mode.NET_BIER, Mode.IGMP, Mode.PROXY, *RELIABLE)
 # The modes that send plain IP multicast, one group per op, out of the fabric interface.
-MCAST_MODES = (Mode.NET_BIER, Mode.IGMP, Mode.PROXY)
+MCAST_MODES = (Mode.NET_BIER, Mode.IGMP, Mode.PROXY, Mode.RELIABLE_NET_BIER)
 # Where IGMPv3 reports go (RFC 3376 §4.2.14): the Receiver Proxy Report too.
 ALL_IGMPV3_ROUTERS = "224.0.0.22"
 IP_OPTIONS = 4
@@ -414,15 +414,7 @@ class ReplayService:
             name: (str(addr), None if bfr_id is None else int(bfr_id))
             for name, (addr, bfr_id) in request.get("receivers", {}).items()
         }
-        ops: list[list[Any]] = []
-        for raw in request.get("ops", []):
-            i, t, size, dst = raw[:4]
-            op: list[Any] = [int(i), float(t), int(size), [str(d) for d in dst]]
-            if mode in MCAST_MODES:
-                if len(raw) < 5 or not _is_multicast(raw[4]):
-                    raise ValueError(f"{mode} op {i} needs a multicast group as its fifth element")
-                op.append(str(raw[4]))
-            ops.append(op)
+        ops = [_op(mode, raw) for raw in request.get("ops", [])]
         for op in ops:
             for d in op[3]:
                 if d not in receivers:
@@ -508,6 +500,11 @@ class ReplayService:
         settings = ReliableSettings.from_request({**raw, "feedback": RELIABLE[mode]})
         node = self.reliable.node()
         node.configure(settings, int(self_id))
+        if mode == Mode.RELIABLE_NET_BIER:
+            assert self.interface is not None
+            self.reliable.open_multicast(self.interface, MCAST_TTL)
+        else:
+            self.reliable.close_multicast()
         node.deliver = lambda payload, src: self.reassembly.add(payload, time.time_ns(), src=src)
 
     def start(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -569,21 +566,8 @@ class ReplayService:
         interface, never looped back to this host."""
         self._close_send_sockets()
         assert self.interface is not None
-        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        try:
-            size_send_buffer(sock, shaped_sndbuf(self.queue_bytes), SNDBUF)
-            sock.bind((self.loopback, QP_PORT_BASE))
-            sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, MCAST_TTL)
-            sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_LOOP, 0)
-            sock.setsockopt(
-                socket.IPPROTO_IP,
-                socket.IP_MULTICAST_IF,
-                _mreqn("0.0.0.0", socket.if_nametoindex(self.interface)),
-            )
-            sock.setblocking(False)
-        except OSError:
-            sock.close()
-            raise
+        sndbuf = shaped_sndbuf(self.queue_bytes)
+        sock = multicast_sender((self.loopback, QP_PORT_BASE), self.interface, MCAST_TTL, sndbuf, SNDBUF)
         self._send_socks.append(sock)
 
     def _close_send_sockets(self) -> None:
@@ -612,7 +596,7 @@ class ReplayService:
                     loop.create_task(self._qp_sender(loop, sock, queue))
                     for sock, queue in zip(self._send_socks, qp_queues, strict=True)
                 ]
-            elif self.mode in MCAST_MODES:
+            elif self.mode in MCAST_MODES and self.mode not in RELIABLE:
                 self._open_mcast_socket()
             for msg_id, t, size, dst, *group in self.ops:
                 await self._signals_before(msg_id, t)
@@ -624,7 +608,7 @@ class ReplayService:
                 send_ns = max(due, 0)
                 frags = build_fragments(msg_id, size, send_ns, self.max_datagram)
                 if self.mode in RELIABLE:
-                    self._open_reliable(msg_id, dst, frags)
+                    self._open_reliable(msg_id, dst, frags, *group)
                 elif self.mode == Mode.UNICAST:
                     for j, name in enumerate(dst):
                         queue = qp_queues[(msg_id + j) % len(qp_queues)]
@@ -674,7 +658,9 @@ class ReplayService:
             self._close_send_sockets()
             self.finished_ns = time.time_ns()
 
-    def _open_reliable(self, msg_id: int, dst: list[str], frags: list[bytes]) -> None:
+    def _open_reliable(
+        self, msg_id: int, dst: list[str], frags: list[bytes], group: str = "", bfers: list[int] | None = None
+    ) -> None:
         assert self.reliable is not None
         node = self.reliable.node()
         now = self.reliable.endpoint.clock() if self.reliable.endpoint else time.monotonic()
@@ -683,6 +669,9 @@ class ReplayService:
         if self.mode == Mode.RELIABLE_UNICAST:
             node.open_unicast_flows(flow_id, ids, frags, now)  # type: ignore[arg-type]
             self.sent_datagrams += len(frags) * len(ids)
+        elif self.mode == Mode.RELIABLE_NET_BIER:
+            node.open_net_flow(flow_id, bfers or [], group, frags, now)
+            self.sent_datagrams += len(frags)
         else:
             node.open_bier_flow(flow_id, list(ids), frags, now)  # type: ignore[arg-type]
             self.sent_datagrams += len(frags)
@@ -739,6 +728,23 @@ async def _writable(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> Non
         await fut
     finally:
         loop.remove_writer(fd)
+
+
+def _op(mode: Mode, raw: list[Any]) -> list[Any]:
+    """One op of a load: ``[id, t, bytes, [receivers]]``, then the group in the multicast modes, then the
+    BFR-ids of the group's BFERs in reliable-net-bier (what its flow is acknowledged per)."""
+    i, t, size, dst = raw[:4]
+    op: list[Any] = [int(i), float(t), int(size), [str(d) for d in dst]]
+    if mode in MCAST_MODES:
+        if len(raw) < 5 or not _is_multicast(raw[4]):
+            raise ValueError(f"{mode} op {i} needs a multicast group as its fifth element")
+        op.append(str(raw[4]))
+    if mode == Mode.RELIABLE_NET_BIER:
+        bfers = raw[5] if len(raw) > 5 else None
+        if not bfers or not all(isinstance(b, int) and 1 <= b <= 0xFFFF for b in bfers):
+            raise ValueError(f"{mode} op {i} needs its group's BFER BFR-ids (1..65535) as its sixth element")
+        op.append([int(b) for b in bfers])
+    return op
 
 
 def _interface_address(ifname: str) -> bytes:

@@ -98,10 +98,15 @@ def run_mode(runtime, topo, trace: Path, mode: Mode, tmp: Path, loss: float) -> 
         "first_sent_s": min(msg.sent_at for msg in run.messages),
         "fanout": m.delivery.expected / max(1, m.delivery.messages),
         # ACKs the BFRs' aggregators took in over the run, from the agents' counters (leaves and spines)
-        "bfr_absorbed": sum(
-            deltas.get("reliable.agg.absorbed", 0) for node, deltas in run.agents.items() if node not in HOSTS
-        ),
+        "bfr_absorbed": bfr_counter(run, "reliable.agg.absorbed"),
+        # the hosts' ACKs their BFER leaves took in for network-BIER
+        "edge_absorbed": bfr_counter(run, "reliable.edge.absorbed"),
     }
+
+
+def bfr_counter(run, name: str) -> int:
+    """An agent counter's growth over the run, summed over the BFRs (leaves and spines)."""
+    return sum(deltas.get(name, 0) for node, deltas in run.agents.items() if node not in HOSTS)
 
 
 def check_exactly_once(topo, trace: Path, mode: Mode, res: dict[str, Any]) -> None:
@@ -146,14 +151,16 @@ def test_every_reliable_mode_delivers_exactly_once_at_five_percent_loss_on_every
     assert retx > 0
 
 
-def test_aggregation_keeps_one_ack_per_first_hop_branch_at_five_percent_loss(lossy_runs):
+@pytest.mark.parametrize("mode", [Mode.RELIABLE_HOST_BIER, Mode.RELIABLE_NET_BIER])
+def test_aggregation_keeps_one_ack_per_first_hop_branch_at_five_percent_loss(lossy_runs, mode):
     """With loss the aggregated source still hears at most one ACK per packet for its one first-hop
     branch (selective AGG-ACKs for what is held above a hole, one AGG-ACK per two windows, partials only
-    for receivers that stay silent), against about the fan-out end to end."""
-    agg = lossy_runs[Mode.RELIABLE_HOST_BIER]
+    for receivers that stay silent), against about the fan-out end to end. Over network-BIER the branch
+    is the source's leaf, which speaks for the BFER leaves, which speak for their hosts."""
+    agg = lossy_runs[mode]
     e2e = lossy_runs[Mode.RELIABLE_HOST_BIER_E2E]
     print(
-        f"5% loss, ACKs at the sources per DATA packet: aggregated {agg['acks_per_packet']:.3f}, "
+        f"5% loss, ACKs at the sources per DATA packet: {mode} {agg['acks_per_packet']:.3f}, "
         f"end to end {e2e['acks_per_packet']:.3f}"
     )
     first_hop_branches = 1
@@ -168,20 +175,27 @@ def test_aggregation_absorbs_the_ack_implosion_at_the_source(runtime, lab, trace
     windows the 5% runs left open sent partials into these runs: 1.038 and, on a loaded CI machine,
     4.7 ACKs per packet aggregated, 19.4 end to end)."""
     agg = run_mode(runtime, lab, trace, Mode.RELIABLE_HOST_BIER, tmp_path, 0.0)
+    net = run_mode(runtime, lab, trace, Mode.RELIABLE_NET_BIER, tmp_path, 0.0)
     e2e = run_mode(runtime, lab, trace, Mode.RELIABLE_HOST_BIER_E2E, tmp_path, 0.0)
     check_exactly_once(lab, trace, Mode.RELIABLE_HOST_BIER, agg)
+    check_exactly_once(lab, trace, Mode.RELIABLE_NET_BIER, net)
     check_exactly_once(lab, trace, Mode.RELIABLE_HOST_BIER_E2E, e2e)
     print(
         f"0% loss, ACKs at the sources per DATA packet: aggregated {agg['acks_per_packet']:.3f}, "
+        f"network-BIER aggregated {net['acks_per_packet']:.3f}, "
         f"end to end {e2e['acks_per_packet']:.3f} (fan-out {e2e['fanout']:.2f}); "
         f"ratio {e2e['acks_per_packet'] / max(agg['acks_per_packet'], 1e-9):.2f}"
     )
     assert e2e["acks_per_packet"] == e2e["fanout"]  # the implosion: every receiver, every packet
     assert e2e["sources"].get("sender.retransmitted", 0) == 0  # no timer fired without loss
-    assert agg["sources"].get("sender.retransmitted", 0) == 0
     first_hop_branches = 1
-    assert 0 < agg["acks_per_packet"] <= first_hop_branches < e2e["acks_per_packet"]
-    assert agg["bfr_absorbed"] > 0 and e2e["bfr_absorbed"] == 0
+    for res in (agg, net):
+        assert res["sources"].get("sender.retransmitted", 0) == 0
+        assert 0 < res["acks_per_packet"] <= first_hop_branches < e2e["acks_per_packet"]
+        assert res["bfr_absorbed"] > 0
+    assert e2e["bfr_absorbed"] == 0
+    # Network-BIER: the BFER leaves took their hosts' ACKs in (not one reached the source).
+    assert net["edge_absorbed"] > 0 and net["sources"].get("source.rx.ack.packets", 0) == 0
     # On the wire: the link end that sends to the source (its leaf's port) carried exactly the ACKs the
     # source's service counted, by the link-fault program's own count; and the end-to-end ACKs crossed
     # far more link ends than the aggregated ones.

@@ -7,7 +7,10 @@ acknowledged it (or was declared failed).  They differ in how DATA travels and w
 * ``reliable-host-bier-e2e``: one host-BIER flow per op, every receiver acknowledges to the source
   (the implosion: N ACKs per packet);
 * ``reliable-host-bier``: one host-BIER flow per op, ACKs hop by hop and aggregated in the BFRs (one
-  per first-hop branch at the source), NACKs answered by retransmitting to the missing set only.
+  per first-hop branch at the source), NACKs answered by retransmitting to the missing set only;
+* ``reliable-net-bier``: one flow per op over network-BIER (IP multicast to the op's group, the leaves
+  BFIR and BFER), ACKs aggregated in the leaves (for their hosts) and the spines, retransmissions
+  narrowed by the source's leaf to the BFERs that have not confirmed them.
 
 Besides the deliveries (judged as in every message mode: exactly once, right content), a run records
 per source what the reliable service counted (``settings["reliable"]``): feedback packets and bytes
@@ -30,6 +33,7 @@ from orchestrator.configure.plan.timescale import MIN_QUEUE_BYTES
 from orchestrator.experiment.modes import register
 from orchestrator.experiment.modes.base import ModeOutcome, Say
 from orchestrator.experiment.modes.messages import MessageMode
+from orchestrator.experiment.modes.net_bier import NetBier
 from orchestrator.experiment.session import ExperimentError, HostInfo, LabSession
 from orchestrator.workloads.trace import TraceOp
 
@@ -294,3 +298,38 @@ class ReliableHostBier(ReliableMode):
     name = Mode.RELIABLE_HOST_BIER
     feedback = RELIABLE[Mode.RELIABLE_HOST_BIER]
     summary = "reliable: host-BIER DATA, ACKs aggregated in the BFRs, subset retransmission"
+
+
+@register
+class ReliableNetBier(ReliableMode, NetBier):
+    """Network-BIER's groups (configured on the leaves as ``net-bier`` does), each op one flow to its
+    group from the source's loopback; the source acknowledges per BFER leaf (its receivers are the BFR-ids
+    of the group's BitString), the leaves answer for their hosts (docs/reliability.md, "Over
+    network-BIER")."""
+
+    name = Mode.RELIABLE_NET_BIER
+    feedback = RELIABLE[Mode.RELIABLE_NET_BIER]
+    summary = (
+        "reliable: network-BIER DATA (IP multicast to one group per op), ACKs aggregated in the leaves and "
+        "spines, retransmissions narrowed to the missing BFERs by the source's leaf"
+    )
+
+    def prepare(self, session: LabSession, ops: list[TraceOp], say: Say) -> None:
+        super().prepare(session, ops, say)
+        leaf_ids = {}
+        for group in session.plan.bier.groups:
+            ids = {session.plan.nodes[leaf].bfr_id for leaf, _port in group.receiver_ports.values()}
+            if None in ids:
+                raise ExperimentError(f"{self.name}: a leaf of group {group.group} has no BFR-id in the plan")
+            leaf_ids[str(group.group)] = sorted(ids)  # type: ignore[type-var]
+        self.op_bfers = {op.id: leaf_ids[self.op_group[op.id]] for op in ops}
+
+    def op_entry(self, op: TraceOp) -> list[Any]:
+        return [*super().op_entry(op), self.op_bfers[op.id]]
+
+    def first_load_fields(self, session: LabSession, host: str) -> dict[str, Any]:
+        return {**NetBier.first_load_fields(self, session, host), **super().first_load_fields(session, host)}
+
+    def load(self, session: LabSession, ops: list[TraceOp]) -> None:
+        super().load(session, ops)
+        self.settings["groups"] = len(self.groups)

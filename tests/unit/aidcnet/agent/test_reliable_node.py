@@ -10,10 +10,6 @@ links as the BIER path would (one drop chance per link).
 
 from __future__ import annotations
 
-import heapq
-import random
-from collections import Counter
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -25,20 +21,14 @@ from aidcnet.agent.reliable_node import (
     ReliableSettings,
     replay_flow_id,
 )
-from aidcnet.bier.bift import build_bifts
-from aidcnet.bier.bitstring import bfr_id_to_si_bit
-from aidcnet.bier.forwarding import forward, impose
-from aidcnet.bier.routing import compute_birts, undirected
+from aidcnet.bier.forwarding import impose
 from aidcnet.ipv4 import UdpDatagram, build_udp, parse_udp
 from aidcnet.reliable.aggregator import AggregatorConfig
 from aidcnet.reliable.header import RELIABLE_UDP_PORT, Ack, AggAck, Data
 from aidcnet.reliable.receiver import ReceiverConfig
 from aidcnet.reliable.sender import id_mask
+from tests.unit.aidcnet.agent.reliable_fabric import TTL, EventFabric
 
-BSL = 64
-TTL = 64
-DELAY = 50e-6
-TICK = 250e-6
 EDGES = [("S", "L1"), ("R4", "L1"), ("R2", "L2"), ("R3", "L2"), ("L1", "X"), ("L2", "X")]
 IDS = {"S": 1, "R2": 2, "R3": 3, "R4": 4}
 HOSTS = list(IDS)
@@ -66,20 +56,11 @@ def fast_settings(feedback: str, **kw: object) -> ReliableSettings:
 REPORT_EVERY = 2  # AGG-ACKs a BFR sends: one per two windows, as the lab's BFRs do
 
 
-class Fabric:
+class Fabric(EventFabric):
     def __init__(self, feedback: str, loss: float = 0.0, seed: int = 1, bfrs_see_data: bool = True) -> None:
-        self.rng = random.Random(seed)
-        self.loss = loss
+        super().__init__(EDGES, IDS, ADDR, loss, seed)
         self.bfrs_see_data = bfrs_see_data
-        self.now = 0.0
-        self.events: list[tuple[float, int, str, tuple]] = []
-        self.n = 0
-        adj = undirected(EDGES)
-        birts = compute_birts(adj, IDS)
-        self.bift = {node: build_bifts(birt, BSL)[0] for node, birt in birts.items()}
         self.delivered: dict[str, list[bytes]] = {h: [] for h in HOSTS}
-        self.link_drops = 0
-        self.nodes: dict[str, ReliableNode] = {}
         for name in [*HOSTS, *BFRS]:
             host = name in IDS
             node = ReliableNode(
@@ -96,21 +77,11 @@ class Fabric:
                 node.configure(fast_settings(feedback), IDS[name])
             self.nodes[name] = node
 
+    @property
+    def link_drops(self) -> int:
+        return self.dropped["bier"]
+
     # -- the network --------------------------------------------------------------------------------
-    def toward(self, node: str, bfr_id: int) -> str | None:
-        _si, bit = bfr_id_to_si_bit(bfr_id, BSL)
-        alts = self.bift[node].entries[bit]
-        return ADDR[alts[0][1]] if alts else None
-
-    def _link(self, frm: str, to: str, item: tuple, hops: int = 1) -> None:
-        for _ in range(hops):
-            if self.rng.random() < self.loss:
-                if item[0] == "bier":
-                    self.link_drops += 1
-                return
-        self.n += 1
-        heapq.heappush(self.events, (self.now + hops * DELAY, self.n, to, (frm, *item)))
-
     def udp(self, frm: str, addr: str, msg: bytes) -> None:
         to = NAME[addr]
         hops = 1
@@ -126,38 +97,19 @@ class Fabric:
         for nbr, bits, _ in impose(self.bift[node], id_mask(ids), TTL).copies:
             self._link(node, nbr, ("bier", inner, bits))
 
+    def arrive(self, node: str, frm: str, kind: str, rest: list) -> None:
+        if kind == "bier":
+            self._on_bier(node, frm, *rest)
+        else:
+            self.nodes[node].on_datagram(rest[0], ADDR[frm], self.now)
+
     def _on_bier(self, node: str, frm: str, inner: bytes, bits: int) -> None:
-        res = forward(self.bift[node], bits, TTL)
-        down = res.local
-        for nbr, cbits, _ in res.copies:
-            down |= cbits
-            self._link(node, nbr, ("bier", inner, cbits))
+        down, local = self.replicate(node, inner, bits)
         if node in BFRS and self.bfrs_see_data:
             self.nodes[node].on_forward(inner, ADDR[frm], down, self.now)
-        if res.local:
+        if local:
             d = parse_udp(inner)
             assert self.nodes[node].on_bier_delivery(d, self.now)
-
-    def run(self, until: float = 20.0) -> None:
-        next_tick = 0.0
-        while self.now < until and not self.finished():
-            if self.events and self.events[0][0] <= next_tick:
-                self.now, _, node, (frm, kind, *rest) = heapq.heappop(self.events)
-                if kind == "bier":
-                    self._on_bier(node, frm, *rest)
-                else:
-                    self.nodes[node].on_datagram(rest[0], ADDR[frm], self.now)
-                continue
-            self.now = next_tick
-            next_tick += TICK
-            for node in self.nodes.values():
-                node.poll(self.now)
-
-    def finished(self) -> bool:
-        return all(n.sending_done for n in self.nodes.values()) and not self.events
-
-    def counters(self, node: str) -> Counter[str]:
-        return Counter(self.nodes[node].totals())
 
 
 def payloads(n: int) -> list[bytes]:

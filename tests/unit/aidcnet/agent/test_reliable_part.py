@@ -20,6 +20,7 @@ from aidcnet.reliable.header import RELIABLE_UDP_PORT
 EDGES = [("H1", "L"), ("H2", "L"), ("L", "S"), ("S", "H3")]
 IDS = {"H1": 1, "H2": 2, "H3": 3}
 ADDRS = {"H1": "10.9.0.1", "H2": "10.9.0.3", "S": "10.9.0.5"}
+PORTS = {"H1": "eth3", "H2": "eth4", "S": "eth1"}
 
 
 class FakeBierPart:
@@ -31,7 +32,7 @@ class FakeBierPart:
         self.current: Any = SimpleNamespace(
             bier=SimpleNamespace(bsl=64),
             bifts={0: build_bifts(birt, 64)[0]},
-            dataplane=SimpleNamespace(neighbors={n: (a, "eth0") for n, a in ADDRS.items()}, sock=self.sock),
+            dataplane=SimpleNamespace(neighbors={n: (a, PORTS[n]) for n, a in ADDRS.items()}, sock=self.sock),
             host=host,
             sndbuf=sndbuf,
             loopback="10.255.0.7",
@@ -42,6 +43,15 @@ class FakeBierPart:
 
     def add_forward_listener(self, _fn: Any) -> None:
         pass
+
+    def set_edge_hooks(self, on_impose: Any, on_emit: Any) -> None:
+        self.edge_hooks = (on_impose, on_emit)
+
+
+def test_a_leaf_knows_the_hosts_behind_each_port_from_its_bift() -> None:
+    # Network-BIER's BFER leaf acknowledges for the hosts on the ports it emitted on.
+    part = ReliablePart(FakeBierPart())  # type: ignore[arg-type]
+    assert part.hosts_behind() == {"eth3": 0b001, "eth4": 0b010, "eth1": 0b100}
 
 
 def test_toward_follows_the_bift() -> None:

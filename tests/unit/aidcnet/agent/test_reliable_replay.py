@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from aidcnet.agent.reliable_node import ReliableNode
+from aidcnet.agent.reliable_node import NET_SPORT, ReliableNode
 from aidcnet.agent.replay_service import ReplayService
 from aidcnet.ipv4 import UdpDatagram
 from aidcnet.modes import Mode
@@ -22,6 +22,7 @@ ADDR = {"h1": "10.1.0.1", "h2": "10.1.0.2", "h3": "10.1.0.3"}
 IDS = {"h1": 1, "h2": 2, "h3": 3}
 BY_ID = {i: n for n, i in IDS.items()}
 BY_ADDR = {a: n for n, a in ADDR.items()}
+GROUPS = {"239.100.0.1": ["h2", "h3"], "239.100.0.2": ["h3"]}
 
 
 class FakeBier:
@@ -42,6 +43,12 @@ class Part:
 
     def kick(self) -> None:
         self._node.poll(time.monotonic())
+
+    def open_multicast(self, _interface: str, _ttl: int) -> None:
+        self._node.multicast = self._node.multicast_to  # type: ignore[attr-defined]
+
+    def close_multicast(self) -> None:
+        self._node.multicast = None
 
 
 class Wire:
@@ -66,8 +73,15 @@ class Wire:
                 d = UdpDatagram(ADDR[name], "232.1.0.1", sport, RELIABLE_UDP_PORT, 64, wire)
                 self._later(lambda d=d, i=i: self.nodes[BY_ID[i]].on_bier_delivery(d, time.monotonic()))
 
-        # Feedback "hop by hop" goes straight to the source here: the fabric has no BFRs.
+        # Feedback "hop by hop" goes straight to the source here: the fabric has no BFRs (and for
+        # network-BIER each host is its own BFER: the ops name the hosts' ids as their groups' BFERs).
         node = ReliableNode(None, send, toward=lambda _bfir: ADDR["h1"], impose=impose)
+        node.multicast_to = lambda wire, group: [  # type: ignore[attr-defined]
+            self._later(
+                lambda r=r: self.nodes[r].on_datagram(wire, ADDR[name], time.monotonic(), NET_SPORT)
+            )
+            for r in GROUPS[group]
+        ]
         self.nodes[name] = node
         return node
 
@@ -89,7 +103,15 @@ def run_replay(mode: Mode, loss: float = 0.0, seed: int = 1) -> tuple[dict[str, 
             svc = ReplayService(ADDR[name], bier=FakeBier(), reliable=part)  # type: ignore[arg-type]
             services[name] = svc
         receivers = {n: [ADDR[n], IDS[n]] for n in ("h2", "h3")}
-        ops = [[i, 0.002 * i, 20_000 + 977 * i, ["h2", "h3"] if i % 2 else ["h3"]] for i in range(6)]
+        ops: list[list[Any]] = [
+            [i, 0.002 * i, 20_000 + 977 * i, ["h2", "h3"] if i % 2 else ["h3"]] for i in range(6)
+        ]
+        extra: dict[str, Any] = {}
+        if mode == Mode.RELIABLE_NET_BIER:
+            for op in ops:
+                group = "239.100.0.1" if len(op[3]) == 2 else "239.100.0.2"
+                op.extend([group, [IDS[r] for r in GROUPS[group]]])
+            extra = {"interface": "lo"}
         for name, svc in services.items():
             # Without loss no timer may fire, even on a busy machine: generous RTOs; with loss, short
             # ones so the test ends soon (the loss, not the timers, is what it is about).
@@ -103,6 +125,7 @@ def run_replay(mode: Mode, loss: float = 0.0, seed: int = 1) -> tuple[dict[str, 
                     "receivers": receivers,
                     "max_datagram": 4000,
                     "reliable": reliable,
+                    **extra,
                 }
             )
             assert reply["ok"] and reply["ops"] == len(mine)
@@ -120,7 +143,8 @@ def run_replay(mode: Mode, loss: float = 0.0, seed: int = 1) -> tuple[dict[str, 
 
 
 @pytest.mark.parametrize(
-    "mode", [Mode.RELIABLE_UNICAST, Mode.RELIABLE_HOST_BIER, Mode.RELIABLE_HOST_BIER_E2E]
+    "mode",
+    [Mode.RELIABLE_UNICAST, Mode.RELIABLE_HOST_BIER, Mode.RELIABLE_HOST_BIER_E2E, Mode.RELIABLE_NET_BIER],
 )
 @pytest.mark.parametrize("loss", [0.0, 0.05])
 def test_reliable_replay_delivers_every_message_exactly_once(mode: Mode, loss: float) -> None:
@@ -165,6 +189,11 @@ def test_reliable_load_refuses_what_it_cannot_run() -> None:
             svc.load(
                 {"mode": Mode.RELIABLE_UNICAST, "ops": [[1 << 24, 0.0, 10, ["h2"]]], "receivers": recv,
                  "reliable": {"self_id": 1}}
+            )  # fmt: skip
+        with pytest.raises(ValueError, match="sixth element"):
+            svc.load(
+                {"mode": Mode.RELIABLE_NET_BIER, "ops": [[0, 0.0, 10, ["h2"], "239.100.0.1"]],
+                 "receivers": recv, "interface": "lo", "reliable": {"self_id": 1}}
             )  # fmt: skip
         no_part = ReplayService("10.1.0.1")
         with pytest.raises(ValueError, match="reliable service"):
