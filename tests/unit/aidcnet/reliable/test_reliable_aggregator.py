@@ -339,3 +339,35 @@ def test_no_partial_for_a_window_whose_missing_bfers_asked_for_it_themselves() -
     assert a.poll(0.011) == [] and a.counters["partial-suppressed"] == 1
     # Silent since: the next partial goes, and names them.
     assert spans(a.poll(0.05)) == [(None, 1, [2], [3, 5])]
+
+
+def test_the_answers_to_a_repair_that_crossed_the_agg_ack_are_absorbed_while_it_is_fresh() -> None:
+    # The BFIR's timer resent sequence 0 to everyone just before the last BFER's ACK completed the window
+    # here: the others answer the duplicate after the AGG-ACK freed the entry. Within one partial wait of
+    # that AGG-ACK their ACKs say nothing it did not; later, or from a BFER it did not name, they go on.
+    a = agg(partial_after=0.1, adaptive=False)
+    a.on_data(data(0, fin=True), id_mask([2, 3]), "up", 0.0)
+    a.on_feedback(ack(2, 1), 0.01)
+    ((_up, msg),) = a.on_feedback(ack(3, 1), 0.02)
+    assert isinstance(msg, AggAck) and a.entries == 0
+    assert a.on_feedback(ack(2, 1), 0.05) == []
+    assert a.counters["absorbed-reported"] == 1
+    ((_up, passed),) = a.on_feedback(ack(5, 1), 0.06)  # not named by the AGG-ACK
+    assert passed == ack(5, 1)
+    ((_up, late),) = a.on_feedback(ack(3, 1), 0.2)  # the AGG-ACK may have been lost: say it again
+    assert late == ack(3, 1)
+    assert a.counters["passed-no-entry"] == 2
+
+
+def test_a_repair_after_the_agg_ack_makes_an_entry_that_answers_again() -> None:
+    # The AGG-ACK was lost: the BFIR resends, the repair makes a new entry here, and the answers to it
+    # complete that entry (a new AGG-ACK) instead of being taken for what was said before.
+    a = agg(partial_after=0.1, adaptive=False)
+    a.on_data(data(0, fin=True), id_mask([2, 3]), "up", 0.0)
+    a.on_feedback(ack(2, 1), 0.01)
+    a.on_feedback(ack(3, 1), 0.02)
+    a.on_data(data(0, fin=True), id_mask([2, 3]), "up", 0.03)
+    assert a.on_feedback(ack(2, 1), 0.04) == []
+    ((_up, again),) = a.on_feedback(ack(3, 1), 0.05)
+    assert isinstance(again, AggAck) and mask_ids(again.acked_mask()) == [2, 3]
+    assert a.counters["absorbed-reported"] == 0
