@@ -457,6 +457,11 @@ def size_send_buffer(sock: socket.socket, sndbuf: int | None, unshaped: int) -> 
         enable_backpressure(sock, sndbuf)
 
 
+def mreqn(group: str, ifindex: int) -> bytes:
+    """struct ip_mreqn: the group (or 0.0.0.0 for IP_MULTICAST_IF), any local address, the interface."""
+    return struct.pack("4s4si", socket.inet_aton(group), socket.inet_aton("0.0.0.0"), ifindex)
+
+
 def multicast_sender(
     bind: tuple[str, int], interface: str, ttl: int, sndbuf: int | None, unshaped: int
 ) -> socket.socket:
@@ -469,9 +474,8 @@ def multicast_sender(
         sock.bind(bind)
         sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, ttl)
         sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_LOOP, 0)
-        # struct ip_mreqn: no group, any local address, the interface.
-        mreqn = struct.pack("4s4si", bytes(4), bytes(4), socket.if_nametoindex(interface))
-        sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, mreqn)
+        ifindex = socket.if_nametoindex(interface)
+        sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, mreqn("0.0.0.0", ifindex))
         sock.setblocking(False)
     except OSError:
         sock.close()

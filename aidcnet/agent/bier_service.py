@@ -325,14 +325,15 @@ class BierPart(Service):
         self.current: BierService | None = None
         self._listeners: list[Callable[[UdpDatagram], bool]] = []
         self._forward_listeners: list[ForwardFn] = []
-        self._edge_hooks: tuple[Callable[..., Any], Callable[..., Any]] | None = None
+        self._edge_hooks: tuple[Callable[..., Any], Callable[..., Any], int] | None = None
 
-    def set_edge_hooks(self, on_impose: Callable[..., Any], on_emit: Callable[..., Any]) -> None:
-        """Network-BIER's edge (``NetBierEdge.on_impose`` and ``on_emit``) in every BIER service this
-        part runs, now and after each reload; the Python edge only (the eBPF one never calls them)."""
-        self._edge_hooks = (on_impose, on_emit)
+    def set_edge_hooks(self, on_impose: Callable[..., Any], on_emit: Callable[..., Any], dport: int) -> None:
+        """Network-BIER's edge hooks (``NetBierEdge.on_impose`` and ``on_emit``, for UDP to ``dport``) in
+        every BIER service this part runs, now and after each reload; the Python edge only (the eBPF one
+        never calls them)."""
+        self._edge_hooks = (on_impose, on_emit, dport)
         if self.current is not None and self.current.edge is not None:
-            self.current.edge.on_impose, self.current.edge.on_emit = on_impose, on_emit
+            self.current.edge.set_hooks(on_impose, on_emit, dport)
 
     def add_listener(self, listener: Callable[[UdpDatagram], bool]) -> None:
         """``listener`` sees each decoded IPv4/UDP delivery in registration order until one claims it."""
@@ -372,7 +373,7 @@ class BierPart(Service):
         if self._forward_listeners:
             service.dataplane.on_forward = self._forwarded
         if self._edge_hooks is not None and service.edge is not None:
-            service.edge.on_impose, service.edge.on_emit = self._edge_hooks
+            service.edge.set_hooks(*self._edge_hooks)
         service.attach(loop)
         self.current = service
 

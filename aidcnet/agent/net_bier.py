@@ -44,9 +44,10 @@ Counters (:meth:`NetBierEdge.counters`, flat), every one also per host port as
 * ``hook-errors``: an exception in :attr:`NetBierEdge.on_impose` or :attr:`NetBierEdge.on_emit` (the
   packet still goes, to the BFERs or ports it would have gone to without the hook).
 
-Hooks for the reliable transport over network-BIER (``aidcnet/agent/reliable_node.py``): ``on_impose``
-sees each packet before imposition and may name other BFERs for it (a retransmission goes to the BFERs
-that have not confirmed it), ``on_emit`` sees each packet delivered to member ports and which.
+Hooks for the reliable transport over network-BIER (``aidcnet/agent/reliable_node.py``,
+:meth:`NetBierEdge.set_hooks`), for UDP packets to one destination port only (every other packet pays
+nothing): ``on_impose`` sees each before imposition and may name other BFERs for it (a retransmission
+goes to the BFERs that have not confirmed it), ``on_emit`` sees each delivered to member ports and which.
 """
 
 from __future__ import annotations
@@ -282,6 +283,17 @@ class NetBierEdge:
         self.on_impose: Callable[[bytes, tuple[int, ...], str], tuple[int, ...]] | None = None
         # on_emit(packet, member ports it goes out on).
         self.on_emit: Callable[[bytes, tuple[str, ...]], object] | None = None
+        self.hook_dport: int | None = None  # the UDP destination port of the packets the hooks see
+
+    def set_hooks(
+        self,
+        on_impose: Callable[[bytes, tuple[int, ...], str], tuple[int, ...]],
+        on_emit: Callable[[bytes, tuple[str, ...]], object],
+        dport: int,
+    ) -> None:
+        """Call ``on_impose`` and ``on_emit`` for UDP packets to port ``dport`` (unfragmented ones: the
+        edge reads no ports of a fragment)."""
+        self.on_impose, self.on_emit, self.hook_dport = on_impose, on_emit, dport
 
     # -- dynamic state (IGMP, Receiver Proxy Reports) ----------------------------------------------
     def set_flows(self, flows: Iterable[object]) -> None:
@@ -367,7 +379,7 @@ class NetBierEdge:
                 return
             packet = bytes(buf)
             self._count(port, "csum-completed")
-        if self.on_impose is not None:
+        if self.on_impose is not None and info.dport == self.hook_dport:
             try:
                 bfers = self.on_impose(packet, bfers, socket.inet_ntoa(info.src))
             except Exception:
@@ -429,7 +441,7 @@ class NetBierEdge:
         packet = bytearray(payload[: info.total_length])
         decrement_ttl(packet)
         self._count(None, "sent")
-        if self.on_emit is not None:
+        if self.on_emit is not None and info.dport == self.hook_dport:
             try:
                 self.on_emit(bytes(packet), tuple(port.name for port, _eth in targets))
             except Exception:

@@ -204,7 +204,6 @@ class ReliableNode:
         self.settings = ReliableSettings()
         self.aggregator = AckAggregator(bfr_id or 0, aggregator or BFR_AGGREGATOR)
         # Network-BIER at a BFER leaf: its member hosts, aggregated into its own bit (made on first use).
-        self._aggregator_config = aggregator or BFR_AGGREGATOR
         self.edge: EdgeAggregator | None = None
         # Network-BIER flows this leaf delivered to member hosts: the id-mask of those hosts.
         self.net_flows: dict[tuple[int, int], int] = {}
@@ -385,7 +384,7 @@ class ReliableNode:
         if msg is None or not hosts or not self.bfr_id:
             return
         if self.edge is None:
-            self.edge = EdgeAggregator(self.bfr_id, self._aggregator_config)
+            self.edge = EdgeAggregator(self.bfr_id, self.aggregator.config)
         key = (msg.bfir_id, msg.flow_id)
         if len(self.net_flows) >= RPF_KEEP:
             self.net_flows.clear()

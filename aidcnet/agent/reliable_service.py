@@ -115,10 +115,9 @@ class ReliableEndpoint:
         """Send this node's network-BIER DATA as IP multicast from its loopback, port 4797
         (:data:`NET_SPORT`), out of ``interface``; replaces the socket of an earlier run."""
         self.close_multicast()
-        sock = multicast_sender(
-            (self.source, NET_SPORT), interface, ttl, shaped_sndbuf(self.queue_bytes), SOCKET_BUFFER
-        )
-        enable_backpressure(sock)
+        # A send buffer either way, so IP_RECVERR is on (the Outbox's ENOBUFS), as on the unicast socket.
+        sndbuf = shaped_sndbuf(self.queue_bytes) or SOCKET_BUFFER
+        sock = multicast_sender((self.source, NET_SPORT), interface, ttl, sndbuf, SOCKET_BUFFER)
         self.group_out = Outbox(BatchIO(sock))
         if self._loop is not None:
             self.group_out.attach(self._loop)
@@ -207,7 +206,7 @@ class ReliablePart(Service):
         self._writer_fd: int | None = None
         bier.add_listener(self._on_bier_udp)
         bier.add_forward_listener(self._on_forward)
-        bier.set_edge_hooks(self._on_impose, self._on_emit)
+        bier.set_edge_hooks(self._on_impose, self._on_emit, RELIABLE_UDP_PORT)
         # Host port -> id-mask of the BFRs behind it (its hosts), per BIER service (built on first use).
         self._port_hosts: tuple[tuple[object, ...], dict[str, int]] | None = None
 

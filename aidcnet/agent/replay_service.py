@@ -37,7 +37,7 @@ from aidcnet.ipv4 import QP_PORT_BASE, ROCEV2_PORT
 from aidcnet.modes import RELIABLE, Mode
 from aidcnet.replay import DEFAULT_MAX_DATAGRAM, Reassembly, build_fragments, looks_like_replay
 from aidcnet.roles import Role
-from aidcnet.udpio import multicast_sender, set_socket_buffer, shaped_sndbuf, size_send_buffer
+from aidcnet.udpio import mreqn, multicast_sender, set_socket_buffer, shaped_sndbuf, size_send_buffer
 
 if TYPE_CHECKING:
     from aidcnet.agent.bier_service import BierPart, BierService
@@ -173,7 +173,7 @@ class ReplayService:
             sock = _group_socket()
             try:
                 for group in groups[i : i + per_socket]:
-                    sock.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP, _mreqn(group, ifindex))
+                    sock.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP, mreqn(group, ifindex))
                 sock.setblocking(False)
             except OSError:
                 sock.close()
@@ -371,7 +371,7 @@ class ReplayService:
             sock.setsockopt(
                 socket.IPPROTO_IP,
                 socket.IP_MULTICAST_IF,
-                _mreqn("0.0.0.0", socket.if_nametoindex(self.interface)),
+                mreqn("0.0.0.0", socket.if_nametoindex(self.interface)),
             )
         except OSError:
             sock.close()
@@ -799,11 +799,6 @@ def _reports(raw: list[Any]) -> dict[tuple[int, bool], list[tuple[str, list[str]
             raise ValueError(f"reports.{k}: group {group!r} is not multicast")
         out.setdefault((int(op_id), bool(before)), []).append((str(group), receivers))
     return out
-
-
-def _mreqn(group: str, ifindex: int) -> bytes:
-    """struct ip_mreqn: the group (or 0.0.0.0 for IP_MULTICAST_IF), any local address, the interface."""
-    return struct.pack("4s4si", socket.inet_aton(group), socket.inet_aton("0.0.0.0"), ifindex)
 
 
 def _is_multicast(value: object) -> bool:

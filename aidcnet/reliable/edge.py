@@ -45,9 +45,6 @@ class EdgeAggregator:
     def entries(self) -> int:
         return self.hosts.entries
 
-    def has_flow(self, key: FlowKey) -> bool:
-        return key in self.hosts.flows
-
     def on_data(self, data: Data, hosts: int, upstream: Hashable | None, now: float) -> None:
         """DATA this leaf delivered to its member hosts of id-mask ``hosts``."""
         self.hosts.on_data(data, hosts, upstream, now)

@@ -329,7 +329,3 @@ class ReliableNetBier(ReliableMode, NetBier):
 
     def first_load_fields(self, session: LabSession, host: str) -> dict[str, Any]:
         return {**NetBier.first_load_fields(self, session, host), **super().first_load_fields(session, host)}
-
-    def load(self, session: LabSession, ops: list[TraceOp]) -> None:
-        super().load(session, ops)
-        self.settings["groups"] = len(self.groups)

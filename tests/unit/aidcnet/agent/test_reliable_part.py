@@ -44,8 +44,8 @@ class FakeBierPart:
     def add_forward_listener(self, _fn: Any) -> None:
         pass
 
-    def set_edge_hooks(self, on_impose: Any, on_emit: Any) -> None:
-        self.edge_hooks = (on_impose, on_emit)
+    def set_edge_hooks(self, on_impose: Any, on_emit: Any, dport: int) -> None:
+        self.edge_hooks = (on_impose, on_emit, dport)
 
 
 def test_a_leaf_knows_the_hosts_behind_each_port_from_its_bift() -> None:
