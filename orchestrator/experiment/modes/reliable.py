@@ -316,12 +316,18 @@ class ReliableNetBier(ReliableMode, NetBier):
 
     def prepare(self, session: LabSession, ops: list[TraceOp], say: Say) -> None:
         super().prepare(session, ops, say)
-        leaf_ids = {}
+        leaf_ids: dict[str, list[int]] = {}
         for group in session.plan.bier.groups:
-            ids = {session.plan.nodes[leaf].bfr_id for leaf, _port in group.receiver_ports.values()}
-            if None in ids:
-                raise ExperimentError(f"{self.name}: a leaf of group {group.group} has no BFR-id in the plan")
-            leaf_ids[str(group.group)] = sorted(ids)  # type: ignore[type-var]
+            leaves = {leaf for leaf, _port in group.receiver_ports.values()}
+            unnumbered = sorted(leaf for leaf in leaves if session.plan.nodes[leaf].bfr_id is None)
+            if unnumbered:
+                raise ExperimentError(
+                    f"{self.name}: leaf {', '.join(unnumbered)} of group {group.group} has no BFR-id in the "
+                    f"plan (an FRR leaf has none: network-BIER needs our agent there); run "
+                    f"{Mode.RELIABLE_HOST_BIER} on this lab instead"
+                )
+            ids = (session.plan.nodes[leaf].bfr_id for leaf in leaves)
+            leaf_ids[str(group.group)] = sorted(int(i) for i in ids if i is not None)
         self.op_bfers = {op.id: leaf_ids[self.op_group[op.id]] for op in ops}
 
     def op_entry(self, op: TraceOp) -> list[Any]:
