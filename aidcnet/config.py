@@ -209,6 +209,11 @@ class Igmp(_Model):
     receivers: dict[ipaddress.IPv4Address, int] = Field(default_factory=dict)
     max_channels: int = Field(default=4096, ge=1, description="proxy (S,G)/(*,G) entries at most")
     max_groups: int = Field(default=4096, ge=1, description="groups per port at most; more are refused")
+    # The modelled control plane (docs/igmp.md): fabric seconds per control message, served one at a time
+    # in arrival order; 0 applies each message as soon as our Python has read it (not a router's time).
+    control_cost: float = Field(default=0.0, ge=0, le=1.0)
+    # ... plus this per IGMPv3 group record the message carries (per-(S,G) state and table work).
+    control_cost_record: float = Field(default=0.0, ge=0, le=1.0)
 
     @model_validator(mode="after")
     def _consistent(self) -> Igmp:

@@ -80,6 +80,8 @@ _SOCKADDR_IN_LEN = 16
 _MMSG_SIZE = ctypes.sizeof(_MMsgHdr)
 _IOV_SIZE = ctypes.sizeof(_IOVec)
 _FLAGS_OFF = _MsgHdr.msg_flags.offset
+_CONTROLLEN_OFF = _MsgHdr.msg_controllen.offset
+_SIZE_T = struct.Struct("@N")
 _LEN_OFF = _MMsgHdr.msg_len.offset
 _IOV_LEN = struct.Struct("@N")
 _IOV_LEN_OFF = _IOVec.iov_len.offset
@@ -151,6 +153,16 @@ class BatchIO:
         self._sockaddr_cache: dict[Address, bytes] = {}
         self._rx: _Ring | None = None
         self._tx: _Ring | None = None
+        self.stamping = False
+        self.stamps: list[int] = []
+        """With :meth:`enable_stamps`, the kernel's receive stamp (wall-clock ns, 0 if missing) of each
+        datagram the last :meth:`recv` returned, in the same order."""
+
+    def enable_stamps(self) -> None:
+        """Stamp received datagrams with the moment the kernel received them (:attr:`stamps`)."""
+        enable_rx_stamps(self.sock)
+        self.stamping = True
+        self._rx = None  # the receive ring needs room for the control messages
 
     # -- receive ----------------------------------------------------------------------------------
     def recv(self, max_msgs: int | None = None) -> list[Datagram]:
@@ -162,7 +174,9 @@ class BatchIO:
             return self._recv_loop(n)
         ring = self._rx
         if ring is None:
-            ring = self._rx = _Ring(self.max_msgs, self.bufsize)
+            ring = self._rx = _Ring(self.max_msgs, self.bufsize, STAMP_SPACE if self.stamping else 0)
+        if self.stamping:
+            ring.reset_control(n)
         got = _MMSG[0](self._fd, ring.msgs_addr, n, _MSG_DONTWAIT, None)  # type: ignore[index,operator]
         if got < 0:
             err = ctypes.get_errno()
@@ -175,10 +189,15 @@ class BatchIO:
         data = ring.data_mv
         cache = self._addr_cache
         bufsize = self.bufsize
+        stamps: list[int] | None = None
+        if self.stamping:
+            stamps = self.stamps = []
         for i, (flags, length) in enumerate(_FLAGS_LEN.iter_unpack(hdrs[: got * _MMSG_SIZE])):
             if flags & _MSG_TRUNC:
                 self.truncated += 1
                 continue
+            if stamps is not None:
+                stamps.append(ring.stamp(i))
             key = bytes(names[i * _SOCKADDR_IN_LEN + 2 : i * _SOCKADDR_IN_LEN + 8])
             addr = cache.get(key)
             if addr is None:
@@ -194,9 +213,12 @@ class BatchIO:
         # recvmsg rather than recvfrom: only it reports MSG_TRUNC, which the mmsg path honours too.
         recvmsg = self.sock.recvmsg
         bufsize = self.bufsize
+        space = STAMP_SPACE if self.stamping else 0
+        if self.stamping:
+            self.stamps = []
         for _ in range(n):
             try:
-                data, _anc, flags, addr = recvmsg(bufsize, 0, _MSG_DONTWAIT)
+                data, anc, flags, addr = recvmsg(bufsize, space, _MSG_DONTWAIT)
             except BlockingIOError:
                 break
             except OSError:
@@ -206,6 +228,8 @@ class BatchIO:
             if flags & _MSG_TRUNC:
                 self.truncated += 1
                 continue
+            if space:
+                self.stamps.append(rx_stamp_ns(anc))
             out.append((data, addr[:2]))
         return out
 
@@ -335,9 +359,13 @@ class BatchIO:
 class _Ring:
     """Preallocated ``mmsghdr``/``iovec`` arrays, address slots and datagram slots."""
 
-    __slots__ = ("_keep", "data_mv", "hdrs_mv", "iovs_mv", "msgs_addr", "names_mv", "slot_names")
+    __slots__ = (
+        "_keep", "control", "control_mv", "data_mv", "hdrs_mv",
+        "iovs_mv", "msgs_addr", "names_mv", "slot_names",
+    )  # fmt: skip
 
-    def __init__(self, n: int, bufsize: int) -> None:
+    def __init__(self, n: int, bufsize: int, control: int = 0) -> None:
+        """``control``: octets of ancillary data room per slot (receive stamps), 0 for none."""
         data = ctypes.create_string_buffer(n * bufsize)
         names = ctypes.create_string_buffer(n * _SOCKADDR_IN_LEN)
         iovs = (_IOVec * n)()
@@ -352,8 +380,14 @@ class _Ring:
             hdr.msg_namelen = _SOCKADDR_IN_LEN
             hdr.msg_iov = ctypes.addressof(iovs) + i * _IOV_SIZE
             hdr.msg_iovlen = 1
+        ctrl = ctypes.create_string_buffer(max(1, n * control))
+        if control:
+            for i in range(n):
+                msgs[i].msg_hdr.msg_control = ctypes.addressof(ctrl) + i * control
+        self.control = control
+        self.control_mv = memoryview(ctrl).cast("B")
         # A receive ring keeps iov_len = bufsize for good; a send ring rewrites it per datagram.
-        self._keep = (data, names, iovs, msgs)
+        self._keep = (data, names, iovs, msgs, ctrl)
         self.msgs_addr = ctypes.addressof(msgs)
         self.data_mv = memoryview(data).cast("B")
         self.names_mv = memoryview(names).cast("B")
@@ -361,8 +395,43 @@ class _Ring:
         self.hdrs_mv = memoryview(msgs).cast("B")
         self.slot_names: list[bytes | None] = [None] * n
 
+    def reset_control(self, n: int) -> None:
+        """The kernel shrinks msg_controllen to what it wrote: give the first ``n`` slots their room back."""
+        for i in range(n):
+            _SIZE_T.pack_into(self.hdrs_mv, i * _MMSG_SIZE + _CONTROLLEN_OFF, self.control)
+
+    def stamp(self, i: int) -> int:
+        """Slot ``i``'s receive stamp (wall-clock ns), 0 if the kernel wrote none."""
+        length, level, kind, sec, nsec = _STAMP_CMSG.unpack_from(self.control_mv, i * self.control)
+        if length >= _STAMP_CMSG.size and level == socket.SOL_SOCKET and kind == SCM_TIMESTAMPNS:
+            return sec * 1_000_000_000 + nsec
+        return 0
+
 
 _ios: weakref.WeakKeyDictionary[socket.socket, BatchIO] = weakref.WeakKeyDictionary()
+
+# <asm-generic/socket.h>: the kernel's receive time of each datagram, a struct timespec on the wall clock.
+SO_TIMESTAMPNS = 35
+SCM_TIMESTAMPNS = SO_TIMESTAMPNS
+# One control message: cmsghdr (size_t len, int level, int type) then the timespec (two longs).
+_STAMP_CMSG = struct.Struct("@Nii2q")
+STAMP_SPACE = socket.CMSG_SPACE(16)
+
+
+def enable_rx_stamps(sock: socket.socket) -> None:
+    """Have the kernel stamp every datagram ``sock`` receives with the moment it arrived (software RX
+    timestamps, taken when the packet came off the interface, before any queueing toward us)."""
+    sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+
+
+def rx_stamp_ns(ancdata: list[tuple[int, int, bytes]]) -> int:
+    """The kernel's receive stamp from ``recvmsg``'s ancillary data, wall-clock ns; 0 when there is
+    none (stamps not enabled on the socket)."""
+    for level, kind, data in ancdata:
+        if level == socket.SOL_SOCKET and kind == SCM_TIMESTAMPNS and len(data) >= 16:
+            sec, nsec = struct.unpack_from("@2q", data)
+            return sec * 1_000_000_000 + nsec
+    return 0
 
 
 def batch_io(sock: socket.socket, max_msgs: int = DEFAULT_BATCH) -> BatchIO:

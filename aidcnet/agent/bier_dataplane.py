@@ -148,6 +148,10 @@ class BierDataplane:
         self._label_by_si = {si: local_labels[(sd, bsl, si)] for si in self.bifts}
         self.neighbors = dict(neighbors)
         self.deliver = deliver
+        self.rx_stamps = False
+        self.rx_stamp_ns = 0
+        """The kernel receive stamp (wall-clock ns) of the packet a ``deliver`` call is for; 0 when
+        unknown (stamps not enabled, or a delivery of this node's own imposition)."""
         self.on_forward: ForwardFn | None = None
         self.max_batch = max_batch
         port_out = port if nbr_port is None else nbr_port
@@ -284,9 +288,11 @@ class BierDataplane:
         on_forward = self.on_forward
         c = self._c
         tables = self.tables
+        stamps = self.io.stamps if self.io.stamping else None
+        delivery_stamps: list[int] = []
         with self._lock:
             rx_bytes = 0
-            for buf, (src, _port) in pkts:
+            for i, (buf, (src, _port)) in enumerate(pkts):
                 size = len(buf)
                 rx_bytes += size
                 keys = self._rx_keys.get(src) or self._rx_key_for(src)
@@ -316,6 +322,8 @@ class BierDataplane:
                         continue
                 res = forward(bift, f[12], f[3], f[6])
                 self._dispatch(buf, res, bift, f[11], f[10], f[13], out, out_nbrs, deliveries)
+                if stamps is not None and res.local:
+                    delivery_stamps.append(stamps[i])
                 if on_forward is not None and f[10] == BierProto.IPV4 and (res.copies or res.local):
                     down = res.local
                     for _nbr, bits, _label in res.copies:
@@ -333,7 +341,7 @@ class BierDataplane:
             except Exception:
                 self._c["forward-hook-errors"] = self._c.get("forward-hook-errors", 0) + 1
                 log.exception("forward hook failed")
-        self._deliver_all(deliveries)
+        self._deliver_all(deliveries, delivery_stamps)
         return len(pkts)
 
     def _rx_key_for(self, src: str) -> tuple[str, str]:
@@ -434,15 +442,24 @@ class BierDataplane:
             start = None if stop is None else start + stop
         return refused
 
-    def deliver_local(self, deliveries: list[tuple[bytes, int, int, bytes]]) -> None:
-        """Deliveries the eBPF fast path decided (aidcnet.agent.bier_ebpf): the callback only, no counting."""
-        self._deliver_all(deliveries)
+    def deliver_local(self, deliveries: list[tuple[bytes, int, int, bytes]], stamps: list[int]) -> None:
+        """Deliveries the eBPF fast path decided (aidcnet.agent.bier_ebpf): the callback only, no counting.
+        ``stamps``: their kernel receive stamps when :meth:`enable_rx_stamps` asked for them, else []."""
+        self._deliver_all(deliveries, stamps)
 
-    def _deliver_all(self, deliveries: list[tuple[bytes, int, int, bytes]]) -> None:
+    def enable_rx_stamps(self) -> None:
+        """Stamp every received packet with the kernel's receive time; during a ``deliver`` callback,
+        :attr:`rx_stamp_ns` is the one of the packet being delivered (a modelled control plane serves
+        messages from the moment they arrived, not from when our Python read them)."""
+        self.io.enable_stamps()
+        self.rx_stamps = True
+
+    def _deliver_all(self, deliveries: list[tuple[bytes, int, int, bytes]], stamps: list[int]) -> None:
         deliver = self.deliver
         if deliver is None:
             return
-        for payload, bfir_id, proto, header in deliveries:
+        for i, (payload, bfir_id, proto, header) in enumerate(deliveries):
+            self.rx_stamp_ns = stamps[i] if i < len(stamps) else 0
             try:
                 deliver(payload, bfir_id, proto, header)
             except Exception:
@@ -512,7 +529,8 @@ class BierDataplane:
                 self._dispatch(pkt, res, bift, self.bfr_id, proto, end, out, out_nbrs, deliveries)
             if out:
                 self._send(out, out_nbrs)
-        self._deliver_all(deliveries)
+        # This node's own imposition arrives now.
+        self._deliver_all(deliveries, [time.time_ns()] * len(deliveries))
         return len(packets)
 
     # -- loops ------------------------------------------------------------------------------------

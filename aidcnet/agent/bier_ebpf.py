@@ -47,7 +47,7 @@ from aidcnet.agent.bier_dataplane import SOCKET_BUFFER
 from aidcnet.bier.bift import Bift
 from aidcnet.bier.edge_policy import FABRIC, HOST, REASON_CODE, PortPolicy
 from aidcnet.bier.header import BierDecodeError, parse_fields, peek_bift_id
-from aidcnet.udpio import set_socket_buffer
+from aidcnet.udpio import STAMP_SPACE, enable_rx_stamps, rx_stamp_ns, set_socket_buffer
 
 log = logging.getLogger("aidcnet.bier.ebpf")
 
@@ -728,6 +728,7 @@ class EbpfBier:
         self.unresolved: list[str] = []
         self.maps: BierMaps | None = None
         self.sock: socket.socket | None = None
+        self._stamping = False
         self.delivered_errors = 0
         self._bind_socket = bind_socket
 
@@ -744,6 +745,7 @@ class EbpfBier:
             self.write_policy()
             if self._bind_socket:
                 self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+                self._stamping = False
                 # The program delivers at kernel speed; a default-sized buffer overflows on a burst.
                 set_socket_buffer(self.sock, socket.SO_RCVBUF, SOCKET_BUFFER)
                 self.sock.bind(("0.0.0.0", self.deliver_port))
@@ -812,9 +814,14 @@ class EbpfBier:
         if self.sock is None:
             return 0
         deliveries = []
+        stamps: list[int] = []
+        if self.dp.rx_stamps and not self._stamping:
+            enable_rx_stamps(self.sock)
+            self._stamping = True
+        space = STAMP_SPACE if self._stamping else 0
         for _ in range(max_batch):
             try:
-                buf = self.sock.recv(65535)
+                buf, anc, _flags, _addr = self.sock.recvmsg(65535, space)
             except BlockingIOError:
                 break
             try:
@@ -825,8 +832,10 @@ class EbpfBier:
             except BierDecodeError:
                 continue  # the program checked it; only a stray sender reaches here
             deliveries.append((bytes(buf[f[13] :]), f[11], f[10], bytes(buf[: f[13]])))
+            if space:
+                stamps.append(rx_stamp_ns(anc))
         if deliveries:
-            self.dp.deliver_local(deliveries)
+            self.dp.deliver_local(deliveries, stamps)
         return len(deliveries)
 
     # in the agent's event loop -----------------------------------------------------------------
@@ -916,7 +925,7 @@ def flow_entries(
     its BFERs, no label for the SI).  ``flows`` are :class:`aidcnet.config.BierFlow`-shaped; the
     Python :class:`~aidcnet.bier.edge.FlowTable` validates them first."""
     from aidcnet.bier.bitstring import bitstrings_from_ids
-    from aidcnet.bier.edge import FlowTable
+    from aidcnet.bier.edge import FlowTable, packed
 
     FlowTable.from_config(flows)  # the same errors as the Python edge
     out, kept = [], []
@@ -933,8 +942,8 @@ def flow_entries(
         if si not in labels_by_si:
             kept.append(f"{name}: no BIFT label for SI {si}")
             continue
-        src = ipaddress.IPv4Address(f.source or "0.0.0.0").packed  # type: ignore[attr-defined]
-        out.append((src, ipaddress.IPv4Address(f.group).packed, labels_by_si[si], bits))  # type: ignore[attr-defined]
+        src = packed(f.source or "0.0.0.0")  # type: ignore[attr-defined]
+        out.append((src, packed(f.group), labels_by_si[si], bits))  # type: ignore[attr-defined]
     return out, kept
 
 
@@ -963,6 +972,8 @@ class EbpfNetBier:
             raise EbpfUnavailable(f"{len(self.port_index)} host ports; the eBPF maps hold {MAX_PORTS}")
         self.kept: list[str] = []
         self.attached: list[str] = []
+        # What the map holds, as flow_entries gave it: the next set_flows diffs against it.
+        self._entries: list[tuple[bytes, bytes, int, int]] = []
 
     def start(self) -> None:
         maps = self.fast.maps
@@ -974,6 +985,7 @@ class EbpfNetBier:
             )
         dp = self.fast.dp
         entries, self.kept = flow_entries(self.flows, dp.bfr_id, dp.bsl, dp._label_by_si)
+        self._entries = entries
         for line in self.kept:
             log.info("eBPF net-BIER: %s; the Python edge imposes it", line)
         try:
@@ -999,9 +1011,10 @@ class EbpfNetBier:
         if maps is None:
             return
         dp = self.fast.dp
-        old, _ = flow_entries(self.flows, dp.bfr_id, dp.bsl, dp._label_by_si)
+        old = self._entries
         new, self.kept = flow_entries(flows, dp.bfr_id, dp.bsl, dp._label_by_si)
         self.flows = list(flows)
+        self._entries = new
         keep = {(src, grp) for src, grp, _label, _bits in new}
         for src, grp, _label, _bits in old:
             if (src, grp) not in keep:

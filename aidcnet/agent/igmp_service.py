@@ -30,7 +30,8 @@ from typing import TYPE_CHECKING, Any
 from aidcnet.agent.control import Handler, Op
 from aidcnet.agent.service import Service
 from aidcnet.bier.header import BierProto
-from aidcnet.udpio import set_socket_buffer
+from aidcnet.igmp.control_plane import ControlPlane, group_records
+from aidcnet.udpio import STAMP_SPACE, enable_rx_stamps, rx_stamp_ns, set_socket_buffer
 
 if TYPE_CHECKING:
     from aidcnet.agent.bier_service import BierPart, BierService
@@ -53,6 +54,10 @@ ETH_P_IP = 0x0800
 IP_OPTIONS = 4
 ALL_SYSTEMS = "224.0.0.1"
 _RECV = 65536
+# A receive stamp further back than this is not one (a clock other than the wall clock, or none).
+_STAMP_SANE_NS = 60 * 10**9
+# Late modelled messages logged with their circumstances (all are counted).
+_LATE_LOGGED = 20
 _BATCH = 64
 
 
@@ -84,6 +89,7 @@ class _Port:
                 rx.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
             rx.bind((name, ETH_P_IP))
             set_socket_buffer(rx, socket.SO_RCVBUF, RX_BUFFER)
+            enable_rx_stamps(rx)
             rx.setblocking(False)
             sock.setsockopt(socket.SOL_SOCKET, SO_BINDTODEVICE, name.encode())
             sock.setsockopt(socket.IPPROTO_IP, IP_OPTIONS, ROUTER_ALERT)
@@ -160,6 +166,16 @@ class IgmpService:
             self.close()
             raise
         self._members: dict[str, list[str]] | None = {}
+        # The modelled control plane (aidcnet/igmp/control_plane.py): messages wait for their moment.
+        scale = igmp.time_scale or 1
+        cost_ns = round(igmp.control_cost * scale * 1e9)
+        self.control: ControlPlane[tuple[str | None, bytes]] | None = (
+            ControlPlane(cost_ns, round(igmp.control_cost_record * scale * 1e9)) if cost_ns > 0 else None
+        )
+        self._late_seen = 0
+        self._last_busy_ns = 0
+        if self.control is not None:
+            bier.dataplane.enable_rx_stamps()
         self._wake = asyncio.Event()
         # Why a lock: BIER deliveries may come from the dataplane's thread, host ports from the loop's.
         self._lock = threading.RLock()
@@ -173,32 +189,81 @@ class IgmpService:
         changed = False
         for _ in range(_BATCH):
             try:
-                packet = port.rx.recv(_RECV)
+                packet, anc, _flags, _addr = port.rx.recvmsg(_RECV, STAMP_SPACE)
             except (BlockingIOError, InterruptedError):
                 break
             except OSError as exc:
                 self.counters["rx-errors"] += 1
                 log.warning("%s: receive failed: %s", port.name, exc)
                 break
-            with self._lock:
-                changed |= self._do(self.leaf.receive(port.name, packet, time.monotonic()))
+            changed |= self._handle(port.name, packet, rx_stamp_ns(anc))
         return changed
 
     def before_lookup(self, port: str) -> None:
         """The edge's hook before each lookup: on a port that may send Receiver Proxy Reports, read what
-        its kernel queued first (one non-blocking receive; other ports pay nothing)."""
+        its kernel queued first (one non-blocking receive; other ports pay nothing). With a modelled
+        control plane, what has become due by now takes effect first, and no more than that."""
         p = self._proxy_ports.get(port)
         if p is not None:
             self._read(p)
+            if self.control is not None:
+                self.serve_due()
 
     def _deliver(self, payload: bytes, bfir_id: int, proto: int, header: bytes) -> None:
         # IGMP over BIER (a BFER's report) is ours; every other delivery goes on to the edge.
         if proto == BierProto.IPV4 and len(payload) >= 20 and payload[9] == 2:
-            with self._lock:
-                self._do(self.leaf.receive_over_bier(payload, time.monotonic()))
+            self._handle(None, payload, self.bier.dataplane.rx_stamp_ns)
             return
         if self._chain is not None:
             self._chain(payload, bfir_id, proto, header)
+
+    def _handle(self, port: str | None, packet: bytes, stamp_ns: int) -> bool:
+        """One control message: from a host port (``port``) or over BIER (None). Applied at once, or,
+        with a modelled control plane, queued from the moment the kernel received it."""
+        with self._lock:
+            if self.control is None:
+                return self._apply_message(port, packet)
+            now = time.time_ns()
+            if not 0 < now - stamp_ns < _STAMP_SANE_NS:  # none, or not on the wall clock: count from now
+                self.counters["control-unstamped"] += 1
+                stamp_ns = now
+            self.control.admit(stamp_ns, (port, packet), group_records(packet))
+        if self._loop is not None:  # the timers task sleeps until the next moment: it may be sooner now
+            self._loop.call_soon_threadsafe(self._wake.set)
+        return False
+
+    def _apply_message(self, port: str | None, packet: bytes) -> bool:
+        now = time.monotonic()
+        if port is None:
+            return self._do(self.leaf.receive_over_bier(packet, now))
+        return self._do(self.leaf.receive(port, packet, now))
+
+    def serve_due(self) -> None:
+        """Apply every modelled message whose moment has come."""
+        if self.control is None:
+            return
+        with self._lock:
+            # One at a time: the time spent on one makes the next late if it must wait for it.
+            while due := self.control.pop_due(now := time.time_ns(), limit=1):
+                ((moment, (port, packet)),) = due
+                late = self.control.counters["late"]
+                if late != self._late_seen and late <= _LATE_LOGGED:
+                    log.warning(
+                        "igmp: control message from %s applied %.1f ms after its modelled moment "
+                        "(%d records, %d queued, our last one took %.1f ms)",
+                        port or "BIER", (now - moment) / 1e6, group_records(packet), len(self.control),
+                        self._last_busy_ns / 1e6,
+                    )  # fmt: skip
+                self._late_seen = late
+                started = time.perf_counter_ns()
+                try:
+                    self._apply_message(port, packet)
+                except Exception:  # one bad message must not stop the rest
+                    self.counters["control-errors"] += 1
+                    log.exception("igmp: a modelled control message failed")
+                # Our own time per message, to set against the model's cost.
+                self._last_busy_ns = time.perf_counter_ns() - started
+                self.counters["control-busy-ns"] += self._last_busy_ns
 
     # -- output -----------------------------------------------------------------------------------
     def _do(self, sends: Sends, wake: bool = True) -> bool:
@@ -259,6 +324,7 @@ class IgmpService:
 
     async def _timers(self) -> None:
         while True:
+            self.serve_due()
             now = time.monotonic()
             try:
                 with self._lock:
@@ -268,8 +334,11 @@ class IgmpService:
                 log.exception("igmp tick failed")
             self._wake.clear()
             with self._lock:
-                deadline = self.leaf.next_deadline(time.monotonic())
-            wait = max(0.001, min(deadline - time.monotonic(), 60.0))
+                wait = max(0.001, self.leaf.next_deadline(time.monotonic()) - time.monotonic())
+                due = None if self.control is None else self.control.next_due()
+            if due is not None:  # a modelled moment is kept to the wakeup's own precision
+                wait = min(wait, max(0.0, (due - time.time_ns()) / 1e9))
+            wait = min(wait, 60.0)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), wait)
 
@@ -304,11 +373,25 @@ class IgmpService:
             out = self.leaf.status(time.monotonic())
         out["counters"].update({f"shell.{k}": v for k, v in self.counters.items()})
         out["member_ports"] = self._members
+        if self.control is not None:
+            with self._lock:
+                out["control_plane"] = {
+                    "cost_ns": self.control.cost_ns,
+                    "cost_record_ns": self.control.per_record_ns,
+                    "queued": len(self.control),
+                    **self.control.counters,
+                }
         return out
 
     def all_counters(self) -> dict[str, int]:
         shell = {**self.counters, "rx-drops": sum(p.drops() for p in self._ports.values())}
-        return {**self.leaf.all_counters(), **{f"shell.{k}": v for k, v in shell.items()}}
+        out = {**self.leaf.all_counters(), **{f"shell.{k}": v for k, v in shell.items()}}
+        if self.control is not None:
+            with self._lock:
+                out.update({f"control.{k}": v for k, v in self.control.counters.items()})
+                out["control.cost-ns"] = self.control.cost_ns
+                out["control.cost-record-ns"] = self.control.per_record_ns
+        return out
 
 
 def _default_port(name: str) -> Any:

@@ -313,34 +313,55 @@ class ReplayService:
     # -- the membership modes' signalling around the sends ---------------------------------------
     def _signals_start(self, loop: asyncio.AbstractEventLoop) -> None:
         """igmp: this receiver's joins and leaves run beside the sends; proxy: the report socket."""
-        self._member_task: asyncio.Task[None] | None = None
+        self._signal_task: asyncio.Task[None] | None = None
         self._report_sock: socket.socket | None = None
         self._withdrawals: list[asyncio.Task[None]] = []
+        self._reported: set[int] = set()
         if self.mode == Mode.IGMP and self.memberships:
-            self._member_task = loop.create_task(self._memberships())
+            self._signal_task = loop.create_task(self._memberships())
         if self.mode == Mode.PROXY and self.reports:
             self._report_sock = self._open_report_socket()
+            # Each report at its op's t, beside the sends: the op before may still be waiting out its
+            # lead, and a report held behind that data would reach the FHR a lead late.
+            self._signal_task = loop.create_task(self._report_schedule())
+
+    async def _report_schedule(self) -> None:
+        assert self.start_ns is not None
+        for msg_id, t, *_rest in self.ops:
+            if (msg_id, True) not in self.reports or msg_id in self._reported:
+                continue
+            delay = (self.start_ns + int(t * 1e9) - time.time_ns()) / 1e9
+            if delay > 0:
+                await asyncio.sleep(delay)
+            self._report_now(msg_id)
+
+    def _report_now(self, msg_id: int) -> None:
+        if msg_id not in self._reported:
+            self._reported.add(msg_id)
+            self._send_reports(self._report_sock, msg_id, True)
 
     async def _signals_before(self, msg_id: int, t: float) -> None:
-        """proxy: the reports due before op ``msg_id``, at its t (when its receivers are known)."""
+        """proxy: the reports due before op ``msg_id``, at its t (when its receivers are known): sent by
+        the schedule, or here if the schedule has not come to it yet, so a report always leaves ahead of
+        its own op's data."""
         if (msg_id, True) in self.reports:
             assert self.start_ns is not None
             delay = (self.start_ns + int(t * 1e9) - time.time_ns()) / 1e9
             if delay > 0:
                 await asyncio.sleep(delay)
-            self._send_reports(self._report_sock, msg_id, True)
+            self._report_now(msg_id)
 
     def _signals_after(self, loop: asyncio.AbstractEventLoop, msg_id: int) -> None:
         if (msg_id, False) in self.reports:
             self._withdrawals.append(loop.create_task(self._withdraw_later(self._report_sock, msg_id)))
 
     async def _signals_finish(self) -> None:
-        if self._member_task is not None:
-            await self._member_task
+        if self._signal_task is not None:
+            await self._signal_task
         await asyncio.gather(*self._withdrawals)
 
     def _signals_close(self) -> None:
-        task = getattr(self, "_member_task", None)
+        task = getattr(self, "_signal_task", None)
         if task is not None:
             task.cancel()
         for task in getattr(self, "_withdrawals", []):

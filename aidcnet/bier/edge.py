@@ -12,6 +12,7 @@ No I/O here; :mod:`aidcnet.agent.net_bier` moves the packets.  Pieces:
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import struct
 import zlib
@@ -176,6 +177,13 @@ def _raw(addr: ipaddress.IPv4Address | bytes | str) -> bytes:
         if len(addr) != 4:
             raise ValueError(f"an IPv4 address is 4 octets, got {len(addr)}")
         return addr
+    return packed(addr)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def packed(addr: ipaddress.IPv4Address | str) -> bytes:
+    """The 4 octets of an address given as text or IPv4Address. Cached: a membership change rebuilds
+    every flow table from the same few hundred addresses, and parsing them was most of its cost."""
     return ipaddress.IPv4Address(addr).packed
 
 
@@ -194,9 +202,10 @@ class FlowTable:
         self._g: dict[bytes, tuple[int, ...]] = {}
         for i, (group, source, bfers) in enumerate(specs):
             where = f"flows[{i}]"
-            g = ipaddress.IPv4Address(group)
-            if not is_routable_multicast(g.packed):
-                raise ValueError(f"{where}: group {g} is not routable multicast (224/4 minus 224.0.0/24)")
+            g = packed(group)
+            if not is_routable_multicast(g):
+                text = ipaddress.IPv4Address(g)
+                raise ValueError(f"{where}: group {text} is not routable multicast (224/4 minus 224.0.0/24)")
             ids = tuple(sorted(set(bfers)))
             if not ids:
                 raise ValueError(f"{where}: no BFERs")
@@ -204,13 +213,13 @@ class FlowTable:
             if bad:
                 raise ValueError(f"{where}: BFR-ids {bad} are outside 1..65535")
             if source is None:
-                if g.packed in self._g:
-                    raise ValueError(f"{where}: (*,{g}) is configured twice")
-                self._g[g.packed] = ids
+                if g in self._g:
+                    raise ValueError(f"{where}: (*,{group}) is configured twice")
+                self._g[g] = ids
             else:
-                key = (ipaddress.IPv4Address(source).packed, g.packed)
+                key = (packed(source), g)
                 if key in self._sg:
-                    raise ValueError(f"{where}: ({source},{g}) is configured twice")
+                    raise ValueError(f"{where}: ({source},{group}) is configured twice")
                 self._sg[key] = ids
 
     @classmethod

@@ -236,6 +236,38 @@ def control_overhead(agents: Mapping[str, Mapping[str, int]]) -> dict[str, dict[
     return out
 
 
+# -- the modelled control plane ------------------------------------------------------------------------
+def control_plane(agents: Mapping[str, Mapping[str, int]]) -> dict[str, int]:
+    """The leaves' modelled control planes over a run (counter deltas summed, docs/igmp.md): messages
+    ``served``, ``late`` (applied more than their own service time after their modelled moment),
+    ``wait_ns`` (queued behind others), ``service_ns`` (the model's time serving them), ``lateness_ns``
+    (ours, past the modelled moments), ``busy_ns`` (our own time applying them), wall nanoseconds;
+    ``unstamped``: messages without a kernel receive stamp, counted from when the agent read them."""
+    keys = {
+        "served": "control.served",
+        "late": "control.late",
+        "wait_ns": "control.wait-ns",
+        "service_ns": "control.service-ns",
+        "lateness_ns": "control.lateness-ns",
+        "busy_ns": "shell.control-busy-ns",
+        "unstamped": "shell.control-unstamped",
+    }
+    return {key: sum(int(c.get(f"igmp.{name}", 0)) for c in agents.values()) for key, name in keys.items()}
+
+
+def latency_verdict(cost_s: float, control: Mapping[str, int], run_faithful: bool | None) -> str | None:
+    """Why a run's membership latency is not a router's (None: it is). The fabric must have been
+    faithful, the control plane modelled (else the latency is our agents' Python), and no modelled
+    message late (else our Python, not the model, set its moment)."""
+    if not cost_s:
+        return "control plane not modelled (igmp.control_cost 0): the latency includes our agents' Python"
+    if not run_faithful:
+        return "the run was not faithful"
+    if control.get("late"):
+        return f"{control['late']} control messages applied late (our agents were slower than the model)"
+    return None
+
+
 # -- the change-rate search -----------------------------------------------------------------------------
 @dataclass(frozen=True)
 class RateTrial:

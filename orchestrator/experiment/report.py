@@ -34,6 +34,7 @@ from rich.table import Table
 from aidcnet.modes import MEMBERSHIP, RELIABLE, Mode
 from aidcnet.roles import Role
 from orchestrator.experiment.metrics import (
+    Column,
     Comparison,
     collective_load,
     compare_runs,
@@ -405,6 +406,7 @@ def membership_table(c: Comparison) -> TableBlock | None:
             ]
         )
     rows.append(["new receivers timed", *(str(m.get("latency_samples", "–")) for m in members)])
+    rows += _control_plane_rows(cols)
     rows.append(["wrong deliveries", *(str(m.get("wrong", "–")) for m in members)])
     rows.append(["missed deliveries", *(str(m.get("missed", "–")) for m in members)])
     for kind in ("igmp from hosts", "queries", "overlay reports", "proxy reports"):
@@ -423,6 +425,36 @@ def membership_table(c: Comparison) -> TableBlock | None:
         ]
     )
     return TableBlock(header=["memberships", *(col.label for col in cols)], rows=rows)
+
+
+def _control_plane_rows(cols: list[Column]) -> list[list[str]]:
+    """The leaves' modelled control plane per run and whether its membership latency is a router's."""
+    from orchestrator.experiment.membership import control_plane, latency_verdict
+
+    cells: list[tuple[str, str, str]] = []
+    for col in cols:
+        settings, timing = col.run.meta.settings, col.run.timing
+        if col.run.meta.mode not in MEMBERSHIP:
+            cells.append(("–", "–", "–"))
+            continue
+        scale = timing.scale if timing is not None and timing.scale else 1
+        cp = control_plane(col.run.agents)
+        cost = float(settings.get("control_cost_s") or 0)
+        per_record = float(settings.get("control_cost_record_s") or 0)
+        wait = cp["wait_ns"] / cp["served"] / scale / 1e3 if cp["served"] else 0.0
+        why = latency_verdict(cost, cp, None if timing is None else timing.faithful)
+        model = f"{cost * 1e6:.3f} µs fabric" if cost else "not modelled"
+        if cost and per_record:
+            model += f" + {per_record * 1e6:.3f} µs per group record"
+        cells.append(
+            (
+                model,
+                f"{cp['served']}, {cp['late']} late, {wait:.3f} µs fabric mean queueing",
+                "a router's (faithful)" if why is None else f"not a router's: {why}",
+            )
+        )
+    names = ("control plane per message", "control messages served", "membership latency is")
+    return [[name, *(cell[i] for cell in cells)] for i, name in enumerate(names)]
 
 
 def membership_blocks(c: Comparison) -> list[Block]:

@@ -57,6 +57,8 @@ def apply(plan: LabPlan, ctx: Context) -> LabPlan:
         quiet_ports=dict(sorted(quiet.items())),
         max_channels=ctx.setting("igmp.max_channels")[0],
         max_groups=ctx.setting("igmp.max_groups")[0],
+        control_cost=float(ctx.setting("igmp.control_cost")[0] or 0),
+        control_cost_record=float(ctx.setting("igmp.control_cost_record")[0] or 0),
         **timers,
     )
     try:
@@ -114,4 +116,6 @@ def igmp_config(plan: LabPlan, name: str, host_ports: list[str]) -> Igmp | None:
         receivers=dict(sorted(receivers.items())),
         max_channels=p.max_channels,
         max_groups=p.max_groups,
+        control_cost=p.control_cost,
+        control_cost_record=p.control_cost_record,
     )

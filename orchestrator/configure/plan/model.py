@@ -106,6 +106,8 @@ class IgmpVars(_Vars):
     querier_off: list[str] | None = None
     max_channels: int | None = Field(default=None, ge=1)
     max_groups: int | None = Field(default=None, ge=1)
+    control_cost: float | None = Field(default=None, ge=0, le=1.0)
+    control_cost_record: float | None = Field(default=None, ge=0, le=1.0)
 
 
 class SecretRef(_Vars):
@@ -335,6 +337,9 @@ class PlanIgmp(_Plan):
     quiet_ports: dict[str, list[str]] = Field(default_factory=dict)
     max_channels: int = 4096
     max_groups: int = 4096
+    # fabric seconds per control message at each leaf's modelled control plane; 0: not modelled
+    control_cost: float = 0.0
+    control_cost_record: float = 0.0
 
 
 class PlanBgp(_Plan):

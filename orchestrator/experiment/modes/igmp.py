@@ -15,6 +15,7 @@ the groups, the lead and the judgement of membership windows
 from __future__ import annotations
 
 import ipaddress
+import time
 from typing import Any, ClassVar
 
 from aidcnet.igmp.leaf import GROUP_SOURCES
@@ -29,7 +30,7 @@ from orchestrator.workloads.trace import TraceOp
 # Away from net-bier's 239.100.0.0/16 (its static groups may still be on the leaves).
 POOL = ipaddress.IPv4Network("239.101.0.0/16")
 # Where a leaf's BitStrings may come from (igmp.groups): each mode needs its own one kept.
-_STATIC, LEARNED, PROXIED = GROUP_SOURCES
+STATIC, LEARNED, PROXIED = GROUP_SOURCES
 
 
 class MembershipMode(MessageMode):
@@ -46,6 +47,7 @@ class MembershipMode(MessageMode):
         from orchestrator.experiment.groups import ReplayGroupsError, derive_groups
 
         super().prepare(session, ops, say)
+        self._say = say
         igmp = session.plan.igmp
         lab = session.topo.name
         if not igmp.enabled:
@@ -80,7 +82,22 @@ class MembershipMode(MessageMode):
 
     def load(self, session: LabSession, ops: list[TraceOp]) -> None:
         super().load(session, ops)
-        self.settings.update(groups=len(self.groups), lead_s=self.lead_s(), hold_s=membership.DEFAULT_HOLD_S)
+        if session.plan.igmp.control_cost > 0:
+            quiet_control_planes(session, self._say)
+        self.settings.update(
+            groups=len(self.groups),
+            lead_s=self.lead_s(),
+            hold_s=membership.DEFAULT_HOLD_S,
+            control_cost_s=session.plan.igmp.control_cost,
+            control_cost_record_s=session.plan.igmp.control_cost_record,
+        )
+
+    def run(self, session: LabSession, ops: list[TraceOp], say: Say) -> None:
+        super().run(session, ops, say)
+        if session.plan.igmp.control_cost > 0:
+            # The run's last leaves and withdrawals are still queued at the leaves: serve them before the
+            # counters are read, so the control traffic counted is the run's own and all of it.
+            quiet_control_planes(session, say)
 
     def windows(self, ops: list[TraceOp]) -> tuple[list[membership.Window], set[tuple[int, str]] | None]:
         """The membership windows from the hosts' replies, and the (op, receiver) pairs whose latency
@@ -103,6 +120,40 @@ class MembershipMode(MessageMode):
                 "a longer --lead gives the memberships time to reach the BFIRs)"
             )
         return outcome
+
+
+# How long the leaves' modelled control planes get to work off what earlier runs left them.
+QUIET_TIMEOUT_S = 300.0
+
+
+def quiet_control_planes(session: LabSession, say: Say, timeout_s: float = QUIET_TIMEOUT_S) -> None:
+    """Wait until no leaf's modelled control plane holds a message (docs/igmp.md): a run starts from an
+    idle control plane as from an idle fabric, not behind the leaves and joins of the run before."""
+    from orchestrator.configure.plan.bier import host_leaf_port
+
+    leaves = sorted({found[0] for h in session.gpu_hosts() if (found := host_leaf_port(session.plan, h))})
+    deadline = time.monotonic() + timeout_s
+    told = 0.0
+    while True:
+        queued = {}
+        for leaf in leaves:
+            # Every admitted message is served once: what is neither is queued.
+            c = session.agent(leaf).counters()
+            waiting = int(c.get("igmp.control.admitted", 0)) - int(c.get("igmp.control.served", 0))
+            if waiting:
+                queued[leaf] = waiting
+        if not queued:
+            return
+        now = time.monotonic()
+        if now > deadline:
+            raise ExperimentError(
+                f"lab {session.topo.name}: the leaves' control planes still hold {queued} messages after "
+                f"{timeout_s:g} s; igmp.control_cost x time.scale is the wall time each takes: lower one"
+            )
+        if now - told >= 5.0:
+            say(f"waiting for the leaves' control planes to finish earlier messages: {queued} queued")
+            told = now
+        time.sleep(0.5)
 
 
 def membership_line(mode: str, m: dict[str, Any]) -> str:

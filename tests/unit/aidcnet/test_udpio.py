@@ -254,3 +254,41 @@ def test_send_all_gives_up_at_its_timeout(socks) -> None:
         udpio._ios[sock] = BatchIO(sock, udpio.DEFAULT_BATCH, mmsg=False)  # the sendto path, played full
         with pytest.raises(udpio.SendTimeout, match="2 datagrams still unsent"):
             udpio.send_all(sock, [(b"x", socks[1].getsockname())] * 3, timeout=0.05)
+
+
+@pytest.mark.parametrize("mmsg", PATHS)
+def test_receive_stamps_are_the_kernels_arrival_times(socks: list[socket.socket], mmsg: bool) -> None:
+    """Each datagram carries the moment the kernel received it, not the moment we read it; a truncated
+    datagram takes its stamp with it, so the stamps stay in step with what recv returns."""
+    rx, tx = socks[0], socks[1]
+    io = BatchIO(rx, 8, bufsize=16, mmsg=mmsg)
+    io.enable_stamps()
+    tx.sendto(b"warm", rx.getsockname())  # the kernel may turn stamping on a moment after it is asked
+    time.sleep(0.05)
+    io.recv()
+    sent = []
+    for payload in (b"a", b"x" * 32, b"c"):
+        sent.append(time.time_ns())
+        tx.sendto(payload, rx.getsockname())
+        time.sleep(0.02)
+    time.sleep(0.1)  # read well after they arrived
+    read_at = time.time_ns()
+    got = io.recv()
+    assert [bytes(d) for d, _a in got] == [b"a", b"c"] and io.truncated == 1
+    assert len(io.stamps) == 2
+    for stamp, before in zip(io.stamps, (sent[0], sent[2]), strict=True):
+        assert before <= stamp < before + 10_000_000 < read_at
+    # Without enable_stamps nothing is kept.
+    plain = BatchIO(socks[2], 8, mmsg=mmsg)
+    tx.sendto(b"p", socks[2].getsockname())
+    time.sleep(0.02)
+    assert plain.recv() and plain.stamps == []
+
+
+def test_rx_stamp_ns_reads_scm_timestampns_and_nothing_else() -> None:
+    import struct
+
+    stamp = struct.pack("@2q", 12, 345)
+    assert udpio.rx_stamp_ns([(socket.SOL_SOCKET, udpio.SCM_TIMESTAMPNS, stamp)]) == 12_000_000_345
+    assert udpio.rx_stamp_ns([(socket.SOL_SOCKET, 29, stamp)]) == 0  # SCM_TIMESTAMP, microseconds
+    assert udpio.rx_stamp_ns([]) == 0

@@ -497,3 +497,34 @@ def test_edge_policy_drops_and_counts_per_port_and_reason(lab: Lab) -> None:
     assert c["dropped-policy"] == sum(expected.values())
     assert sorted(p for p, *_ in lab.got["C"]) == [b"from-a", b"legit"]
     check_accounting(lab)
+
+
+def test_a_delivery_carries_its_packets_kernel_receive_stamp(lab: Lab) -> None:
+    """With stamps on, ``rx_stamp_ns`` during a delivery is when the kernel received that packet at this
+    BFER (a modelled control plane counts from there), even when the BFER reads it much later."""
+    e = lab.dps["E"]
+    e.enable_rx_stamps()
+    seen: list[int] = []
+    e.deliver = lambda *_args: seen.append(e.rx_stamp_ns)
+    a = lab.dps["A"]
+    a.impose(b"warm", [5], BierProto.IPV4)  # the kernel may turn stamping on a moment later
+    lab.settle()
+    seen.clear()
+    before = time.time_ns()
+    a.impose(b"stamped", [5], BierProto.IPV4)
+    for name in ("B", "C", "D"):  # forward it to E's socket, but leave E to read it later
+        for _ in range(20):
+            lab.dps[name].poll_once()
+    time.sleep(0.1)
+    read_at = time.time_ns()
+    lab.settle()
+    assert len(seen) == 1
+    assert before <= seen[0] < read_at - 50_000_000
+    # Its own imposition is delivered "now": a stamp from the moment it was imposed.
+    own = lab.dps["C"]
+    own.enable_rx_stamps()
+    mine: list[int] = []
+    own.deliver = lambda *_args: mine.append(own.rx_stamp_ns)
+    t0 = time.time_ns()
+    own.impose(b"self", [3], BierProto.IPV4)
+    assert len(mine) == 1 and t0 <= mine[0] <= time.time_ns()

@@ -37,10 +37,11 @@ TIMERS = dict(query_interval=4.0, query_response_interval=1.0, last_member_query
 
 
 class IgmpLab(Lab):
-    def __init__(self) -> None:
+    def __init__(self, control_cost: float = 0.0, prefix: str = "igA") -> None:
         super().__init__()
-        self.ns = {n: f"igA{os.getpid() % 10000}{n}" for n in self.ns}
+        self.ns = {n: f"{prefix}{os.getpid() % 10000}{n}" for n in self.ns}
         self.igmp: dict[str, IgmpService] = {}
+        self.control_cost = control_cost
 
     def _leaves(self) -> None:
         for (leaf, port), addr in PORT_ADDR.items():
@@ -70,6 +71,7 @@ class IgmpLab(Lab):
                     ports=[IgmpPort(name="hp1", proxy=True), IgmpPort(name="hp2")],
                     bfirs=[1, 2],
                     receivers=RECEIVERS,
+                    control_cost=self.control_cost,
                     **TIMERS,
                 )
                 self.igmp[leaf] = IgmpService(igmp, shell, config)  # type: ignore[arg-type]
@@ -189,3 +191,77 @@ def test_proxy_report_from_a_port_not_allowed_is_dropped(lab: IgmpLab) -> None:
         s.sendto(encode(report), (str(ALL_V3_ROUTERS), 0))
     lab.pump(lambda: svc.leaf.counters["port.hp2.dropped.proxy-port-not-allowed"] == 1)
     assert all(f[0] != HOSTS["hD"] for f in lab.flows("l2"))
+
+
+# -- the modelled control plane (no time scale here: the cost is wall seconds) -------------------------------
+COST = 0.25
+
+
+@pytest.fixture(scope="module")
+def modelled() -> Iterator[IgmpLab]:
+    lab = IgmpLab(control_cost=COST, prefix="igM")
+    try:
+        lab.build()
+        yield lab
+    finally:
+        lab.close()
+
+
+def _quiet(lab: IgmpLab) -> None:
+    """Wait until both leaves have served everything they were sent (joins, query answers)."""
+    lab.pump(lambda: (None, G1, (1, 2)) in lab.flows("l1"), timeout=8.0)
+    lab.pump(lambda: all(not len(svc.control or ()) for svc in lab.igmp.values()), timeout=8.0)
+
+
+def _seen_at(lab: IgmpLab, leaf: str, flow: tuple[str | None, str, tuple[int, ...]], timeout: float) -> float:
+    lab.pump(lambda: flow in lab.flows(leaf), timeout=timeout)
+    return time.monotonic()
+
+
+def test_modelled_proxy_report_counts_from_arrival_and_takes_one_cost(modelled: IgmpLab) -> None:
+    lab = modelled
+    _quiet(lab)
+    served = lab.igmp["l1"].control.counters["served"]  # type: ignore[union-attr]
+    lab.reset()
+    t0 = time.monotonic()
+    lab.proxy_report(G1, [HOSTS["hC"]])  # (hA, G1) -> hC only, overriding IGMP's {1, 2}
+    lab.send(b"too-soon")  # right behind the report: the FHR's control plane is still on it
+    lab.pump(lambda: all(lab.got[(h, G1)] for h in ("hB", "hC", "hD")))
+    took = _seen_at(lab, "l1", (HOSTS["hA"], G1, (1,)), timeout=COST + 2.0) - t0
+    assert COST <= took < COST + 1.0, took
+    lab.settle()
+    lab.reset()
+    lab.send(b"after-cost")
+    lab.pump(lambda: bool(lab.got[("hC", G1)]))
+    lab.settle()
+    assert lab.received() == {("hC", G1): [(b"after-cost", 7)]}
+    counters = lab.igmp["l1"].all_counters()
+    assert counters["control.served"] > served and counters.get("control.late", 0) == 0
+    assert counters["control.cost-ns"] == round(COST * 1e9)
+    lab.proxy_report(G1, [])
+    lab.pump(lambda: (HOSTS["hA"], G1, (1,)) not in lab.flows("l1"), timeout=COST + 2.0)
+
+
+def test_modelled_join_pays_the_bfer_and_the_bfir(modelled: IgmpLab) -> None:
+    """A kernel join is served at its leaf (one cost), whose report over BIER is served at the BFIR
+    (another): the BitString there changes no sooner than two costs after the join."""
+    lab = modelled
+    _quiet(lab)
+    before = lab.igmp["l2"].all_counters()
+    t0 = time.monotonic()
+    with netns(lab.ns["hC"]):  # hC (behind l1) joins G2: BFER 1 joins (*, G2) at the BFIR l2
+        s = lab._sock(socket.AF_INET, socket.SOCK_DGRAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind((G2, PORT))
+        s.setsockopt(
+            socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP, socket.inet_aton(G2) + socket.inet_aton(HOSTS["hC"])
+        )
+    took = _seen_at(lab, "l2", (None, G2, (1, 2)), timeout=2 * COST + 3.0) - t0
+    assert took >= 2 * COST, took
+    after = lab.igmp["l2"].all_counters()
+    assert after["control.served"] > before["control.served"]
+    assert after.get("control.late", 0) == 0
+    # The report over BIER was served from the kernel's stamp of its arrival, not from our reading.
+    assert after.get("shell.control-unstamped", 0) == 0
+    assert lab.igmp["l2"].status()["control_plane"]["cost_ns"] == round(COST * 1e9)
+    s.close()

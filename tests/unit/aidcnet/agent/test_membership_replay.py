@@ -280,3 +280,46 @@ def test_igmp_receiver_stays_while_its_message_is_still_arriving(monkeypatch) ->
     ((_, join_ns, leave_ns),) = out["joins"]
     assert (rec["complete_ns"] - join_ns) / 1e9 > 2 * hold_s  # arrived well past the old fixed deadline
     assert rec["complete_ns"] <= leave_ns
+
+
+def test_proxy_reports_leave_at_their_t_not_behind_the_op_before(monkeypatch, private_lo) -> None:
+    """With a lead, op 1's report is due at its t while op 0's data still waits out its lead: the report
+    goes at t, not after op 0's data (a modelled FHR would serve it a lead late)."""
+    from aidcnet.agent import replay_service as rs
+
+    port = _free_udp_port()
+    monkeypatch.setattr(rs, "ROCEV2_PORT", port)
+    other = "239.101.0.9"
+
+    async def run() -> dict:
+        svc = rs.ReplayService("127.0.0.1")
+        await svc.listen()
+        try:
+            svc.load(
+                {
+                    "mode": "proxy",
+                    "ops": [[0, 0.0, 100, ["h2"], GROUP], [1, 0.05, 100, ["h3"], other]],
+                    "receivers": {"h2": ["10.0.0.2", None], "h3": ["10.0.0.3", None]},
+                    "interface": "lo",
+                    "reports": [[0, True, GROUP, ["10.0.0.2"]], [1, True, other, ["10.0.0.3"]]],
+                    "lead_s": 0.3,
+                    "hold_s": 0.1,
+                }
+            )
+            start = time.time_ns()
+            svc.start({"start_ns": start})
+            for _ in range(100):
+                await asyncio.sleep(0.02)
+                if svc.status()["done"]:
+                    break
+            assert svc.status()["done"] and not svc.send_errors, svc.send_errors
+            out = svc.results()
+            out["start"] = start
+            return out
+        finally:
+            svc.close()
+
+    out = asyncio.run(run())
+    sent = {op: (ns - out["start"]) / 1e9 for op, before, ns in out["reports"] if before}
+    assert sent[0] < 0.05
+    assert 0.05 <= sent[1] < 0.2, sent  # at op 1's t, long before op 0's data at 0.3 s

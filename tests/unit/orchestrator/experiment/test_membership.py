@@ -206,3 +206,21 @@ def test_search_gives_up_at_the_ceiling_and_stops_at_the_floor() -> None:
     assert min(t.stretch for t in always) >= 0.1 and fastest(always).stretch == min(t.stretch for t in always)
     with pytest.raises(ValueError, match="first trial"):
         next_stretch([])
+
+
+def test_control_plane_sums_the_leaves_and_the_verdict_names_the_first_reason() -> None:
+    from orchestrator.experiment.membership import control_plane, latency_verdict
+
+    agents = {
+        "leaf1": {"igmp.control.served": 3, "igmp.control.late": 1, "igmp.control.wait-ns": 10},
+        "leaf2": {"igmp.control.served": 2, "igmp.control.lateness-ns": 7, "igmp.rx": 9},
+        "h1": {"replay.proxy-reports-sent": 2},
+    }
+    cp = control_plane(agents)
+    assert cp == {
+        "served": 5, "late": 1, "wait_ns": 10, "service_ns": 0, "lateness_ns": 7, "busy_ns": 0, "unstamped": 0
+    }
+    assert "not modelled" in (latency_verdict(0.0, cp, True) or "")
+    assert latency_verdict(1e-6, cp, False) == "the run was not faithful"
+    assert "1 control messages applied late" in (latency_verdict(1e-6, cp, True) or "")
+    assert latency_verdict(1e-6, {**cp, "late": 0}, True) is None

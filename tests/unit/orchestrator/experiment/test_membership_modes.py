@@ -145,3 +145,31 @@ def test_a_member_without_its_packet_fails_the_run_and_latency_is_in_fabric_time
     assert m["time"] == "fabric" and m["latency_max_s"] == pytest.approx(51e-3 / 1000)
     assert out.missing == [(1, "h3")] and "1 members without their packet" in out.problem
     assert "3 receiver-set changes" in out.lines[-1]
+
+
+class _Leaf:
+    def __init__(self, queued: list[int]) -> None:
+        self.queued = queued
+
+    def counters(self) -> dict[str, int]:
+        n = self.queued.pop(0) if len(self.queued) > 1 else self.queued[0]
+        return {"igmp.control.admitted": 10 + n, "igmp.control.served": 10, "igmp.rx": 3}
+
+
+def test_a_run_waits_for_the_leaves_modelled_control_planes_to_be_idle(monkeypatch) -> None:
+    from orchestrator.configure.plan import bier
+    from orchestrator.experiment.modes.igmp import quiet_control_planes
+
+    leaf_of = {"h1": "leaf1", "h2": "leaf1", "h3": "leaf2", "h4": "leaf2"}
+    monkeypatch.setattr(bier, "host_leaf_port", lambda _plan, host: (leaf_of[host], "eth1"))
+    session = FakeSession(PlanIgmp(enabled=True, control_cost=1e-6))
+    leaf1, leaf2 = _Leaf([2, 1, 0]), _Leaf([0])
+    session.agents.update(leaf1=leaf1, leaf2=leaf2)  # type: ignore[dict-item]
+    said: list[str] = []
+    quiet_control_planes(session, said.append)  # type: ignore[arg-type]
+    assert leaf1.queued == [0]  # asked until it was idle
+    assert said and "leaf1" in said[0]
+    stuck = _Leaf([5])
+    session.agents["leaf1"] = stuck  # type: ignore[assignment]
+    with pytest.raises(ExperimentError, match=r"'leaf1': 5.*lower one"):
+        quiet_control_planes(session, said.append, timeout_s=0.6)  # type: ignore[arg-type]

@@ -73,3 +73,44 @@ def test_no_membership_table_without_a_membership_mode() -> None:
     topo = fx.topology()
     (c,) = compare_runs([fx.run("net-bier", topo), fx.run("unicast", topo)])
     assert membership_table(c) is None
+
+
+def test_control_plane_rows_say_whose_time_the_latency_is() -> None:
+    """Not modelled: our Python's. Modelled with nothing late in a faithful run: a router's. Modelled
+    with a late message: not a router's, and the count is named."""
+    topo = fx.topology()
+    modelled = {"leaf1": {"igmp.control.served": 4, "igmp.control.wait-ns": 4000, "igmp.control.late": 0}}
+    late = {"leaf1": {"igmp.control.served": 4, "igmp.control.late": 3}}
+    timing = fx.faithful()
+    modelled_settings = {"membership": _membership(2, 0.001), "control_cost_s": 1e-6}
+    late_settings = {
+        "membership": _membership(6, 0.004),
+        "control_cost_s": 1e-6,
+        "control_cost_record_s": 2e-7,
+    }
+    runs = [
+        _with(fx.run("igmp", topo, timing), {"membership": _membership(6, 0.004)}, IGMP_COUNTERS),
+        _with(fx.run("proxy", topo, timing), modelled_settings, modelled),
+        _with(fx.run("igmp", topo, timing), late_settings, late),
+    ]
+    (c,) = compare_runs(runs)
+    table = membership_table(c)
+    assert table is not None
+    rows = {r[0]: r[1:] for r in table.rows}
+    # Columns by the runs' own settings (the comparison orders them its way).
+    cols = [col for col in c.columns if col.run.meta.mode in ("igmp", "proxy")]
+    index = {
+        ("modelled" if col.run.agents is modelled else "late" if col.run.agents is late else "plain"): i
+        for i, col in enumerate(cols)
+    }
+    scale = timing.scale or 1
+    assert scale > 1
+    assert rows["control plane per message"][index["plain"]] == "not modelled"
+    assert rows["control plane per message"][index["modelled"]] == "1.000 µs fabric"
+    assert rows["control plane per message"][index["late"]] == "1.000 µs fabric + 0.200 µs per group record"
+    served = rows["control messages served"][index["modelled"]]
+    assert served == f"4, 0 late, {1000 / scale / 1e3:.3f} µs fabric mean queueing"
+    verdicts = rows["membership latency is"]
+    assert verdicts[index["plain"]].startswith("not a router's: control plane not modelled")
+    assert verdicts[index["modelled"]] == "a router's (faithful)"
+    assert "3 control messages applied late" in verdicts[index["late"]]
