@@ -162,7 +162,10 @@ def main() -> int:
     )
     parser.add_argument("--lead-igmp", type=float, default=DEFAULT_LEAD_S[Mode.IGMP] * 1e3, metavar="MS")
     parser.add_argument("--lead-proxy", type=float, default=DEFAULT_LEAD_S[Mode.PROXY] * 1e3, metavar="MS")
-    parser.add_argument("--max-runs", type=int, default=6, help="runs per mode in each search")
+    parser.add_argument("--max-runs", type=int, default=6, help="runs per mode in the change-rate search")
+    parser.add_argument(
+        "--lead-runs", type=int, default=None, help="runs per mode in the lead search (default: --max-runs)"
+    )
     parser.add_argument(
         "--search-lead",
         action="store_true",
@@ -217,7 +220,7 @@ def main() -> int:
                 if leads[mode] > 0 and args.search_lead:
                     # The search's run at the lead it found is this mode's run at the trace's pace.
                     leads[mode], r = shortest_lead(
-                        topo, runtime, header, ops, mode, leads[mode], tmp, args.max_runs
+                        topo, runtime, header, ops, mode, leads[mode], tmp, args.lead_runs or args.max_runs
                     )
                 else:
                     r = trial(topo, runtime, header, ops, mode, leads[mode], 1.0, tmp)
