@@ -81,9 +81,8 @@ _MMSG_SIZE = ctypes.sizeof(_MMsgHdr)
 _IOV_SIZE = ctypes.sizeof(_IOVec)
 _FLAGS_OFF = _MsgHdr.msg_flags.offset
 _CONTROLLEN_OFF = _MsgHdr.msg_controllen.offset
-_SIZE_T = struct.Struct("@N")
 _LEN_OFF = _MMsgHdr.msg_len.offset
-_IOV_LEN = struct.Struct("@N")
+_SIZE_T = struct.Struct("@N")  # iov_len, msg_controllen
 _IOV_LEN_OFF = _IOVec.iov_len.offset
 # sockaddr_in: family in host order, then port and address in network order, then 8 zero octets.
 _SOCKADDR_IN = struct.Struct("=H2s4s8x")
@@ -294,7 +293,7 @@ class BatchIO:
             if slot_names[count] is not name:
                 names[count * _SOCKADDR_IN_LEN : (count + 1) * _SOCKADDR_IN_LEN] = name
                 slot_names[count] = name
-            _IOV_LEN.pack_into(iovs, count * _IOV_SIZE + _IOV_LEN_OFF, length)
+            _SIZE_T.pack_into(iovs, count * _IOV_SIZE + _IOV_LEN_OFF, length)
             index_of.append(base + j)
             count += 1
         sendmmsg = _MMSG[1]  # type: ignore[index]

@@ -148,7 +148,6 @@ class BierDataplane:
         self._label_by_si = {si: local_labels[(sd, bsl, si)] for si in self.bifts}
         self.neighbors = dict(neighbors)
         self.deliver = deliver
-        self.rx_stamps = False
         self.rx_stamp_ns = 0
         """The kernel receive stamp (wall-clock ns) of the packet a ``deliver`` call is for; 0 when
         unknown (stamps not enabled, or a delivery of this node's own imposition)."""
@@ -452,7 +451,6 @@ class BierDataplane:
         :attr:`rx_stamp_ns` is the one of the packet being delivered (a modelled control plane serves
         messages from the moment they arrived, not from when our Python read them)."""
         self.io.enable_stamps()
-        self.rx_stamps = True
 
     def _deliver_all(self, deliveries: list[tuple[bytes, int, int, bytes]], stamps: list[int]) -> None:
         deliver = self.deliver
@@ -529,8 +527,9 @@ class BierDataplane:
                 self._dispatch(pkt, res, bift, self.bfr_id, proto, end, out, out_nbrs, deliveries)
             if out:
                 self._send(out, out_nbrs)
-        # This node's own imposition arrives now.
-        self._deliver_all(deliveries, [time.time_ns()] * len(deliveries))
+        # This node's own imposition arrives now (a stamp only where stamps are asked for: impose is hot).
+        stamps = [time.time_ns()] * len(deliveries) if deliveries and self.io.stamping else []
+        self._deliver_all(deliveries, stamps)
         return len(packets)
 
     # -- loops ------------------------------------------------------------------------------------

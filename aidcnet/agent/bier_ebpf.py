@@ -815,7 +815,7 @@ class EbpfBier:
             return 0
         deliveries = []
         stamps: list[int] = []
-        if self.dp.rx_stamps and not self._stamping:
+        if self.dp.io.stamping and not self._stamping:
             enable_rx_stamps(self.sock)
             self._stamping = True
         space = STAMP_SPACE if self._stamping else 0

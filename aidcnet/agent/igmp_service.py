@@ -89,7 +89,6 @@ class _Port:
                 rx.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
             rx.bind((name, ETH_P_IP))
             set_socket_buffer(rx, socket.SO_RCVBUF, RX_BUFFER)
-            enable_rx_stamps(rx)
             rx.setblocking(False)
             sock.setsockopt(socket.SOL_SOCKET, SO_BINDTODEVICE, name.encode())
             sock.setsockopt(socket.IPPROTO_IP, IP_OPTIONS, ROUTER_ALERT)
@@ -175,7 +174,10 @@ class IgmpService:
         self._late_seen = 0
         self._last_busy_ns = 0
         if self.control is not None:
+            # Only then: a socket that asks for stamps makes the kernel stamp every packet it receives.
             bier.dataplane.enable_rx_stamps()
+            for p in self._ports.values():
+                enable_rx_stamps(p.rx)
         self._wake = asyncio.Event()
         # Why a lock: BIER deliveries may come from the dataplane's thread, host ports from the loop's.
         self._lock = threading.RLock()
@@ -187,9 +189,10 @@ class IgmpService:
     # -- input ------------------------------------------------------------------------------------
     def _read(self, port: _Port) -> bool:
         changed = False
+        space = 0 if self.control is None else STAMP_SPACE
         for _ in range(_BATCH):
             try:
-                packet, anc, _flags, _addr = port.rx.recvmsg(_RECV, STAMP_SPACE)
+                packet, anc, _flags, _addr = port.rx.recvmsg(_RECV, space)
             except (BlockingIOError, InterruptedError):
                 break
             except OSError as exc:

@@ -240,9 +240,7 @@ class ReplayService:
         loop = asyncio.get_running_loop()
         leaving: list[asyncio.Task[None]] = []
         for op_id, t, group, source in sorted(self.memberships, key=lambda m: (m[1], m[0])):
-            delay = (self.start_ns + int(t * 1e9) - time.time_ns()) / 1e9
-            if delay > 0:
-                await asyncio.sleep(delay)
+            await self._at(t)
             fut: asyncio.Future[None] = loop.create_future()
             self._complete_waiters[op_id] = fut
             try:
@@ -325,31 +323,26 @@ class ReplayService:
             # lead, and a report held behind that data would reach the FHR a lead late.
             self._signal_task = loop.create_task(self._report_schedule())
 
-    async def _report_schedule(self) -> None:
+    async def _at(self, t: float) -> None:
+        """Sleep until the run's time ``t`` (seconds after its start); at once if it has passed."""
         assert self.start_ns is not None
-        for msg_id, t, *_rest in self.ops:
-            if (msg_id, True) not in self.reports or msg_id in self._reported:
-                continue
-            delay = (self.start_ns + int(t * 1e9) - time.time_ns()) / 1e9
-            if delay > 0:
-                await asyncio.sleep(delay)
-            self._report_now(msg_id)
+        delay = (self.start_ns + int(t * 1e9) - time.time_ns()) / 1e9
+        if delay > 0:
+            await asyncio.sleep(delay)
 
-    def _report_now(self, msg_id: int) -> None:
-        if msg_id not in self._reported:
-            self._reported.add(msg_id)
-            self._send_reports(self._report_sock, msg_id, True)
+    async def _report_schedule(self) -> None:
+        for msg_id, t, *_rest in self.ops:
+            await self._signals_before(msg_id, t)
 
     async def _signals_before(self, msg_id: int, t: float) -> None:
-        """proxy: the reports due before op ``msg_id``, at its t (when its receivers are known): sent by
-        the schedule, or here if the schedule has not come to it yet, so a report always leaves ahead of
-        its own op's data."""
+        """proxy: the reports due before op ``msg_id``, at its t (when its receivers are known). The
+        schedule sends them, and so does the data loop if the schedule has not come to it yet: a report
+        always leaves ahead of its own op's data, and once."""
         if (msg_id, True) in self.reports:
-            assert self.start_ns is not None
-            delay = (self.start_ns + int(t * 1e9) - time.time_ns()) / 1e9
-            if delay > 0:
-                await asyncio.sleep(delay)
-            self._report_now(msg_id)
+            await self._at(t)
+            if msg_id not in self._reported:
+                self._reported.add(msg_id)
+                self._send_reports(self._report_sock, msg_id, True)
 
     def _signals_after(self, loop: asyncio.AbstractEventLoop, msg_id: int) -> None:
         if (msg_id, False) in self.reports:
