@@ -44,7 +44,7 @@ def full_queue_drain_bps(pair: VethPair) -> float:
         with open_netns(pair.a_path) as ns:
             while not stop.is_set():
                 stats = read_qdisc_stats(ns, pair.a_path, [pair.a_if])[pair.a_if]
-                meter.sample(time.monotonic(), stats.bytes, stats.backlog)
+                meter.sample(stats.read_at_s, stats.bytes, stats.backlog, stats.read_within_s)
                 time.sleep(SAMPLE_S)
 
     sampler = threading.Thread(target=sample, daemon=True)

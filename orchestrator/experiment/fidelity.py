@@ -23,6 +23,9 @@ from typing import Any
 RATE_TOLERANCE = 0.05
 # Less backlogged time than this says too little about a drain rate to judge it (samples are coarse).
 MIN_BUSY_S = 0.2
+# A counter reading whose moment is known only to within more than this (either way) is left out of a
+# drain rate: a dump takes a fraction of a millisecond, so a wider bracket is a stall (see DrainMeter).
+MAX_READ_UNCERTAINTY_S = 0.002
 # A node whose processes used this share of one core over a sampling window was saturated: our agents
 # are single-threaded Python, so one core is all one of them can use.
 NODE_CPU_SATURATED = 0.9
@@ -125,15 +128,25 @@ class DrainMeter:
     the shaper's ``rate_bps``, an interval counts only when the queue at its start alone could keep the
     shaper sending to its end (backlog ≥ rate × interval): then it was busy throughout, whatever arrived,
     and a bursty queue that ran dry between two samples cannot pass for a slow shaper.
+
+    Each sample says when its counters were read, give or take ``within_s``. One known only loosely
+    is skipped (counted in ``skipped``), and the next interval spans it. Placed at a guess it would move
+    bytes from one interval into its neighbour, and the two would not cancel: the interval after a
+    stall is the long one, which the backlog rule tends to drop, so the shaper would look fast.
     """
 
-    def __init__(self, rate_bps: int | None = None) -> None:
+    def __init__(self, rate_bps: int | None = None, max_within_s: float = MAX_READ_UNCERTAINTY_S) -> None:
         self.rate_bps = rate_bps
+        self.max_within_s = max_within_s
         self.busy_s = 0.0
         self.busy_bytes = 0
+        self.skipped = 0
         self._last: tuple[float, int, int] | None = None
 
-    def sample(self, t: float, sent_bytes: int, backlog_bytes: int) -> None:
+    def sample(self, t: float, sent_bytes: int, backlog_bytes: int, within_s: float = 0.0) -> None:
+        if within_s > self.max_within_s:
+            self.skipped += 1
+            return
         last = self._last
         if last is not None:
             t0, sent0, backlog0 = last
@@ -194,6 +207,7 @@ class LinkCounters:
     queue_drops: int = 0  # the shaper's queue overflowed
     injected_drops: int = 0  # the link-fault program dropped on purpose
     burst_bytes: int = 0  # the shaper's token bucket: what it may send above its rate at once
+    skipped_readings: int = 0  # counter reads whose moment was too uncertain to time a drain by
 
 
 @dataclass(frozen=True)
@@ -243,6 +257,11 @@ def verdict(
                 )
         elif link.busy_s > 0:
             notes.append(f"link {link.name}: backlogged only {link.busy_s:.2f} s, too short to judge")
+        if link.skipped_readings:
+            notes.append(
+                f"link {link.name}: {link.skipped_readings} counter reads stalled past "
+                f"{MAX_READ_UNCERTAINTY_S * 1e3:g} ms and were left out of its drain rate"
+            )
         if link.queue_drops:
             text = f"queue {link.name}: the shaper dropped {link.queue_drops} packets"
             if lossless:

@@ -83,18 +83,17 @@ class FabricSampler:
         total_cpu = 0.0
         t_host = time.monotonic()
         for node, ends in self.by_node.items():
-            # Stamped per node, right at its read: a big lab's sweep takes a while.
-            t = time.monotonic()
-            stats = self._read(node)
+            stats = self._read(node)  # each reading carries its own moment
             for end in ends:
                 st = stats.get(end.interface)
                 if st is None:
                     continue
                 self.first.setdefault(end.name, st)
                 self.last[end.name] = st
-                self.drain[end.name].sample(t, st.bytes, st.backlog)
+                self.drain[end.name].sample(st.read_at_s, st.bytes, st.backlog, st.read_within_s)
             cpu_s = cgroup_cpu_usec(self.pids[node]) / 1e6
-            self.cpu[node].sample(t, cpu_s)
+            # Stamped right at its read, not at the sweep's start: a big lab's sweep takes a while.
+            self.cpu[node].sample(time.monotonic(), cpu_s)
             total_cpu += cpu_s
         # Nodes may share a cgroup (tests); the host figure is then an upper bound, which errs safe.
         self.host_cpu.sample(t_host, total_cpu)
@@ -158,6 +157,7 @@ class FabricSampler:
                     queue_drops=last.drops - first.drops,
                     injected_drops=(injected or {}).get(name, 0),
                     burst_bytes=end.burst_bytes,
+                    skipped_readings=meter.skipped,
                 )
             )
         return out

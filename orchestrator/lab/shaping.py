@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import errno
 import os
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -104,6 +105,9 @@ class QdiscStats:
     backlog: int
     qlen: int
     rate_bps: int | None  # the TBF's configured rate; None for other qdiscs
+    # When the kernel answered (monotonic s): the middle of the dump, give or take ``read_within_s``.
+    read_at_s: float = 0.0
+    read_within_s: float = 0.0
 
 
 def qdisc_stats(netns: str, interfaces: Iterable[str] | None = None) -> dict[str, QdiscStats]:
@@ -123,7 +127,12 @@ def read_qdisc_stats(
     missing = wanted - set(names.values())
     if missing:
         raise FabricIOError(f"{netns}: no interface {', '.join(sorted(missing))}")
-    for msg in ns.get_qdiscs():
+    # The counters' moment lies between these two clock reads, and nowhere else: a stall before the dump
+    # (a garbage collection, the scheduler) would otherwise pass for time the shaper had.
+    asked = time.monotonic()
+    dump = list(ns.get_qdiscs())
+    answered = time.monotonic()
+    for msg in dump:
         name = names.get(msg["index"])
         if name not in wanted or msg["parent"] != 0xFFFFFFFF:
             continue
@@ -144,6 +153,8 @@ def read_qdisc_stats(
             backlog=int(queue.get("backlog", 0)),
             qlen=int(queue.get("qlen", 0)),
             rate_bps=rate,
+            read_at_s=(asked + answered) / 2,
+            read_within_s=(answered - asked) / 2,
         )
     return out
 

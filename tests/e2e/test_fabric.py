@@ -104,7 +104,7 @@ def drain_rate(topo, plan, src: str, dst: str, seconds: float = 2.0) -> tuple[fl
         tx = in_node(topo, src, SENDER, str(plan.nodes[dst].loopback.ip), str(seconds))
         while tx.poll() is None:
             st = read_qdisc_stats(ns, netns, ["eth1"])["eth1"]
-            meter.sample(time.monotonic(), st.bytes, st.backlog)
+            meter.sample(st.read_at_s, st.bytes, st.backlog, st.read_within_s)
             time.sleep(0.02)
         after = read_qdisc_stats(ns, netns, ["eth1"])["eth1"]
     assert tx.returncode == 0, tx.stderr.read() if tx.stderr else ""

@@ -7,6 +7,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from orchestrator.experiment.fidelity import (
+    MAX_READ_UNCERTAINTY_S,
     CpuMeter,
     DrainMeter,
     LinkCounters,
@@ -85,6 +86,48 @@ def test_with_a_rate_only_intervals_the_start_backlog_could_fill_count():
     m.sample(4.0, 2500, 100)  # 900 B < 1000 B: does not count
     assert (m.busy_s, m.busy_bytes) == (2.0, 1600)
     assert m.drain_bps == 6400
+
+
+def test_a_read_that_stalled_is_skipped_rather_than_making_the_shaper_look_fast():
+    """What the fabric sampler saw on a loaded machine: the clock read, then a 120 ms stall, then the
+    counters. Timed at the clock read, the interval ending there carried 170 ms of bytes in 50 ms; the next
+    one, long, was dropped by the backlog rule; the shaper read 76% fast."""
+    rate = 8_000_000  # 1 MB/s
+    m = DrainMeter(rate_bps=rate)
+    backlog = 100_000  # 0.1 s of the rate: keeps it busy through a 50 ms interval, not a 170 ms one
+    for t, read_at, within in [(0.0, 0.0, 0.0), (0.05, 0.05, 0.0), (0.10, 0.10, 0.0), (0.15, 0.27, 0.06)]:
+        m.sample((t + read_at) / 2 if within else t, int(read_at * 1e6), backlog, within)
+    m.sample(0.32, 320_000, backlog)  # spans the skipped read: 0.22 s, more than the backlog could cover
+    m.sample(0.37, 370_000, backlog)
+    assert m.skipped == 1
+    assert (m.busy_s, m.busy_bytes) == (pytest.approx(0.15), 150_000)
+    assert m.drain_bps == pytest.approx(rate)
+
+
+@given(
+    rate=st.integers(100_000, 10**9),
+    reads=st.lists(
+        st.tuples(st.floats(0.01, 0.2), st.floats(0, 0.01), st.floats(0, 1)), min_size=2, max_size=40
+    ),
+    backlog_s=st.floats(0.01, 0.3),
+)
+def test_however_reads_stall_the_drain_is_off_by_no_more_than_their_brackets(rate, reads, backlog_s):
+    """A shaper sending at exactly ``rate`` with ``backlog_s`` of it queued, read after gaps; each read
+    brackets the kernel's answer by ``within`` either way (a stall widens it) and the answer lies anywhere
+    in it. Each interval the meter keeps is off by at most the two brackets at its ends."""
+    m = DrainMeter(rate_bps=rate)
+    backlog = int(rate / 8 * backlog_s) + 1
+    asked, kept = 0.0, 0
+    for gap, within, where in reads:
+        asked += gap
+        answered = asked + (2 * within) * where  # the kernel read the counters somewhere in the bracket
+        before = m.busy_s
+        m.sample(asked + within, int(answered * rate / 8), backlog, within)
+        kept += m.busy_s > before
+        asked += 2 * within
+    assert m.skipped == sum(within > MAX_READ_UNCERTAINTY_S for _gap, within, _where in reads)
+    error_s = abs(m.busy_bytes * 8 / rate - m.busy_s)
+    assert error_s <= kept * 2 * MAX_READ_UNCERTAINTY_S + 1e-6 + kept * 8 / rate
 
 
 @given(rate=st.integers(10_000, 10**9), steps=st.lists(st.floats(0.001, 0.5), min_size=2, max_size=40))

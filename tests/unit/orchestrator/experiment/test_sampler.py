@@ -5,12 +5,17 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Any
 
-from orchestrator.experiment.fidelity import verdict
+from pyroute2 import IPRoute
+
+from orchestrator.experiment import sampler
+from orchestrator.experiment.fidelity import MIN_BUSY_S, verdict
 from orchestrator.experiment.sampler import FabricSampler
 from orchestrator.experiment.watch import QuietWait
 from orchestrator.lab.fabric import Fabric
-from orchestrator.lab.shaping import apply_shapers
+from orchestrator.lab.shaping import apply_shapers, open_netns
+from tests.unit.fabric_netns import VethPair
 from tests.unit.orchestrator.lab.test_shaping import BLOCKING_SENDER, shaper
 
 # The drain check counts only intervals whose starting backlog could keep the shaper busy to their end
@@ -29,11 +34,14 @@ for _ in range(int(sys.argv[2])):
 """
 
 
-def test_sampler_feeds_the_verdict_faithful_then_not(veth_pair):
-    pair = veth_pair
-    rate = 20_000_000
-    a = shaper("a", pair.a_if, "b:fab1", rate, DEEP_QUEUE)
-    b = shaper("b", pair.b_if, "a:fab0", rate, DEEP_QUEUE)
+RATE = 20_000_000
+
+
+def _deep_run(pair: VethPair) -> tuple[FabricSampler, float, int]:
+    """Both ends shaped at RATE with deep queues; a's sender blocks on its socket for 1.5 s, sampled
+    every 50 ms. The sampler, the sender's average (bit/s) and the frames it sent."""
+    a = shaper("a", pair.a_if, "b:fab1", RATE, DEEP_QUEUE)
+    b = shaper("b", pair.b_if, "a:fab0", RATE, DEEP_QUEUE)
     apply_shapers(pair.a_path, [a])
     apply_shapers(pair.b_path, [b])
     fabric = Fabric("fab", 1000, {a.name: a, b.name: b})
@@ -43,33 +51,72 @@ def test_sampler_feeds_the_verdict_faithful_then_not(veth_pair):
         sent = pair.run_in(pair.a, DEEP_SENDER, pair.b_ip, "1.5")
         elapsed = time.monotonic() - started
         time.sleep(0.5)  # what the deep queue still holds (~450 KB, 0.2 s at the rate) drains meanwhile
+    # What the sender got through on average (1042-byte frames), sampler or not.
+    return s, int(sent.stdout) * 1042 * 8 / elapsed, int(sent.stdout)
+
+
+def test_sampler_feeds_the_verdict_faithful_then_not(veth_pair):
+    pair = veth_pair
+    s, average, frames = _deep_run(pair)
     links = s.link_counters()
     v = verdict(links, s.node_counters())
     a_end = {x.name: x for x in links}["a:fab0"]
     drain = a_end.busy_bytes * 8 / a_end.busy_s
-    # What the sender got through on average (1042-byte frames), sampler or not.
-    average = int(sent.stdout) * 1042 * 8 / elapsed
     print(
         f"sampler: {s.samples} samples, a:fab0 busy {a_end.busy_s:.2f} s at {drain / 1e6:.2f} Mbit/s "
         f"(sender's average {average / 1e6:.2f} Mbit/s); reasons: {v.reasons}"
     )
     assert a_end.busy_s > 1.0 and {x.name: x for x in links}["b:fab1"].busy_s == 0
-    assert a_end.queue_drops == 0 and a_end.tx_bytes >= int(sent.stdout) * 1042 * 0.95
+    assert a_end.queue_drops == 0 and a_end.tx_bytes >= frames * 1042 * 0.95
     # Never beyond the shaper (the sender's average runs above it: it stops with ~450 KB still queued).
     # Whether the drain is within 5% of the rate depends on this shared machine's load (a starved softirq
     # slows the shaper itself): the verdict must say so exactly when it is not.
-    assert drain <= rate * 1.05 and average > rate * 0.9
-    off = abs(drain / rate - 1) > 0.05
+    assert drain <= RATE * 1.05 and average > RATE * 0.9
+    off = abs(drain / RATE - 1) > 0.05
     assert off == any(r.startswith("link a:fab0: drained at") for r in v.reasons), v.reasons
 
-    small = shaper("a", pair.a_if, "b:fab1", rate)  # 256 KiB
+    small = shaper("a", pair.a_if, "b:fab1", RATE)  # 256 KiB
     apply_shapers(pair.a_path, [small])
-    fabric = Fabric("fab", 1000, {small.name: small, b.name: b})
-    with FabricSampler(fabric, containers.__getitem__, period_s=0.05, pid_of=lambda _n: os.getpid()) as s:
+    fabric = Fabric("fab", 1000, {small.name: small})
+    with FabricSampler(fabric, {"a": pair.a}.__getitem__, period_s=0.05, pid_of=lambda _n: os.getpid()) as s:
         pair.run_in(pair.a, FLOOD, pair.b_ip, "3000")  # no back-pressure: the 256 KiB queue overflows
     v = verdict(s.link_counters(), s.node_counters())
     assert any(r.startswith("queue a:fab0: the shaper dropped") for r in v.reasons), v.reasons
     assert not v.faithful
+
+
+class _StallingHandle:
+    """A namespace handle whose every fourth qdisc dump first stalls 120 ms, as a garbage collection or a
+    busy scheduler makes a read on a loaded machine."""
+
+    def __init__(self, handle: IPRoute) -> None:
+        self.handle = handle
+        self.dumps = 0
+
+    def get_qdiscs(self) -> Any:
+        self.dumps += 1
+        if self.dumps % 4 == 0:
+            time.sleep(0.12)
+        return self.handle.get_qdiscs()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.handle, name)
+
+
+def test_reads_that_stall_do_not_make_the_shaper_look_fast(veth_pair, monkeypatch):
+    """Stamped where it asked rather than where the kernel answered, this sampler read the 20 Mbit/s
+    shaper at 35 Mbit/s: the verdict blamed a link that was fine."""
+    monkeypatch.setattr(sampler, "open_netns", lambda netns: _StallingHandle(open_netns(netns)))
+    s, _average, _frames = _deep_run(veth_pair)
+    links = s.link_counters()
+    a_end = {x.name: x for x in links}["a:fab0"]
+    drain = a_end.busy_bytes * 8 / a_end.busy_s
+    v = verdict(links, s.node_counters())
+    print(f"stalled reads: a:fab0 busy {a_end.busy_s:.2f} s at {drain / 1e6:.2f} Mbit/s; {v.notes}")
+    assert a_end.skipped_readings >= 5, "the stalls were not seen: did the sampler stop using open_netns?"
+    assert any("stalled" in n and "a:fab0" in n for n in v.notes), v.notes
+    # A skipped read leaves an interval too long for the backlog to cover: less busy time, still judged.
+    assert a_end.busy_s >= MIN_BUSY_S and drain <= RATE * 1.05
 
 
 def test_backlog_shows_what_an_earlier_burst_left_until_the_queue_drains(veth_pair):

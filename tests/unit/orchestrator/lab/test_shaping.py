@@ -57,7 +57,7 @@ def drain(pair: VethPair, seconds: float, rate_bps: int) -> tuple[float, int]:
         proc = pair.popen_in(pair.a, BLOCKING_SENDER, pair.b_ip, str(seconds))
         while proc.poll() is None:
             st = read_qdisc_stats(ns, pair.a_path, [pair.a_if])[pair.a_if]
-            meter.sample(time.monotonic(), st.bytes, st.backlog)
+            meter.sample(st.read_at_s, st.bytes, st.backlog, st.read_within_s)
             time.sleep(0.02)
         after = read_qdisc_stats(ns, pair.a_path, [pair.a_if])[pair.a_if]
     _out, err = proc.communicate()
