@@ -47,6 +47,7 @@ from orchestrator.experiment.membership import (  # noqa: E402
     control_overhead,
     control_plane,
     fastest,
+    latency_is,
     latency_verdict,
     next_stretch,
     stretch_ops,
@@ -265,8 +266,7 @@ def main() -> int:
                 f"queued behind others {p['wait_ns'] / p['served'] / scale / 1e3:.3f} µs fabric mean; "
                 f"unstamped {p['unstamped']}"
             )
-        verdict = "a router's (faithful)" if r["why"] is None else r["why"]
-        print(f"  {mode:6s} membership latency: {verdict}")
+        print(f"  {mode:6s} membership latency: {latency_is(r['why'])}")
     pi, pp = (first[m]["member"].get("latency_p50_s") for m in MODES)
     bi, bp = best[Mode.IGMP], best[Mode.PROXY]
     if pi and pp:

@@ -129,22 +129,22 @@ class DrainMeter:
     shaper sending to its end (backlog ≥ rate × interval): then it was busy throughout, whatever arrived,
     and a bursty queue that ran dry between two samples cannot pass for a slow shaper.
 
-    Each sample says when its counters were read, give or take ``within_s``. One known only loosely
-    is skipped (counted in ``skipped``), and the next interval spans it. Placed at a guess it would move
-    bytes from one interval into its neighbour, and the two would not cancel: the interval after a
-    stall is the long one, which the backlog rule tends to drop, so the shaper would look fast.
+    Each sample says when its counters were read, give or take ``within_s``. One known only to within
+    more than :data:`MAX_READ_UNCERTAINTY_S` is skipped (counted in ``skipped``), and the next interval
+    spans it. Placed at a guess it would move bytes from one interval into its neighbour, and the two
+    would not cancel: the interval after a stall is the long one, which the backlog rule tends to drop,
+    so the shaper would look fast.
     """
 
-    def __init__(self, rate_bps: int | None = None, max_within_s: float = MAX_READ_UNCERTAINTY_S) -> None:
+    def __init__(self, rate_bps: int | None = None) -> None:
         self.rate_bps = rate_bps
-        self.max_within_s = max_within_s
         self.busy_s = 0.0
         self.busy_bytes = 0
         self.skipped = 0
         self._last: tuple[float, int, int] | None = None
 
     def sample(self, t: float, sent_bytes: int, backlog_bytes: int, within_s: float = 0.0) -> None:
-        if within_s > self.max_within_s:
+        if within_s > MAX_READ_UNCERTAINTY_S:
             self.skipped += 1
             return
         last = self._last

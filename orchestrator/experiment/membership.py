@@ -268,6 +268,11 @@ def latency_verdict(cost_s: float, control: Mapping[str, int], run_faithful: boo
     return None
 
 
+def latency_is(why: str | None) -> str:
+    """What a :func:`latency_verdict` says, in the words the report and the bench print."""
+    return "a router's (faithful)" if why is None else f"not a router's: {why}"
+
+
 # -- the change-rate search -----------------------------------------------------------------------------
 @dataclass(frozen=True)
 class RateTrial:

@@ -429,7 +429,7 @@ def membership_table(c: Comparison) -> TableBlock | None:
 
 def _control_plane_rows(cols: list[Column]) -> list[list[str]]:
     """The leaves' modelled control plane per run and whether its membership latency is a router's."""
-    from orchestrator.experiment.membership import control_plane, latency_verdict
+    from orchestrator.experiment.membership import control_plane, latency_is, latency_verdict
 
     cells: list[tuple[str, str, str]] = []
     for col in cols:
@@ -450,7 +450,7 @@ def _control_plane_rows(cols: list[Column]) -> list[list[str]]:
             (
                 model,
                 f"{cp['served']}, {cp['late']} late, {wait:.3f} µs fabric mean queueing",
-                "a router's (faithful)" if why is None else f"not a router's: {why}",
+                latency_is(why),
             )
         )
     names = ("control plane per message", "control messages served", "membership latency is")
