@@ -8,12 +8,12 @@ AIDCLAB  := $(VENV)/bin/aidclab
 PYTEST   := $(VENV)/bin/pytest
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: help setup images deploy redeploy configure plan replay report inspect linkcheck graph destroy test unit dataplane e2e lint bench demo
+.PHONY: help setup images deploy redeploy configure plan replay report inspect linkcheck graph destroy test unit dataplane docs e2e lint bench demo
 
 help:
 	@echo "make setup | images | deploy | redeploy | configure | plan | inspect | linkcheck | graph | destroy   [LAB=$(LAB)]"
 	@echo "make replay [WORKLOAD=$(WORKLOAD) MODE=$(MODE)] | report"
-	@echo "make test (lint + unit + dataplane + e2e) | unit | dataplane | e2e | lint | bench | demo"
+	@echo "make test (lint + unit + dataplane + docs + e2e) | unit | dataplane | docs | e2e | lint | bench | demo"
 
 setup:
 	@scripts/setup.sh
@@ -64,29 +64,38 @@ unit: setup
 dataplane: setup
 	$(PYTEST) -q tests/dataplane
 
+# The shell blocks of README.md and docs/ as printed, page by page (docs/writing-docs.md); the pages' own labs
+# (leaf-spine, ina-fig1) are deployed under their names, so none may be running. `-m "not e2e"`: no labs.
+docs: images
+	$(PYTEST) -q tests/docs
+
 e2e: images
 	$(PYTEST) -q -m e2e tests/e2e
 
 test: images lint
-	$(PYTEST) -q tests/unit tests/dataplane tests/e2e
+	$(PYTEST) -q --durations=25 tests/unit tests/dataplane tests/docs tests/e2e
 
 bench: images
 	$(PY) bench/deploy.py
 	$(PY) bench/deploy.py --lab bsl256
 	$(PY) bench/configure.py leaf-spine superpod bsl256
 	$(PY) bench/memory.py
-	$(PY) bench/bier_forwarding.py
 	$(PY) bench/bier_forwarding_netns.py
 	$(PY) bench/replay.py
 	$(PY) bench/allreduce.py
 	$(PY) bench/fare.py
 	$(PY) bench/fare.py --gpus 64
 	$(PY) bench/fare_kernel.py
+	$(PY) bench/model.py
 	$(PY) bench/fidelity.py
 	$(PY) bench/udp_backpressure.py
+	$(PY) bench/delay_relay.py
+	$(PY) bench/inter_dc.py
 	$(PY) bench/reliable.py
 	$(PY) bench/reliable.py --lab superpod --scale 200000 --losses 0,0.05 --modes reliable-host-bier-e2e,reliable-host-bier
 	$(PY) bench/reliable_shaped.py
+	$(PY) bench/reliable_sim.py --fabric leaf-spine
+	$(PY) bench/reliable_sim.py --fabric superpod --seeds 3 --losses 0,0.05
 	$(PY) bench/membership.py --search-lead --lead-runs 5 --max-runs 2 --lead-igmp 2000 --lead-proxy 4000
 	$(PY) bench/membership.py --search-lead --lead-runs 5 --max-runs 2 --lead-igmp 4000 --lead-proxy 4000 --control-cost 5 --control-cost-record 0.5
 

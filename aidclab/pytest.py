@@ -35,10 +35,10 @@ import pytest
 import yaml
 
 if TYPE_CHECKING:
-    from orchestrator.configure.plan.model import LabPlan
-    from orchestrator.experiment.driver import RunOutcome
+    from orchestrator.configure.plan.schema import LabPlan
     from orchestrator.lab.runtime.docker import DockerRuntime
     from orchestrator.lab.topology import Topology
+    from orchestrator.run.driver import RunOutcome
 
 SCOPES = ("session", "package", "module", "class", "function")
 # tcpdump says this on stderr once the capture is armed; packets sent before it are not in the file.
@@ -215,22 +215,54 @@ class Lab:
 
         return link_set(self.runtime, self.lab_dir, endpoint, action, list(value), one_way=one_way)
 
+    def wait_routes(self, timeout: float = 180.0) -> None:
+        """Until every node's kernel has a route to every destination its plan routes to: a BGP UPDATE
+        takes each hop's delay x time scale of wall time on a delayed lab (docs/delay.md). LabError naming
+        what is still missing after ``timeout`` s."""
+        from orchestrator.lab.convergence import wait_for_routes
+
+        missing = wait_for_routes(self.plan, self.container, timeout)
+        if missing:
+            shown = "; ".join(f"{node}: {', '.join(p[:3])}" for node, p in sorted(missing.items())[:4])
+            raise LabError(f"lab {self.name}: routes still missing after {timeout:g} s ({shown})")
+
     def replay(
-        self, trace: str | Path, mode: str, results_dir: str | Path | None = None, **options: Any
+        self,
+        trace: str | Path,
+        mode: str,
+        results_dir: str | Path | None = None,
+        confirm: bool = False,
+        **options: Any,
     ) -> RunOutcome:
         """``aidclab replay``: the run's outcome (``.ok``, ``.missing``, ``.result.metrics``, ``.run_dir``).
-        ``options`` are RunOptions fields (drain_s, timeout_s, gap_us, qps, ps_host, ...); a relative
-        ``trace`` is taken from :attr:`root`; runs go to ``results/`` in the lab's work dir unless
-        ``results_dir`` says where."""
-        from orchestrator.experiment.driver import run_experiment
+        ``mode`` is a mode's name (``aidcnet.modes.Mode``); ``options`` are RunOptions fields (drain_s,
+        timeout_s, gap_us, qps, ps_host, ...); a relative ``trace`` is taken from :attr:`root`; runs go to
+        ``results/`` in the lab's work dir unless ``results_dir`` says where. ``confirm``: as ``replay
+        --confirm``, the same trace at twice the scale too; the run's verdict says whether it held."""
+        from aidcnet.modes import Mode
         from orchestrator.experiment.modes.base import RunOptions
+        from orchestrator.run.driver import confirm as confirm_at_a_second_scale
+        from orchestrator.run.driver import run_experiment
+
+        try:
+            mode = Mode(mode)  # checked here, where the name comes in, as the CLI checks --mode
+        except ValueError:
+            raise LabError(f"mode {mode!r} does not exist; one of {', '.join(Mode)}") from None
 
         trace = (self.root / trace).resolve()
         results = Path(results_dir).resolve() if results_dir else self.workdir / "results"
+        from orchestrator.run.prediction import step_predictor
+
+        run_options = RunOptions(**{"predict_step": step_predictor, **options})
         with working_dir(self.workdir):
-            return run_experiment(
-                self.topo, trace, mode, RunOptions(**options), runtime=self.runtime, results_dir=results
+            outcome = run_experiment(
+                self.topo, trace, mode, run_options, runtime=self.runtime, results_dir=results
             )
+            if confirm and outcome.ok:
+                confirm_at_a_second_scale(
+                    self.topo, trace, mode, outcome, run_options, runtime=self.runtime, results_dir=results
+                )
+            return outcome
 
     @contextlib.contextmanager
     def capture(

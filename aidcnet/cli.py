@@ -21,9 +21,10 @@ import argparse
 import json
 import sys
 from collections.abc import Callable
+from typing import Any
 
 from aidcnet.agent.control import Op
-from aidcnet.modes import Mode
+from aidcnet.modes import COLLECTIVE, Mode, in_order
 from aidcnet.paths import DEFAULT_CONFIG_PATH
 from aidcnet.roles import AGENT_ROLES
 
@@ -62,7 +63,7 @@ def _validate(path: str) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="aidcnet",
         description="aidclab's node software: the agent inside each lab container, and its control.",
@@ -88,6 +89,12 @@ def main(argv: list[str] | None = None) -> int:
     link_bw = verbs.add_parser("link-bandwidth", help="FARE: set a BGP link's bandwidth (aidclab link set)")
     link_bw.add_argument("interface", help="the local interface, e.g. eth2")
     link_bw.add_argument("bandwidth", help="bits/s with an SI prefix, e.g. 400G")
+    _add_traffic_verbs(verbs)
+    return parser
+
+
+def _add_traffic_verbs(verbs: Any) -> None:
+    """``ctl fare-send``, ``ctl bier ...`` and ``ctl ina ...``: the verbs that send or aggregate."""
     fare = verbs.add_parser("fare-send", help="FARE: send test traffic to a loopback, report tx per plane")
     fare.add_argument("--dst", required=True, help="destination loopback address")
     fare.add_argument("--mode", choices=["per-flow", "per-packet"], help="default: the node's bgp.mode")
@@ -111,11 +118,14 @@ def main(argv: list[str] | None = None) -> int:
     reset.add_argument("job", type=int)
     ar = ina_verbs.add_parser("allreduce", help="AllReduce this worker's generated array (gpu-host)")
     ar.add_argument("--job", type=int, required=True)
-    ar.add_argument("--mode", choices=[Mode.INA, Mode.PS, Mode.RING], default=Mode.INA)
+    ar.add_argument("--mode", choices=in_order(COLLECTIVE), default=Mode.INA)
     ar.add_argument("--elements", type=int, default=4096, help="array length (default 4096)")
     ar.add_argument("--seed", type=int, default=0, help="seed of the generated arrays (same on every worker)")
     ar.add_argument("--chunk-base", type=int, default=0, help="first chunk number (default 0)")
-    args = parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     if args.command == "agent":
         from pathlib import Path
 

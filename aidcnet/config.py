@@ -8,12 +8,12 @@ Every later feature (BIER, BGP/FARE, IGMP, INA) adds an optional section here.
 from __future__ import annotations
 
 import ipaddress
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
-    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -23,7 +23,8 @@ from pydantic import (
 )
 
 from aidcnet.paths import DEFAULT_CONFIG_PATH  # noqa: F401  (re-exported for the agent)
-from aidcnet.roles import Role
+from aidcnet.roles import AGENT_ROLES
+from aidcnet.timescale import TimeScale
 
 CONFIG_VERSION = 1
 # libyaml's parser when PyYAML has it (the wheels do): a superpod GPU's node file loads 3x faster, and a
@@ -31,14 +32,6 @@ CONFIG_VERSION = 1
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-def _has_node_file(role: Role) -> Role:
-    if role is Role.LINUX:
-        with_files = ", ".join(r for r in Role if r is not Role.LINUX)
-        raise ValueError(f"a plain {role} node has no node file (roles with one: {with_files})")
-    return role
-
-
-NodeFileRole = Annotated[Role, AfterValidator(_has_node_file)]
 IfName = Annotated[str, Field(min_length=1, max_length=15, pattern=r"^[A-Za-z0-9_.:-]+$")]
 
 
@@ -137,15 +130,19 @@ class BierPortPolicy(_Model):
 
 
 class Bier(_Model):
-    """BIER settings and static forwarding state of a BFR (RFC 8279, RFC 8296)."""
+    """BIER settings and static forwarding state of a BFR (RFC 8279, RFC 8296).
+
+    The BIER feature's knobs (sub_domain, bsl, bift, dataplane) are declared here, once: the lab's vars and
+    plan take theirs from these fields (bsl's is checked by the plan, to cite RFC 8296), their defaults are
+    the lab's (orchestrator/configure/plan/bier.yml) and the plan writes every one into the node file."""
 
     bfr_id: int = Field(ge=1, le=65535)
-    sub_domain: int = Field(default=0, ge=0, le=255)
-    bsl: Literal[64, 128, 256, 512, 1024, 2048, 4096] = 256
-    bift: Literal["static", "bgp"] = "static"
+    sub_domain: int = Field(ge=0, le=255)
+    bsl: Literal[64, 128, 256, 512, 1024, 2048, 4096]
+    bift: Literal["static", "bgp"]
     # Who forwards: the tc/eBPF fast path (falls back to python when the kernel refuses it) or the Python
     # dataplane alone (docs/bier.md).
-    dataplane: Literal["ebpf", "python"] = "ebpf"
+    dataplane: Literal["ebpf", "python"]
     # Our own BIFT-ids: label_base + SI.
     label_base: int = Field(default=16, ge=16, le=0xFFFFF)
     # SIs in the sub-domain (the plan's): the label range size advertised in the BGP BIER attribute.
@@ -191,29 +188,32 @@ class Igmp(_Model):
     Receiver Proxy Reports from allowed ports.
 
     ``groups`` chooses where the net-BIER BitString of a channel comes from; several combine per channel
-    with a fixed precedence: a proxy report's set, else the union of the static flows' and the BFERs'."""
+    with a fixed precedence: a proxy report's set, else the union of the static flows' and the BFERs'.
 
-    groups: list[Literal["static", "igmp", "proxy"]] = Field(
-        default_factory=lambda: ["static", "igmp", "proxy"], min_length=1
-    )
+    The IGMP feature's knobs are declared here, once, with their types and bounds: the lab's vars and
+    plan take theirs from these fields (orchestrator.configure.plan.schema). Their defaults are the lab's,
+    in orchestrator/configure/plan/igmp.yml; the plan writes every one into the node file, so none is
+    guessed here."""
+
+    groups: list[Literal["static", "igmp", "proxy"]] = Field(min_length=1)
     ports: list[IgmpPort] = Field(default_factory=list)
     # RFC 3376 §8 values in fabric seconds; the agent scales them by time_scale (the lab's time.scale).
-    robustness: int = Field(default=2, ge=1, le=7)
-    query_interval: float = Field(default=125.0, gt=0)
-    query_response_interval: float = Field(default=10.0, gt=0)
-    last_member_query_interval: float = Field(default=1.0, gt=0)
+    robustness: int = Field(ge=1, le=7)
+    query_interval: float = Field(gt=0)
+    query_response_interval: float = Field(gt=0)
+    last_member_query_interval: float = Field(gt=0)
     time_scale: float | None = Field(default=None, gt=0)
     # BFR-ids this leaf reports its memberships to over BIER (the BFIRs); empty: it reports to no one.
     bfirs: list[int] = Field(default_factory=list)
     # Receiver address -> its BFER's BFR-id, for Receiver Proxy Reports (the plan's address table).
     receivers: dict[ipaddress.IPv4Address, int] = Field(default_factory=dict)
-    max_channels: int = Field(default=4096, ge=1, description="proxy (S,G)/(*,G) entries at most")
-    max_groups: int = Field(default=4096, ge=1, description="groups per port at most; more are refused")
+    max_channels: int = Field(ge=1, description="proxy (S,G)/(*,G) entries at most")
+    max_groups: int = Field(ge=1, description="groups per port at most; more are refused")
     # The modelled control plane (docs/igmp.md): fabric seconds per control message, served one at a time
     # in arrival order; 0 applies each message as soon as our Python has read it (not a router's time).
-    control_cost: float = Field(default=0.0, ge=0, le=1.0)
+    control_cost: float = Field(ge=0, le=1.0)
     # ... plus this per IGMPv3 group record the message carries (per-(S,G) state and table work).
-    control_cost_record: float = Field(default=0.0, ge=0, le=1.0)
+    control_cost_record: float = Field(ge=0, le=1.0)
 
     @model_validator(mode="after")
     def _consistent(self) -> Igmp:
@@ -232,8 +232,8 @@ class Igmp(_Model):
             raise ValueError("; ".join(_problems(exc))) from None
         return self
 
-    def timers(self):  # -> aidcnet.igmp.membership.IgmpTimers (imported late: the agent starts lean)
-        from aidcnet.igmp.membership import IgmpTimers
+    def timers(self):  # -> aidcnet.igmp.router.IgmpTimers (imported late: the agent starts lean)
+        from aidcnet.igmp.router import IgmpTimers
 
         return IgmpTimers(
             robustness=self.robustness,
@@ -274,18 +274,22 @@ class BgpNeighbor(_Model):
 
 
 class Bgp(_Model):
+    """eBGP with FARE (docs/fare.md). The BGP feature's knobs (mode, link_bandwidth, weights, hold_time)
+    are declared here, once: the lab's vars and plan take theirs from these fields, their defaults are the
+    lab's (orchestrator/configure/plan/bgp.yml) and the plan writes every one into the node file."""
+
     asn: int = Field(ge=1, le=4294967295)
     router_id: ipaddress.IPv4Address
     # The sessions; with none the agent runs no BGP (the section then only records the plan's ASN).
     neighbors: list[BgpNeighbor] = Field(default_factory=list)
     # FARE in the host sender (seed draft §3): per-flow = the kernel hashes each QP's UDP source port over
     # the weighted nexthops; per-packet = the sender sprays packets over the planes by weight.
-    mode: Literal["per-flow", "per-packet"] = "per-flow"
+    mode: Literal["per-flow", "per-packet"]
     # Link-bandwidth community type we send (RFC 10005: 0x00 transitive, 0x40 non-transitive); both are read.
-    link_bandwidth: Literal["transitive", "non-transitive"] = "transitive"
+    link_bandwidth: Literal["transitive", "non-transitive"]
     # fare: next-hop weights follow the path bandwidths; ecmp: equal weights (the baseline).
-    weights: Literal["fare", "ecmp"] = "fare"
-    hold_time: int = Field(default=9, ge=3, le=65535)
+    weights: Literal["fare", "ecmp"]
+    hold_time: int = Field(ge=3, le=65535)
     # RFC 5082 GTSM on every session without a ttl_security_hops of its own: send with TTL 255, accept only
     # TTL >= 256 - hops; None: off. The agent starts ExaBGP through aidcnet.bgp.exabgp_main, which gives
     # the listening socket TTL 255 too (ExaBGP 5.0.15 does not, and a GTSM peer drops its SYN-ACK).
@@ -302,9 +306,18 @@ class Bgp(_Model):
         return self
 
 
+# An AllReduce job's reduction and element type (docs/allreduce.md); aidcnet.ina.aggregator pairs them.
+InaOp = Literal["sum", "min", "max", "prod"]
+InaDtype = Literal["int32", "float32", "fixed32"]
+
+
 class InaJob(_Model):
     """One job's VAT node on an INA switch (seed draft 002 §2.1); ``aidcnet.ina.aggregator.JobConfig``
-    checks the rest (BSL, one SI, op/dtype pairing) when the switch agent builds its aggregator."""
+    checks the rest (BSL, one SI, op/dtype pairing) when the switch agent builds its aggregator.
+
+    The INA feature's knobs (op, dtype) are declared here, once: the lab's vars and plan take theirs from
+    these fields, their defaults are the lab's (orchestrator/configure/plan/ina.yml, with slot_budget's),
+    and the plan writes every one into the node file."""
 
     job_id: int = Field(ge=0, le=0xFFFFFFFF)
     # A-BM: BFR-ids of the workers below this VAT node.
@@ -312,9 +325,9 @@ class InaJob(_Model):
     root: bool = False
     # The parent VAT node (a node name); results go there by following next_hop toward the root.
     parent: str | None = None
-    op: Literal["sum", "min", "max", "prod"] = "sum"
-    dtype: Literal["int32", "float32", "fixed32"] = "int32"
-    slot_budget: int = Field(default=64, ge=1, le=1 << 20)
+    op: InaOp
+    dtype: InaDtype
+    slot_budget: int = Field(ge=1, le=1 << 20)
     # The neighbour's link address toward the root (none at the root, which disseminates by BIER).
     next_hop: ipaddress.IPv4Address | None = None
 
@@ -342,11 +355,11 @@ class InaMember(_Model):
     workers: list[int] = Field(min_length=1)
     next_hop: ipaddress.IPv4Address
     root: str
-    op: Literal["sum", "min", "max", "prod"] = "sum"
-    dtype: Literal["int32", "float32", "fixed32"] = "int32"
+    op: InaOp
+    dtype: InaDtype
     # Chunks in flight per worker: at most half the smallest slot budget on the VAT, so a slot is never
-    # reused while a slower worker may still retransmit into it (docs/allreduce.md).
-    window: int = Field(default=32, ge=1)
+    # reused while a slower worker may still retransmit into it (docs/allreduce.md; the plan sets it).
+    window: int = Field(ge=1)
 
 
 class Ina(_Model):
@@ -369,7 +382,9 @@ class Ina(_Model):
 class NodeConfig(_Model):
     version: int
     node: str = Field(min_length=1)
-    role: NodeFileRole
+    # The node's role: one of the agent's (aidcnet.roles), or an interop peer's (the host knows those),
+    # whose Ansible role renders its daemon's config from this file.
+    role: str = Field(min_length=1, pattern=r"^[a-z][a-z0-9-]*$")
     loopback: ipaddress.IPv4Interface
     interfaces: list[Interface] = Field(default_factory=list)
     routes: list[Route] = Field(default_factory=list)
@@ -377,6 +392,21 @@ class NodeConfig(_Model):
     bier: Bier | None = None
     ina: Ina | None = None
     igmp: Igmp | None = None
+    # The lab's time scale (docs/time-and-fidelity.md): every protocol timer the agent runs is written in
+    # fabric seconds and waits this many times longer on the wall clock. None: the links are unshaped.
+    # A run may change it without a new node file (the scale search, --confirm): Op.TIME_SCALE.
+    time_scale: int | None = Field(default=None, ge=1)
+
+    @property
+    def clock(self) -> TimeScale:
+        return TimeScale.of(self.time_scale)
+
+    def at_time_scale(self, time_scale: TimeScale) -> NodeConfig:
+        """This config with the lab's time scale changed, everywhere the node file carries it."""
+        update: dict[str, Any] = {"time_scale": time_scale.value}
+        if self.igmp is not None:
+            update["igmp"] = self.igmp.model_copy(update={"time_scale": time_scale.value})
+        return self.model_copy(update=update)
 
     @field_validator("version")
     @classmethod
@@ -393,6 +423,17 @@ class NodeConfig(_Model):
         if v.network.prefixlen != 32:
             raise ValueError(f"loopback {v} must be a /32")
         return v
+
+    @model_validator(mode="after")
+    def _agent_sections(self) -> NodeConfig:
+        # BIER, INA and IGMP run in our agent: a file carrying them is for a node of the agent's roles.
+        sections = [name for name in ("bier", "ina", "igmp") if getattr(self, name) is not None]
+        if sections and self.role not in AGENT_ROLES:
+            raise ValueError(
+                f"role: {self.role} is not one of the agent's roles ({', '.join(AGENT_ROLES)}); only their "
+                f"nodes take {', '.join(sections)}"
+            )
+        return self
 
     @model_validator(mode="after")
     def _consistent(self) -> NodeConfig:
@@ -438,11 +479,19 @@ class NodeConfig(_Model):
         return min(queues) if queues else None
 
 
+# A check across fields names the field at fault itself ("role: ...", "interfaces: ..."); its message then
+# stands alone rather than under "(top level)".
+_NAMES_ITS_FIELD = re.compile(r"^[a-z_][a-z0-9_.]*: ")
+
+
 def _problems(exc: ValidationError) -> list[str]:
     out = []
     for err in exc.errors():
-        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
         msg = err["msg"].removeprefix("Value error, ")
+        if not err["loc"] and _NAMES_ITS_FIELD.match(msg):
+            out.append(msg)
+            continue
+        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
         out.append(f"{where}: {msg}")
     return out
 

@@ -15,7 +15,7 @@ from typing import NamedTuple
 IPV4_HEADER = struct.Struct("!BBHHHBBH4s4s")
 UDP_HEADER = struct.Struct("!HHHH")
 IPPROTO_UDP = 17
-# RoCEv2's UDP port: host traffic that models GPU traffic uses it (DESIGN.md §3).
+# RoCEv2's UDP port: host traffic that models GPU traffic uses it (docs/design.md §3).
 ROCEV2_PORT = 4791
 # A QP's UDP source port: RoCEv2 NICs take them from 49152..65535, and per-flow ECMP/FARE hashes over
 # them. Nodes keep the kernel's ephemeral ports below this (FABRIC_SYSCTLS' ip_local_port_range), so an

@@ -8,6 +8,7 @@ show runs in: each family's baseline first, then by how much the network does.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
 
 
@@ -38,7 +39,7 @@ class Mode(StrEnum):
 # multicast or in-network help).
 BASELINES: frozenset[Mode] = frozenset({Mode.UNICAST, Mode.PS})
 
-# The reliable modes: each run says how feedback travels (aidcnet/agent/reliable_node.py); the
+# The reliable modes: each run says how feedback travels (aidcnet/agent/reliable/node.py); the
 # baseline of the reliable ones is reliable-unicast (bench/reliable.py's ratios are against it and
 # against reliable-host-bier-e2e).
 RELIABLE: dict[Mode, str] = {
@@ -51,3 +52,49 @@ RELIABLE: dict[Mode, str] = {
 # The modes whose BitStrings come from memberships learned at run time (docs/igmp.md): their runs carry
 # ``settings.membership`` (latency, wrong and missed deliveries) and their control overhead is counted.
 MEMBERSHIP: frozenset[Mode] = frozenset({Mode.IGMP, Mode.PROXY})
+
+# -- families: every set of modes the project needs is declared here and nowhere else -----------------------
+# The AllReduce modes (allreduce ops): the INA worker, the ring and the parameter server carry them.
+COLLECTIVE: frozenset[Mode] = frozenset({Mode.INA, Mode.RING, Mode.PS})
+# The message modes (multicast and unicast ops): the host agent's replay carries them.
+MESSAGE: frozenset[Mode] = frozenset(Mode) - COLLECTIVE
+# The message modes the scale model counts without runtime state (no feedback, no memberships).
+MODELLED: frozenset[Mode] = frozenset({Mode.UNICAST, Mode.HOST_BIER, Mode.NET_BIER})
+# The modes whose source hosts are BFIRs: they impose BIER themselves and need BFR-ids.
+HOST_BIER: frozenset[Mode] = frozenset({Mode.HOST_BIER, Mode.RELIABLE_HOST_BIER, Mode.RELIABLE_HOST_BIER_E2E})
+# The modes whose sources send plain IP multicast, one group per op, which the leaves carry over BIER.
+IP_MULTICAST: frozenset[Mode] = frozenset({Mode.NET_BIER, Mode.IGMP, Mode.PROXY, Mode.RELIABLE_NET_BIER})
+# The modes whose sources send one copy per receiver, loopback to loopback (ingress replication): the
+# message modes that are neither host-BIER nor IP multicast.
+PER_RECEIVER: frozenset[Mode] = MESSAGE - HOST_BIER - IP_MULTICAST
+
+
+# A closed-loop step (trace version 2, docs/training.md): its messages travel in one of these message modes,
+# its AllReduces in a collective mode, each host starting an op once its inputs are there.
+STEP_MESSAGES: frozenset[Mode] = MODELLED
+STEP_COLLECTIVES: frozenset[Mode] = COLLECTIVE
+
+
+@dataclass(frozen=True)
+class StepModes:
+    """How a closed-loop step travels: its messages in ``messages``, its AllReduces in ``collective``
+    (None: the step has none of that kind). Written ``host-bier+ring``."""
+
+    messages: Mode | None
+    collective: Mode | None = None
+
+    def __post_init__(self) -> None:
+        for mode, family, what in (
+            (self.messages, STEP_MESSAGES, "messages travel"),
+            (self.collective, STEP_COLLECTIVES, "AllReduces run"),
+        ):
+            if mode is not None and mode not in family:
+                raise ValueError(f"a step's {what} in {', '.join(in_order(family))}, not {mode}")
+
+    def __str__(self) -> str:
+        return "+".join(str(m) for m in (self.messages, self.collective) if m is not None)
+
+
+def in_order(modes: frozenset[Mode] | set[Mode]) -> tuple[Mode, ...]:
+    """A family's modes in declaration order (reports', CLIs' and benches' order)."""
+    return tuple(m for m in Mode if m in modes)

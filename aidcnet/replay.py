@@ -1,10 +1,13 @@
 """Replay payloads: the bytes a host agent sends for one trace op, and the receiver's accounting.
 
 Pure logic, no I/O. A message (one trace op as seen by one receiver) of ``size`` bytes is cut into
-fragments whose UDP payloads add up to exactly ``size`` bytes (so link counters can be compared with the
-trace), each at most ``max_datagram`` bytes. Every fragment starts with a fixed 40-byte header; the rest
-is a slice of the message *content*, which is derived from the message id alone, so a receiver can check
-every byte without storing anything. The layout is in ``docs/replay-payload.md``.
+fragments that add up to exactly ``size`` bytes (so link counters can be compared with the trace), each
+at most ``max_datagram`` bytes. Every fragment starts with a fixed 40-byte header; the rest is a slice
+of the message *content*, which is derived from the message id alone, so a receiver can check every
+byte without storing anything. The UDP payload of each datagram is a RoCEv2 Base Transport Header
+(``aidcnet.rocev2``: RC SEND Only, the message's queue pair, PSN = fragment index) followed by the
+fragment, so what leaves on port 4791 is what that port promises. The layout is in
+``docs/replay-payload.md``.
 """
 
 from __future__ import annotations
@@ -15,13 +18,27 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from aidcnet.rocev2 import (
+    BTH_SIZE,
+    BTH_VERSION,
+    DEFAULT_PKEY,
+    PSN_MODULO,
+    RC_SEND_ONLY,
+    Bth,
+    BthError,
+    data_qp,
+)
+
 MAGIC = 0x4152  # "AR": aidclab replay
-VERSION = 1
+# 2: the header follows a RoCEv2 BTH (version 1 was the header alone at the start of the UDP payload).
+VERSION = 2
 # magic, version, flags, message id, fragment index, fragment count, send time (ns), message size, crc32
 HEADER = struct.Struct("!HBBQIIQQI")
 HEADER_SIZE = HEADER.size  # 40
-# 8000 payload + IPv4/UDP (28) + BIER (12 + up to 512 bit-string bytes) + MPLS (4) + outer UDP/IPv4 (28)
-# stays under the labs' 9500-byte MTU for every BSL up to 4096.
+# What every datagram carries before its fragment: the BTH.
+DATAGRAM_OVERHEAD = BTH_SIZE
+# 8000 fragment + BTH (12) + IPv4/UDP (28) + BIER (12 + up to 512 bit-string bytes) + MPLS (4) + outer
+# UDP/IPv4 (28) stays under the labs' 9500-byte MTU for every BSL up to 4096.
 DEFAULT_MAX_DATAGRAM = 8000
 _PATTERN_LEN = 64
 
@@ -47,8 +64,9 @@ class Fragment:
 
 
 def fragment_sizes(size: int, max_datagram: int = DEFAULT_MAX_DATAGRAM) -> list[int]:
-    """UDP payload size of each fragment. Even split rather than full-then-remainder, so no fragment is
-    smaller than the header when ``size`` allows it; a message smaller than the header is one header."""
+    """Size of each fragment (replay header and content; its datagram adds the BTH). Even split rather
+    than full-then-remainder, so no fragment is smaller than the header when ``size`` allows it; a message
+    smaller than the header is one header."""
     if size <= 0:
         raise ValueError(f"message size must be > 0, got {size}")
     # Twice the header guarantees the even split never cuts a fragment below the header.
@@ -85,10 +103,27 @@ def content_crc(msg_id: int, length: int) -> int:
     return zlib.crc32(content_slice(msg_id, 0, length))
 
 
+def datagram_sizes(size: int, max_datagram: int = DEFAULT_MAX_DATAGRAM) -> list[int]:
+    """UDP payload size of each datagram of a message: its fragment after the BTH."""
+    return [DATAGRAM_OVERHEAD + n for n in fragment_sizes(size, max_datagram)]
+
+
+def queue_pair(msg_id: int) -> int:
+    """The destination QP of message ``msg_id``: each message is one flow, sent on a queue pair of its
+    own, numbered from the first data QP and never the multicast QP (0xFFFFFF)."""
+    return data_qp(msg_id)
+
+
+def transport_header(msg_id: int, index: int) -> Bth:
+    """The BTH of fragment ``index`` of message ``msg_id``: every fragment is a whole RC SEND (it carries
+    its own replay header), and the PSN counts the fragments on the message's QP from 0."""
+    return Bth(opcode=RC_SEND_ONLY, dest_qp=queue_pair(msg_id), psn=index % PSN_MODULO)
+
+
 def build_fragments(
     msg_id: int, size: int, send_ns: int, max_datagram: int = DEFAULT_MAX_DATAGRAM
 ) -> list[bytes]:
-    """Every fragment (UDP payload) of one message, in order."""
+    """Every datagram (UDP payload: BTH, then the fragment) of one message, in order."""
     sizes = fragment_sizes(size, max_datagram)
     total = sum(sizes) - HEADER_SIZE * len(sizes)
     content = content_slice(msg_id, 0, total)
@@ -98,22 +133,53 @@ def build_fragments(
     for i, frag in enumerate(sizes):
         n = frag - HEADER_SIZE
         head = HEADER.pack(MAGIC, VERSION, 0, msg_id, i, len(sizes), send_ns, size, crc)
-        out.append(head + content[offset : offset + n])
+        out.append(transport_header(msg_id, i).encode() + head + content[offset : offset + n])
         offset += n
     return out
 
 
 def looks_like_replay(payload: bytes) -> bool:
-    """The payload starts as a replay fragment does (magic and version): what the replay may take of a
-    port it shares (host-BIER deliveries to 4791 also carry ``aidcnet ctl bier send`` payloads)."""
-    return len(payload) >= 3 and (payload[0] << 8 | payload[1]) == MAGIC and payload[2] == VERSION
+    """The payload starts as a replay datagram does (a SEND Only BTH of version 0, then the replay magic
+    and version): what the replay may take of a port it shares (host-BIER deliveries to 4791 also carry
+    ``aidcnet ctl bier send`` payloads)."""
+    at = DATAGRAM_OVERHEAD
+    return (
+        len(payload) >= at + 3
+        and payload[0] == RC_SEND_ONLY
+        and payload[1] & 0x0F == BTH_VERSION
+        and (payload[at] << 8 | payload[at + 1]) == MAGIC
+        and payload[at + 2] == VERSION
+    )
+
+
+def _check_send(bth: Bth) -> None:
+    if bth.opcode != RC_SEND_ONLY:
+        raise PayloadError("bad-opcode", f"BTH opcode 0x{bth.opcode:02x}, not RC SEND Only")
+    if bth.pkey != DEFAULT_PKEY:
+        raise PayloadError("bad-pkey", f"P_Key 0x{bth.pkey:04x}, not 0x{DEFAULT_PKEY:04x}")
+
+
+def _check_queue_pair(bth: Bth, msg_id: int, index: int) -> None:
+    qp, psn = queue_pair(msg_id), index % PSN_MODULO  # transport_header's, without building one
+    if (bth.dest_qp, bth.psn) != (qp, psn):
+        want = f"message {msg_id} fragment {index} is QP {qp} PSN {psn}"
+        raise PayloadError("bad-qp", f"QP {bth.dest_qp} PSN {bth.psn}; {want}")
 
 
 def parse_fragment(payload: bytes, max_datagram: int = DEFAULT_MAX_DATAGRAM) -> Fragment:
-    """Decode one fragment; raises PayloadError (never anything else) for a foreign or broken one."""
-    if len(payload) < HEADER_SIZE:
-        raise PayloadError("short", f"{len(payload)} bytes < {HEADER_SIZE}-byte header")
-    magic, version, _flags, msg_id, index, count, send_ns, size, crc = HEADER.unpack_from(payload)
+    """Decode one datagram (BTH and fragment); raises PayloadError (never anything else) for a foreign or
+    broken one."""
+    if len(payload) < DATAGRAM_OVERHEAD + HEADER_SIZE:
+        raise PayloadError(
+            "short", f"{len(payload)} bytes < {DATAGRAM_OVERHEAD}-byte BTH + {HEADER_SIZE}-byte header"
+        )
+    try:
+        bth = Bth.decode(payload)
+    except BthError as exc:
+        raise PayloadError(exc.reason, str(exc)) from None
+    _check_send(bth)
+    at = DATAGRAM_OVERHEAD
+    magic, version, _flags, msg_id, index, count, send_ns, size, crc = HEADER.unpack_from(payload, at)
     if magic != MAGIC:
         raise PayloadError("bad-magic", f"0x{magic:04x}")
     if version != VERSION:
@@ -123,10 +189,12 @@ def parse_fragment(payload: bytes, max_datagram: int = DEFAULT_MAX_DATAGRAM) -> 
     sizes = fragment_sizes(size, max_datagram)
     if count != len(sizes) or index >= count:
         raise PayloadError("bad-index", f"fragment {index}/{count} of a {size}-byte message")
-    if len(payload) != sizes[index]:
-        raise PayloadError("bad-length", f"fragment {index} is {len(payload)} bytes, expected {sizes[index]}")
+    if len(payload) - at != sizes[index]:
+        got = len(payload) - at
+        raise PayloadError("bad-length", f"fragment {index} is {got} bytes after the BTH, not {sizes[index]}")
+    _check_queue_pair(bth, msg_id, index)
     offset = sum(sizes[:index]) - HEADER_SIZE * index
-    return Fragment(msg_id, index, count, send_ns, size, crc, offset, bytes(payload[HEADER_SIZE:]))
+    return Fragment(msg_id, index, count, send_ns, size, crc, offset, bytes(payload[at + HEADER_SIZE :]))
 
 
 @dataclass

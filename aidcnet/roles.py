@@ -1,8 +1,9 @@
-"""Node roles, named once for the whole project (node side and host side).
+"""The roles the aidcnet agent plays, named once for the whole project (node side and host side).
 
-A role is what a lab node is for: it picks the node's image, its Ansible group and which software the
-agent runs in it. ``orchestrator.lab.roles`` adds what the host needs to start one (image, sysctls,
-health check); this module is only the names, so the agent can import it without the orchestrator.
+A node whose role is one of these runs ``aidcnet agent --role ROLE`` as its main process. The host knows
+every role, these and the others (interop peers, plain linux), with all its facts in
+``orchestrator.lab.roles``, one module per role; this module is only the agent's names, so the agent
+imports it without the orchestrator.
 """
 
 from __future__ import annotations
@@ -14,15 +15,7 @@ class Role(StrEnum):
     BFR = "bfr"
     INA_SWITCH = "ina-switch"
     GPU_HOST = "gpu-host"
-    FRR = "frr"
-    GOBGP = "gobgp"
-    BIRD = "bird"
-    LINUX = "linux"
 
 
-# The roles whose nodes run the aidcnet agent (``aidcnet agent --role ROLE``); the interop peers (FRR, GoBGP,
-# BIRD) and plain linux do not.
-AGENT_ROLES: tuple[Role, ...] = (Role.BFR, Role.INA_SWITCH, Role.GPU_HOST)
-
-# Third-party BGP speakers configured from the plan by their own Ansible role (docs/interop.md).
-PEER_ROLES: tuple[Role, ...] = (Role.FRR, Role.GOBGP, Role.BIRD)
+# The roles whose nodes run the aidcnet agent: every role named here.
+AGENT_ROLES: tuple[Role, ...] = tuple(Role)

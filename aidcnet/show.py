@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from aidcnet.bgp.rib import prefix_key
+
 
 def table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     """Left-aligned columns two spaces apart; ``-`` for a missing value."""
@@ -66,7 +68,7 @@ def format_bgp(reply: dict[str, Any]) -> str:
         out += ["TCP-MD5 drops since the agent started: " + ", ".join(f"{k} {v}" for k, v in md5.items())]
     if routes:
         rows = []
-        for prefix, route in sorted(routes.items()):
+        for prefix, route in sorted(routes.items(), key=lambda kv: prefix_key(kv[0])):
             hops = ", ".join(f"{h['via']} {h['dev']} w{h['weight']}" for h in route.get("nexthops") or [])
             path = " ".join(str(a) for a in route.get("as_path") or []) or "(local)"
             rows.append([prefix, path, hops or "-", route.get("advertised_bw")])

@@ -1,7 +1,7 @@
 """Batched, non-blocking UDP datagram I/O for Linux: recvmmsg(2)/sendmmsg(2) through ctypes.
 
 One system call moves a whole batch, which is what lifts a Python forwarder from ~200k to
-~260k packets/s per core (docs: /work/shared/DESIGN.md §5).  Where libc lacks the calls (not
+~260k packets/s per core (docs/design.md §5).  Where libc lacks the calls (not
 Linux, or a libc without them) or the socket is not IPv4, a plain ``recvmsg``/``sendto``
 loop with the same semantics is used instead, chosen automatically.
 
@@ -19,7 +19,7 @@ Semantics shared by both paths:
   ENOBUFS (only with ``IP_RECVERR``, see :func:`enable_backpressure`) means the shaper's queue
   dropped that datagram, so it and the rest are reported failed, to be sent again.
 
-Back-pressure from a shaped link (DESIGN.md §5): a socket whose SO_SNDBUF is below the shaper's queue
+Back-pressure from a shaped link (docs/design.md §5): a socket whose SO_SNDBUF is below the shaper's queue
 limit cannot overrun it, because a datagram's memory stays charged to the socket until it leaves the
 queue; the send buffer fills (EAGAIN) first, and :func:`send_all` waits for room. Where several
 sockets share a queue, IP_RECVERR turns a queue drop into ENOBUFS instead of a silent loss, and

@@ -16,36 +16,28 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 from pathlib import Path
-
-import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from aidcnet.modes import Mode  # noqa: E402
-from orchestrator.configure.ansible import configure  # noqa: E402
+from aidcnet.modes import COLLECTIVE, Mode, in_order  # noqa: E402
+from bench.harness import bench_lab, bench_parser  # noqa: E402
 from orchestrator.experiment.metrics import link_deltas, link_pairs, node_ingress  # noqa: E402
-from orchestrator.experiment.modes import registered  # noqa: E402
-from orchestrator.experiment.modes.base import Family  # noqa: E402
 from orchestrator.experiment.modes.collective import find_job, run_allreduce  # noqa: E402
 from orchestrator.experiment.session import LabSession  # noqa: E402
-from orchestrator.lab.deploy import deploy, destroy  # noqa: E402
-from orchestrator.lab.runtime.docker import DockerRuntime  # noqa: E402
-from orchestrator.lab.topology import load_topology  # noqa: E402
 
-LAB = "bench-ina"
 MIB = 1 << 20
+# (bytes into the aggregation point, fabric bytes, completion s) of one mode's run
+Row = tuple[int, int, float]
 
 
-def lab_files(tmp: Path) -> Path:
-    doc = yaml.safe_load((ROOT / "labs" / "ina-fig1.clab.yml").read_text())
-    doc["name"] = LAB
-    path = tmp / f"{LAB}.clab.yml"
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    (tmp / f"{LAB}.vars.yml").write_text((ROOT / "labs" / "ina-fig1.vars.yml").read_text())
-    return path
+def parser() -> argparse.ArgumentParser:
+    p = bench_parser(__doc__)
+    p.add_argument("--mib", type=float, default=16.0, help="array size per worker in MiB (default 16)")
+    p.add_argument("--job", type=int, default=1, help="INA job of labs/ina-fig1.vars.yml (default 1)")
+    p.add_argument("--ps-host", default="w5", help="parameter server host (default w5: not in job 1)")
+    return p
 
 
 def ingress(links: list, node: str) -> int:
@@ -53,63 +45,53 @@ def ingress(links: list, node: str) -> int:
     return node_ingress(links, node)[0]
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--mib", type=float, default=16.0, help="array size per worker in MiB (default 16)")
-    parser.add_argument("--job", type=int, default=1, help="INA job of labs/ina-fig1.vars.yml (default 1)")
-    parser.add_argument("--ps-host", default="w5", help="parameter server host (default w5: not in job 1)")
-    parser.add_argument("--keep", action="store_true", help="leave the lab deployed")
-    args = parser.parse_args()
+def one_mode(session: LabSession, job, mode: Mode, args: argparse.Namespace, pairs) -> Row | None:
+    """One AllReduce in ``mode``, its line printed; None (and why, on stderr) when a worker's result is
+    wrong."""
     elements = int(args.mib * MIB) // 4
-    runtime = DockerRuntime()
-    with tempfile.TemporaryDirectory(prefix="bench-ina-") as tmp:
-        topo = load_topology(lab_files(Path(tmp)))
-        import os
+    before = session.interface_snapshot()
+    run = run_allreduce(session, args.job, mode, elements, seed=42, ps_host=args.ps_host)
+    after = session.interface_snapshot()
+    links = link_deltas(before, after, pairs)
+    if not run.ok:
+        print(f"bench allreduce: {mode}: wrong result on {run.wrong}", file=sys.stderr)
+        return None
+    point = {Mode.INA: job.root, Mode.PS: args.ps_host}.get(mode)
+    into = ingress(links, point) if point else max(ingress(links, w) for w in job.workers)
+    fabric = sum(lc.a_to_b_bytes + lc.b_to_a_bytes for lc in links)
+    print(
+        f"allreduce {mode:4s} {args.mib:g} MiB x {len(job.workers)} workers: {run.verdict}, "
+        f"bytes into {point or 'busiest worker'} {into / MIB:.2f} MiB, "
+        f"fabric {fabric / MIB:.2f} MiB, "
+        f"completion {run.seconds:.3f} s (wall, at the lab's scale), retransmits {run.retransmits}"
+    )
+    return into, fabric, run.seconds
 
-        old = os.getcwd()
-        os.chdir(tmp)
-        try:
-            deploy(topo, runtime)
-            if not configure(topo).ok:
-                print("bench allreduce: configure failed", file=sys.stderr)
+
+def ratios(rows: dict[Mode, Row], job, ps_host: str) -> None:
+    ina, ring, ps = rows[Mode.INA], rows[Mode.RING], rows[Mode.PS]
+    fan_in = len([n for n, v in job.vat.items() if v.parent == job.root])
+    print(
+        f"ratio bytes into root (INA {job.root}) / into PS ({ps_host}): {ina[0] / ps[0]:.3f} "
+        f"(1/fan-in of the root = {1 / fan_in:.3f})"
+    )
+    print(f"ratio fabric bytes ring/INA: {ring[1] / ina[1]:.2f}, PS/INA: {ps[1] / ina[1]:.2f}")
+    print(f"ratio completion time ring/INA: {ring[2] / ina[2]:.2f}, PS/INA: {ps[2] / ina[2]:.2f}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    with bench_lab("ina-fig1", f"{args.name_prefix}allreduce") as lab:
+        session = LabSession.open(lab.topo, lab.runtime)
+        job = find_job(session.plan, args.job)
+        pairs = link_pairs(lab.topo)
+        rows = {}
+        for mode in in_order(COLLECTIVE):
+            row = one_mode(session, job, mode, args, pairs)
+            if row is None:
                 return 1
-            session = LabSession.open(topo, runtime)
-            job = find_job(session.plan, args.job)
-            pairs = link_pairs(topo)
-            rows = {}
-            collectives = [m for m, cls in registered().items() if cls.family is Family.COLLECTIVE]
-            for mode in collectives:
-                before = session.interface_snapshot()
-                run = run_allreduce(session, args.job, mode, elements, seed=42, ps_host=args.ps_host)
-                after = session.interface_snapshot()
-                links = link_deltas(before, after, pairs)
-                if not run.ok:
-                    print(f"bench allreduce: {mode}: wrong result on {run.wrong}", file=sys.stderr)
-                    return 1
-                point = {Mode.INA: job.root, Mode.PS: args.ps_host}.get(mode)
-                into = ingress(links, point) if point else max(ingress(links, w) for w in job.workers)
-                fabric = sum(lc.a_to_b_bytes + lc.b_to_a_bytes for lc in links)
-                rows[mode] = (into, fabric, run.seconds, run.retransmits, point or "max worker")
-                print(
-                    f"allreduce {mode:4s} {args.mib:g} MiB x {len(job.workers)} workers: {run.verdict}, "
-                    f"bytes into {point or 'busiest worker'} {into / MIB:.2f} MiB, "
-                    f"fabric {fabric / MIB:.2f} MiB, "
-                    f"completion {run.seconds:.3f} s, retransmits {run.retransmits}"
-                )
-            ina, ring, ps = rows[Mode.INA], rows[Mode.RING], rows[Mode.PS]
-            fan_in = len([n for n, v in job.vat.items() if v.parent == job.root])
-            print(
-                f"ratio bytes into root (INA {job.root}) / into PS ({args.ps_host}): {ina[0] / ps[0]:.3f} "
-                f"(1/fan-in of the root = {1 / fan_in:.3f})"
-            )
-            print(f"ratio fabric bytes ring/INA: {ring[1] / ina[1]:.2f}, PS/INA: {ps[1] / ina[1]:.2f}")
-            print(f"ratio completion time ring/INA: {ring[2] / ina[2]:.2f}, PS/INA: {ps[2] / ina[2]:.2f}")
-        finally:
-            if not args.keep:
-                destroy(LAB, runtime, cleanup=True, quiet=True)
-            os.chdir(old)
+            rows[mode] = row
+        ratios(rows, job, args.ps_host)
     return 0
 
 

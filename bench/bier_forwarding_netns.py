@@ -52,9 +52,9 @@ from types import SimpleNamespace
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from aidcnet.agent.bier_dataplane import BierDataplane  # noqa: E402
-from aidcnet.agent.bier_ebpf import EbpfBier, EbpfNetBier, run_cmd  # noqa: E402
-from aidcnet.agent.net_bier import NetBierEdge  # noqa: E402
+from aidcnet.agent.bier.dataplane import BierDataplane  # noqa: E402
+from aidcnet.agent.bier.ebpf import EbpfBier, EbpfNetBier, run_cmd  # noqa: E402
+from aidcnet.agent.bier.net_bier import NetBierEdge  # noqa: E402
 from aidcnet.bier.bift import SELF, build_bifts  # noqa: E402
 from aidcnet.ebpf import build  # noqa: E402
 from tests.dataplane.netlab import PREFIX, in_netns, sh  # noqa: E402
@@ -419,14 +419,12 @@ def imposition(dp: BierDataplane, obj: Path, args: argparse.Namespace, cpus, dcp
     return out
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--seconds", type=float, default=4.0)
-    parser.add_argument("--sizes", default="64,1000")
-    parser.add_argument("--senders", type=int, default=2)
-    parser.add_argument(
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--seconds", type=float, default=4.0)
+    p.add_argument("--sizes", default="64,1000")
+    p.add_argument("--senders", type=int, default=2)
+    p.add_argument(
         "--clones",
         type=int,
         default=15,
@@ -434,124 +432,122 @@ def main() -> int:
         "(a tc program's bpf_clone_redirect on its veth), so the offered load exceeds the DUT's 1->1 "
         "capacity; 0: the senders' packets only",
     )
-    parser.add_argument("--rounds", type=int, default=3, help="repeat every line, interleaved; print medians")
+    p.add_argument("--rounds", type=int, default=3, help="repeat every line, interleaved; print medians")
     ncpu = os.cpu_count() or 1
-    parser.add_argument(
+    p.add_argument(
         "--dut-cpu",
         type=int,
         default=ncpu - 1 if ncpu > 1 else -1,
         help="CPU for the DUT's receive path (RPS); the senders get the others. -1: no steering, "
         "the DUT's work then runs in the senders' own softirqs and nothing is ever dropped",
     )
-    parser.add_argument("--no-python", action="store_true", help="skip the Python BFR lines")
-    parser.add_argument(
+    p.add_argument("--no-python", action="store_true", help="skip the Python BFR lines")
+    p.add_argument(
         "--compare-ref",
         metavar="REF",
         help="also run the tc program as of git REF (same maps, same agent), interleaved: before/after",
     )
-    parser.add_argument(
+    p.add_argument(
         "--imposition",
         action="store_true",
         help="also network-BIER imposition 1->8 at the DUT as a leaf: eBPF (bier_impose) and the Python "
         "edge, next to ipmr on the same multicast packets",
     )
-    args = parser.parse_args()
+    return p
+
+
+def dut_dataplane() -> BierDataplane:
+    """The DUT's BFR (BFR-id 9): one bit per sink; the source is a BFR neighbour too (no bit is routed to
+    it), as BIER senders are in a fabric: its packets are counted under its name, through the program's
+    per-interface shortcut."""
+    names = [f"s{i}" for i in range(1, SINKS + 1)]
+    birt = {9: SELF, **{i: [f"s{i}"] for i in range(1, SINKS + 1)}}
+    labels = {n: {(0, BSL, 0): 900 + i} for i, n in enumerate(names)}
+    bifts = build_bifts(birt, BSL, labels)
+    nbrs = {f"s{i}": (f"10.78.{i}.2", f"{PREFIX}bl{i}") for i in range(1, SINKS + 1)}
+    nbrs["src"] = ("10.78.0.2", f"{PREFIX}bl0")
+    with in_netns(DUT):
+        return BierDataplane(9, BSL, 0, bifts, nbrs, {(0, BSL, 0): LABEL})
+
+
+def one_round(size: int, dp: BierDataplane, progs: dict[str, Path], args, cpus, dcpu: int, res) -> None:
+    """One round of every line at ``size``, appended to ``res``: the kernel anchors, each eBPF program
+    (``progs``: tag -> object) and, unless --no-python, the Python dataplane."""
+    sec, n = args.seconds, args.senders
+    bier = ["bier", "10.78.0.1", str(size), str(sec), str(LABEL), str(BSL), "10", "10.78.0.2"]
+    res.setdefault("k1", []).append(run(["udp", "10.78.1.2", "9", str(size), str(sec)], sec, n, cpus, dcpu))
+    res.setdefault("k8", []).append(run(["mcast", GROUP, "9", str(size), str(sec)], sec, n, cpus, dcpu))
+    for tag, prog in progs.items():
+        fast = EbpfBier(dp, prog, [f"10.78.{i}.1" for i in range(SINKS + 1)], pin_dir=PIN,
+                        run=run_cmd(["nsenter", f"--net=/run/netns/{DUT}"]),
+                        interfaces=[f"{PREFIX}bl{i}" for i in range(SINKS + 1)])  # fmt: skip
+        with in_netns(DUT):
+            fast.start()
+        try:
+            res.setdefault(f"{tag}1", []).append(run([*bier, "1"], sec, n, cpus, dcpu, True))
+            res.setdefault(f"{tag}8", []).append(run([*bier, "ff"], sec, n, cpus, dcpu, True))
+        finally:
+            fast.stop()
+    if not args.no_python:
+        dp.start()
+        try:
+            res.setdefault("p1", []).append(run([*bier, "1"], sec, n, cpus, dcpu))
+            res.setdefault("p8", []).append(run([*bier, "ff"], sec, n, cpus, dcpu))
+        finally:
+            dp.stop()
+
+
+def size_lines(size: int, res: dict[str, list[Result]], args: argparse.Namespace) -> list[str]:
+    lines = [
+        line(f"{size} B kernel IPv4 forward 1->1", res["k1"], 1, None),
+        line(f"{size} B kernel ipmr 1->8", res["k8"], 8, None),
+        line(f"{size} B eBPF BFR 1->1", res["e1"], 1, res["k1"], " x kernel IPv4 (target >= 0.9)"),
+        line(f"{size} B eBPF BFR 1->8", res["e8"], 8, res["k8"], " x kernel ipmr (target >= 0.9)"),
+    ]
+    if args.compare_ref:
+        ref = args.compare_ref
+        lines += [
+            line(f"{size} B eBPF BFR @{ref} 1->1", res["o1"], 1, res["k1"], " x kernel IPv4"),
+            line(f"{size} B eBPF BFR @{ref} 1->8", res["o8"], 8, res["k8"], " x kernel ipmr"),
+        ]
+    if not args.no_python:
+        lines += [
+            line(f"{size} B Python BFR 1->1", res["p1"], 1, res["k1"], " x kernel IPv4", softirq=False),
+            line(f"{size} B Python BFR 1->8", res["p8"], 8, res["k8"], " x kernel ipmr", softirq=False),
+        ]
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    ncpu = os.cpu_count() or 1
     cpus = [c for c in range(ncpu) if c != args.dut_cpu] if args.dut_cpu >= 0 else None
     dcpu = args.dut_cpu
     with tempfile.TemporaryDirectory() as tmp:
-        obj = build(Path(tmp))["bier"]
-        old = build_ref(args.compare_ref, Path(tmp)) if args.compare_ref else None
+        progs = {"e": build(Path(tmp))["bier"]}
+        if args.compare_ref:
+            progs["o"] = build_ref(args.compare_ref, Path(tmp))
         setup(build_drop(Path(tmp)), build_fanout(Path(tmp), args.clones) if args.clones else None)
         mr = None
         try:
             mr = mroute()
             if dcpu >= 0:
                 steer_dut(dcpu)
-            names = [f"s{i}" for i in range(1, SINKS + 1)]
-            birt = {9: SELF, **{i: [f"s{i}"] for i in range(1, SINKS + 1)}}
-            labels = {n: {(0, BSL, 0): 900 + i} for i, n in enumerate(names)}
-            bifts = build_bifts(birt, BSL, labels)
-            nbrs = {f"s{i}": (f"10.78.{i}.2", f"{PREFIX}bl{i}") for i in range(1, SINKS + 1)}
-            # the source is a BFR neighbour too (no bit is routed to it), as BIER senders are in a fabric:
-            # its packets are counted under its name, through the program's per-interface shortcut
-            nbrs["src"] = ("10.78.0.2", f"{PREFIX}bl0")
-            with in_netns(DUT):
-                dp = BierDataplane(9, BSL, 0, bifts, nbrs, {(0, BSL, 0): LABEL})
+            dp = dut_dataplane()
             split = f"DUT on CPU {dcpu}, senders on {cpus}" if cpus else "no CPU split"
             lines = [f"bench bier_forwarding (netns): src -> dut -> {SINKS} sinks, {args.senders} senders, "
                      f"{args.seconds:.0f} s runs, BSL {BSL}, {split}, "
                      f"source load x{args.clones + 1} (tc clones), "
                      f"median of {args.rounds}"]  # fmt: skip
-            sec, n = args.seconds, args.senders
             for size in (int(s) for s in args.sizes.split(",")):
-                bier = ["bier", "10.78.0.1", str(size), str(sec), str(LABEL), str(BSL), "10", "10.78.0.2"]
                 res: dict[str, list[Result]] = {}
                 for _ in range(args.rounds):
-                    res.setdefault("k1", []).append(
-                        run(["udp", "10.78.1.2", "9", str(size), str(sec)], sec, n, cpus, dcpu)
-                    )
-                    res.setdefault("k8", []).append(
-                        run(["mcast", GROUP, "9", str(size), str(sec)], sec, n, cpus, dcpu)
-                    )
-                    for tag, prog in (("e", obj), ("o", old)):
-                        if prog is None:
-                            continue
-                        fast = EbpfBier(dp, prog, [f"10.78.{i}.1" for i in range(SINKS + 1)], pin_dir=PIN,
-                                        run=run_cmd(["nsenter", f"--net=/run/netns/{DUT}"]),
-                                        interfaces=[f"{PREFIX}bl{i}" for i in range(SINKS + 1)])  # fmt: skip
-                        with in_netns(DUT):
-                            fast.start()
-                        try:
-                            res.setdefault(f"{tag}1", []).append(run([*bier, "1"], sec, n, cpus, dcpu, True))
-                            res.setdefault(f"{tag}8", []).append(run([*bier, "ff"], sec, n, cpus, dcpu, True))
-                        finally:
-                            fast.stop()
-                    if not args.no_python:
-                        dp.start()
-                        try:
-                            res.setdefault("p1", []).append(run([*bier, "1"], sec, n, cpus, dcpu))
-                            res.setdefault("p8", []).append(run([*bier, "ff"], sec, n, cpus, dcpu))
-                        finally:
-                            dp.stop()
-                lines += [
-                    line(f"{size} B kernel IPv4 forward 1->1", res["k1"], 1, None),
-                    line(f"{size} B kernel ipmr 1->8", res["k8"], 8, None),
-                    line(
-                        f"{size} B eBPF BFR 1->1", res["e1"], 1, res["k1"], " x kernel IPv4 (target >= 0.9)"
-                    ),
-                    line(
-                        f"{size} B eBPF BFR 1->8", res["e8"], 8, res["k8"], " x kernel ipmr (target >= 0.9)"
-                    ),
-                ]
-                if old is not None:
-                    ref = args.compare_ref
-                    lines += [
-                        line(f"{size} B eBPF BFR @{ref} 1->1", res["o1"], 1, res["k1"], " x kernel IPv4"),
-                        line(f"{size} B eBPF BFR @{ref} 1->8", res["o8"], 8, res["k8"], " x kernel ipmr"),
-                    ]
-                if not args.no_python:
-                    lines += [
-                        line(
-                            f"{size} B Python BFR 1->1",
-                            res["p1"],
-                            1,
-                            res["k1"],
-                            " x kernel IPv4",
-                            softirq=False,
-                        ),
-                        line(
-                            f"{size} B Python BFR 1->8",
-                            res["p8"],
-                            8,
-                            res["k8"],
-                            " x kernel ipmr",
-                            softirq=False,
-                        ),
-                    ]
+                    one_round(size, dp, progs, args, cpus, dcpu, res)
+                lines += size_lines(size, res, args)
             if args.imposition:
                 mr.close()
                 mr = None
-                lines += imposition(dp, obj, args, cpus, dcpu)
+                lines += imposition(dp, progs["e"], args, cpus, dcpu)
             dp.close()
         finally:
             if mr is not None:

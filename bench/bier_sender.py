@@ -1,4 +1,4 @@
-"""Traffic source for bench/bier_forwarding.py, run inside the source node's netns
+"""Traffic source for bench/bier_forwarding_netns.py, run inside the source's netns
 (`ip netns exec NS python bench/bier_sender.py ...`). Sends one prebuilt datagram as fast as batched
 sendmmsg allows for SECONDS and prints how many it sent.
 
@@ -9,6 +9,7 @@ sendmmsg allows for SECONDS and prints how many it sent.
 
 from __future__ import annotations
 
+import argparse
 import socket
 import sys
 import time
@@ -36,26 +37,45 @@ def blast(sock: socket.socket, datagram: bytes, dest: tuple[str, int], seconds: 
     return sent
 
 
-def main(argv: list[str]) -> int:
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    kinds = p.add_subparsers(dest="kind", required=True)
+    for kind in ("udp", "mcast"):
+        k = kinds.add_parser(kind)
+        k.add_argument("dst")
+        k.add_argument("port", type=int)
+        k.add_argument("size", type=int)
+        k.add_argument("seconds", type=float)
+    k = kinds.add_parser("bier")
+    k.add_argument("dst")
+    k.add_argument("size", type=int)
+    k.add_argument("seconds", type=float)
+    k.add_argument("label", type=int)
+    k.add_argument("bsl", type=int)
+    k.add_argument("bfir", type=int)
+    k.add_argument("src")
+    k.add_argument("bits", type=lambda v: int(v, 16), help="BitString in hex")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sock.setblocking(False)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
-    if argv[0] == "mcast":
+    if args.kind == "mcast":
         sock.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, 16)
-        dst, port, size, seconds = argv[1], int(argv[2]), int(argv[3]), float(argv[4])
-        sent = blast(sock, b"x" * size, (dst, port), seconds)
-    elif argv[0] == "udp":
-        dst, port, size, seconds = argv[1], int(argv[2]), int(argv[3]), float(argv[4])
-        sent = blast(sock, b"x" * size, (dst, port), seconds)
+    if args.kind in ("udp", "mcast"):
+        sent = blast(sock, b"x" * args.size, (args.dst, args.port), args.seconds)
     else:
-        dst, size, seconds = argv[1], int(argv[2]), float(argv[3])
-        label, bsl, bfir, src, bits = int(argv[4]), int(argv[5]), int(argv[6]), argv[7], int(argv[8], 16)
-        inner = build_udp(src, "232.1.0.1", 49152, ROCEV2_PORT, b"x" * size)
-        header = BierHeader(bift_id=label, bitstring=bits, bsl=bsl, ttl=64, bfir_id=bfir, proto=4)
-        sent = blast(sock, header.encode() + inner, (dst, MPLS_IN_UDP_PORT), seconds)
+        inner = build_udp(args.src, "232.1.0.1", 49152, ROCEV2_PORT, b"x" * args.size)
+        header = BierHeader(
+            bift_id=args.label, bitstring=args.bits, bsl=args.bsl, ttl=64, bfir_id=args.bfir, proto=4
+        )
+        sent = blast(sock, header.encode() + inner, (args.dst, MPLS_IN_UDP_PORT), args.seconds)
     print(sent)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main())

@@ -14,9 +14,7 @@ containers.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -24,6 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.harness import bench_lab, bench_parser, shipped  # noqa: E402
 from orchestrator.lab.deploy import PARALLEL, deploy, destroy  # noqa: E402
 from orchestrator.lab.runtime.docker import DockerRuntime  # noqa: E402
 from orchestrator.lab.topology import load_topology  # noqa: E402
@@ -60,32 +59,44 @@ def floor(runtime: DockerRuntime, images: list[str], network_disabled: bool = Fa
     return elapsed
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--lab", default="superpod")
-    parser.add_argument("--rounds", type=int, default=2, help="repeat and keep the best of each (noise)")
-    args = parser.parse_args()
+def measure(runtime: DockerRuntime, args: argparse.Namespace, images: list[str]) -> dict[str, list[float]]:
+    """Per round, the two floors and the seconds to deploy a copy of the lab (ready: every agent healthy,
+    links up) and to destroy it. The copy lives in the benches' one lifecycle (its first deploy and last
+    destroy are not timed: they include copying and loading the topology, which ``deploy`` does not), and
+    each round destroys and deploys it again under the clock, with no lab up while the floors run."""
+    times: dict[str, list[float]] = {"floor": [], "quiet": [], "deploy": [], "destroy": []}
+    with bench_lab(args.lab, f"{args.name_prefix}deploy-{args.lab}", configure=False) as lab:
+        for _ in range(args.rounds):
+            t0 = time.monotonic()
+            destroy(lab.name, runtime, cleanup=True, quiet=True)
+            times["destroy"].append(time.monotonic() - t0)
+            times["floor"].append(floor(runtime, images))
+            times["quiet"].append(floor(runtime, images, network_disabled=True))
+            # Loaded afresh: a deploy settles the topology's management subnet, which another lab may
+            # have taken since; the file's own (none) lets this deploy choose a free one.
+            topo = load_topology(lab.topo.path)
+            t0 = time.monotonic()
+            deploy(topo, runtime)
+            times["deploy"].append(time.monotonic() - t0)
+    return times
+
+
+def parser() -> argparse.ArgumentParser:
+    p = bench_parser(__doc__)
+    p.add_argument("--lab", default="superpod")
+    p.add_argument("--rounds", type=int, default=2, help="repeat and keep the best of each (noise)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     runtime = DockerRuntime()
     for c in runtime.api.containers(all=True, filters={"label": FLOOR_LABEL}):
         runtime.api.remove_container(c["Id"], force=True)
-    topo = load_topology(ROOT / "labs" / f"{args.lab}.clab.yml")
+    topo = load_topology(shipped(args.lab))
     images = [n.image for n in topo.nodes.values()]
-    destroy(topo.name, runtime, quiet=True)
-    floors, quiet_floors, deploys, destroys = [], [], [], []
-    with tempfile.TemporaryDirectory() as tmp:
-        os.chdir(tmp)
-        for _ in range(args.rounds):
-            floors.append(floor(runtime, images))
-            quiet_floors.append(floor(runtime, images, network_disabled=True))
-            t0 = time.monotonic()
-            deploy(topo, runtime)
-            deploys.append(time.monotonic() - t0)
-            t0 = time.monotonic()
-            destroy(topo.name, runtime, cleanup=True, quiet=True)
-            destroys.append(time.monotonic() - t0)
-    f, q, d, x = min(floors), min(quiet_floors), min(deploys), min(destroys)
+    times = measure(runtime, args, images)
+    f, q, d, x = (min(times[k]) for k in ("floor", "quiet", "deploy", "destroy"))
     print(f"bench deploy {args.lab}: {len(topo.nodes)} nodes, {len(topo.links)} links, best of {args.rounds}")
     print(f"  floor (bare parallel docker run x{len(images)}): {f:.2f} s")
     print(f"  aidclab deploy (ready = every agent healthy, links up): {d:.2f} s")

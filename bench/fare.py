@@ -20,26 +20,29 @@ and per packet (the sender sprays by smooth weighted round-robin); shares are th
 from __future__ import annotations
 
 import argparse
+import contextlib
 import queue
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-
-import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from orchestrator.configure.ansible import configure  # noqa: E402
-from orchestrator.lab.deploy import deploy, destroy  # noqa: E402
+from aidclab.pytest import Lab  # noqa: E402
+from bench.harness import bench_lab, bench_parser  # noqa: E402
 from orchestrator.lab.runtime.docker import DockerRuntime  # noqa: E402
-from orchestrator.lab.topology import load_topology  # noqa: E402
 
 PLANES = ("eth1", "eth2", "eth3", "eth4")
+EQUAL = dict.fromkeys(PLANES, 1)
+# G1's weights to G2 once one sub-link of G2's plane-2 Y-cable is down (remote-half)
+HALF = {"eth1": 2, "eth2": 1, "eth3": 2, "eth4": 2}
+# (event, node and port that fail, node whose carrier change is the baseline, its port)
+DOWN_EVENTS = (("local-down", "L3", "eth1", "G1", "eth3"), ("remote-down", "G2", "eth3", "L3", "eth2"))
 LINKWATCH_SETTLE_S = 1.5
 LAB_VARS = {"bandwidth": {"host": "800G", "host_sublinks": 2}, "planes": 4, "bgp": {"enabled": True}}
 
@@ -146,107 +149,130 @@ def event_since(agent, since: float, timeout: float = 10.0) -> float:
     raise RuntimeError("remote-half: L2's agent logged no bandwidth event")
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--gpus", type=int, default=4, help="GPUs kept of the 64 (all four planes stay)")
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--flows", type=int, default=8000, help="per-flow QPs for the share measurement")
-    parser.add_argument("--packets", type=int, default=7000, help="per-packet packets for the share")
-    args = parser.parse_args()
-    runtime = DockerRuntime()
-    name = "b-fare"
-    tmp = Path(tempfile.mkdtemp(prefix="aidclab-bench-fare-"))
-    doc = yaml.safe_load((ROOT / "labs" / "superpod.clab.yml").read_text())
-    doc["name"] = name
-    keep = {f"L{p}" for p in range(1, 5)} | {f"G{g}" for g in range(1, args.gpus + 1)}
-    doc["topology"]["nodes"] = {n: v for n, v in doc["topology"]["nodes"].items() if n in keep}
-    doc["topology"]["links"] = [
-        link for link in doc["topology"]["links"] if all(ep.split(":")[0] in keep for ep in link["endpoints"])
-    ]
-    (tmp / f"{name}.clab.yml").write_text(yaml.safe_dump(doc, sort_keys=False))
-    (tmp / f"{name}.vars.yml").write_text(yaml.safe_dump(LAB_VARS))
-    import os
+def parser() -> argparse.ArgumentParser:
+    p = bench_parser(__doc__)
+    p.add_argument("--gpus", type=int, default=4, help="GPUs kept of the 64 (all four planes stay)")
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--flows", type=int, default=8000, help="per-flow QPs for the share measurement")
+    p.add_argument("--packets", type=int, default=7000, help="per-packet packets for the share")
+    return p
 
-    os.chdir(tmp)
-    topo = load_topology(tmp / f"{name}.clab.yml")
-    c = topo.container_name
-    monitors: list[Monitor] = []
+
+def keep_gpus(gpus: int) -> Callable[[dict], None]:
+    """The SuperPoD's topology cut to its four leaves and the first ``gpus`` GPUs."""
+    keep = {f"L{p}" for p in range(1, 5)} | {f"G{g}" for g in range(1, gpus + 1)}
+
+    def edit(doc: dict) -> None:
+        doc["topology"]["nodes"] = {n: v for n, v in doc["topology"]["nodes"].items() if n in keep}
+        doc["topology"]["links"] = [
+            link
+            for link in doc["topology"]["links"]
+            if all(ep.split(":")[0] in keep for ep in link["endpoints"])
+        ]
+
+    return edit
+
+
+@contextlib.contextmanager
+def monitors(lab: Lab) -> Iterator[tuple[Monitor, dict[str, Monitor]]]:
+    """G1's route monitor, and the link monitors of the nodes whose carrier is the baseline."""
+    c = lab.topo.container_name
+    opened = [Monitor(c("G1"), "route")]
     try:
-        deploy(topo, runtime)
-        if not configure(topo).ok:
-            raise RuntimeError("configure failed")
-        g2 = runtime.agent(c("G2")).config()["loopback"].split("/")[0]
-        equal = dict.fromkeys(PLANES, 1)
-        wait_weights(runtime, c("G1"), g2, equal)
-        routes_g1 = Monitor(c("G1"), "route")
-        links = {n: Monitor(c(n), "link") for n in ("G1", "L3")}
-        monitors = [routes_g1, *links.values()]
-
-        results: dict[str, tuple[list[float], list[float]]] = {}
-        # (event, node and port that fail, node whose carrier change is the baseline, its port)
-        events = (("local-down", "L3", "eth1", "G1", "eth3"), ("remote-down", "G2", "eth3", "L3", "eth2"))
-        for event, netns_node, dev, floor_node, floor_dev in events:
-            conv, floor = [], []
-            for _ in range(args.rounds):
-                routes_g1.drain()
-                links[floor_node].drain()
-                t0 = ip_link(c(netns_node), dev, "down")
-                t_link = links[floor_node].wait_for(f" {floor_dev}@", t0)
-                t_route = routes_g1.wait_for(f"{g2} ", t0)
-                if t_link is None or t_route is None:
-                    raise RuntimeError(f"{event}: no {'link' if t_link is None else 'route'} change seen")
-                conv.append(1000 * (t_route - t0))
-                floor.append(1000 * (t_link - t0))
-                wait_weights(runtime, c("G1"), g2, {"eth1": 1, "eth2": 1, "eth4": 1})
-                ip_link(c(netns_node), dev, "up")
-                wait_weights(runtime, c("G1"), g2, equal)
-                # The kernel's linkwatch delays a carrier change by up to 1 s after a recent one on the same
-                # device; settling keeps every round measuring the first-event case.
-                time.sleep(LINKWATCH_SETTLE_S)
-            results[event] = (conv, floor)
-
-        half = []
-        for _ in range(args.rounds):
-            routes_g1.drain()
-            l2 = runtime.agent(c("L2"))
-            since = time.time()
-            l2.bgp_link("eth2", "400G")
-            t_event = event_since(l2, since)
-            t_route = routes_g1.wait_for(f"{g2} ", t_event)
-            if t_route is None:
-                raise RuntimeError("remote-half: no route change seen on G1")
-            half.append(1000 * (t_route - t_event))
-            wait_weights(runtime, c("G1"), g2, {"eth1": 2, "eth2": 1, "eth3": 2, "eth4": 2})
-            if len(half) < args.rounds:
-                l2.bgp_link("eth2", "800G")
-                wait_weights(runtime, c("G1"), g2, equal)
-
-        for event, (conv, floor) in results.items():
-            ratio = statistics.median(conv) / statistics.median(floor)
-            print(
-                f"fare convergence {event}: link event -> G1 kernel route {stats(conv)}; "
-                f"baseline (carrier seen by the link's node) {stats(floor)}; ratio {ratio:.1f}x"
-            )
-        print(
-            "fare convergence remote-half: L2 agent event -> G1 kernel route re-weighted 2:1:2:2 "
-            f"{stats(half)}"
-        )
-        want = {"eth1": 2, "eth2": 1, "eth3": 2, "eth4": 2}
-        g1 = runtime.agent(c("G1"), timeout=120.0)
-        flow = g1.fare_send(g2, mode="per-flow", flows=args.flows)
-        print(
-            share_line(
-                f"per-flow ({args.flows} QPs, kernel hash on the UDP source port)", flow["tx_packets"], want
-            )
-        )
-        packet = g1.fare_send(g2, mode="per-packet", packets=args.packets)
-        print(share_line(f"per-packet ({args.packets} packets, sender spraying)", packet["tx_packets"], want))
+        links = {}
+        for n in ("G1", "L3"):
+            links[n] = Monitor(c(n), "link")
+            opened.append(links[n])
+        yield opened[0], links
     finally:
-        for m in monitors:
+        for m in opened:
             m.close()
-        destroy(name, runtime, cleanup=True, quiet=True)
+
+
+def down_events(lab: Lab, g2: str, routes_g1: Monitor, links: dict[str, Monitor], rounds: int):
+    """Per down event, the convergence and baseline times (ms) of each round."""
+    runtime, c = lab.runtime, lab.topo.container_name
+    results: dict[str, tuple[list[float], list[float]]] = {}
+    for event, netns_node, dev, floor_node, floor_dev in DOWN_EVENTS:
+        conv, floor = [], []
+        for _ in range(rounds):
+            routes_g1.drain()
+            links[floor_node].drain()
+            t0 = ip_link(c(netns_node), dev, "down")
+            t_link = links[floor_node].wait_for(f" {floor_dev}@", t0)
+            t_route = routes_g1.wait_for(f"{g2} ", t0)
+            if t_link is None or t_route is None:
+                raise RuntimeError(f"{event}: no {'link' if t_link is None else 'route'} change seen")
+            conv.append(1000 * (t_route - t0))
+            floor.append(1000 * (t_link - t0))
+            wait_weights(runtime, c("G1"), g2, {"eth1": 1, "eth2": 1, "eth4": 1})
+            ip_link(c(netns_node), dev, "up")
+            wait_weights(runtime, c("G1"), g2, EQUAL)
+            # The kernel's linkwatch delays a carrier change by up to 1 s after a recent one on the same
+            # device; settling keeps every round measuring the first-event case.
+            time.sleep(LINKWATCH_SETTLE_S)
+        results[event] = (conv, floor)
+    return results
+
+
+def half_event(lab: Lab, g2: str, routes_g1: Monitor, rounds: int) -> list[float]:
+    """remote-half's times (ms) from L2's agent event to G1's kernel route, per round."""
+    runtime, c = lab.runtime, lab.topo.container_name
+    half = []
+    for _ in range(rounds):
+        routes_g1.drain()
+        l2 = runtime.agent(c("L2"))
+        since = time.time()
+        l2.bgp_link("eth2", "400G")
+        t_event = event_since(l2, since)
+        t_route = routes_g1.wait_for(f"{g2} ", t_event)
+        if t_route is None:
+            raise RuntimeError("remote-half: no route change seen on G1")
+        half.append(1000 * (t_route - t_event))
+        wait_weights(runtime, c("G1"), g2, HALF)
+        if len(half) < rounds:
+            l2.bgp_link("eth2", "800G")
+            wait_weights(runtime, c("G1"), g2, EQUAL)
+    return half
+
+
+def convergence_lines(results: dict[str, tuple[list[float], list[float]]], half: list[float]) -> None:
+    for event, (conv, floor) in results.items():
+        ratio = statistics.median(conv) / statistics.median(floor)
+        print(
+            f"fare convergence {event}: link event -> G1 kernel route {stats(conv)}; "
+            f"baseline (carrier seen by the link's node) {stats(floor)}; ratio {ratio:.1f}x"
+        )
+    print(
+        f"fare convergence remote-half: L2 agent event -> G1 kernel route re-weighted 2:1:2:2 {stats(half)}"
+    )
+
+
+def share_lines(lab: Lab, g2: str, args: argparse.Namespace) -> None:
+    """G1 sends to G2 per flow and per packet under HALF's weights; each line the shares against them."""
+    g1 = lab.runtime.agent(lab.topo.container_name("G1"), timeout=120.0)
+    flow = g1.fare_send(g2, mode="per-flow", flows=args.flows)
+    print(
+        share_line(
+            f"per-flow ({args.flows} QPs, kernel hash on the UDP source port)", flow["tx_packets"], HALF
+        )
+    )
+    packet = g1.fare_send(g2, mode="per-packet", packets=args.packets)
+    print(share_line(f"per-packet ({args.packets} packets, sender spraying)", packet["tx_packets"], HALF))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    name = f"{args.name_prefix}fare"
+    with bench_lab("superpod", name, vars=LAB_VARS, edit=keep_gpus(args.gpus)) as lab:
+        c = lab.topo.container_name
+        g2 = lab.runtime.agent(c("G2")).config()["loopback"].split("/")[0]
+        wait_weights(lab.runtime, c("G1"), g2, EQUAL)
+        with monitors(lab) as (routes_g1, links):
+            results = down_events(lab, g2, routes_g1, links, args.rounds)
+            half = half_event(lab, g2, routes_g1, args.rounds)
+            convergence_lines(results, half)
+            share_lines(lab, g2, args)
     return 0
 
 

@@ -117,13 +117,15 @@ def med(values: list[float]) -> float:
     return statistics.median(values)
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--counts", default="4,16,64,256", help="prefix counts, comma-separated")
-    args = parser.parse_args()
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rounds", type=int, default=7)
+    p.add_argument("--counts", default="4,16,64,256", help="prefix counts, comma-separated")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     if os.geteuid() != 0:
         print("bench/fare_kernel.py creates network namespaces: run it as root", file=sys.stderr)
         return 2

@@ -1,124 +1,106 @@
-"""The smallest faithful time scale per lab and mode, and how wall time grows as the scale shrinks.
+"""Times that hold at every size: each lab at its automatic time scale, against the time model, confirmed.
 
-For leaf-spine (the MoE sample trace) and the SuperPoD (a MoE dispatch over its 64 GPUs), in unicast and
-host-BIER: ``aidclab replay --find-scale`` from the lab's default scale (1:20000), i.e. halve while the
-runs stay faithful, narrow the gap when they do not (orchestrator/experiment/scale_search.py). Each
-search's baseline is its own first run at the default scale, measured in the same process: the ratio
-printed is wall time at the smallest faithful scale over wall time at the default (below 1: the lab can
-run faster than its default and stay honest).
+For leaf-spine (the MoE sample and the model-distribution sample), the SuperPoD (a MoE dispatch over its
+64 GPUs) and bsl256 (a 1,024-expert MoE step over its 256 GPUs, 8 tokens per host), in unicast and
+host-BIER, and for ina-fig1 (the AllReduce sample) in ina, ring and ps: one replay at the scale
+``time.scale: auto`` picks for it on this machine (after the lab's calibration, ``aidclab calibrate``),
+then the same trace at twice that scale (``replay --confirm``). Each line prints the scale chosen,
+completion against the time model's prediction (the baseline, computed in the same run), whether the
+verdict called it faithful, whether the second scale confirmed it, and the wall time the run took. A time
+is quoted only when it is faithful, within 1.25x of its prediction or confirmed.
 
-Long: every trial is one replay, and the SuperPoD has 68 nodes (``--labs leaf-spine`` for the short one).
+Long: bsl256 has 280 nodes (``--labs leaf-spine`` for the short one).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
 import sys
-import tempfile
+import time
 from pathlib import Path
-
-import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from aidcnet.modes import Mode  # noqa: E402
-from orchestrator.configure.ansible import configure  # noqa: E402
-from orchestrator.experiment.driver import search_scale  # noqa: E402
+from aidclab.pytest import Lab  # noqa: E402
+from aidcnet.modes import COLLECTIVE, Mode, in_order  # noqa: E402
+from bench.harness import bench_lab, bench_parser, moe_trace  # noqa: E402
 from orchestrator.experiment.modes.base import RunOptions  # noqa: E402
-from orchestrator.experiment.scale_search import Trial, smallest_faithful  # noqa: E402
-from orchestrator.lab.deploy import deploy, destroy  # noqa: E402
-from orchestrator.lab.runtime.docker import DockerRuntime  # noqa: E402
-from orchestrator.lab.topology import load_topology  # noqa: E402
+from orchestrator.experiment.records import RunResult  # noqa: E402
+from orchestrator.experiment.session import LabSession  # noqa: E402
+from orchestrator.run.driver import confirm, run_experiment  # noqa: E402
 
-MODES = (Mode.UNICAST, Mode.HOST_BIER)
-SUPERPOD_GPUS = [f"G{i}" for i in range(1, 65)]
-
-
-def lab_copy(tmp: Path, lab: str) -> Path:
-    name = f"bench-fid-{lab}"
-    doc = yaml.safe_load((ROOT / "labs" / f"{lab}.clab.yml").read_text())
-    doc["name"] = name
-    path = tmp / f"{name}.clab.yml"
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    shipped = ROOT / "labs" / f"{lab}.vars.yml"
-    if shipped.exists():
-        (tmp / f"{name}.vars.yml").write_text(shipped.read_text())
-    return path
+# The pair the seeds compare for messages; each message trace runs in both, an AllReduce trace in every
+# collective mode.
+COMPARED = (Mode.UNICAST, Mode.HOST_BIER)
+TRACES = {
+    "leaf-spine": ("moe-sample", "model-dist-sample"),
+    "ina-fig1": ("allreduce-sample",),
+    "superpod": ("moe-64",),
+    "bsl256": ("moe-1024",),
+}
 
 
-def superpod_trace(path: Path) -> Path:
-    subprocess.run(
-        [
-            sys.executable, "-m", "orchestrator.cli.workload", "moe", "--hosts", ",".join(SUPERPOD_GPUS),
-            "--steps", "1", "--tokens-per-host", "4", "--seed", "1", "-o", str(path),
-        ],
-        check=True, cwd=ROOT,
-    )  # fmt: skip
-    return path
-
-
-def report(lab: str, mode: str, trials: list[Trial]) -> bool:
-    first = trials[0]
-    best = smallest_faithful(trials)
-    curve = ", ".join(
-        f"1:{t.scale} {t.completion_s:.3f} s"
-        + ("" if t.bound_ratio is None else f" {t.bound_ratio:.2f}x bound")
-        + ("" if t.faithful else " (not faithful)")
-        for t in sorted(trials, key=lambda t: -t.scale)
-        if t.completion_s is not None
+def trace_for(lab: Lab, name: str) -> Path:
+    """A shipped sample, or a MoE step generated over the lab's GPUs."""
+    if name.endswith("-sample"):
+        return ROOT / "workloads" / f"{name}.jsonl"
+    hosts = LabSession.open(lab.topo, lab.runtime).gpu_hosts()
+    experts = 1024 if name == "moe-1024" else 256
+    tokens = 8 if name == "moe-1024" else 4
+    return moe_trace(
+        lab.workdir / f"{name}.jsonl", hosts, steps=1, tokens_per_host=tokens, seed=1, experts=experts
     )
-    print(f"  {lab} {mode}: wall completion per scale: {curve}")
-    if best is None or best.completion_s is None or first.completion_s is None:
-        print(f"  {lab} {mode}: no faithful scale among {[t.scale for t in trials]}")
-        return False
-    print(
-        f"  {lab} {mode}: smallest faithful scale 1:{best.scale}; wall time there / at the default "
-        f"1:{first.scale} = {best.completion_s / first.completion_s:.2f}x "
-        f"({best.completion_s:.3f} s vs {first.completion_s:.3f} s)"
-    )
-    return True
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+def line(lab: str, trace: str, mode: str, first: RunResult, wall_s: float, confirmed: str) -> str:
+    t, m = first.timing, first.metrics
+    assert t is not None and m is not None
+    pace = "no prediction"
+    if t.pace is not None:
+        pace = f"{t.pace.ratio:.2f}x the {t.pace.predicted_fabric_s * 1e6:.2f} µs"
+    fabric = "–" if m.completion_fabric_time is None else f"{m.completion_fabric_time * 1e6:.2f} µs"
+    verdict = "faithful" if t.faithful else "NOT faithful (" + "; ".join(t.reasons)[:300] + ")"
+    return (
+        f"  {lab} {trace} {mode}: 1:{t.scale}, completion {fabric} fabric = {pace} predicted; {verdict}; "
+        f"{confirmed}; runs took {wall_s:.1f} s (wall)"
     )
-    parser.add_argument("--labs", default="leaf-spine,superpod", help="comma-separated (default: both)")
-    parser.add_argument("--max-runs", type=int, default=5, help="runs per search (default 5)")
-    args = parser.parse_args()
-    runtime = DockerRuntime()
+
+
+def measure(lab: Lab, shipped: str, trace_name: str, mode: Mode) -> bool:
+    """One run at the automatic scale and its confirmation at twice it; True when faithful."""
+    trace = trace_for(lab, trace_name)
+    options = RunOptions(timeout_s=600)
+    results = lab.workdir / "results"
+    started = time.monotonic()
+    first = run_experiment(lab.topo, trace, mode, options, runtime=lab.runtime, results_dir=results)
+    _second, check = confirm(lab.topo, trace, mode, first, options, runtime=lab.runtime, results_dir=results)
+    took = time.monotonic() - started
+    confirmed = "not confirmed: no fabric time to compare" if check is None else check.describe()
+    print(line(shipped, trace_name, mode, first.result, took, confirmed), flush=True)
+    t = first.result.timing
+    return bool(t and t.faithful)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = bench_parser(__doc__)
+    p.add_argument(
+        "--labs", default="leaf-spine,ina-fig1,superpod,bsl256", help="comma-separated (default: all)"
+    )
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    print("bench fidelity: each lab at its automatic scale, against the time model, confirmed at 2x")
     ok = True
-    print("bench fidelity: smallest faithful time scale per lab and mode (docs/time-and-fidelity.md)")
-    for lab in args.labs.split(","):
-        with tempfile.TemporaryDirectory() as tmp_name:
-            tmp = Path(tmp_name)
-            trace = (
-                ROOT / "workloads" / "moe-sample.jsonl"
-                if lab == "leaf-spine"
-                else superpod_trace(tmp / "t.jsonl")
-            )
-            path = lab_copy(tmp, lab)
-            old = Path.cwd()
-            os.chdir(tmp)
-            topo = load_topology(path)
-            destroy(topo.name, runtime, quiet=True)
-            try:
-                deploy(topo, runtime)
-                if not configure(topo).ok:
-                    print(f"bench fidelity: configure {topo.name} failed", file=sys.stderr)
-                    return 1
-                for mode in MODES:
-                    trials = search_scale(
-                        topo, trace, mode, RunOptions(timeout_s=300), runtime=runtime,
-                        results_dir=tmp / "results", max_runs=args.max_runs, progress=lambda _: None,
-                    )  # fmt: skip
-                    ok &= report(lab, mode, trials)
-            finally:
-                destroy(topo.name, runtime, cleanup=True, quiet=True)
-                os.chdir(old)
+    for shipped in args.labs.split(","):
+        # The shipped vars: time.scale is auto by default, and each lab keeps its own bandwidths.
+        with bench_lab(shipped, f"{args.name_prefix}fid-{shipped}") as lab:
+            for trace_name in TRACES[shipped]:
+                modes = in_order(COLLECTIVE) if trace_name.startswith("allreduce") else COMPARED
+                for mode in modes:
+                    ok &= measure(lab, shipped, trace_name, mode)
     return 0 if ok else 1
 
 

@@ -12,30 +12,23 @@ floor; the lab's total is what to budget (plus the page cache, which the kernel 
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
-import tempfile
 import threading
 import time
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
-
-import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from aidclab.pytest import Lab  # noqa: E402
 from aidcnet.modes import Mode  # noqa: E402
 from aidcnet.roles import Role  # noqa: E402
-from bench.replay import make_trace  # noqa: E402
-from orchestrator.configure.ansible import configure  # noqa: E402
-from orchestrator.experiment.driver import run_experiment  # noqa: E402
-from orchestrator.experiment.modes.base import RunOptions  # noqa: E402
-from orchestrator.lab.deploy import deploy, destroy  # noqa: E402
+from bench.harness import bench_lab, bench_parser, moe_trace  # noqa: E402
 from orchestrator.lab.roles import role_of  # noqa: E402
 from orchestrator.lab.runtime.docker import DockerRuntime  # noqa: E402
-from orchestrator.lab.topology import load_topology  # noqa: E402
 
 MIB = 1 << 20
 FLOOR_NAME = "aidclab-bench-memory-floor"
@@ -138,73 +131,62 @@ def by_role(topo, values: dict[str, int]) -> dict[str, list[int]]:
     return roles
 
 
-def lab_copy(tmp: Path, lab: str) -> Path:
-    doc = yaml.safe_load((ROOT / "labs" / f"{lab}.clab.yml").read_text())
-    doc["name"] = f"bench-mem-{lab}"
-    path = tmp / f"{doc['name']}.clab.yml"
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    vars_file = ROOT / "labs" / f"{lab}.vars.yml"
-    if vars_file.exists():
-        (tmp / f"{doc['name']}.vars.yml").write_text(vars_file.read_text())
-    return path
+@dataclass
+class Memory:
+    """What one run read: the floor, every node idle and at its peak under replay, and how it sampled."""
+
+    floor: int
+    idle: dict[str, int]
+    sampler: PeakSampler
+    gap: int  # the largest difference from docker stats' reading, idle, on the nodes checked
+    checked: int
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument(
-        "lab", nargs="?", default="leaf-spine", help="a lab in labs/ (its GPU hosts are h1..hN)"
-    )
-    parser.add_argument("--steps", type=int, default=4, help="MoE steps of the replayed trace")
-    parser.add_argument("--tokens-per-host", type=int, default=128)
-    parser.add_argument(
+def parser() -> argparse.ArgumentParser:
+    p = bench_parser(__doc__)
+    p.add_argument("lab", nargs="?", default="leaf-spine", help="a lab in labs/ (its GPU hosts are h1..hN)")
+    p.add_argument("--steps", type=int, default=4, help="MoE steps of the replayed trace")
+    p.add_argument("--tokens-per-host", type=int, default=128)
+    p.add_argument(
         "--experts", type=int, help="MoE experts (the workload's default; bsl256 needs 1024 for top-8)"
     )
-    args = parser.parse_args()
-    runtime = DockerRuntime()
-    with tempfile.TemporaryDirectory() as tmp_name:
-        tmp = Path(tmp_name)
-        old = Path.cwd()
-        os.chdir(tmp)
-        topo = load_topology(lab_copy(tmp, args.lab))
-        destroy(topo.name, runtime, quiet=True)
-        try:
-            floor = floor_bytes(runtime, "aidclab/gpu-host:latest")
-            deploy(topo, runtime)
-            if not configure(topo).ok:
-                print(f"bench memory: configure {topo.name} failed", file=sys.stderr)
-                return 1
-            containers = {n: topo.container_name(n) for n in topo.nodes}
-            hosts = [n for n in topo.nodes if role_of(topo.nodes[n]).name == Role.GPU_HOST]
-            trace = tmp / "moe.jsonl"
-            make_trace(trace, args.steps, args.tokens_per_host, 1, hosts=hosts, experts=args.experts)
-            sampler = PeakSampler(runtime, containers)
-            idle_samples = [sampler.read() for _ in range(3)]
-            idle = {n: int(statistics.median(s[n] for s in idle_samples)) for n in containers}
-            # The sampler's reading against `docker stats`' (idle, so both see the same memory), on a few
-            # nodes: docker stats takes most of a second per container.
-            checked = dict(list(containers.items())[:: max(1, len(containers) // STATS_CHECKED)])
-            stats = sample(runtime, checked)
-            gap = max(abs(stats[n] - idle[n]) for n in checked)
-            sampler.start()
-            try:
-                for mode in (Mode.HOST_BIER, Mode.UNICAST):
-                    run_experiment(
-                        topo, trace, mode, RunOptions(), runtime=runtime, results_dir=tmp / "results"
-                    )
-            finally:
-                sampler.stop.set()
-                sampler.join()
-        finally:
-            destroy(topo.name, runtime, cleanup=True, quiet=True)
-            os.chdir(old)
+    return p
+
+
+def measure(lab: Lab, floor: int, args: argparse.Namespace) -> Memory:
+    """Every node idle, then its peak through a MoE replay in host-BIER and in unicast."""
+    topo, runtime = lab.topo, lab.runtime
+    containers = {n: topo.container_name(n) for n in topo.nodes}
+    hosts = [n for n in topo.nodes if role_of(topo.nodes[n]).name == Role.GPU_HOST]
+    trace = moe_trace(
+        lab.workdir / "moe.jsonl", hosts, args.steps, args.tokens_per_host, 1, experts=args.experts
+    )
+    sampler = PeakSampler(runtime, containers)
+    idle_samples = [sampler.read() for _ in range(3)]
+    idle = {n: int(statistics.median(s[n] for s in idle_samples)) for n in containers}
+    # The sampler's reading against `docker stats`' (idle, so both see the same memory), on a few
+    # nodes: docker stats takes most of a second per container.
+    checked = dict(list(containers.items())[:: max(1, len(containers) // STATS_CHECKED)])
+    stats = sample(runtime, checked)
+    gap = max(abs(stats[n] - idle[n]) for n in checked)
+    sampler.start()
+    try:
+        for mode in (Mode.HOST_BIER, Mode.UNICAST):
+            lab.replay(trace, mode)
+    finally:
+        sampler.stop.set()
+        sampler.join()
+    return Memory(floor, idle, sampler, gap, len(checked))
+
+
+def report(lab: str, topo, m: Memory) -> None:
+    floor, idle, sampler = m.floor, m.idle, m.sampler
     print(
-        f"bench memory {args.lab}: {len(containers)} nodes; floor (a sleeping gpu-host container) "
+        f"bench memory {lab}: {len(idle)} nodes; floor (a sleeping gpu-host container) "
         f"{floor / MIB:.1f} MiB; peaks over {sampler.samples} samples of a MoE replay "
         f"in host-bier and unicast, every {sampler.period_s:.1f} s "
         f"({'memory cgroup files' if sampler.from_cgroups else 'docker stats'}; idle, they differ "
-        f"from docker stats by at most {gap / MIB:.1f} MiB a node on {len(checked)} nodes)"
+        f"from docker stats by at most {m.gap / MIB:.1f} MiB a node on {m.checked} nodes)"
     )
     idle_roles, peak_roles = by_role(topo, idle), by_role(topo, dict(sampler.peak))
     for role in sorted(idle_roles):
@@ -219,6 +201,14 @@ def main() -> int:
         f"  lab total: idle {sum(idle.values()) / MIB:.0f} MiB, under replay (sum of peaks) "
         f"{sum(sampler.peak.values()) / MIB:.0f} MiB"
     )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    floor = floor_bytes(DockerRuntime(), "aidclab/gpu-host:latest")
+    with bench_lab(args.lab, f"{args.name_prefix}mem-{args.lab}") as lab:
+        memory = measure(lab, floor, args)
+    report(args.lab, lab.topo, memory)
     return 0
 
 

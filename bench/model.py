@@ -5,7 +5,7 @@ every mode (unicast, host-BIER, network-BIER).
 Each size runs in a fresh child process so its peak RSS is its own; its CPU seconds are printed beside
 the wall time because the machine is shared (a loaded machine stretches wall time, not CPU time). The
 ratio line compares every size with the smallest one measured in the same run (machines are noisy;
-DESIGN.md §6).
+docs/design.md §6).
 
     .venv/bin/python bench/model.py                # 1k, 8k, 64k
     .venv/bin/python bench/model.py --gpus 1024 8192
@@ -22,9 +22,8 @@ import time
 
 
 def one(gpus: int, steps: int) -> dict[str, float]:
-    from aidcnet.modes import Mode
+    from aidcnet.modes import MODELLED, Mode, in_order
     from orchestrator.model.clos import ClosModel
-    from orchestrator.model.counts import MODES
     from orchestrator.model.fabrics import Clos
     from orchestrator.model.workload import moe_steps
 
@@ -46,7 +45,7 @@ def one(gpus: int, steps: int) -> dict[str, float]:
             counted["pairs"] += int(batch.dst.size)
             yield batch
 
-    runs = model.runs(MODES, stream())
+    runs = model.runs(in_order(MODELLED), stream())
     egress = {m: r.source_egress_bytes for m, r in runs.items()}
     total = time.perf_counter() - t0
     return {
@@ -64,12 +63,16 @@ def one(gpus: int, steps: int) -> dict[str, float]:
     }
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--gpus", type=int, nargs="+", default=[1024, 8192, 65536])
-    ap.add_argument("--steps", type=int, default=10)
-    ap.add_argument("--child", type=int, help=argparse.SUPPRESS)
-    args = ap.parse_args()
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--gpus", type=int, nargs="+", default=[1024, 8192, 65536])
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     if args.child:
         print(json.dumps(one(args.child, args.steps)))
         return 0

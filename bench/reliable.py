@@ -1,96 +1,101 @@
-"""Reliable delivery on leaf-spine (issue 15): a model-distribution trace in the three reliable modes at
-0 %, 1 % and 5 % loss on every link end, all in one process on one deployed lab, so each ratio is
-against baselines measured in the same run:
+"""Reliable delivery (issues 15 and 38): a model-distribution trace in the reliable modes at 0 %, 1 % and
+5 % loss on every link end, all in one process on one deployed lab (leaf-spine or the superpod), so each
+ratio is against baselines measured in the same run:
 
-* ACKs arriving at the sources per DATA packet: end-to-end host-BIER over aggregated host-BIER (the
-  implosion the BFRs absorb; the aggregated figure should stay <= the source's first-hop branches, 1);
-* retransmitted payload bytes at the sources over the bytes the link-fault programs dropped, for the
-  aggregated mode (subset retransmission) and for reliable-unicast (the factor to quote);
-* completion time (the run's, in fabric time when the lab is shaped) of each mode over aggregated;
-* network-BIER's aggregation (reliable-net-bier: the BFER leaves acknowledge for their hosts, the source's
-  leaf narrows repairs) against the end-to-end ACKs and against host-BIER's aggregation.
+* ACKs and NACKs arriving at the sources per DATA packet (NACKs: receivers' own and the BFRs' merged
+  AGG-NACKs), and NACKs per sequence that needed a repair: end-to-end host-BIER against aggregated
+  host-BIER (the ACK implosion and the NACK storm the BFRs absorb; aggregated, both should stay <= the
+  source's first-hop branches, 1);
+* retransmitted payload bytes at the sources over the bytes the link-fault programs dropped;
+* completion time (fabric time when the lab is shaped) of aggregated over end to end, and against the
+  time the links need (the time model is not on this branch: the busiest link's bound stands for it);
+* at the BFRs, on the eBPF dataplane: the feedback packets and DATA reports their agents handled against
+  the BIER packets the kernel forwarded (what share of the packets the agents see);
+* network-BIER's aggregation (reliable-net-bier) against the end-to-end ACKs and host-BIER's aggregation.
 
-Deploys its own lab (``bench-reliable``, python BIER dataplane, the shipped time.scale) and destroys it.
+Deploys its own lab (``bench-reliable`` by default, the shipped dataplane, eBPF, unless ``--dataplane``
+says otherwise, and the shipped time.scale) and destroys it.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from aidclab.pytest import Lab  # noqa: E402
 from aidcnet.modes import RELIABLE, Mode  # noqa: E402
-from orchestrator.configure.ansible import configure  # noqa: E402
-from orchestrator.experiment.driver import run_experiment, timing_summary  # noqa: E402
-from orchestrator.experiment.modes.base import RunOptions  # noqa: E402
-from orchestrator.experiment.modes.reliable import ACK_KINDS, link_feedback_packets  # noqa: E402
+from bench.harness import bench_lab, bench_parser, shipped_vars, workload  # noqa: E402
+from orchestrator.experiment.modes.reliable import ACK_KINDS, NACK_KINDS, link_feedback_packets  # noqa: E402
 from orchestrator.experiment.session import LabSession  # noqa: E402
-from orchestrator.lab.deploy import deploy, destroy  # noqa: E402
-from orchestrator.lab.labdir import lab_dir  # noqa: E402
-from orchestrator.lab.linkset import link_set  # noqa: E402
-from orchestrator.lab.runtime.docker import DockerRuntime  # noqa: E402
 from orchestrator.lab.shaping import load_fabric  # noqa: E402
-from orchestrator.lab.topology import Topology, load_topology  # noqa: E402
+from orchestrator.run.driver import timing_summary  # noqa: E402
 
-LAB = "bench-reliable"
 LOSSES = (0.0, 0.01, 0.05)
 # The senders' counters that say why they retransmitted (aidcnet/reliable/sender.py).
 CAUSES = (
     "retransmitted", "timeouts", "timeouts-of-retransmissions", "request-held-off", "requests-gathered",
-    "ack", "agg-ack", "agg-ack-partial",
+    "ack", "agg-ack", "agg-ack-partial", "agg-nack", "repaired-sequences",
 )  # fmt: skip
+# The feedback a BFR's agent handles (reliable.agg.rx.<kind>), beside the DATA reports the fast path gives it.
+BFR_FEEDBACK = ("ack", "nack", "agg-ack", "agg-ack-partial", "agg-nack")
 
 
-def make_trace(path: Path, hosts: list[str], size: str, chunk: str) -> None:
-    subprocess.run(
-        [
-            sys.executable, "-m", "orchestrator.cli.workload", "model-dist", "--hosts", ",".join(hosts),
-            "--size", size, "--chunk-bytes", chunk, "-o", str(path),
-        ],
-        check=True, cwd=ROOT,
-    )  # fmt: skip
+def parser() -> argparse.ArgumentParser:
+    p = bench_parser(__doc__)
+    p.add_argument("--size", default="2MiB", help="model size (aidclab workload model-dist --size)")
+    p.add_argument("--chunk-bytes", default="256KiB")
+    p.add_argument("--timeout", type=float, default=300.0, help="replay timeout beyond the trace")
+    p.add_argument("--lab", default="leaf-spine", help="shipped lab to copy (labs/LAB.clab.yml)")
+    p.add_argument(
+        "--scale",
+        default=None,
+        help="time.scale of the copy (default: the shipped lab's); a superpod's Python leaves replicate to "
+        "16 ports each and need 200000 to stay faithful",
+    )
+    p.add_argument(
+        "--losses", default=",".join(f"{p:g}" for p in LOSSES), help="loss per link end, comma-separated"
+    )
+    p.add_argument(
+        "--modes",
+        default=",".join(RELIABLE),
+        help=f"reliable modes, comma-separated (of {', '.join(RELIABLE)})",
+    )
+    p.add_argument(
+        "--dataplane",
+        choices=("ebpf", "python"),
+        default=None,
+        help="the BFRs' BIER dataplane (default: the shipped lab's, eBPF: DATA forwarded in the kernel, "
+        "reported to the agents' aggregation)",
+    )
+    return p
 
 
-def lab_file(tmp: Path, shipped: str, scale: str | None = None) -> Path:
-    """A copy of a shipped lab under the bench's name, with its own vars and the Python dataplane:
-    aggregation lives in the BFR agents, behind the eBPF fast path (the default) they only relay."""
-    doc = yaml.safe_load((ROOT / "labs" / f"{shipped}.clab.yml").read_text())
-    doc["name"] = LAB
-    path = tmp / f"{LAB}.clab.yml"
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    shipped_vars = ROOT / "labs" / f"{shipped}.vars.yml"
-    lab_vars = (yaml.safe_load(shipped_vars.read_text()) if shipped_vars.exists() else None) or {}
-    lab_vars.setdefault("bier", {})["dataplane"] = "python"
+def lab_vars(shipped: str, scale: str | None, dataplane: str | None = None) -> dict[str, Any]:
+    """The shipped lab's vars, with another time.scale or BIER dataplane when given."""
+    lab_vars = shipped_vars(shipped)
+    if dataplane is not None:
+        lab_vars.setdefault("bier", {})["dataplane"] = dataplane
     if scale is not None:
         lab_vars.setdefault("time", {})["scale"] = int(scale) if scale.isdigit() else scale
-    (tmp / f"{LAB}.vars.yml").write_text(yaml.safe_dump(lab_vars))
-    return path
+    return lab_vars
 
 
-def set_loss(runtime: DockerRuntime, topo: Topology, p: float) -> None:
-    for end in sorted(load_fabric(lab_dir(topo)).ends):
-        link_set(runtime, lab_dir(topo), end, "loss", [str(p)], one_way=True)
+def set_loss(lab: Lab, p: float) -> None:
+    for end in sorted(load_fabric(lab.lab_dir).ends):
+        lab.link_set(end, "loss", str(p), one_way=True)
 
 
-def one_run(
-    runtime: DockerRuntime, topo: Topology, trace: Path, mode: Mode, p: float, tmp: Path, timeout: float
-):
-    set_loss(runtime, topo, p)
+def one_run(lab: Lab, trace: Path, mode: Mode, p: float, timeout: float, hosts: set[str]) -> dict[str, Any]:
+    set_loss(lab, p)
     try:
-        outcome = run_experiment(
-            topo, trace, mode, RunOptions(timeout_s=timeout), runtime=runtime, results_dir=tmp / "results"
-        )
+        outcome = lab.replay(trace, mode, timeout_s=timeout)
     finally:
-        set_loss(runtime, topo, 0.0)
+        set_loss(lab, 0.0)
     m = outcome.result.metrics
     assert m is not None
     rel = outcome.result.meta.settings["reliable"]
@@ -101,9 +106,14 @@ def one_run(
     on_links = sum(link_feedback_packets(v) for v in links.values())
     sent = src.get("sender.sent", 0)
     acks = sum(src.get(f"source.rx.{k}.packets", 0) for k in ACK_KINDS)
+    nacks = sum(src.get(f"source.rx.{k}.packets", 0) for k in NACK_KINDS)
+    repaired = src.get("sender.repaired-sequences", 0)
     return {
         "acks": acks / sent if sent else float("nan"),
-        "nacks": src.get("source.rx.nack.packets", 0) / sent if sent else float("nan"),
+        "nacks": nacks / sent if sent else float("nan"),
+        "nacks_per_repaired": nacks / repaired if repaired else float("nan"),
+        "bfr_share": bfr_share(outcome.result.agents, hosts),
+        "pace": pace(outcome.result.timing),
         "retx": src.get("sender.retransmitted-bytes", 0),
         "dropped": dropped,
         "feedback_on_links": on_links / sent if sent else float("nan"),
@@ -116,6 +126,33 @@ def one_run(
         "causes": {k: src.get(f"sender.{k}", 0) for k in CAUSES},
         "busiest": busiest_node(outcome.result.timing),
     }
+
+
+def bfr_share(agents: dict[str, dict[str, int]], hosts: set[str]) -> str:
+    """What the BFRs' agents handled over the run against the BIER packets their dataplanes forwarded: with
+    eBPF, the kernel forwards DATA and the agents see only feedback and the DATA reports."""
+    fb = reports = forwarded = 0
+    for node, deltas in agents.items():
+        if node in hosts:
+            continue
+        fb += sum(deltas.get(f"reliable.agg.rx.{k}", 0) for k in BFR_FEEDBACK)
+        reports += deltas.get("reliable.report.forwarded", 0) + deltas.get("reliable.report.imposed", 0)
+        forwarded += deltas.get("bier.forwarded", 0)
+    if not forwarded:
+        return "BFRs forwarded no BIER packet"
+    return (
+        f"BFR agents handled {fb} feedback packets and {reports} DATA reports against {forwarded} BIER "
+        f"packets forwarded: feedback {fb / (fb + forwarded):.1%} of the packets"
+    )
+
+
+def pace(timing: Any) -> str:
+    """The completion against the time the links need (the time model's when on the branch, else the
+    busiest link's bound: the record says which)."""
+    p = getattr(timing, "pace", None) if timing is not None else None
+    if p is None:
+        return "no prediction"
+    return f"{p.ratio:.2f}x the {p.predicted_fabric_s * 1e6:.1f} µs predicted by {p.by}"
 
 
 def busiest_node(timing: Any) -> str:
@@ -133,7 +170,8 @@ def report(p: float, runs: dict[Mode, dict[str, Any]]) -> list[str]:
     for mode, r in runs.items():
         factor = f"{r['retx'] / r['dropped']:.2f}" if r["dropped"] else "n/a"
         lines.append(
-            f"  {mode:24s}: ACKs at sources {r['acks']:.3f}/packet, NACKs {r['nacks']:.3f}/packet, "
+            f"  {mode:24s}: ACKs at sources {r['acks']:.3f}/packet, NACKs {r['nacks']:.3f}/packet "
+            f"({r['nacks_per_repaired']:.2f} per sequence repaired), "
             f"feedback on all links {r['feedback_on_links']:.2f}/packet, "
             f"retransmitted {r['retx']} B / dropped {r['dropped']} B = {factor}, "
             f"completion {r['completion'] * 1e3:.1f} ms wall{r['timing']}, "
@@ -146,8 +184,9 @@ def report(p: float, runs: dict[Mode, dict[str, Any]]) -> list[str]:
             f"{c['timeouts-of-retransmissions']} of them for a retransmission), requests held "
             f"off {c['request-held-off']}, gathered {c['requests-gathered']}, "
             f"partials {c['agg-ack-partial']}; ACKs heard: receivers' own {c['ack']} (end to end, or past "
-            f"a BFR without state), AGG-ACKs {c['agg-ack']}; {r['busiest']}"
+            f"a BFR without state), AGG-ACKs {c['agg-ack']}, AGG-NACKs {c['agg-nack']}; {r['busiest']}"
         )
+        lines.append(f"  {'':24s}  completion {r['pace']}; {r['bfr_share']}")
     lines += net_lines(runs)
     agg = runs.get(Mode.RELIABLE_HOST_BIER)
     if agg is None:
@@ -169,7 +208,9 @@ def report(p: float, runs: dict[Mode, dict[str, Any]]) -> list[str]:
             continue
         if label == "e2e":
             ratios.append(f"ACKs at sources e2e/aggregated {other['acks'] / agg['acks']:.2f}x")
-        ratios.append(f"completion {label}/aggregated {other['completion'] / agg['completion']:.2f}x")
+            ratios.append(f"completion aggregated/e2e {agg['completion'] / other['completion']:.2f}x")
+        else:
+            ratios.append(f"completion {label}/aggregated {other['completion'] / agg['completion']:.2f}x")
     if ratios:
         lines.append("  ratio " + ", ".join(ratios))
     return lines
@@ -195,60 +236,27 @@ def net_lines(runs: dict[Mode, dict[str, Any]]) -> list[str]:
     return ["  network-BIER: " + ", ".join(ratios)] if ratios else []
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--size", default="2MiB", help="model size (aidclab workload model-dist --size)")
-    parser.add_argument("--chunk-bytes", default="256KiB")
-    parser.add_argument("--timeout", type=float, default=300.0, help="replay timeout beyond the trace")
-    parser.add_argument("--lab", default="leaf-spine", help="shipped lab to copy (labs/LAB.clab.yml)")
-    parser.add_argument(
-        "--scale",
-        default=None,
-        help="time.scale of the copy (default: the shipped lab's); a superpod's Python leaves replicate to "
-        "16 ports each and need 200000 to stay faithful",
-    )
-    parser.add_argument(
-        "--losses", default=",".join(f"{p:g}" for p in LOSSES), help="loss per link end, comma-separated"
-    )
-    parser.add_argument(
-        "--modes",
-        default=",".join(RELIABLE),
-        help=f"reliable modes, comma-separated (of {', '.join(RELIABLE)})",
-    )
-    args = parser.parse_args()
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     losses = [float(p) for p in args.losses.split(",")]
     modes = [Mode(m) for m in args.modes.split(",")]
-    runtime = DockerRuntime()
-    destroy(LAB, runtime, quiet=True)
     lines: list[str] = []
     complete = True
-    with tempfile.TemporaryDirectory() as tmp_name:
-        tmp = Path(tmp_name)
-        trace = tmp / "model-dist.jsonl"
-        old = Path.cwd()
-        os.chdir(tmp)
-        try:
-            topo = load_topology(lab_file(tmp, args.lab, args.scale))
-            deploy(topo, runtime)
-            if not configure(topo).ok:
-                print(f"bench reliable: configure {LAB} failed", file=sys.stderr)
-                return 1
-            hosts = LabSession.open(topo, runtime).gpu_hosts()
-            make_trace(trace, hosts, args.size, args.chunk_bytes)
-            for p in losses:
-                runs = {mode: one_run(runtime, topo, trace, mode, p, tmp, args.timeout) for mode in modes}
-                complete &= all(
-                    r["delivered"] == r["expected"] and not r["duplicates"] for r in runs.values()
-                )
-                lines += report(p, runs)
-        finally:
-            destroy(LAB, runtime, cleanup=True, quiet=True)
-            os.chdir(old)
+    lab_vars_ = lab_vars(args.lab, args.scale, args.dataplane)
+    with bench_lab(args.lab, f"{args.name_prefix}reliable", vars=lab_vars_) as lab:
+        hosts = LabSession.open(lab.topo, lab.runtime).gpu_hosts()
+        trace = workload(
+            lab.workdir / "model-dist.jsonl", "model-dist", "--hosts", ",".join(hosts), "--size", args.size,
+            "--chunk-bytes", args.chunk_bytes,
+        )  # fmt: skip
+        for p in losses:
+            runs = {mode: one_run(lab, trace, mode, p, args.timeout, set(hosts)) for mode in modes}
+            complete &= all(r["delivered"] == r["expected"] and not r["duplicates"] for r in runs.values())
+            lines += report(p, runs)
     print(
         f"bench reliable {args.lab}: model distribution {args.size} in {args.chunk_bytes} chunks, "
-        f"{len(hosts)} hosts, time.scale {args.scale or 'as shipped'}"
+        f"{len(hosts)} hosts, time.scale {args.scale or 'as shipped'}, BIER dataplane "
+        f"{args.dataplane or 'as shipped'}"
     )
     print("\n".join(lines))
     return 0 if complete else 1

@@ -6,11 +6,14 @@ Run: .venv/bin/python bench/reliable_shaped.py
 
 from __future__ import annotations
 
+import argparse
+
 from aidcnet.reliable.aggregator import AggregatorConfig
 from aidcnet.reliable.sender import SenderConfig
 from aidcnet.reliable.sim import SimConfig, simulate, summary
 
-MODES = (
+# (label, aggregate in the BFRs, adaptive partial timer, initial cwnd: None for the old fixed window)
+DESIGNS = (
     ("unicast, old sender", False, False, None),
     ("aggregated, old (fixed timers, window 32)", True, False, None),
     ("unicast, cwnd", False, False, 4),
@@ -18,9 +21,14 @@ MODES = (
 )
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
+    return argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser().parse_args(argv)
     for loss in (0.0, 0.01, 0.05):
-        for label, aggregate, adaptive, cwnd in MODES:
+        for label, aggregate, adaptive, cwnd in DESIGNS:
             cfg = SimConfig(
                 loss=loss,
                 rate=20e6,
@@ -33,7 +41,8 @@ def main() -> None:
             )
             line = summary(f"loss {loss:.0%} {label}", simulate(cfg))
             print(line.replace("receivers 7, branches 1, ", ""), flush=True)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

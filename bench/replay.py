@@ -9,59 +9,46 @@ multicast op) less header overheads.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
-
-import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from aidcnet.modes import Mode  # noqa: E402
-from orchestrator.configure.ansible import configure  # noqa: E402
-from orchestrator.experiment.driver import RunOutcome, run_experiment  # noqa: E402
-from orchestrator.experiment.modes.base import RunOptions  # noqa: E402
-from orchestrator.lab.deploy import deploy, destroy  # noqa: E402
-from orchestrator.lab.runtime.docker import DockerRuntime  # noqa: E402
-from orchestrator.lab.topology import load_topology  # noqa: E402
+from bench.harness import bench_lab, bench_parser, moe_trace  # noqa: E402
+from orchestrator.run.driver import RunOutcome  # noqa: E402
 
-LAB = "bench-replay"
 HOSTS = [f"h{i}" for i in range(1, 9)]
-MODES = (Mode.UNICAST, Mode.HOST_BIER)
+# The pair this bench compares, the baseline first.
+COMPARED = (Mode.UNICAST, Mode.HOST_BIER)
+Round = dict[Mode, dict[str, float]]
 
 
-def make_trace(
-    path: Path,
-    steps: int,
-    tokens_per_host: int,
-    seed: int,
-    hosts: list[str] = HOSTS,
-    experts: int | None = None,
-) -> None:
-    """``experts``: the workload's default when None (one per host is too few for top-8 at 256 hosts)."""
-    subprocess.run(
-        [
-            sys.executable, "-m", "orchestrator.cli.workload", "moe", "--hosts", ",".join(hosts),
-            "--steps", str(steps), "--tokens-per-host", str(tokens_per_host), "--seed", str(seed),
-            *(["--experts", str(experts)] if experts else []), "-o", str(path),
-        ],
-        check=True, cwd=ROOT,
+def parser() -> argparse.ArgumentParser:
+    p = bench_parser(__doc__)
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument(
+        "--tokens-per-host", type=int, default=128, help="default: 10 x 128 x 8 hosts = 10240 tokens"
+    )
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument(
+        "--dataplane", choices=("ebpf", "python"), default="ebpf",
+        help="the BFRs' BIER dataplane (bier.dataplane): ebpf, the default, or python, the reference",
     )  # fmt: skip
+    p.add_argument("--timeout", type=float, default=300.0, help="replay timeout beyond the trace")
+    p.add_argument(
+        "--rounds", type=int, default=3,
+        help="unicast/host-BIER pairs, back to back on the same lab; the ratio printed is the median of the "
+        "pairs' ratios, so one noisy moment on a shared machine does not decide it",
+    )  # fmt: skip
+    return p
 
 
-def lab_file(tmp: Path, dataplane: str) -> Path:
-    doc = yaml.safe_load((ROOT / "labs" / "leaf-spine.clab.yml").read_text())
-    doc["name"] = LAB
-    path = tmp / f"{LAB}.clab.yml"
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+def lab_vars(dataplane: str) -> dict:
     # This bench measures how fast our forwarders move messages, so the links must not set the pace.
-    lab_vars = {"time": {"scale": "off"}, "bier": {"dataplane": dataplane}}
-    (tmp / f"{LAB}.vars.yml").write_text(yaml.safe_dump(lab_vars))
-    return path
+    return {"time": {"scale": "off"}, "bier": {"dataplane": dataplane}}
 
 
 def figures(outcome: RunOutcome) -> dict[str, float]:
@@ -84,53 +71,7 @@ def figures(outcome: RunOutcome) -> dict[str, float]:
     }
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument(
-        "--tokens-per-host", type=int, default=128, help="default: 10 x 128 x 8 hosts = 10240 tokens"
-    )
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument(
-        "--dataplane", choices=("ebpf", "python"), default="ebpf",
-        help="the BFRs' BIER dataplane (bier.dataplane): ebpf, the default, or python, the reference",
-    )  # fmt: skip
-    parser.add_argument("--timeout", type=float, default=300.0, help="replay timeout beyond the trace")
-    parser.add_argument(
-        "--rounds", type=int, default=3,
-        help="unicast/host-BIER pairs, back to back on the same lab; the ratio printed is the median of the "
-        "pairs' ratios, so one noisy moment on a shared machine does not decide it",
-    )  # fmt: skip
-    args = parser.parse_args()
-    runtime = DockerRuntime()
-    destroy(LAB, runtime, quiet=True)
-    rounds: list[dict[str, dict[str, float]]] = []
-    with tempfile.TemporaryDirectory() as tmp_name:
-        tmp = Path(tmp_name)
-        trace = tmp / "moe-bench.jsonl"
-        make_trace(trace, args.steps, args.tokens_per_host, args.seed)
-        old = Path.cwd()
-        os.chdir(tmp)
-        try:
-            topo = load_topology(lab_file(tmp, args.dataplane))
-            deploy(topo, runtime)
-            if not configure(topo).ok:
-                print(f"bench replay: configure {LAB} failed", file=sys.stderr)
-                return 1
-            for _ in range(args.rounds):
-                pair = {}
-                for mode in MODES:
-                    outcome = run_experiment(
-                        topo, trace, mode, RunOptions(timeout_s=args.timeout), runtime=runtime,
-                        results_dir=tmp / "results",
-                    )  # fmt: skip
-                    pair[mode] = figures(outcome)
-                rounds.append(pair)
-        finally:
-            destroy(LAB, runtime, cleanup=True, quiet=True)
-            os.chdir(old)
+def report(args: argparse.Namespace, rounds: list[Round]) -> None:
     tokens = args.steps * args.tokens_per_host * len(HOSTS)
     first = rounds[0][Mode.UNICAST]
     print(
@@ -144,7 +85,7 @@ def main() -> int:
         for mode, f in pair.items():
             print(
                 f"  round {i} {mode:9s}: {f['msgs_per_s']:8.1f} messages/s, "
-                f"{f['bytes_per_s'] / 1e6:8.2f} MB/s delivered, completion {f['completion_s']:.2f} s, "
+                f"{f['bytes_per_s'] / 1e6:8.2f} MB/s delivered, completion {f['completion_s']:.2f} s (wall), "
                 f"delivered {int(f['delivered'])}/"
                 f"{int(f['expected'])}, source egress {f['egress'] / 1e6:.2f} MB"
             )
@@ -161,8 +102,24 @@ def main() -> int:
         f"  ratio unicast/host-bier source egress: {uni['egress'] / bier['egress']:.2f}x "
         f"(theoretical fan-out {uni['fanout']:.2f})"
     )
+
+
+def incomplete(rounds: list[Round]) -> list[str]:
+    """The runs that lost deliveries, named by mode and round."""
     out = {f"{mode} round {i}": f for i, pair in enumerate(rounds, 1) for mode, f in pair.items()}
-    lost = [m for m, f in out.items() if f["delivered"] < f["expected"]]
+    return [m for m, f in out.items() if f["delivered"] < f["expected"]]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    with bench_lab("leaf-spine", f"{args.name_prefix}replay", vars=lab_vars(args.dataplane)) as lab:
+        trace = moe_trace(lab.workdir / "moe-bench.jsonl", HOSTS, args.steps, args.tokens_per_host, args.seed)
+        rounds = [
+            {mode: figures(lab.replay(trace, mode, timeout_s=args.timeout)) for mode in COMPARED}
+            for _ in range(args.rounds)
+        ]
+    report(args, rounds)
+    lost = incomplete(rounds)
     if lost:
         print(f"  incomplete delivery in: {', '.join(lost)}")
     return 1 if lost else 0

@@ -32,7 +32,7 @@ from tests.unit.aidcnet.test_udpio_backpressure import QUEUE, RATE, SNDBUF, run,
 from tests.unit.fabric_netns import VethPair, make_veth_pair  # noqa: E402
 
 SAMPLE_S = 0.01
-MODES = (("sndbuf", f"SO_SNDBUF {SNDBUF >> 10} KiB"), ("recverr", "4 MiB + IP_RECVERR"))
+SENDERS = (("sndbuf", f"SO_SNDBUF {SNDBUF >> 10} KiB"), ("recverr", "4 MiB + IP_RECVERR"))
 
 
 def full_queue_drain_bps(pair: VethPair) -> float:
@@ -59,19 +59,21 @@ def full_queue_drain_bps(pair: VethPair) -> float:
     return meter.drain_bps
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--rounds", type=int, default=3, help="rounds of the three measurements (default 3)")
-    args = parser.parse_args()
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rounds", type=int, default=3, help="rounds of the three measurements (default 3)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     ratios: dict[str, list[float]] = {"sndbuf": [], "recverr": []}
     with make_veth_pair("bpq") as pair:
         shape(pair)
         for k in range(1, args.rounds + 1):
             base = full_queue_drain_bps(pair)
             line = [f"round {k}: full queue drained at {base / 1e6:.2f} Mbit/s (baseline)"]
-            for mode, label in MODES:
+            for mode, label in SENDERS:
                 got = run(pair, mode)
                 lost = got["sent"] - got["received"]
                 ratios[mode].append(got["wire_bps"] / base)

@@ -1,7 +1,7 @@
 """An RFC 8296 BIER layer for scapy, written for the tests.
 
 scapy's own contrib.bier predates the RFC's codepoints (its BSL 2 means 256 bits, its Proto 5 means
-IPv6), so it would decode our packets wrongly (DESIGN.md §3). With MPLS encapsulation the first 32-bit
+IPv6), so it would decode our packets wrongly (docs/design.md §3). With MPLS encapsulation the first 32-bit
 word of the BIER header is the MPLS label stack entry (RFC 8296 §2.1.1.1), so the layer starts there.
 """
 

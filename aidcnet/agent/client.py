@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from aidcnet.agent.control import ControlError, Op, request
+from aidcnet.agent.replay.protocol import ReplayLoad
 from aidcnet.paths import CONTROL_SOCKET
 
 
@@ -73,6 +74,11 @@ class AgentClient:
     def validate(self, file: str) -> dict[str, Any]:
         return self.call(Op.VALIDATE, file=file)
 
+    def set_time_scale(self, time_scale: int | None) -> dict[str, Any]:
+        """Run at another time scale (None: unshaped) until the next node file: what a scale search and
+        ``replay --confirm`` change between runs, with the links' shapers."""
+        return self.call(Op.TIME_SCALE, time_scale=time_scale)
+
     def igmp(self) -> dict[str, Any]:
         """``show igmp``: per-port memberships, querier state, BFER tables, proxy channels, flows."""
         return self.call(Op.IGMP)
@@ -101,8 +107,13 @@ class AgentClient:
         return self.call(Op.BIER_RECEIVED, clear=clear)["received"]
 
     # -- replay ---------------------------------------------------------------------------------------
-    def replay_load(self, **fields: Any) -> dict[str, Any]:
-        return self.call(Op.REPLAY_LOAD, **fields)
+    def replay_load(self, load: ReplayLoad) -> dict[str, Any]:
+        """Load this host's part of a run, in as many requests as the control socket's line needs (the
+        first with the settings, then appends); the last reply (its counts are the whole load's)."""
+        reply: dict[str, Any] = {}
+        for line in load.lines():
+            reply = self.call(Op.REPLAY_LOAD, **line.to_wire())
+        return reply
 
     def replay_start(self, start_ns: int) -> dict[str, Any]:
         return self.call(Op.REPLAY_START, start_ns=start_ns)

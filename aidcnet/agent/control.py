@@ -23,6 +23,9 @@ from typing import Any
 from aidcnet.paths import CONTROL_SOCKET
 
 Handler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+# The longest request line the agent reads (asyncio's default stream limit): a longer one is refused
+# unanswered, so a client cuts what it sends (a replay load: ``ReplayLoad.lines``).
+REQUEST_LINE_BYTES = 64 << 10
 
 
 class Op(StrEnum):
@@ -50,6 +53,7 @@ class Op(StrEnum):
     BGP_LINK = "bgp_link"
     FARE_SEND = "fare_send"
     IGMP = "igmp"
+    TIME_SCALE = "time_scale"
 
 
 class ControlError(RuntimeError):
@@ -78,7 +82,7 @@ async def serve(handlers: Mapping[Op, Handler], path: Path = CONTROL_SOCKET) -> 
         finally:
             writer.close()
 
-    return await asyncio.start_unix_server(on_client, path=str(path))
+    return await asyncio.start_unix_server(on_client, path=str(path), limit=REQUEST_LINE_BYTES)
 
 
 def request(op: Op, timeout: float = 5.0, path: Path = CONTROL_SOCKET, **fields: Any) -> dict[str, Any]:

@@ -23,13 +23,13 @@ from pathlib import Path
 from typing import Any
 
 from aidcnet.agent import control, metrics
-from aidcnet.agent.bgp_service import BgpPart
-from aidcnet.agent.bier_service import BierPart
+from aidcnet.agent.bgp.service import BgpPart
+from aidcnet.agent.bier.service import BierPart
 from aidcnet.agent.control import Handler, Op
-from aidcnet.agent.igmp_service import IgmpPart
-from aidcnet.agent.ina_service import InaPart
-from aidcnet.agent.reliable_service import ReliablePart
-from aidcnet.agent.replay_service import ReplayPart
+from aidcnet.agent.igmp.service import IgmpPart
+from aidcnet.agent.ina.service import InaPart
+from aidcnet.agent.reliable.service import ReliablePart
+from aidcnet.agent.replay.service import ReplayPart
 from aidcnet.agent.service import Service
 
 # The node-file models (pydantic, about 90 ms of CPU in a node) load at start, though a fresh agent only has
@@ -55,7 +55,7 @@ def build_services(role: Role) -> list[Service]:
     ina = InaPart(role, bier)
     # Reliable before replay: the replay service opens its reliable flows through it.
     reliable = ReliablePart(bier)
-    replay = ReplayPart(role, bier, reliable)
+    replay = ReplayPart(role, bier, reliable, ina)
     bgp = BgpPart(on_change=bier.apply_bgp)
     # IGMP after BIER: it feeds the running net-BIER edge its flows and member ports.
     igmp = IgmpPart(bier)
@@ -178,6 +178,25 @@ class Agent:
             changed = any(summary.values())
             return {"ok": True, "changed": changed, "applied": summary, "running": self._running_id()}
 
+    async def time_scale(self, request: dict[str, Any]) -> dict[str, Any]:
+        """The running config at another time scale, applied as a node file would be (every service sees
+        it through its reload); the node file on disk keeps the configured one."""
+        from aidcnet.timescale import TimeScale, TimeScaleError
+
+        if self.config is None:
+            return {"ok": False, "error": "no node file applied yet: configure the lab first"}
+        try:
+            time_scale = TimeScale.of(request.get("time_scale"))
+        except TimeScaleError as exc:
+            return {"ok": False, "error": f"time_scale: {exc}"}
+        new = self.config.at_time_scale(time_scale)
+        async with self._reload_lock:
+            if new != self.config:
+                await self._apply(new)
+                self.config = new
+                self.counters["config.rescaled"] += 1
+        return {"ok": True, "time_scale": time_scale.value}
+
     def _running_id(self) -> str | None:
         if self.config is None:
             return None
@@ -228,6 +247,7 @@ class Agent:
             Op.RELOAD: self.reload,
             Op.VALIDATE: self.validate,
             Op.RESTART: self.restart,
+            Op.TIME_SCALE: self.time_scale,
         }
         for service in self.services:
             for op, handler in service.handlers().items():

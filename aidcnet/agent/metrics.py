@@ -45,7 +45,7 @@ LABEL_RULES: tuple[tuple[re.Pattern[str], str], ...] = (
     # keeps sum() over the reasons from counting the total twice.
     (re.compile(r"^(?P<head>bier\.dropped-bits)\.(?P<v>[^.]+)(?P<tail>)$"), "reason"),
     (re.compile(r"^(?P<head>bier\.dropped-malformed)\.(?P<v>[^.]+)(?P<tail>)$"), "reason"),
-    # INA drops by reason (aidcnet/agent/ina_switch.py).
+    # INA drops by reason (aidcnet/agent/ina/switch.py).
     (re.compile(r"^(?P<head>ina\.dropped)\.(?P<v>[^.]+)(?P<tail>)$"), "reason"),
 )
 REASON_SUFFIX = "_by_reason"

@@ -1,4 +1,4 @@
-"""BGP wire elements we add on top of ExaBGP (which stays the BGP engine, DESIGN.md §3)."""
+"""BGP wire elements we add on top of ExaBGP (which stays the BGP engine, docs/design.md §3)."""
 
 from aidcnet.bgp.bier_attribute import (
     ATTR_TYPE_BIER,

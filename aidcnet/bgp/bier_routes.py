@@ -19,12 +19,12 @@ Pure: the agent turns its RIB into ``{prefix: BgpPath}`` (:func:`bgp_paths`) and
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from aidcnet.bgp.bier_attribute import BierAttribute, BierTlv, MplsEncapsulationSubTlv
+from aidcnet.bgp.rib import prefix_key
 
 if TYPE_CHECKING:
     from aidcnet.config import Bier
@@ -90,11 +90,6 @@ class BgpBirt:
     problems: list[str] = field(default_factory=list)
 
 
-def _prefix_key(prefix: str) -> tuple[int, int]:
-    net = ipaddress.ip_network(prefix, strict=False)
-    return int(net.network_address), net.prefixlen
-
-
 def birt_from_bgp(
     bfr_id: int,
     sub_domain: int,
@@ -110,7 +105,7 @@ def birt_from_bgp(
     elsewhere is reported and ignored: our own bit is always delivered locally.
     """
     out = BgpBirt()
-    for prefix in sorted(routes, key=_prefix_key):
+    for prefix in sorted(routes, key=prefix_key):
         path = routes[prefix]
         tlv = path.bier.bier_tlv(sub_domain) if path.bier is not None else None
         if tlv is None or tlv.bfr_id == 0:

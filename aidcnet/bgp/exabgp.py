@@ -1,5 +1,5 @@
 """ExaBGP glue as pure functions: the configuration file we generate, the JSON messages its API process
-receives, and the commands it sends. The agent (aidcnet/agent/bgp_service.py) only moves these lines.
+receives, and the commands it sends. The agent (aidcnet/agent/bgp/service.py) only moves these lines.
 
 ExaBGP facts this relies on (checked against ExaBGP 5.0.15):
 

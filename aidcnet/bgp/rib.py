@@ -4,7 +4,7 @@ ExaBGP holds the sessions; the agent feeds every received UPDATE into :class:`Ri
 :func:`select` what to install and :func:`advertisements` what to send. Both are recomputed from scratch on
 every change (a SuperPoD node has at most a few hundred prefixes), so no incremental state can drift.
 
-Design (RFC 7938 §5 eBGP-only fabric, DESIGN.md §3):
+Design (RFC 7938 §5 eBGP-only fabric, docs/design.md §3):
 
 * loop prevention: a path whose AS_PATH contains our own ASN is ignored (RFC 4271 §9.1.2);
 * best paths: shortest AS_PATH; every path of that length is in the multipath set whatever its
@@ -49,6 +49,12 @@ ATTR_FLAG_OPTIONAL = 0x80
 ATTR_FLAG_TRANSITIVE = 0x40
 ATTR_FLAG_PARTIAL = 0x20
 ATTR_TYPE_BIER = 41
+
+
+def prefix_key(prefix: str) -> tuple[int, int]:
+    """Prefixes in address order, then by length: 10.255.0.2/32 before 10.255.0.10/32 (not as text)."""
+    net = ipaddress.ip_network(prefix, strict=False)
+    return int(net.network_address), net.prefixlen
 
 
 @functools.lru_cache(maxsize=4096)

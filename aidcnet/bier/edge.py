@@ -1,6 +1,6 @@
 """Pure logic of network-BIER at a leaf: IPv4 multicast in, BIER (Proto 4) across, IPv4 out.
 
-No I/O here; :mod:`aidcnet.agent.net_bier` moves the packets.  Pieces:
+No I/O here; :mod:`aidcnet.agent.bier.net_bier` moves the packets.  Pieces:
 
 * :class:`FlowTable`: (S,G) -> BFER BFR-ids with (*,G) fallback;
 * :func:`parse_ipv4`: the RFC 791 header checks a router makes before forwarding;
@@ -16,7 +16,7 @@ import functools
 import ipaddress
 import struct
 import zlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
 from aidcnet.ipv4 import checksum16 as checksum
@@ -187,7 +187,23 @@ def packed(addr: ipaddress.IPv4Address | str) -> bytes:
     return ipaddress.IPv4Address(addr).packed
 
 
-FlowSpec = tuple[ipaddress.IPv4Address | str, ipaddress.IPv4Address | str | None, Iterable[int]]
+Address = ipaddress.IPv4Address | str
+FlowSpec = tuple[Address, Address | None, Iterable[int]]
+
+
+def _checked_flow(where: str, group: Address, bfers: Iterable[int]) -> tuple[bytes, tuple[int, ...]]:
+    """A flow's group (4 octets) and sorted BFR-ids, or ValueError naming ``where``."""
+    g = packed(group)
+    if not is_routable_multicast(g):
+        text = ipaddress.IPv4Address(g)
+        raise ValueError(f"{where}: group {text} is not routable multicast (224/4 minus 224.0.0/24)")
+    ids = tuple(sorted(set(bfers)))
+    if not ids:
+        raise ValueError(f"{where}: no BFERs")
+    bad = [b for b in ids if not 1 <= b <= 65535]
+    if bad:
+        raise ValueError(f"{where}: BFR-ids {bad} are outside 1..65535")
+    return g, ids
 
 
 class FlowTable:
@@ -202,16 +218,7 @@ class FlowTable:
         self._g: dict[bytes, tuple[int, ...]] = {}
         for i, (group, source, bfers) in enumerate(specs):
             where = f"flows[{i}]"
-            g = packed(group)
-            if not is_routable_multicast(g):
-                text = ipaddress.IPv4Address(g)
-                raise ValueError(f"{where}: group {text} is not routable multicast (224/4 minus 224.0.0/24)")
-            ids = tuple(sorted(set(bfers)))
-            if not ids:
-                raise ValueError(f"{where}: no BFERs")
-            bad = [b for b in ids if not 1 <= b <= 65535]
-            if bad:
-                raise ValueError(f"{where}: BFR-ids {bad} are outside 1..65535")
+            g, ids = _checked_flow(where, group, bfers)
             if source is None:
                 if g in self._g:
                     raise ValueError(f"{where}: (*,{group}) is configured twice")
@@ -221,6 +228,28 @@ class FlowTable:
                 if key in self._sg:
                     raise ValueError(f"{where}: ({source},{group}) is configured twice")
                 self._sg[key] = ids
+
+    def updated(self, changes: Mapping[tuple[Address | None, Address], Iterable[int] | None]) -> FlowTable:
+        """A copy with ``changes`` made: per (source or None, group), its BFR-ids, or None to remove it.
+        It costs a copy of the entries, not a rebuild (a membership change touches a few of hundreds);
+        the new entries are checked as the constructor checks them."""
+        table = FlowTable()
+        table._sg, table._g = dict(self._sg), dict(self._g)
+        for (source, group), bfers in changes.items():
+            where = f"flows[({source or '*'},{group})]"
+            g = packed(group)
+            if bfers is None:
+                if source is None:
+                    table._g.pop(g, None)
+                else:
+                    table._sg.pop((packed(source), g), None)
+                continue
+            g, ids = _checked_flow(where, group, bfers)
+            if source is None:
+                table._g[g] = ids
+            else:
+                table._sg[(packed(source), g)] = ids
+        return table
 
     @classmethod
     def from_config(cls, flows: Iterable[object]) -> FlowTable:

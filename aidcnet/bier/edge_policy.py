@@ -10,8 +10,8 @@ neighbors.  Here that becomes, per ingress port (a local interface):
 * a *fabric* port lists the neighboring BFRs by source address; nothing else may send BIER there.
 
 A port with no policy accepts everything (a BFR configured before this existed keeps working).
-No I/O here: the dataplanes (Python :mod:`aidcnet.agent.bier_dataplane`, eBPF ``aidcnet/ebpf/bier.c``
-policy_drop, loaded by :meth:`aidcnet.agent.bier_ebpf.BierMaps.write_policy`) enforce it and count
+No I/O here: the dataplanes (Python :mod:`aidcnet.agent.bier.dataplane`, eBPF ``aidcnet/ebpf/bier.c``
+policy_drop, loaded by :meth:`aidcnet.agent.bier.ebpf.BierMaps.write_policy`) enforce it and count
 drops per port and reason under the same names.
 """
 

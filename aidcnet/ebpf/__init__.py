@@ -1,9 +1,12 @@
 """The tc (clsact, direct-action) eBPF programs in C, compiled with Debian's clang, and their Python sides.
 
 * ``bier.c``: the BFR forwarding program (RFC 8279 §6.5 over RFC 8296 MPLS-in-UDP); ``bier.h`` is the
-  map layout it shares with :mod:`aidcnet.agent.bier_ebpf`. The node agent loads it.
+  map layout it shares with :mod:`aidcnet.agent.bier.ebpf`. The node agent loads it.
 * ``link_fault.c``: Gilbert-Elliott loss at a link end (:mod:`aidcnet.ebpf.link_fault`); the host
   attaches it into the nodes' namespaces with its own ``tc`` (orchestrator/lab/shaping.py).
+* ``delay_relay.c``: hands a delayed link's packets to the host's delay relay and takes them back when
+  due (orchestrator/lab/relay.py). Host only: :data:`PROGRAMS` (what node images carry) leaves it out,
+  the relay builds it with ``build(programs=(RELAY_PROGRAM,))``.
 
 :func:`build` is the one place that compiles them: the image build (orchestrator/lab/images.py, which
 copies the objects into the node image at :data:`OBJECT_DIR`), the host's link shaping and the tests
@@ -24,6 +27,7 @@ from pathlib import Path
 
 SRC = Path(__file__).resolve().parent
 PROGRAMS = ("bier", "link_fault")
+RELAY_PROGRAM = "delay_relay"
 OBJECT_DIR = Path("/opt/aidcnet/ebpf")
 """Where node images keep the compiled objects."""
 

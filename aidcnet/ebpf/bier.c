@@ -3,7 +3,7 @@
  * tc (clsact, direct-action) ingress program on every BIER interface of a BFR.
  *
  * For an IPv4/UDP packet to port 6635 addressed to this BFR (bier_local), in this order, each step
- * ending the packet the way aidcnet/agent/bier_dataplane.py does, with the same counter:
+ * ending the packet the way aidcnet/agent/bier/dataplane.py does, with the same counter:
  *   label (the BIFT-id) -> BIFT (bier_table), header checks as aidcnet/bier/header.py parse_fields,
  *   TTL per RFC 8296 §2.1.1.2, own bit, then the §6.5 loop over the BIFT of the SI (bier_bift,
  *   bier_fbm), ECMP by entropy as aidcnet.bier.forwarding.ecmp_hash.
@@ -105,6 +105,11 @@ struct {
 	__type(value, struct bier_nbr_counters);
 } bier_nbr_cnt SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, BIER_REPORT_RING);
+} bier_report SEC(".maps");
+
 struct copy {
 	__u64 bits[BIER_WORDS];
 	__u32 nbr;
@@ -155,6 +160,7 @@ struct scratch {
 	/* deliver_direct's view of the payload's headers (the stack is full here too) */
 	__be32 direct_w2;
 	struct direct_hdr direct;
+	struct bier_report rep; /* report()'s record, built here for the same reason */
 };
 
 struct {
@@ -639,6 +645,54 @@ static __always_inline int deliver_direct(struct ectx *e, struct scratch *s, con
 	return 0;
 }
 
+/* bier_cfg.report_port: a reliable DATA this BFR forwards (or delivers, or imposes) is reported on
+ * bier_report, so the agent's ACK aggregation sees the windows that pass here while the packet itself stays
+ * in the kernel. ``meta``: the report port (bits 16..31), REPORT_IMPOSED (imposed by bier_impose: the
+ * payload starts at IP_OFF and s->rep.saddr, s->rep.bits are the caller's), the BitString's words (bits
+ * 1..3; forwarded: read from s->orig), REPORT_EXPIRED (BIER-TTL 1 let no copy go: only the own bit). A
+ * subprogram, not inlined: bier_rx's stack and a bpf_loop callback's share 512 octets. Called before the
+ * copies are made (they rewrite the outer headers, and a direct delivery strips them). */
+#define REPORT_EXPIRED 1
+#define REPORT_IMPOSED 16
+#define REPORT_LOAD 44 /* of head: IPv4, UDP, the reliable common header (a DATA is at least that long) */
+static __attribute__((noinline)) int report(struct __sk_buff *skb, struct scratch *s, const struct dctx *c,
+					    const struct bier_table *tbl, __u32 meta)
+{
+	struct bier_report *r = &s->rep;
+	__u32 nwords = (meta >> 1) & 7, off = IP_OFF;
+	const __u8 *h = r->head;
+
+	if (!(meta & REPORT_IMPOSED)) {
+		off = BITS_OFF + nwords * 8;
+		if (bpf_skb_load_bytes(skb, BIER_OFF + 8, &s->direct_w2, 4) ||
+		    ((bpf_ntohl(s->direct_w2) >> 16) & 0x3F) != BIER_PROTO_IPV4 || off > BITS_OFF + BIER_MAX_BSL / 8)
+			return 0;
+	}
+	if (bpf_skb_load_bytes(skb, off, r->head, REPORT_LOAD))
+		return 0;
+	/* IPv4 without options, unfragmented, UDP to the report port; a reliable DATA (Ver 1, Type 1) */
+	if (h[0] != 0x45 || h[9] != IPPROTO_UDP || (h[6] & 0x3F) || h[7] ||
+	    ((h[22] << 8) | h[23]) != meta >> 16 || h[28] != 0x11)
+		return 0;
+	r->si = tbl->si;
+	if (meta & REPORT_IMPOSED) {
+		r->kind = BIER_REPORT_IMPOSED;
+	} else {
+		r->kind = BIER_REPORT_FORWARDED;
+		r->saddr = s->orig.ip.saddr;
+		r->bits[0] = r->bits[1] = r->bits[2] = r->bits[3] = 0;
+		from_wire(s->orig.raw, r->bits, nwords);
+	}
+#pragma unroll
+	for (int j = 0; j < BIER_WORDS; j++)
+		r->bits[j] &= (meta & REPORT_EXPIRED) ? tbl->own[j] : ~(c->noentry[j] | c->null[j]);
+	if (bpf_ringbuf_output(&bier_report, r, sizeof(*r), 0))
+		cnt(C_REPORT_LOST, 1);
+	else
+		cnt(C_REPORTED, 1);
+	return 0;
+}
+
 /* Copy i: rewrite the packet for its BFR-NBR and clone it out of the neighbour's interface.  The last
  * copy of a packet that is not also delivered locally is the packet itself (bpf_redirect after the
  * program returns): no clone, and no head copy for it. */
@@ -900,6 +954,8 @@ int bier_rx(struct __sk_buff *skb)
 		if (local)
 			C->c[C_DELIVERED] += 1;
 	}
+	if (cfg->report_port)
+		report(skb, s, &c, tbl, ((__u32)cfg->report_port << 16) | (nwords << 1) | (ttl == 1 ? REPORT_EXPIRED : 0));
 
 	/* the copies: each rewritten from the previous one, then cloned out (the last one redirected) */
 	struct ectx e = {
@@ -933,7 +989,7 @@ int bier_rx(struct __sk_buff *skb)
 
 /* -- network-BIER imposition (BFIR) ------------------------------------------------------------------
  *
- * bier_impose: tc ingress on a leaf's host ports, the fast path of aidcnet/agent/net_bier.py's ingress.
+ * bier_impose: tc ingress on a leaf's host ports, the fast path of aidcnet/agent/bier/net_bier.py's ingress.
  * An IPv4 multicast UDP packet to a routable group, (S,G) then (*,G) in bier_flow, becomes MPLS-in-UDP
  * BIER with Proto 4 and the flow's BitString, exactly as NetBierEdge + BierDataplane.impose build it:
  * Entropy = CRC-32(S, G, UDP ports) & 0xFFFFF (aidcnet.bier.edge.flow_entropy), BIER-TTL 64 on the
@@ -1276,6 +1332,15 @@ int bier_impose(struct __sk_buff *skb)
 
 	if (!cfg || !s)
 		goto punt;
+	/* a reliable retransmission (flag R) goes to the Python edge, which narrows it to the BFERs that have not
+	 * confirmed it (aidcnet/reliable/edge.py repair_bfers); the kernel would send it to the whole group */
+	if (cfg->report_port && udph->dest == bpf_htons(cfg->report_port) &&
+	    !bpf_skb_load_bytes(skb, UDP_OFF + 8, &s->direct_w2, 2)) {
+		__u8 *rel = (__u8 *)&s->direct_w2;
+
+		if (rel[0] == 0x11 && (rel[1] & 0x80))
+			goto punt;
+	}
 	__u32 base = 0;
 	struct bier_table *tbl = find_table(cfg->gen & 1, fl->label & 0xFFFFF, &base);
 
@@ -1356,6 +1421,13 @@ int bier_impose(struct __sk_buff *skb)
 	cnt(C_ACCEPTED, 1);
 	cnt(C_FORWARDED, 1);
 	cnt(C_REPLICATED, n - 1);
+	if (cfg->report_port) {
+		s->rep.saddr = src;
+#pragma unroll
+		for (int j = 0; j < BIER_WORDS; j++)
+			s->rep.bits[j] = fl->bits[j];
+		report(skb, s, &c, tbl, ((__u32)cfg->report_port << 16) | REPORT_IMPOSED);
+	}
 
 	/* room for outer IPv4, UDP and the BIER header between Ethernet and the inner packet */
 	__u32 blen = 12 + bsl / 8, code = nwords == 1 ? 1 : nwords == 2 ? 2 : 3;

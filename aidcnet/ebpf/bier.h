@@ -1,6 +1,6 @@
-/* Map layout shared by the BIER tc programs (bier.c) and the agent (aidcnet/agent/bier_ebpf.py).
+/* Map layout shared by the BIER tc programs (bier.c) and the agent (aidcnet/agent/bier/ebpf.py).
  *
- * Change a struct or an enum here and change its ctypes mirror in bier_ebpf.py in the same commit:
+ * Change a struct or an enum here and change its ctypes mirror in aidcnet/agent/bier/ebpf.py in the same commit:
  * tests/dataplane/test_bier_ebpf_layout.py compares the two.
  *
  * Tables come in two generations; bier_cfg.gen names the one packets use.  The agent writes the other
@@ -30,9 +30,26 @@ struct bier_cfg {
 	 * socket on the port receives it as it would a unicast datagram (the host's replay receiver), with no
 	 * agent in the way */
 	__u16 direct_port;
-	__u16 pad;
+	/* report_port 0: off. Otherwise every packet this BFR forwards or delivers whose payload is IPv4/UDP to
+	 * report_port carrying a reliable DATA (aidcnet/reliable/header.py: version 1, type 1) is reported on
+	 * bier_report: where it came from, where it went, its first octets (struct bier_report). The agent's ACK
+	 * aggregation learns each window's BFERs from them, as the Python dataplane's on_forward tells it */
+	__u16 report_port;
 	__be32 direct_group;
 	__be32 direct_addr;
+};
+
+/* bier_report (a BPF ring buffer of BIER_REPORT_RING octets): one record per reported packet. */
+#define BIER_REPORT_HEAD 48 /* the payload's IPv4 (20) and UDP (8) headers, the reliable common header (16) */
+#define BIER_REPORT_RING (1 << 18)
+#define BIER_REPORT_FORWARDED 0 /* by bier_rx: saddr is the BFR-NBR it came from */
+#define BIER_REPORT_IMPOSED 1   /* by bier_impose: saddr is the host that sent it */
+struct bier_report {
+	__be32 saddr;           /* outer IPv4 source: where the packet came from */
+	__u16 si;               /* the SI of the BitString below */
+	__u16 kind;             /* BIER_REPORT_FORWARDED or BIER_REPORT_IMPOSED */
+	__u64 bits[BIER_WORDS]; /* its copies' BitStrings and the own bit: the BFERs it went to; word 0: bits 1..64 */
+	__u8 head[BIER_REPORT_HEAD];
 };
 
 /* bier_table[gen * BIER_MAX_BIFT + slot]: one BIFT, found by its BIFT-id (label): the program compares
@@ -126,6 +143,8 @@ enum bier_counter {
 	C_IMPOSED,          /* BIER packets built as BFIR (bier_impose) */
 	C_DROPPED_POLICY,   /* refused by the RFC 8296 §6 edge policy (per port and reason: bier_pol_cnt) */
 	C_DELIVERED_DIRECT, /* eBPF only: of C_DELIVERED, handed to the stack decapsulated (bier_cfg.direct_*) */
+	C_REPORTED,         /* eBPF only: records written to bier_report (bier_cfg.report_port) */
+	C_REPORT_LOST,      /* eBPF only: reports the ring buffer had no room for (the agent fell behind) */
 	C_NUM
 };
 
@@ -146,7 +165,7 @@ struct bier_nbr_counters {
 	__u64 c[NC_NUM];
 };
 
-/* Network-BIER imposition at a leaf (bier_impose on host ports, aidcnet/agent/net_bier.py's fast path).
+/* Network-BIER imposition at a leaf (bier_impose on host ports, aidcnet/agent/bier/net_bier.py's fast path).
  * bier_flow: (S,G), or (0,G) for (*,G), -> the flow's BitString in one SI and our label for that SI.
  * The agent installs only flows whose BFERs share one SI and do not include this BFR; the rest, like
  * every packet the program does not handle, goes up to the Python edge untouched. */
@@ -163,7 +182,7 @@ struct bier_flow {
 };
 
 /* bier_port: host port ifindex -> index; bier_edge_cnt (per CPU): [index * E_NUM + E_*], named as
- * net_bier.py's per-port counters (port.<ifname>.<name>) and summed for the flat ones */
+ * aidcnet/agent/bier/net_bier.py's per-port counters (port.<ifname>.<name>) and summed for the flat ones */
 enum bier_edge_counter {
 	E_CAPTURED,
 	E_CAPTURED_BYTES,

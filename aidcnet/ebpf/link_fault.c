@@ -25,6 +25,7 @@
 #define RELIABLE_VERSION 1
 #define TYPE_ACK 2
 #define TYPE_AGG_ACK 4
+#define TYPE_AGG_NACK 5 /* a BFR's merged NACKs: counted as a NACK */
 
 struct lf_config {
 	__u64 enter_bad;  /* P(Good -> Bad) per packet, x 2^32 */
@@ -42,7 +43,7 @@ struct lf_stats {
 	__u64 lost_bad_bytes;
 	__u64 bad_entries;        /* bursts begun */
 	/* Of the passed packets, the reliable transport's feedback: IPv4/UDP to port 4795 whose message
-	 * is version 1, type ACK, NACK or AGG-ACK. Counted on the wire, so end-to-end ACKs routed by the
+	 * is version 1, type ACK, NACK (or AGG-NACK) or AGG-ACK. Counted on the wire, so end-to-end ACKs routed by the
 	 * kernel count as much as the ones our BFRs aggregate. */
 	__u64 ack_packets;
 	__u64 nack_packets;
@@ -77,7 +78,7 @@ static __always_inline int chance(__u64 threshold)
 	return (__u64)bpf_get_prandom_u32() < threshold;
 }
 
-/* The reliable feedback type of an IPv4/UDP packet (TYPE_ACK..TYPE_AGG_ACK), or 0. */
+/* The reliable feedback type of an IPv4/UDP packet (TYPE_ACK..TYPE_AGG_NACK), or 0. */
 static __always_inline int feedback_type(struct __sk_buff *skb)
 {
 	__u8 ip[20];
@@ -93,7 +94,7 @@ static __always_inline int feedback_type(struct __sk_buff *skb)
 	if (((udp[2] << 8) | udp[3]) != RELIABLE_UDP_PORT || (udp[8] >> 4) != RELIABLE_VERSION)
 		return 0;
 	__u8 type = udp[8] & 0x0f;
-	return type >= TYPE_ACK && type <= TYPE_AGG_ACK ? type : 0;
+	return type >= TYPE_ACK && type <= TYPE_AGG_NACK ? type : 0;
 }
 
 static __always_inline void count_feedback(struct __sk_buff *skb, struct lf_stats *st)

@@ -112,8 +112,8 @@ def format_bandwidth(bytes_per_s: float, *, suffix: str = "") -> str:
     if not math.isfinite(bytes_per_s) or bytes_per_s < 0:
         raise BandwidthError(f"bandwidth {bytes_per_s!r} bytes/s must be finite and >= 0")
     bits = bytes_to_bits(float(bytes_per_s))
-    for prefix, scale in _FORMAT_PREFIXES:
-        if bits >= scale:
+    for prefix, unit in _FORMAT_PREFIXES:
+        if bits >= unit:
             # .6g may round 999999.5 up to "1e+06"; parse_bandwidth accepts that form too.
-            return f"{bits / scale:.6g}{prefix}{suffix}"
+            return f"{bits / unit:.6g}{prefix}{suffix}"
     return f"{bits:.6g}{suffix}"

@@ -12,7 +12,7 @@ Wire form (8 octets, RFC 4360 extended community layout)::
 
 Type 0x40 is the non-transitive Two-Octet AS-Specific type (the historical form that FRR
 and ExaBGP emit by default); 0x00 is the transitive one. The bandwidth is big-endian
-float32 in **bytes** per second (DESIGN.md §3, FARE row).
+float32 in **bytes** per second (docs/design.md §3, FARE row).
 
 Text forms follow ExaBGP's ``extended-community [ ... ]``: the non-transitive community is
 ``bandwidth:ASN:bytes_per_s``; anything else, including the transitive form, is the 8 octets

@@ -1,10 +1,10 @@
 """FARE per-node rules: advertised bandwidth, WECMP weights, per-flow and per-packet selection.
 
 References: draft-xu-idr-fare (FARE using BGP), the seed draft-xu-rtgwg-fare-in-sun-02
-(FARE in scale-up networks) and DESIGN.md §3 (FARE row): "advertised bw = min(sum of
-parallel link bw toward the advertiser, received bw); weights proportional to bw; per-flow
-WECMP hashes the UDP source port (one QP per source port), per-packet mode sprays in the
-host sender".
+(FARE in scale-up networks) and docs/design.md §3 (FARE row): a node advertises min(sum of its
+parallel links' bandwidth toward the advertiser, the bandwidth it received); next-hop weights follow the
+bandwidth; per-flow WECMP hashes the UDP source port (one QP per port), per-packet spraying happens in
+the host's sender.
 
 Interpretation when a prefix has several ECMP next hops (the drafts state the rule for one
 advertiser only):
@@ -130,9 +130,9 @@ def kernel_weights(path_bws: Mapping[str, float], max_weight: int = KERNEL_MAX_W
 
     Zero-bandwidth next hops are dropped. The smallest integers that reproduce the ratios
     exactly are preferred (800G:800G:400G → 2:2:1, the gcd-reduced form, which keeps kernel
-    routes readable and stable). When no scale up to ``max_weight`` is exact, the scale whose
+    routes readable and stable). When no weight scale up to ``max_weight`` is exact, the one whose
     weights have the smallest L1 distance between weight shares and bandwidth shares wins
-    (ties → the smaller scale). Every surviving next hop gets at least weight 1, so a thin
+    (ties → the smaller). Every surviving next hop gets at least weight 1, so a thin
     path is kept rather than silently dropped.
     """
     if (
@@ -153,8 +153,8 @@ def kernel_weights(path_bws: Mapping[str, float], max_weight: int = KERNEL_MAX_W
 
     best: list[int] | None = None
     best_err = math.inf
-    for scale in range(1, max_weight + 1):
-        weights = [max(1, min(max_weight, round(bw * scale / top_bw))) for bw in bws]
+    for weight_scale in range(1, max_weight + 1):  # the widest path's weight
+        weights = [max(1, min(max_weight, round(bw * weight_scale / top_bw))) for bw in bws]
         total_w = sum(weights)
         err = sum(abs(w / total_w - share) for w, share in zip(weights, ideal, strict=True))
         if err < best_err - _EXACT:

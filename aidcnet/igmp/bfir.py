@@ -14,7 +14,7 @@ A BitString is ``{SI: bits}`` as :func:`aidcnet.bier.bitstring.bitstrings_from_i
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from ipaddress import IPv4Address
 from typing import Final
@@ -22,7 +22,7 @@ from typing import Final
 from aidcnet.bier.bitstring import bitstrings_from_ids
 from aidcnet.igmp.codec import IgmpDecodeError, Report
 from aidcnet.igmp.extensions import ProxyReport, interpret
-from aidcnet.igmp.membership import FilterMode, GroupSnapshot, IgmpTimers, MembershipTable
+from aidcnet.igmp.router import FilterMode, GroupSnapshot, IgmpTimers, MembershipTable
 
 # A lookup key: (S, G) for one source, (None, G) for any source.
 Channel = tuple[IPv4Address | None, IPv4Address]
@@ -67,21 +67,60 @@ class BferMemberships:
         """Every (S,G) some BFER names and every (*,G) some BFER is in EXCLUDE mode for: enough for a
         lookup that tries (S,G) first and falls back to (*,G)."""
         snaps = self._snapshots(now)
-        named: dict[IPv4Address, set[IPv4Address]] = {}
-        for per_group in snaps.values():
-            for group, snap in per_group.items():
-                named.setdefault(group, set()).update(snap.requested | snap.excluded)
+        groups = {group for per_group in snaps.values() for group in per_group}
         out: dict[Channel, dict[int, int]] = {}
-        for group, sources in named.items():
-            holders = {b: s[group] for b, s in snaps.items() if group in s}
-            for source in sources:
-                ids = [b for b, snap in holders.items() if snap.forwards(source)]
-                if ids:
-                    out[(source, group)] = bitstrings_from_ids(ids, self.bsl)
-            any_source = [b for b, snap in holders.items() if snap.mode is FilterMode.EXCLUDE]
-            if any_source:
-                out[(None, group)] = bitstrings_from_ids(any_source, self.bsl)
+        for group in groups:
+            out.update(self._entries_of(group, {b: s[group] for b, s in snaps.items() if group in s}))
         return out
+
+    def group_entries(self, group: IPv4Address, now: float) -> dict[Channel, dict[int, int]]:
+        """:meth:`entries` of one group, at the cost of that group alone (what a change to it needs)."""
+        holders = {}
+        for bfr_id, table in self.tables.items():
+            snap = table.group_snapshot(group, now)
+            if snap is not None:
+                holders[bfr_id] = snap
+        return self._entries_of(group, holders)
+
+    def _entries_of(
+        self, group: IPv4Address, holders: Mapping[int, GroupSnapshot]
+    ) -> dict[Channel, dict[int, int]]:
+        """The entries of ``group`` from the BFERs that hold state for it (BFR-id -> its snapshot)."""
+        named: set[IPv4Address] = set()
+        for snap in holders.values():
+            named |= snap.requested | snap.excluded
+        out: dict[Channel, dict[int, int]] = {}
+        for source in named:
+            ids = [b for b, snap in holders.items() if snap.forwards(source)]
+            if ids:
+                out[(source, group)] = bitstrings_from_ids(ids, self.bsl)
+        any_source = [b for b, snap in holders.items() if snap.mode is FilterMode.EXCLUDE]
+        if any_source:
+            out[(None, group)] = bitstrings_from_ids(any_source, self.bsl)
+        return out
+
+    def changed_groups(self) -> set[IPv4Address]:
+        """The groups any BFER's table changed since they were last :meth:`settled`."""
+        out: set[IPv4Address] = set()
+        for table in self.tables.values():
+            out |= table.changed
+        return out
+
+    def rescale(self, timers: IgmpTimers, stretch: Callable[[float], float]) -> None:
+        """Another time scale (:meth:`~aidcnet.igmp.router.MembershipTable.rescale`), for every BFER."""
+        self.timers = timers
+        for table in self.tables.values():
+            table.rescale(timers, stretch)
+
+    def settled(self, groups: set[IPv4Address]) -> None:
+        """``groups`` were re-derived as the tables are now: no longer changed."""
+        for table in self.tables.values():
+            table.changed -= groups
+
+    def next_change(self, group: IPv4Address, now: float) -> float | None:
+        """The next moment a BFER's timers may change ``group``'s entries with no report."""
+        moments = [m for t in self.tables.values() if (m := t.next_change(group, now)) is not None]
+        return min(moments, default=None)
 
 
 PROXY_REFUSALS: Final = frozenset({"port-not-allowed", "unknown-receiver", "too-many-channels"})
@@ -119,6 +158,7 @@ class ProxyReceivers:
         self.bsl = bsl
         self.max_channels = max_channels
         self.channels: dict[Channel, frozenset[int]] = {}
+        self._by_group: dict[IPv4Address, set[Channel]] = {}
         self.counters: Counter[str] = Counter()
 
     def receive(self, port: str, report: ProxyReport) -> ProxyChange:
@@ -148,12 +188,21 @@ class ProxyReceivers:
         previous = self.channels.get(channel, frozenset())
         if not ids:
             self.channels.pop(channel, None)
+            same = self._by_group.get(report.group, set())
+            same.discard(channel)
+            if not same:
+                self._by_group.pop(report.group, None)
         else:
             full = self.max_channels is not None and len(self.channels) >= self.max_channels
             if channel not in self.channels and full:
                 raise ProxyRefused("too-many-channels", f"{self.max_channels} channels installed already")
             self.channels[channel] = ids
+            self._by_group.setdefault(report.group, set()).add(channel)
         return ProxyChange(channel, ids, previous)
+
+    def channels_of(self, group: IPv4Address) -> dict[Channel, frozenset[int]]:
+        """The installed channels of one group."""
+        return {ch: self.channels[ch] for ch in self._by_group.get(group, ())}
 
     def bitstring(self, source: IPv4Address, group: IPv4Address) -> dict[int, int]:
         """(S,G) if a report named it, else (*,G), else nothing."""

@@ -63,17 +63,25 @@ class ControlPlane(Generic[Item]):
         self.cost_ns = cost_ns
         self.per_record_ns = per_record_ns
         self.busy_until = 0
-        self._queue: list[tuple[int, int, int, Item]] = []
+        self._queue: list[tuple[int, int, int, Item]] = []  # (arrival, order, records, item)
         self._order = itertools.count()
         self.counters: Counter[str] = Counter()
 
     def admit(self, arrival_ns: int, item: Item, records: int = 0) -> None:
         """Queue ``item`` from its arrival; it takes the base cost plus ``records`` x the cost per record."""
-        service = self.cost_ns + records * self.per_record_ns
-        heapq.heappush(self._queue, (arrival_ns, next(self._order), service, item))
+        heapq.heappush(self._queue, (arrival_ns, next(self._order), records, item))
         self.counters["admitted"] += 1
         if len(self._queue) > self.counters["queue-max"]:
             self.counters["queue-max"] = len(self._queue)
+
+    def rescale(self, cost_ns: int, per_record_ns: int) -> None:
+        """Other costs (the lab's time scale changed): what is queued is served at the new ones, from its
+        arrival; the counters go on."""
+        if cost_ns <= 0 or per_record_ns < 0:
+            raise ValueError(
+                f"control-plane cost {cost_ns} ns must be above zero, per record {per_record_ns} not below"
+            )
+        self.cost_ns, self.per_record_ns = cost_ns, per_record_ns
 
     def __len__(self) -> int:
         return len(self._queue)
@@ -82,8 +90,12 @@ class ControlPlane(Generic[Item]):
         """The moment the head of the queue takes effect, or None when nothing waits."""
         if not self._queue:
             return None
-        arrival, _, service, _ = self._queue[0]
-        return max(arrival, self.busy_until) + service
+        arrival, _, records, _ = self._queue[0]
+        return max(arrival, self.busy_until) + self.service_ns(records)
+
+    def service_ns(self, records: int) -> int:
+        """The modelled time of a message carrying ``records`` group records."""
+        return self.cost_ns + records * self.per_record_ns
 
     def pop_due(self, now_ns: int, limit: int | None = None) -> list[tuple[int, Item]]:
         """The messages whose modelled moment has come (at most ``limit``), in service order, each with
@@ -91,7 +103,8 @@ class ControlPlane(Generic[Item]):
         here, so a caller that takes one at a time counts its own time on the ones before."""
         out: list[tuple[int, Item]] = []
         while (limit is None or len(out) < limit) and (due := self.next_due()) is not None and due <= now_ns:
-            arrival, _, service, item = heapq.heappop(self._queue)
+            arrival, _, records, item = heapq.heappop(self._queue)
+            service = self.service_ns(records)
             self.busy_until = due
             late = now_ns - due
             c = self.counters

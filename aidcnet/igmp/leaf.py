@@ -18,7 +18,7 @@ from aidcnet.bier.bitstring import ids_from_bitstring
 from aidcnet.igmp.bfir import Channel
 from aidcnet.igmp.codec import GroupRecord, RecordType, Report
 from aidcnet.igmp.extensions import bfr_id_tlv
-from aidcnet.igmp.membership import FilterMode, GroupSnapshot
+from aidcnet.igmp.router import FilterMode, GroupSnapshot
 
 Sources = frozenset[IPv4Address]
 # group -> (mode, sources): INCLUDE the sources, or EXCLUDE them (RFC 3376 §3.2 interface state).
@@ -118,26 +118,48 @@ def compose_flows(
     """The net-BIER flows from the enabled sources.  Per channel: a Receiver Proxy Report's set wins (the
     source knows its receivers); otherwise static and IGMP combine as a union.  ``static`` are
     :class:`aidcnet.config.BierFlow`; ``igmp`` / ``proxy`` map a channel to BFR-ids."""
+    return flows_of(compose_channels(modes, static_channels(static), igmp, proxy))
+
+
+def static_channels(static: Iterable[object]) -> dict[Channel, frozenset[int]]:
+    """:class:`aidcnet.config.BierFlow` objects as channel -> BFR-ids (flows of one channel add up)."""
+    out: dict[Channel, set[int]] = {}
+    for f in static:
+        out.setdefault((f.source, f.group), set()).update(f.bfers)  # type: ignore[attr-defined]
+    return {ch: frozenset(ids) for ch, ids in out.items()}
+
+
+def compose_channels(
+    modes: Sequence[str],
+    static: Mapping[Channel, Iterable[int]],
+    igmp: Mapping[Channel, Iterable[int]],
+    proxy: Mapping[Channel, Iterable[int]],
+) -> dict[Channel, tuple[int, ...]]:
+    """:func:`compose_flows` as channel -> sorted BFR-ids, over whatever channels it is given: all of a
+    leaf's, or one group's (what a change to that group re-derives)."""
     unknown = [m for m in modes if m not in GROUP_SOURCES]
     if unknown:
         raise ValueError(f"groups: {unknown} unknown; choose from {', '.join(GROUP_SOURCES)}")
     union: dict[Channel, set[int]] = {}
     if "static" in modes:
-        for f in static:
-            key = (f.source, f.group)  # type: ignore[attr-defined]
-            union.setdefault(key, set()).update(f.bfers)  # type: ignore[attr-defined]
+        for key, ids in static.items():
+            union.setdefault(key, set()).update(ids)
     if "igmp" in modes:
         for key, ids in igmp.items():
             union.setdefault(key, set()).update(ids)
     if "proxy" in modes:
         for key, ids in proxy.items():
             union[key] = set(ids)
+    return {key: tuple(sorted(ids)) for key, ids in union.items() if ids}
+
+
+def flows_of(channels: Mapping[Channel, tuple[int, ...]]) -> list[Flow]:
+    """Channels as flows, by group then source ((*,G) first)."""
     return [
-        Flow(group, source, tuple(sorted(ids)))
+        Flow(group, source, ids)
         for (source, group), ids in sorted(
-            union.items(), key=lambda kv: (kv[0][1], kv[0][0] or IPv4Address(0))
+            channels.items(), key=lambda kv: (kv[0][1], kv[0][0] or IPv4Address(0))
         )
-        if ids
     ]
 
 

@@ -3,14 +3,14 @@
 A worker converts ``x`` to ``q = rint(x * 2**scale)`` with a per-chunk power-of-two scale carried in
 the INA header's Scale field; switches add the int32 values; the receiver converts back with
 ``q * 2**-scale``.  Every worker of a chunk must use the same scale (the aggregator refuses a mix):
-:func:`choose_scale` picks it from a bound on ``max |x|`` over all workers, which the workload knows
-(e.g. a gradient clipping norm) or obtains the SwitchML way (exchange the per-chunk maximum first).
+:func:`choose_fixed_point_scale` picks it from a bound on ``max |x|`` over all workers, which the workload
+knows (e.g. a gradient clipping norm) or obtains the SwitchML way (exchange the per-chunk maximum first).
 
 Saturation: values whose scaled magnitude exceeds ``INT32_LIMIT`` (= 2**31 - 1) are clamped to
 ``±INT32_LIMIT``, including ±inf.  The limit is symmetric so that -q never overflows.  NaN has no
 integer image and raises ``ValueError``: silently turning a NaN gradient into 0 would hide a bug.
 
-Error bound: with every ``|x_i| <= max_abs`` and ``scale = choose_scale(max_abs, n)``, no element
+Error bound: with every ``|x_i| <= max_abs`` and ``scale = choose_fixed_point_scale(max_abs, n)``, no element
 saturates, the int32 sum of ``n`` workers cannot wrap, and the float32 result ``r`` satisfies::
 
     |r - sum(x_i)| <= n * 2**-(scale+1)  +  2**-24 * |r|  (+ the float32 rounding of the inputs: none)
@@ -31,7 +31,7 @@ from aidcnet.ina.header import SCALE_MAX, SCALE_MIN
 INT32_LIMIT: Final = 2**31 - 1
 
 
-def choose_scale(max_abs: float, n_workers: int) -> int:
+def choose_fixed_point_scale(max_abs: float, n_workers: int) -> int:
     """Largest power-of-two exponent so that ``n_workers`` values of ``|x| <= max_abs`` sum without overflow.
 
     Clamped to the Scale field's signed-octet range.  ``max_abs == 0`` (an all-zero chunk) gets the

@@ -1,6 +1,6 @@
 """The worker's side of an AllReduce, as pure logic: chunking, the send window, retransmit on timeout,
 result assembly (SwitchML/ATP style), and the ring baseline's per-chunk rules. No sockets, no clock:
-callers pass ``now``; the agent (``aidcnet/agent/ina_worker.py``) does the I/O.
+callers pass ``now``; the agent (``aidcnet/agent/ina/worker.py``) does the I/O.
 
 Window rule (why a slot is never reused under a slow worker): a worker sends chunk ``c`` only while
 ``c < lowest chunk without a result + window``. Every chunk below the slowest worker's lowest missing
@@ -82,9 +82,9 @@ U32: Final = 2.0**-24  # unit roundoff of float32 (round to nearest)
 U64: Final = 2.0**-53  # unit roundoff of float64, for numpy's float64 reference
 
 
-def job_scale(n_workers: int) -> int:
+def job_fixed_point_scale(n_workers: int) -> int:
     """The fixed32 Scale of a job of ``n_workers`` whose arrays come from :func:`worker_array`."""
-    return fixedpoint.choose_scale(WORKER_ARRAY_MAX_ABS, n_workers)
+    return fixedpoint.choose_fixed_point_scale(WORKER_ARRAY_MAX_ABS, n_workers)
 
 
 def _gamma(k: int, u: float) -> float:
@@ -227,7 +227,7 @@ class AllreduceJob:
     ``packet(chunk, retransmit)`` builds what to send; ``on_result(hdr, now)`` takes a result packet
     and returns True when it was new. ``timeout`` is the initial RTO (module docstring). FIXED32 jobs
     convert with a shared ``scale`` (every worker must use the same one:
-    :func:`aidcnet.ina.fixedpoint.choose_scale` from a bound all workers know).
+    :func:`aidcnet.ina.fixedpoint.choose_fixed_point_scale` from a bound all workers know).
     """
 
     def __init__(

@@ -18,11 +18,11 @@ so every ACK and AGG-ACK from below passes this BFR:
   can retransmit to the missing BFERs only, before its own timer would resend to everyone; a partial
   from below whose missing BFERs are all that is left here is passed on at once instead of waiting
   for this BFR's own timer;
-* with ``adaptive`` (the default) ``partial_after`` is only the floor and the first guess: each flow's
-  timer then follows the time its windows take from first DATA to last ACK here, as RFC 6298 makes an
-  RTO follow round trips (SRTT + 4 RTTVAR, at most ``lifetime`` / 2). A fixed timer shorter than a
-  queue's delay sends a partial for windows that are only queued, and the BFIR answers it with
-  retransmissions and its own extra ACK (the lab's 1.038 ACKs per packet for 1 branch). Karn's rule:
+* with ``adaptive`` (the default) ``partial_after`` is only the first guess (and ``partial_floor`` the
+  floor): each flow's timer then follows the time its windows take from first DATA to last ACK here, as
+  RFC 6298 makes an RTO follow round trips (SRTT + 4 RTTVAR, at most ``lifetime`` / 2). A fixed timer
+  shorter than a queue's delay sends a partial for windows that are only queued, and the BFIR answers it
+  with retransmissions and its own extra ACK (the lab's 1.038 ACKs per packet for 1 branch). Karn's rule:
   a window that got DATA again after its first partial (a repair) gives no sample;
 * an ACK this BFR cannot account for (no entry of its flow expects the reporter at that point: the
   entry was never made because the budget was full, expired, or the ACK is stale) is passed upstream
@@ -30,10 +30,17 @@ so every ACK and AGG-ACK from below passes this BFR:
   exception is an ACK that says nothing the flow's last cumulative AGG-ACK from here did not, within
   one partial wait of it (counted ``absorbed-reported``): the answer to a retransmission that crossed
   that AGG-ACK;
-* NACKs are passed upstream unchanged (they ask for data now; holding them would delay repair);
-  their cumulative point is still used like an ACK's, and a window whose missing BFERs have all asked
-  for it themselves since its last partial sends no partial (the BFIR knows; partials are for BFERs
-  that stay silent, such as one that lost the flow's last packets and sees no hole);
+* NACKs are merged (``merge_nacks``, the default; PGM's NAK suppression in the routers, RFC 3208
+  §7): the first NACK of a sequence opens a *repair round*, which gathers its siblings' NACKs for a
+  moment (:meth:`AckAggregator.gather_wait`) and then says them upstream as one AGG-NACK: the
+  sequences, the BFERs that asked (the repair's BitString) and the BFERs below that hold them (the BFIR
+  need not wait for those). Until the repair passes this BFR (or a round trip upstream, measured per
+  upstream neighbor, :meth:`AckAggregator.round_wait`, runs out) further NACKs of the sequence are
+  absorbed; askers the repair passing here did not cover open the next round at once, flagged
+  ``again``. So the BFIR hears one NACK per flow, sequence and repair round per branch, not one per
+  receiver. Their cumulative point is still used like an ACK's, and a window whose missing BFERs have
+  all asked for it themselves since its last partial sends no partial (the BFIR knows; partials are for
+  BFERs that stay silent, such as one that lost the flow's last packets and sees no hole);
 * entries expire ``lifetime`` seconds after the last DATA or feedback of their flow passed this BFR
   (a window whose hole outlived a lifetime counted from its first DATA lost its state while the flow
   was still running, and its BFERs' later ACKs reached the BFIR end to end); at most ``budget``
@@ -52,11 +59,11 @@ from dataclasses import dataclass
 
 from aidcnet.bier.bitstring import BSL_CODES
 from aidcnet.reliable import serial
-from aidcnet.reliable.header import Ack, AggAck, Data, agg_acks
+from aidcnet.reliable.header import Ack, AggAck, AggNack, Data, Feedback, agg_acks, agg_nacks
 from aidcnet.rto import RtoEstimator
 
 FlowKey = tuple[int, int]
-Out = tuple[Hashable | None, Ack | AggAck]
+Out = tuple[Hashable | None, Feedback]
 """Feedback to send: (upstream neighbor, message); neighbor None = route toward the BFIR by unicast."""
 
 
@@ -68,7 +75,11 @@ class AggregatorConfig:
     budget: int = 4096  # entries
     max_backoff: int = 5  # partials of one entry come after partial_after × 2**k, k capped here
     bsl: int = 64  # BitString length of the AGG-ACKs it sends
-    adaptive: bool = True  # per-flow partial timer from window completion times (floor partial_after)
+    adaptive: bool = True  # per-flow partial timer from window completion times (first guess partial_after)
+    # The least a learned partial timer may be (None: partial_after). A BFR's window completes within a
+    # round trip below it, shorter than the BFIR's RTO: a floor at the BFIR's first RTO made its timer fire
+    # before the partial could say who was missing, and it resent to every BFER the window was owed by.
+    partial_floor: float | None = None
     # Windows acknowledged below whose AGG-ACK waits for the next one, as a receiver delays its ACK for a
     # second segment: with one AGG-ACK per window the BFIR hears one per packet per branch already
     # without loss, and every repair and partial puts it over that. The wait is report_delay, or with
@@ -76,23 +87,38 @@ class AggregatorConfig:
     # partial_after / 2): a fixed wait shorter than the gap between packets pairs none of them.
     report_every: int = 2
     report_delay: float = 0.002
+    # The most that wait may be (None: partial_after / 2). Every BFR on the way back may hold a window's
+    # AGG-ACK this long, and the BFIR's timer runs meanwhile: three levels of leaf-spine holding up to
+    # partial_after / 2 each put the answer past the BFIR's RTO floor (timers fired at 0% loss while the
+    # BFIR, its send budget full of windows that waited here, had nothing new to send).
+    report_max: float | None = None
+    # NACKs of one sequence are merged into one AGG-NACK per repair round (False: passed on unchanged).
+    merge_nacks: bool = True
+    # A NACK names at most this many sequences that open or join a repair round here (the rest wait for
+    # the receiver's next NACK): a NACK may name 64 ranges of any length.
+    max_nack_sequences: int = 1024
 
     def __post_init__(self) -> None:
         if self.window < 1 or self.window & (self.window - 1) or self.window > 1 << 16:
             raise ValueError(f"window {self.window} must be a power of two, 1..65536")
         if not 0 < self.partial_after < self.lifetime:
             raise ValueError("need 0 < partial_after < lifetime")
+        if self.partial_floor is not None and not 0 < self.partial_floor <= self.partial_after:
+            raise ValueError("need 0 < partial_floor <= partial_after")
         if self.budget < 0:
             raise ValueError("budget must be >= 0")
         if self.bsl not in BSL_CODES:
             raise ValueError(f"bsl {self.bsl} must be one of {sorted(BSL_CODES)}")
         if self.report_every < 1 or not 0 <= self.report_delay < self.partial_after:
             raise ValueError("need report_every >= 1 and 0 <= report_delay < partial_after")
+        if self.report_max is not None and not self.report_delay <= self.report_max < self.partial_after:
+            raise ValueError("need report_delay <= report_max < partial_after")
 
 
 class _Entry:
     __slots__ = (
         "acked",
+        "again",
         "asked",
         "born",
         "deadline",
@@ -119,6 +145,7 @@ class _Entry:
         self.selective_sent = False  # its selective AGG-ACK went upstream; the cumulative one is owed
         self.fin = False  # it holds the flow's last sequence
         self.asked = 0  # BFERs whose NACK for a sequence of it passed here since its last partial
+        self.again = False  # a repair came for BFERs that acknowledged it here: say what it knows at once
         self.reported_missing = 0
         self.partials = 0
         self.upstream = upstream
@@ -131,6 +158,21 @@ class _Entry:
     def within(self, first: int, end: int) -> bool:
         """Every sequence of this window is in ``[first, end)``."""
         return serial.le(first, self.start) and serial.le(self.end, end)
+
+
+class _Round:
+    """One sequence's repair round at this BFR: who asked, who is not said upstream yet, when."""
+
+    __slots__ = ("again", "askers", "due", "passed_at", "pending", "sent_at", "upstream")
+
+    def __init__(self, askers: int, due: float, upstream: Hashable | None, again: bool = False) -> None:
+        self.askers = askers  # every BFER that asked in this round
+        self.pending = askers  # askers not yet said upstream
+        self.due: float | None = due  # when the pending askers go up (the gather ends)
+        self.sent_at: float | None = None  # when the round's AGG-NACK went
+        self.passed_at: float | None = None  # when its repair passed here (the round is over)
+        self.upstream = upstream
+        self.again = again
 
 
 class AckAggregator:
@@ -148,6 +190,12 @@ class AckAggregator:
         # The flow's last cumulative AGG-ACK from here: its Cumulative, the BFERs it named, when it went.
         self.reported: dict[FlowKey, tuple[int, int, float]] = {}
         self.arrivals: dict[FlowKey, tuple[float, float | None]] = {}  # last DATA, smoothed gap between
+        self.rounds: dict[FlowKey, dict[int, _Round]] = {}  # repair rounds per flow and sequence
+        # Per flow, per BFER bit below: the sequence after the highest it is known to have received.
+        self.ahead: dict[FlowKey, dict[int, int]] = {}
+        # The round trip from an AGG-NACK to its repair passing here, per upstream neighbor (the branch
+        # toward the BFIR): how long a round stays open without its repair.
+        self.upstream_rtt: dict[Hashable | None, RtoEstimator] = {}
 
     def partial_wait(self, key: FlowKey) -> float:
         """How long a new window of flow ``key`` waits before its first partial AGG-ACK."""
@@ -160,7 +208,25 @@ class AckAggregator:
         _last, gap = self.arrivals.get(key, (0.0, None))
         if not cfg.adaptive or gap is None:
             return cfg.report_delay
-        return max(cfg.report_delay, min(2 * gap, cfg.partial_after / 2))
+        most = cfg.partial_after / 2 if cfg.report_max is None else cfg.report_max
+        return max(cfg.report_delay, min(2 * gap, most))
+
+    def gather_wait(self, key: FlowKey) -> float:
+        """How long the first NACK of a sequence waits for its siblings' before going upstream. Receivers see
+        a hole when the next DATA arrives, which reaches them about together: their NACKs come within the
+        spread of the round trip below, a fraction of it. A quarter of the flow's smoothed window completion
+        time here (first DATA to last ACK), at most the wait of a window's AGG-ACK for the next
+        (:meth:`report_wait`), which is also the guess before a window completed."""
+        wait = self.report_wait(key)
+        timer = self.timers.get(key)
+        if timer is not None and timer.srtt is not None:
+            wait = min(wait, timer.srtt / 4)
+        return wait
+
+    def round_wait(self, upstream: Hashable | None) -> float:
+        """How long a repair round stays open after its AGG-NACK went, without the repair passing here."""
+        rtt = self.upstream_rtt.get(upstream)
+        return rtt.current() if rtt is not None else self.config.partial_after
 
     def forget(self) -> int:
         """Drop every entry and every learned timer, keeping the counters; returns the entries dropped.
@@ -173,6 +239,9 @@ class AckAggregator:
         self.seen.clear()
         self.arrivals.clear()
         self.reported.clear()
+        self.rounds.clear()
+        self.ahead.clear()
+        self.upstream_rtt.clear()
         self.entries = 0
         self.counters["forgotten"] += dropped
         return dropped
@@ -182,6 +251,7 @@ class AckAggregator:
         self.flows.pop(key, None)
         self.report_due.pop(key, None)
         self.seen.pop(key, None)
+        self.ahead.pop(key, None)
 
     def _arrival(self, key: FlowKey, now: float) -> None:
         """Smooth the gap between the flow's DATA here (RFC 6298's SRTT gain, 1/8)."""
@@ -199,7 +269,7 @@ class AckAggregator:
             cfg = self.config
             timer = RtoEstimator(
                 initial=cfg.partial_after,
-                min_rto=cfg.partial_after,
+                min_rto=cfg.partial_after if cfg.partial_floor is None else cfg.partial_floor,
                 max_rto=max(cfg.partial_after, cfg.lifetime / 2),
             )
             self.timers[key] = timer
@@ -216,6 +286,8 @@ class AckAggregator:
         if not downstream:
             return
         key = (data.bfir_id, data.flow_id)
+        if data.retransmit:
+            self._repair_passed(key, data.seq, downstream, now)
         self._arrival(key, now)
         start = data.seq & ~(self.config.window - 1)
         flow = self.flows.get(key)
@@ -234,6 +306,19 @@ class AckAggregator:
         else:
             if entry.partials:
                 entry.repaired = True
+            if data.retransmit and entry.selective_sent:
+                # The BFIR resends what every BFER below holds: it has not heard our selective AGG-ACK
+                # (lost, or nothing came after it to say it again). The answer to the repair says it again.
+                entry.selective_sent = False
+                self.counters["selective-again"] += 1
+            elif data.retransmit and downstream & entry.acked and entry.held != entry.expected:
+                # A repair for BFERs that acknowledged the window here while others still lack it: the
+                # BFIR has not heard them (their AGG-ACK waits for the others, who may never answer here:
+                # an ACK of theirs was lost, and what they hold reached the BFIR another way). A partial at
+                # once says who acknowledged; before, their answers to each repair were absorbed here and
+                # the BFIR resent until it declared one of them failed.
+                entry.again = True
+                entry.deadline = now
             if data.fin:
                 entry.end = serial.add(data.seq, 1)
         entry.fin |= data.fin
@@ -241,16 +326,22 @@ class AckAggregator:
         entry.expected |= downstream
         entry.upstream = upstream
 
-    def on_feedback(self, msg: Ack | AggAck, now: float) -> list[Out]:
-        """An ACK, NACK or AGG-ACK from below: absorbed, aggregated, or passed upstream."""
+    def on_feedback(self, msg: Feedback, now: float) -> list[Out]:
+        """An ACK, NACK, AGG-ACK or AGG-NACK from below: absorbed, aggregated, merged or passed upstream."""
         key = (msg.bfir_id, msg.flow_id)
         flow = self.flows.get(key, {})
         if flow:
             self.seen[key] = now
+        if isinstance(msg, AggNack):
+            if flow:
+                self._saw(key, msg.askers_mask(), serial.add(msg.last, 1))
+            return self._on_agg_nack(key, flow, msg, now)
         if isinstance(msg, AggAck):
             reporters, missing = msg.acked_mask(), msg.missing_mask()
         else:
             reporters, missing = 1 << (msg.reporter - 1), 0
+        if flow:
+            self._saw(key, reporters, msg.highest if isinstance(msg, Ack) else msg.cum)
         if isinstance(msg, AggAck) and msg.first is not None:
             claimed = self._apply_held(flow, [(msg.first, msg.cum)], reporters, missing, msg.cum)
         else:
@@ -260,13 +351,12 @@ class AckAggregator:
                 claimed |= self._apply_held(flow, _received_runs(msg), reporters, 0, None)
         out = self._finished(key, flow, now)
         if isinstance(msg, Ack) and msg.nack:
-            self.counters["nack-passed"] += 1
-            for entry in flow.values():
-                if any(
-                    serial.le(entry.start, last) and serial.lt(first, entry.end) for first, last in msg.ranges
-                ):
-                    entry.asked |= reporters & entry.expected
-            out.append((self._upstream(flow), msg))
+            self._asked(flow, msg.ranges, reporters)
+            if self.config.merge_nacks:
+                self._merge(key, flow, msg.missing()[: self.config.max_nack_sequences], reporters, now)
+            else:
+                self.counters["nack-passed"] += 1
+                out.append((self._upstream(flow), msg))
         elif claimed == reporters | missing:
             self.counters["absorbed"] += 1
         elif isinstance(msg, Ack) and self._just_reported(key, msg, reporters, now):
@@ -276,9 +366,147 @@ class AckAggregator:
             out.append((self._upstream(flow), msg))
         return out
 
-    def poll(self, now: float) -> list[Out]:
-        """AGG-ACKs that waited long enough, partial AGG-ACKs and expiries due at ``now``."""
+    def _on_agg_nack(self, key: FlowKey, flow: dict[int, _Entry], msg: AggNack, now: float) -> list[Out]:
+        """A BFR below merged its BFERs' NACKs: its holders hold the sequences, its askers join our round."""
+        askers, holders = msg.askers_mask(), msg.holders_mask()
+        if holders:
+            self._apply_held(flow, [(msg.first, serial.add(msg.last, 1))], holders, 0, None)
+        out = self._finished(key, flow, now)
+        self._asked(flow, ((msg.first, msg.last),), askers)
+        if not self.config.merge_nacks:
+            self.counters["nack-passed"] += 1
+            return [*out, (self._upstream(flow), msg)]
+        seqs = msg.sequences()[: self.config.max_nack_sequences]
+        self._merge(key, flow, seqs, askers, now, again=msg.again)
+        return out
+
+    def _saw(self, key: FlowKey, bfers: int, highest: int) -> None:
+        """The BFERs ``bfers`` have received something before ``highest`` (an ACK's Highest, an AGG-ACK's
+        Cumulative): a hole before it they see, and ask for themselves."""
+        ahead = self.ahead.setdefault(key, {})
+        while bfers:
+            bit = bfers & -bfers
+            bfers ^= bit
+            if serial.lt(ahead.get(bit, highest), highest) or bit not in ahead:
+                ahead[bit] = highest
+
+    def _ahead_of(self, key: FlowKey, end: int) -> int:
+        """The BFERs known to have received a sequence at or after ``end``."""
+        mask = 0
+        for bit, highest in self.ahead.get(key, {}).items():
+            if serial.lt(end, highest):
+                mask |= bit
+        return mask
+
+    def _asked(self, flow: dict[int, _Entry], ranges: tuple[tuple[int, int], ...], askers: int) -> None:
+        """The BFERs ``askers`` asked for these ranges themselves: no partial need name them."""
+        for entry in flow.values():
+            if any(serial.le(entry.start, last) and serial.lt(first, entry.end) for first, last in ranges):
+                entry.asked |= askers & entry.expected
+
+    def _merge(
+        self,
+        key: FlowKey,
+        flow: dict[int, _Entry],
+        seqs: list[int],
+        askers: int,
+        now: float,
+        again: bool = False,
+    ) -> None:
+        """``askers`` asked for ``seqs``: each joins its sequence's open round or opens one, which goes
+        upstream when its gather wait ends."""
+        rounds = self.rounds.setdefault(key, {})
+        upstream = self._upstream(flow)
+        for seq in seqs:
+            r = rounds.get(seq)
+            if r is not None and r.passed_at is not None:
+                # Its repair passed here and missed them, or was lost below: ask again, and say so (the
+                # BFIR's holdoff is for a repair that may still be on its way).
+                again, r = True, None
+                self.counters["round-again"] += 1
+            elif r is not None and r.sent_at is not None and now >= r.sent_at + self.round_wait(r.upstream):
+                self.counters["round-expired"] += 1
+                r = None  # its repair never passed here: a new round
+            if r is None:
+                rounds[seq] = _Round(askers, now + self.gather_wait(key), upstream, again)
+                self.counters["round-opened"] += 1
+                continue
+            self.counters["nack-merged"] += 1
+            if r.sent_at is None:
+                r.pending |= askers  # still gathering: they go up with the first
+                r.again |= again
+            r.askers |= askers
+
+    def _repair_passed(self, key: FlowKey, seq: int, downstream: int, now: float) -> None:
+        """A retransmission of ``seq`` went down to ``downstream`` from here: its round is over for the askers
+        it reaches; those it misses (they asked after the round's AGG-NACK, or the BFIR held them off) ask
+        again at once."""
+        rounds = self.rounds.get(key)
+        r = rounds.get(seq) if rounds else None
+        if r is None or rounds is None or r.sent_at is None or r.passed_at is not None:
+            return
+        rtt = self.upstream_rtt.get(r.upstream)
+        if rtt is None:
+            cfg = self.config
+            rtt = RtoEstimator(initial=cfg.partial_after, min_rto=cfg.report_delay or cfg.partial_after,
+                               max_rto=max(cfg.partial_after, cfg.lifetime / 2))  # fmt: skip
+            self.upstream_rtt[r.upstream] = rtt
+            if len(self.upstream_rtt) > max(1, cfg.budget):
+                del self.upstream_rtt[next(iter(self.upstream_rtt))]
+        rtt.sample(now - r.sent_at, retransmitted=r.again)
+        missed = r.askers & ~downstream
+        self.counters["round-repaired"] += 1
+        if missed:
+            self.counters["round-again"] += 1
+            rounds[seq] = _Round(missed, now, r.upstream, again=True)
+        else:
+            r.passed_at = now  # a NACK of it from now on asks again at once
+
+    def _rounds_due(self, now: float) -> list[Out]:
+        """The AGG-NACKs of the rounds whose gather ended: one per run of consecutive sequences with the
+        same askers, holders and upstream; rounds whose repair never came are closed."""
         out: list[Out] = []
+        for key, rounds in list(self.rounds.items()):
+            flow = self.flows.get(key, {})
+            due = []
+            for seq, r in list(rounds.items()):
+                if r.due is not None and now >= r.due:
+                    due.append((seq, r, self._holders(flow, seq) & ~r.askers))
+                elif r.sent_at is not None and now >= (r.passed_at or r.sent_at) + 2 * self.round_wait(
+                    r.upstream
+                ):
+                    del rounds[seq]  # nobody asked again meanwhile: their next NACK opens a new round
+                    if r.passed_at is None:
+                        self.counters["round-expired"] += 1
+            if due:
+                oldest = due[0][0]
+                due.sort(key=lambda d: serial.distance(oldest, d[0]))
+            run: list[tuple[int, _Round, int]] = []
+            for item in [*due, None]:
+                if run and (item is None or not _same_round(run[-1], item)):
+                    first, last, r, holders = run[0][0], run[-1][0], run[0][1], run[0][2]
+                    msgs = agg_nacks(key[0], key[1], first, last, self.bfr_id, r.pending, holders,
+                                     self.config.bsl, r.again)  # fmt: skip
+                    self.counters["agg-nack-sent"] += len(msgs)
+                    out.extend((r.upstream, m) for m in msgs)
+                    for _seq, done, _h in run:
+                        done.pending, done.due, done.sent_at = 0, None, now
+                    run = []
+                if item is not None:
+                    run.append(item)
+            if not rounds:
+                del self.rounds[key]
+        return out
+
+    def _holders(self, flow: dict[int, _Entry], seq: int) -> int:
+        """The BFERs below that hold ``seq`` (its window's entry says so), 0 when no entry says."""
+        entry = flow.get(seq & ~(self.config.window - 1))
+        return entry.held & entry.expected if entry is not None else 0
+
+    def poll(self, now: float) -> list[Out]:
+        """AGG-ACKs that waited long enough, AGG-NACKs whose gather ended, partial AGG-ACKs and expiries
+        due at ``now``."""
+        out: list[Out] = self._rounds_due(now)
         for key, due in list(self.report_due.items()):
             if now >= due:
                 out.extend(self._finished(key, self.flows.get(key, {}), now))
@@ -288,30 +516,47 @@ class AckAggregator:
                 self.counters["expired"] += len(flow)
                 self._drop_flow(key)
                 continue
-            due = []
-            for entry in flow.values():
-                if now >= entry.deadline and entry.held != entry.expected:
-                    entry.partials += 1
-                    backoff = 1 << min(entry.partials, self.config.max_backoff)
-                    entry.deadline = now + self.partial_wait(key) * backoff
-                    if entry.expected & ~entry.held & ~entry.asked:
-                        due.append(entry)
-                    else:
-                        # Every BFER that lacks it has asked for itself since: the BFIR knows.
-                        self.counters["partial-suppressed"] += 1
-                    entry.asked = 0
-            for entry in due:
-                # The latest due window's partial speaks for the earlier ones with no other BFERs: its
-                # acked BFERs hold those windows too, and its missing ones are the earlier ones' (or
-                # ahead of them), which the BFIR resends from the oldest sequence they owe.
-                if any(serial.lt(entry.end, o.end) and entry.expected & ~o.expected == 0 for o in due):
-                    self.counters["partial-coalesced"] += 1
-                    continue
-                out.extend(self._agg(key, entry, entry.expected & ~entry.acked, "partial-sent"))
+            out.extend(self._partials(key, flow, now))
+        return out
+
+    def _partials(self, key: FlowKey, flow: dict[int, _Entry], now: float) -> list[Out]:
+        """The partial AGG-ACKs of the flow's windows whose timer ran out."""
+        out: list[Out] = []
+        due = []
+        for entry in flow.values():
+            if now >= entry.deadline and entry.held != entry.expected:
+                entry.partials += 1
+                backoff = 1 << min(entry.partials, self.config.max_backoff)
+                entry.deadline = now + self.partial_wait(key) * backoff
+                # BFERs that received past the window see its hole and ask: no partial the first time (an
+                # ACK of one that holds it may have been lost, so the next says it).
+                ahead = self._ahead_of(key, entry.end) if entry.partials == 1 else 0
+                if entry.again or entry.expected & ~entry.held & ~entry.asked & ~ahead:
+                    entry.again = False
+                    due.append(entry)
+                else:
+                    # Every BFER that lacks it has asked for itself since, or received a later sequence (it
+                    # sees the hole and asks): the BFIR knows, or will. Partials are for the silent.
+                    self.counters["partial-suppressed"] += 1
+                entry.asked = 0
+        for entry in due:
+            # The latest due window's partial speaks for the earlier ones with no other BFERs: its
+            # acked BFERs hold those windows too, and its missing ones are the earlier ones' (or
+            # ahead of them), which the BFIR resends from the oldest sequence they owe.
+            if any(serial.lt(entry.end, o.end) and entry.expected & ~o.expected == 0 for o in due):
+                self.counters["partial-coalesced"] += 1
+                continue
+            out.extend(self._agg(key, entry, entry.expected & ~entry.acked, "partial-sent"))
         return out
 
     def next_deadline(self) -> float | None:
         times = [*self.report_due.values()]
+        for rounds in self.rounds.values():
+            for r in rounds.values():
+                if r.due is not None:
+                    times.append(r.due)
+                elif r.sent_at is not None:
+                    times.append((r.passed_at or r.sent_at) + 2 * self.round_wait(r.upstream))
         times += [seen + self.config.lifetime for seen in self.seen.values()]
         times += [e.deadline for flow in self.flows.values() for e in flow.values() if e.held != e.expected]
         return min(times) if times else None
@@ -497,6 +742,17 @@ def _extends(before: _Entry, entry: _Entry, start: int | None = None) -> bool:
         before.end == (entry.start if start is None else start)
         and before.held == before.expected == entry.expected
         and before.upstream == entry.upstream
+    )
+
+
+def _same_round(before: tuple[int, _Round, int], item: tuple[int, _Round, int]) -> bool:
+    """``item``'s sequence follows ``before``'s and one AGG-NACK may say both."""
+    (seq_a, a, holders_a), (seq_b, b, holders_b) = before, item
+    return seq_b == serial.add(seq_a, 1) and (a.pending, a.upstream, a.again, holders_a) == (
+        b.pending,
+        b.upstream,
+        b.again,
+        holders_b,
     )
 
 

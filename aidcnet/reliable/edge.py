@@ -25,7 +25,7 @@ from collections.abc import Hashable, Iterable
 
 from aidcnet.reliable import serial
 from aidcnet.reliable.aggregator import AckAggregator, AggregatorConfig, FlowKey, Out
-from aidcnet.reliable.header import Ack, AggAck, Data, agg_acks
+from aidcnet.reliable.header import Ack, AggAck, AggNack, Data, Feedback, agg_acks, agg_nacks
 
 
 class EdgeAggregator:
@@ -49,7 +49,7 @@ class EdgeAggregator:
         """DATA this leaf delivered to its member hosts of id-mask ``hosts``."""
         self.hosts.on_data(data, hosts, upstream, now)
 
-    def on_feedback(self, msg: Ack | AggAck, now: float) -> list[Out]:
+    def on_feedback(self, msg: Feedback, now: float) -> list[Out]:
         """Feedback from a member host: what goes upstream, said by this leaf for its hosts."""
         key = (msg.bfir_id, msg.flow_id)
         # The oldest window some member lacks, before the aggregator frees what this message completes.
@@ -79,11 +79,19 @@ class EdgeAggregator:
             if mine is None:
                 self.counters["edge-ack-unaccounted"] += 1
             else:
-                self.counters["edge-" + ("nack" if isinstance(mine, Ack) else "agg-ack") + "-sent"] += 1
+                kind = "nack" if isinstance(mine, Ack | AggNack) else "agg-ack"
+                self.counters[f"edge-{kind}-sent"] += 1
                 said.append((up, mine))
         return said
 
-    def _translate(self, msg: Ack | AggAck, floor: int | None) -> Ack | AggAck | None:
+    def _translate(self, msg: Feedback, floor: int | None) -> Feedback | None:
+        if isinstance(msg, AggNack):
+            # Member hosts asked (merged per repair round): this BFER, as one, asks.
+            (one,) = agg_nacks(
+                msg.bfir_id, msg.flow_id, msg.first, msg.last, self.bfr_id, 1 << (self.bfr_id - 1), 0,
+                self.hosts.config.bsl, msg.again,
+            )  # fmt: skip
+            return one
         if isinstance(msg, AggAck):
             # Cumulative and selective AGG-ACKs go when every member host has the window; a partial when
             # one has not: then this BFER, as one, is missing.

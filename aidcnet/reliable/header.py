@@ -1,6 +1,6 @@
 """The aidclab reliable-multicast header, carried over UDP (ours: see docs/reliability.md).
 
-No standard defines reliable BIER delivery (DESIGN.md §3, "reliability"); these octets are ours.  One
+No standard defines reliable BIER delivery (docs/design.md §3, "reliability"); these octets are ours.  One
 16-octet common header starts every message, then a body that depends on the type::
 
      0                   1                   2                   3
@@ -27,6 +27,11 @@ expects: it holds every sequence before it (serial arithmetic, RFC 1982, :mod:`.
   it); flag P (partial) is set exactly when ``missing`` is not empty.  With flag S (selective) a
   ``First`` sequence precedes the BitStrings and both speak of ``[First, Cumulative)`` only: the acked
   BFERs hold that range, whatever they lack before it.
+* AGG-NACK (5): from a BFR, the NACKs of its BFERs of one SI for the sequences ``[First, Last]``
+  merged into one (the common header's sequence field is First): ``Last``, then the ``askers``
+  BitString (they asked for those sequences) and the ``holders`` BitString (BFERs below the BFR that
+  hold every one of them).  Flag A (again): the BFR saw the last repair of these sequences pass and it
+  did not reach these askers, so a repair-holdoff at the BFIR would only delay the next one.
 
 All multi-octet fields are in network byte order.  Decoding is strict: every field the encoder would
 refuse is refused, so ``encode(decode(b)) == b`` for every accepted ``b``.
@@ -56,12 +61,14 @@ _COMMON = struct.Struct("!BBHIIHH")
 _HIGHEST = struct.Struct("!I")
 _RANGE = struct.Struct("!II")
 _FIRST = struct.Struct("!I")
+_LAST = struct.Struct("!I")
 assert _COMMON.size == COMMON_LEN
 
 FLAG_RETRANSMIT: Final = 0x80  # DATA: R, a retransmission (its BitString is the missing set only)
 FLAG_FIN: Final = 0x40  # DATA: F, the last sequence of the flow
 FLAG_PARTIAL: Final = 0x80  # AGG-ACK: P, sent after the BFR's timeout with some BFERs missing
 FLAG_SELECTIVE: Final = 0x40  # AGG-ACK: S, the BitStrings speak of [First, Cumulative) only
+FLAG_AGAIN: Final = 0x80  # AGG-NACK: A, the last repair passed the BFR and missed these askers
 
 
 class MsgType(IntEnum):
@@ -69,6 +76,7 @@ class MsgType(IntEnum):
     ACK = 2
     NACK = 3
     AGG_ACK = 4
+    AGG_NACK = 5
 
 
 _ALLOWED_FLAGS: Final = {
@@ -76,6 +84,7 @@ _ALLOWED_FLAGS: Final = {
     MsgType.ACK: 0,
     MsgType.NACK: 0,
     MsgType.AGG_ACK: FLAG_PARTIAL | FLAG_SELECTIVE,
+    MsgType.AGG_NACK: FLAG_AGAIN,
 }
 _TYPE_BY_CODE: Final = {int(t): t for t in MsgType}
 _BSL_BY_CODE: Final = {code: bsl for bsl, code in BSL_CODES.items()}
@@ -91,9 +100,10 @@ REASONS: Final = frozenset(
         "bad-reporter",  # ACK/NACK from BFR-id 0
         "length-mismatch",  # octets after the announced body
         "bad-range",  # Highest before Cumulative, a range outside it, out of order, a NACK with none,
-        # or a selective AGG-ACK's First not before its Cumulative
+        # a selective AGG-ACK's First not before its Cumulative, or an AGG-NACK's Last before its First
         "bad-bsl",
-        "bad-bitstring",  # AGG-ACK with no BFER in either BitString, or one in both
+        "bad-bitstring",  # AGG-ACK with no BFER in either BitString, or one in both; AGG-NACK without
+        # askers, or a BFER among askers and holders
     }
 )
 
@@ -282,7 +292,83 @@ def _first_problem(first: int, cum: int) -> str | None:
     return None
 
 
-Message = Data | Ack | AggAck
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AggNack:
+    """AGG-NACK from a BFR (``reporter``, its BFR-id or 0) for one SI: BFERs ``askers`` asked for the
+    sequences ``[first, last]``, BFERs ``holders`` (below the same BFR) hold every one of them.
+
+    One per flow, range and repair round: the BFR passed the first NACK of each sequence upstream only after
+    gathering its siblings' (``again``: the last round's repair passed here and missed these askers)."""
+
+    bfir_id: int
+    flow_id: int
+    first: int
+    last: int
+    reporter: int
+    bsl: int
+    si: int
+    askers: int
+    holders: int = 0
+    again: bool = False
+
+    def askers_mask(self) -> int:
+        """``askers`` as an id-mask (bit BFR-id − 1)."""
+        return self.askers << (self.si * self.bsl)
+
+    def holders_mask(self) -> int:
+        return self.holders << (self.si * self.bsl)
+
+    def sequences(self) -> list[int]:
+        return serial.span(self.first, serial.add(self.last, 1))
+
+    def encode(self) -> bytes:
+        _check_flow(self.bfir_id, self.flow_id, self.first)
+        _check_u("last", self.last, 32)
+        _check_u("reporter", self.reporter, 16)
+        _check_u("si", self.si, 8)
+        code = code_from_bsl(self.bsl)
+        if not self.askers or self.askers & self.holders:
+            raise ValueError(
+                f"askers 0x{self.askers:x} must not be empty nor share a BFER with holders 0x{self.holders:x}"
+            )
+        problem = _last_problem(self.first, self.last)
+        if problem:
+            raise ValueError(problem)
+        head = _COMMON.pack(
+            (VERSION << 4) | MsgType.AGG_NACK,
+            FLAG_AGAIN if self.again else 0,
+            self.bfir_id,
+            self.flow_id,
+            self.first,
+            self.reporter,
+            (code << 12) | self.si,
+        )
+        return (
+            head
+            + _LAST.pack(self.last)
+            + encode_bitstring(self.askers, self.bsl)
+            + encode_bitstring(self.holders, self.bsl)
+        )
+
+
+def _last_problem(first: int, last: int) -> str | None:
+    if not 0 <= serial.distance(first, last) < serial.MAX_SPAN:
+        return f"last {last} is not within {serial.MAX_SPAN} after first {first}"
+    return None
+
+
+Message = Data | Ack | AggAck | AggNack
+Feedback = Ack | AggAck | AggNack
+
+
+def feedback_kind(msg: Feedback) -> str:
+    """The name counters and lines give a feedback message: ``ack``, ``nack``, ``agg-ack``,
+    ``agg-ack-partial`` or ``agg-nack``."""
+    if isinstance(msg, AggNack):
+        return "agg-nack"
+    if isinstance(msg, AggAck):
+        return "agg-ack-partial" if msg.partial else "agg-ack"
+    return "nack" if msg.nack else "ack"
 
 
 def agg_acks(
@@ -324,6 +410,37 @@ def agg_acks(
     return out
 
 
+def agg_nacks(
+    bfir_id: int,
+    flow_id: int,
+    first: int,
+    last: int,
+    reporter: int,
+    askers: int,
+    holders: int,
+    bsl: int,
+    again: bool = False,
+) -> list[AggNack]:
+    """AGG-NACKs for id-masks ``askers``/``holders`` (bit BFR-id − 1): one per SI with an asker, ascending
+    (holders of an SI nobody asked in say nothing the BFIR needs now)."""
+    if askers <= 0 or holders < 0 or askers & holders:
+        raise ValueError(f"askers 0x{askers:x} and holders 0x{holders:x} must be disjoint, askers not empty")
+    out = []
+    word = (1 << bsl) - 1
+    si = 0
+    while askers:
+        if askers & word:
+            mine = AggNack(
+                bfir_id=bfir_id, flow_id=flow_id, first=first, last=last, reporter=reporter, bsl=bsl,
+                si=si, askers=askers & word, holders=holders & word, again=again,
+            )  # fmt: skip
+            out.append(mine)
+        askers >>= bsl
+        holders >>= bsl
+        si += 1
+    return out
+
+
 def decode(buf: bytes | bytearray | memoryview) -> Message:
     """Parse one message (the whole UDP payload).  Raises :class:`ReliableDecodeError` when malformed.
 
@@ -338,7 +455,9 @@ def decode(buf: bytes | bytearray | memoryview) -> Message:
         raise ReliableDecodeError("bad-version", f"version {b0 >> 4}, expected {VERSION}")
     mtype = _TYPE_BY_CODE.get(b0 & 0xF)
     if mtype is None:
-        raise ReliableDecodeError("bad-type", f"type {b0 & 0xF} is not DATA, ACK, NACK or AGG-ACK (1..4)")
+        raise ReliableDecodeError(
+            "bad-type", f"type {b0 & 0xF} is not DATA, ACK, NACK, AGG-ACK or AGG-NACK (1..5)"
+        )
     if flags & ~_ALLOWED_FLAGS[mtype]:
         raise ReliableDecodeError("bad-flags", f"flags 0x{flags:02x} on {mtype.name}")
     if bfir_id == 0:
@@ -347,7 +466,34 @@ def decode(buf: bytes | bytearray | memoryview) -> Message:
         return _decode_data(mv, total, flags, bfir_id, flow_id, seq, reporter, last16)
     if mtype is MsgType.AGG_ACK:
         return _decode_agg(mv, total, flags, bfir_id, flow_id, seq, reporter, last16)
+    if mtype is MsgType.AGG_NACK:
+        return _decode_agg_nack(mv, total, flags, bfir_id, flow_id, seq, reporter, last16)
     return _decode_ack(mv, total, mtype, bfir_id, flow_id, seq, reporter, last16)
+
+
+def decode_data_head(buf: bytes | bytearray | memoryview) -> Data:
+    """A DATA's common header alone (its payload left out: ``payload`` is empty), as the eBPF BFR reports
+    the DATA it forwards (their first octets only). The checks :func:`decode` makes of the header."""
+    if len(buf) < COMMON_LEN:
+        raise ReliableDecodeError("truncated", f"{len(buf)} octets, the common header needs {COMMON_LEN}")
+    b0, flags, bfir_id, flow_id, seq, reporter, _length = _COMMON.unpack_from(buf, 0)
+    if b0 >> 4 != VERSION:
+        raise ReliableDecodeError("bad-version", f"version {b0 >> 4}, expected {VERSION}")
+    if b0 & 0xF != MsgType.DATA:
+        raise ReliableDecodeError("bad-type", f"type {b0 & 0xF} is not DATA (1)")
+    if flags & ~_ALLOWED_FLAGS[MsgType.DATA]:
+        raise ReliableDecodeError("bad-flags", f"flags 0x{flags:02x} on DATA")
+    if bfir_id == 0:
+        raise ReliableDecodeError("bad-bfir", "BFIR-id 0 is unassigned")
+    if reporter:
+        raise ReliableDecodeError("reserved-set", f"DATA carries reporter {reporter}, must be 0")
+    return Data(
+        bfir_id=bfir_id,
+        flow_id=flow_id,
+        seq=seq,
+        retransmit=bool(flags & FLAG_RETRANSMIT),
+        fin=bool(flags & FLAG_FIN),
+    )
 
 
 def _decode_data(
@@ -405,6 +551,17 @@ def _decode_ack(
     )
 
 
+def _bsl_si(bsl_si: int) -> tuple[int, int]:
+    """An AGG-ACK's or AGG-NACK's last 16 bits: the BSL its code names, and the SI."""
+    code, rsv, si = bsl_si >> 12, (bsl_si >> 8) & 0xF, bsl_si & 0xFF
+    if rsv:
+        raise ReliableDecodeError("reserved-set", f"reserved nibble {rsv} after the BSL code")
+    bsl = _BSL_BY_CODE.get(code)
+    if bsl is None:
+        raise ReliableDecodeError("bad-bsl", f"BSL code {code} is not an RFC 8296 code (1..7)")
+    return bsl, si
+
+
 def _decode_agg(
     mv: memoryview,
     total: int,
@@ -415,12 +572,7 @@ def _decode_agg(
     reporter: int,
     bsl_si: int,
 ) -> AggAck:
-    code, rsv, si = bsl_si >> 12, (bsl_si >> 8) & 0xF, bsl_si & 0xFF
-    if rsv:
-        raise ReliableDecodeError("reserved-set", f"reserved nibble {rsv} after the BSL code")
-    bsl = _BSL_BY_CODE.get(code)
-    if bsl is None:
-        raise ReliableDecodeError("bad-bsl", f"BSL code {code} is not an RFC 8296 code (1..7)")
+    bsl, si = _bsl_si(bsl_si)
     width = bsl >> 3
     at = COMMON_LEN + (_FIRST.size if flags & FLAG_SELECTIVE else 0)
     end = at + 2 * width
@@ -455,3 +607,37 @@ def _decode_agg(
         missing=missing,
         first=first,
     )
+
+
+def _decode_agg_nack(
+    mv: memoryview,
+    total: int,
+    flags: int,
+    bfir_id: int,
+    flow_id: int,
+    first: int,
+    reporter: int,
+    bsl_si: int,
+) -> AggNack:
+    bsl, si = _bsl_si(bsl_si)
+    width = bsl >> 3
+    at = COMMON_LEN + _LAST.size
+    end = at + 2 * width
+    if total < end:
+        raise ReliableDecodeError("truncated", f"{total} octets, Last and two {bsl}-bit BitStrings: {end}")
+    if total != end:
+        raise ReliableDecodeError("length-mismatch", f"{total} octets, BSL {bsl} implies {end}")
+    (last,) = _LAST.unpack_from(mv, COMMON_LEN)
+    problem = _last_problem(first, last)
+    if problem:
+        raise ReliableDecodeError("bad-range", problem)
+    askers = decode_bitstring(mv[at : at + width])
+    holders = decode_bitstring(mv[at + width : end])
+    if not askers or askers & holders:
+        raise ReliableDecodeError(
+            "bad-bitstring", f"askers 0x{askers:x}: none, or one among holders 0x{holders:x}"
+        )
+    return AggNack(
+        bfir_id=bfir_id, flow_id=flow_id, first=first, last=last, reporter=reporter, bsl=bsl, si=si,
+        askers=askers, holders=holders, again=bool(flags & FLAG_AGAIN),
+    )  # fmt: skip

@@ -14,13 +14,25 @@ retransmit, both to the owing subset only (the retransmission's BitString is the
 * a NACK (or a partial AGG-ACK) asks for sequences for named receivers: retransmitted ``nack_gather``
   × RTO after the first request for that sequence, merged over every request that arrived meanwhile
   (one drop above several receivers makes each of them ask, a few milliseconds apart), unless that
-  receiver was sent a retransmission of it less than ``nack_holdoff`` × RTO ago (it may still be on
+  receiver was sent a retransmission of it less than ``nack_holdoff`` × a round trip ago (SRTT + 2
+  RTTVAR, :meth:`Sender.round_trip_of`; it may still be on
   the way);
 * the retransmission timer: ``RTO × 2**attempt`` after the last transmission (exponential backoff,
   capped at ``2**max_backoff``, and the timer itself at ``max_rto`` when set: RFC 6298 §5.5 lets the
-  maximum RTO bound the doubling).  For each receiver only the oldest sequence it owes times out, as
-  RFC 6298 §5.4 retransmits only the earliest unacknowledged segment, and it holds back that receiver's
-  later timers for two RTOs after its last transmission (see :meth:`Sender._timeouts`).
+  maximum RTO bound the doubling), and at least one RTO after the receiver last acknowledged new data
+  (RFC 6298 §5.3 restarts the timer on such an ACK: a receiver whose answers keep coming is not timed
+  out because a queue made its round trip longer than the RTO).  For each receiver only the oldest
+  sequence it owes times out, as RFC 6298 §5.4 retransmits only the earliest unacknowledged segment, and
+  it holds back that receiver's later timers for two RTOs after its last transmission (see
+  :meth:`Sender._timeouts`);
+* an AGG-NACK (a BFR's NACKs merged per repair round) names who asked and who below that BFR holds the
+  sequences: the holders are cleared and the askers repaired at once (the BFR gathered them already).
+
+The RTO is per *branch*: the neighbor feedback comes from (a first-hop BFR when BFRs aggregate, the
+receiver itself end to end), one estimator each in a :class:`BranchRto` shared by a node's flows, so a new
+flow starts from the round trips its node measured, and each branch gives one sample per sequence: when
+the last of its receivers that owed the sequence is cleared.  A timer waits the longest RTO among the
+branches of the receivers it is for.
 
 The sequences a node's flows have in flight together may be bounded by a :class:`SendBudget` shared by
 its senders (in payload bytes): without it, a source with several flows fills its link's shaper queue
@@ -34,12 +46,12 @@ failure domain").  The RTO itself comes from an injected :class:`RtoPolicy`.
 from __future__ import annotations
 
 from collections import Counter, deque
-from collections.abc import Iterable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
 from aidcnet.reliable import serial
-from aidcnet.reliable.header import Ack, AggAck, Data
+from aidcnet.reliable.header import Ack, AggAck, AggNack, Data
 
 
 class RtoPolicy(Protocol):
@@ -65,6 +77,36 @@ class FixedRto:
 
     def observe(self, rtt: float) -> None:
         del rtt
+
+
+class BranchRto:
+    """One RTO estimator per branch (the neighbor, or the end-to-end receiver, a flow's feedback comes
+    from), shared by the flows of one node.  ``make`` builds one; ``first`` is the guess for receivers
+    not heard from yet (RFC 6298 §2.1's initial RTO).  RFC 6298 expects about one sample per round trip:
+    fed every receiver's ACK of every sequence end to end (63 per packet on the superpod), one estimator's
+    RTTVAR shrank to the spread between the receivers and its RTO to the mean round trip plus a few
+    milliseconds, so a queue that grew a little timed out packets that were not lost."""
+
+    KEEP = 4096  # branches remembered per node: unicast has one per receiver
+
+    def __init__(self, make: Callable[[], RtoPolicy]) -> None:
+        self._make = make
+        self.first = make()
+        self.branches: dict[Hashable, RtoPolicy] = {}
+
+    @classmethod
+    def single(cls, policy: RtoPolicy) -> BranchRto:
+        """Every branch shares ``policy`` (one estimator for the node, or a fixed RTO)."""
+        book = cls(lambda: policy)
+        return book
+
+    def policy(self, branch: Hashable) -> RtoPolicy:
+        rto = self.branches.get(branch)
+        if rto is None:
+            rto = self.branches[branch] = self._make()
+            if len(self.branches) > self.KEEP:
+                del self.branches[next(iter(self.branches))]
+        return rto
 
 
 @dataclass(frozen=True)
@@ -135,6 +177,7 @@ class SendBudget:
 class _Slot:
     __slots__ = (
         "attempts", "charged", "deadline", "fin", "first_sent", "last_bits", "last_sent", "owing", "payload",
+        "rto",
     )  # fmt: skip
 
     def __init__(self, payload: bytes, fin: bool) -> None:
@@ -147,6 +190,7 @@ class _Slot:
         self.last_sent = 0.0
         self.last_bits = 0
         self.deadline = 0.0
+        self.rto = 0.0  # the RTO its last transmission was timed by
 
 
 def id_mask(bfr_ids: Iterable[int]) -> int:
@@ -177,7 +221,7 @@ class Sender:
         bfir_id: int,
         flow_id: int,
         receivers: Iterable[int],
-        rto: RtoPolicy,
+        rto: RtoPolicy | BranchRto,
         config: SenderConfig | None = None,
         isn: int = 0,
         budget: SendBudget | None = None,
@@ -186,7 +230,9 @@ class Sender:
         self.budget = budget
         self.flow_id = flow_id
         self.config = config or SenderConfig()
-        self.rto = rto
+        self.rtos = rto if isinstance(rto, BranchRto) else BranchRto.single(rto)
+        self._branch_bits: dict[Hashable, int] = {}  # receivers last heard through each branch
+        self._branch: Hashable | None = None  # the branch of the feedback at hand
         self.alive = id_mask(receivers)
         if not self.alive:
             raise ValueError(f"flow {flow_id}: no receivers")
@@ -203,6 +249,7 @@ class Sender:
         self._answered: int | None = None
         self._sample: float | None = None
         self._heard: dict[int, float] = {}  # receiver bit -> last feedback (or first send) time
+        self._progress: dict[int, float] = {}  # receiver bit -> when it last acknowledged new data
         self.completed_at: float | None = None
         self.counters: Counter[str] = Counter()
         self.cwnd = float(self.config.initial_cwnd or self.config.window)
@@ -229,14 +276,13 @@ class Sender:
         """Everything due at ``now``: failures declared, requested and timed-out retransmissions, new data."""
         self._declare_failures(now)
         out: list[Transmission] = []
-        rto = self.rto.current()
         due = [seq for seq, (_asked, t) in self._pending.items() if t <= now]
         for seq in sorted(due, key=lambda q: serial.distance(self.base, q)):
             asked, _t = self._pending.pop(seq)
             slot = self._slots.get(seq)
             if slot is not None and asked & slot.owing:
-                out.append(self._send(seq, slot, asked & slot.owing, now, rto))
-        out.extend(self._timeouts(now, rto))
+                out.append(self._send(seq, slot, asked & slot.owing, now))
+        out.extend(self._timeouts(now))
         while self._queue and self._may_send_new():
             payload, fin = self._queue.popleft()
             if self.budget is not None:
@@ -245,11 +291,39 @@ class Sender:
             slot.owing = self.alive
             slot.charged = self.budget is not None
             self._slots[self.next_seq] = slot
-            out.append(self._send(self.next_seq, slot, self.alive, now, rto))
+            out.append(self._send(self.next_seq, slot, self.alive, now))
             self.next_seq = serial.add(self.next_seq, 1)
         self._advance(now)
-        self._timeouts(now, rto, fire=False)  # the new sequences' timers
+        self._timeouts(now, fire=False)  # the new sequences' timers
         return out
+
+    def round_trip_of(self, bits: int) -> float:
+        """How long a repair to ``bits`` and its answer may take: the longest of their branches' smoothed
+        round trip plus twice its variation (RFC 6298's SRTT and RTTVAR; the RTO until a branch has
+        them). Not the RTO: its floor and its four variations are there so that a timer never fires for
+        what is only late, and a lost repair waited that long before it was asked for again."""
+        rtt = 0.0
+        left = bits
+        for branch, mask in self._branch_bits.items():
+            if mask & left:
+                rtt = max(rtt, _round_trip(self.rtos.policy(branch)))
+                left &= ~mask
+                if not left:
+                    return rtt
+        return max(rtt, _round_trip(self.rtos.first))
+
+    def rto_of(self, bits: int) -> float:
+        """The RTO for the receivers ``bits``: the longest of their branches' (the first guess for a
+        receiver not heard from yet)."""
+        rto = 0.0
+        left = bits
+        for branch, mask in self._branch_bits.items():
+            if mask & left:
+                rto = max(rto, self.rtos.policy(branch).current())
+                left &= ~mask
+                if not left:
+                    return rto
+        return max(rto, self.rtos.first.current())
 
     def next_deadline(self) -> float | None:
         """Earliest time :meth:`poll` has work (None: only feedback can change anything)."""
@@ -267,20 +341,21 @@ class Sender:
             return False
         return self.budget is None or self.budget.room(len(self._queue[0][0]))
 
-    def _timeouts(self, now: float, rto: float, fire: bool = True) -> list[Transmission]:
+    def _timeouts(self, now: float, fire: bool = True) -> list[Transmission]:
         """Retransmissions whose timer ran out (none unless ``fire``); sets ``_wake`` to when a timer can
         next run out, which :meth:`next_deadline` reports until the next poll or feedback.
 
         For each receiver only the oldest sequence it owes may time out (RFC 6298 §5.4 retransmits the
-        earliest unacknowledged segment), and that sequence holds back the receiver's later timers for
-        two RTOs after its last transmission, or while a NACK's retransmission of it is pending: its
-        acknowledgments of what follows may wait on the repair (a BFR whose aggregation window spans
-        several sequences absorbs ACKs inside the window). A repair that stays unanswered longer no
-        longer explains the silence, and the next sequence's timer may fire too (the simulation found a
-        flow that never completed otherwise). One receiver's repairs never hold back another's timers:
-        BFRs acknowledge what their BFERs hold above a hole selectively, so its siblings' ACKs do not
-        wait on it, and a receiver that lost the flow's last packets (it sees no hole and sends nothing)
-        had waited behind the others' repairs until it was declared failed."""
+        earliest unacknowledged segment), not before one RTO after the receiver last acknowledged new data
+        (§5.3's restart), and that sequence holds back the receiver's later timers for two RTOs after its
+        last transmission, or while a NACK's retransmission of it is pending: its acknowledgments of what
+        follows may wait on the repair (a BFR whose aggregation window spans several sequences absorbs
+        ACKs inside the window). A repair that stays unanswered longer no longer explains the silence, and
+        the next sequence's timer may fire too (the simulation found a flow that never completed
+        otherwise). One receiver's repairs never hold back another's timers: BFRs acknowledge what their
+        BFERs hold above a hole selectively, so its siblings' ACKs do not wait on it, and a receiver that
+        lost the flow's last packets (it sees no hole and sends nothing) had waited behind the others'
+        repairs until it was declared failed."""
         out = []
         wake = float("inf")
         blocked = 0  # receivers whose older sequence is under repair
@@ -292,14 +367,16 @@ class Sender:
                 # Asked for: its retransmission is due soon (a timer would double it).
                 blocked |= slot.owing
             else:
-                if fire and now >= slot.deadline and slot.last_sent != now:
+                due, later = self._due(slot, slot.owing & ~blocked, now)
+                if fire and due and slot.last_sent != now:
                     self.counters["timeouts"] += 1
                     if slot.attempts > 1:
                         self.counters["timeouts-of-retransmissions"] += 1
                     self._congestion(seq, timeout=True)
-                    out.append(self._send(seq, slot, slot.owing, now, rto))
-                wake = min(wake, slot.deadline)
-                hold_until = slot.last_sent + 2 * rto
+                    out.append(self._send(seq, slot, due, now))
+                    due, later = 0, slot.deadline
+                wake = min(wake, later if not due else now)
+                hold_until = slot.last_sent + 2 * slot.rto
                 if now < hold_until:
                     wake = min(wake, hold_until)
                     blocked |= slot.owing
@@ -308,21 +385,53 @@ class Sender:
         self._wake = wake
         return out
 
-    def on_feedback(self, msg: Ack | AggAck, now: float) -> None:
-        """Apply an ACK, NACK or AGG-ACK for this flow (the caller matched BFIR-id and Flow ID).
+    def _due(self, slot: _Slot, bits: int, now: float) -> tuple[int, float]:
+        """Of the receivers ``bits`` whose oldest owed sequence is ``slot``: those whose timer ran out, and
+        when the next of the others' runs out. A receiver's timer runs from the slot's deadline, or one RTO
+        after it last acknowledged new data when that is later (RFC 6298 §5.3)."""
+        if now < slot.deadline:
+            later = slot.deadline
+            due = 0
+        else:
+            later = float("inf")
+            due = bits
+        if not self._progress or not due:
+            return due, later
+        restarted = 0
+        for bit in _bits(due):
+            progress = self._progress.get(bit)
+            if progress is not None and now < progress + slot.rto:
+                restarted |= bit
+                later = min(later, progress + slot.rto)
+        return due & ~restarted, later
+
+    def on_feedback(self, msg: Ack | AggAck | AggNack, now: float, branch: Hashable | None = None) -> None:
+        """Apply an ACK, NACK, AGG-ACK or AGG-NACK for this flow (the caller matched BFIR-id and Flow ID)
+        that came from ``branch`` (the neighbor, or the receiver end to end; None: one branch for all).
 
         At most one round-trip sample per feedback: from the newest sequence it speaks of (an ACK's
         Highest − 1, an AGG-ACK's Cumulative − 1), when that one was sent once (Karn's rule) and this
-        feedback is what clears it, i.e. the feedback answers that sequence's arrival.  The older ones it
-        clears waited, for a hole's repair or for an acknowledgment lost and said again, and would feed
-        the estimator that wait; a NACK (its cumulative point moved with a repair) and a partial AGG-ACK
-        (sent when a BFR's timer ran out) give none."""
+        feedback clears the last of the branch's receivers that owed it, i.e. the feedback answers that
+        sequence's arrival at the whole branch.  The older ones it clears waited, for a hole's repair or
+        for an acknowledgment lost and said again, and would feed the estimator that wait; a NACK (its
+        cumulative point moved with a repair), an AGG-NACK and a partial AGG-ACK (sent when a BFR's timer
+        ran out) give none."""
         partial = isinstance(msg, AggAck) and msg.partial
-        self._answered = None if partial else serial.add(msg.highest if isinstance(msg, Ack) else msg.cum, -1)
+        if isinstance(msg, AggNack) or partial:
+            self._answered = None
+        else:
+            self._answered = serial.add(msg.highest if isinstance(msg, Ack) else msg.cum, -1)
         self._sample = None
-        if isinstance(msg, AggAck):
+        self._branch = branch
+        if isinstance(msg, AggNack):
+            self._left(msg.last)
+            self._on_agg_nack(msg, now)
+        elif isinstance(msg, AggAck):
+            if msg.acked:
+                self._left(serial.add(msg.cum, -1))
             self.counters["agg-ack-partial" if msg.partial else "agg-ack"] += 1
             acked = msg.acked_mask() & self.alive
+            self._route(acked | msg.missing_mask() & self.alive)
             self._hear(acked, now)
             if msg.first is not None:
                 self._clear_span(msg.first, msg.cum, acked, now)
@@ -330,25 +439,46 @@ class Sender:
                 self._clear_before(msg.cum, acked, now)
             if msg.partial:
                 self._request_oldest(msg.cum, msg.missing_mask() & self.alive, now)
-        else:
-            self.counters["nack" if msg.nack else "ack"] += 1
-            bit = 1 << (msg.reporter - 1)
-            if not bit & self.alive:
-                self.counters["feedback-unknown-receiver"] += 1
-                return
-            self._hear(bit, now)
-            self._clear_before(msg.cum, bit, now)
-            if not msg.nack:
-                # A NACK's ranges are the gaps it asks for now, not all of them: no selective ACK in it.
-                self._clear_selective(msg, bit, now)
-            else:
-                for seq in self._in_flight():
-                    if _in_ranges(seq, msg.ranges):
-                        self._request(seq, bit, now)
+        elif not self._on_ack(msg, now):
+            return
         if self._sample is not None:
-            self.rto.observe(self._sample)
+            self.rtos.policy(branch).observe(self._sample)
         self._advance(now)
-        self._timeouts(now, self.rto.current(), fire=False)  # which timer is the oldest now
+        self._timeouts(now, fire=False)  # which timer is the oldest now
+
+    def _on_ack(self, msg: Ack, now: float) -> bool:
+        """A receiver's ACK or NACK; False when it is not one of ours."""
+        self.counters["nack" if msg.nack else "ack"] += 1
+        bit = 1 << (msg.reporter - 1)
+        if not bit & self.alive:
+            self.counters["feedback-unknown-receiver"] += 1
+            return False
+        self._hear(bit, now)
+        self._left(serial.add(msg.highest, -1))
+        self._clear_before(msg.cum, bit, now)
+        if not msg.nack:
+            # A NACK's ranges are the gaps it asks for now, not all of them: no selective ACK in it.
+            self._clear_selective(msg, bit, now)
+        else:
+            for seq in self._in_flight():
+                if _in_ranges(seq, msg.ranges):
+                    self._request(seq, bit, now)
+        return True
+
+    def _on_agg_nack(self, msg: AggNack, now: float) -> None:
+        """A BFR's merged NACKs: its holders hold the sequences, its askers are repaired at once (the BFR
+        gathered its siblings' NACKs already); ``again`` (the last repair passed that BFR and missed them)
+        skips the holdoff."""
+        self.counters["agg-nack"] += 1
+        askers, holders = msg.askers_mask() & self.alive, msg.holders_mask() & self.alive
+        self._hear(askers | holders, now)
+        end = serial.add(msg.last, 1)
+        for seq in self._in_flight():
+            if not serial.lt(seq, end):
+                break
+            if serial.le(msg.first, seq):
+                self._clear(seq, holders, now)
+                self._request(seq, askers, now, at_once=True, again=msg.again)
 
     # -- internals ---------------------------------------------------------------------------------
 
@@ -365,8 +495,11 @@ class Sender:
         self.ssthresh = max(2.0, self.cwnd / 2)
         self.cwnd = 1.0 if timeout else self.ssthresh
 
-    def _send(self, seq: int, slot: _Slot, bits: int, now: float, rto: float) -> Transmission:
+    def _send(self, seq: int, slot: _Slot, bits: int, now: float) -> Transmission:
         retransmit = slot.attempts > 0
+        rto = slot.rto = self.rto_of(bits)
+        if slot.attempts == 1:
+            self.counters["repaired-sequences"] += 1  # sent again at least once: some receiver lost it
         if retransmit:
             self.counters["retransmitted"] += 1
             self.counters["retransmitted-bytes"] += len(slot.payload)
@@ -402,27 +535,47 @@ class Sender:
     def _hear(self, bits: int, now: float) -> None:
         for bit in _bits(bits):
             self._heard[bit] = now
+        self._route(bits)
+
+    def _route(self, bits: int) -> None:
+        """The receivers ``bits`` are behind the branch the feedback at hand came from."""
+        branch = self._branch
+        if branch is None or not bits or self._branch_bits.get(branch, 0) & bits == bits:
+            return
+        for other, mask in list(self._branch_bits.items()):
+            if mask & bits and other != branch:
+                if mask & ~bits:
+                    self._branch_bits[other] = mask & ~bits
+                else:
+                    del self._branch_bits[other]
+        self._branch_bits[branch] = self._branch_bits.get(branch, 0) | bits
 
     def _in_flight(self) -> list[int]:
         return serial.span(self.base, self.next_seq)
 
-    def _clear(self, seq: int, bits: int, now: float) -> None:
+    def _clear(self, seq: int, bits: int, now: float, progress: bool = False) -> None:
+        """``bits`` hold ``seq``; ``progress``: a cumulative acknowledgment said so (it restarts their
+        timers, RFC 6298 §5.3: a selective one does not, as TCP's SACK blocks do not, so a receiver stuck
+        at a hole whose NACKs are lost is still repaired by its timer)."""
         slot = self._slots.get(seq)
         if slot is None or not slot.owing & bits:
             return
+        if progress:
+            for bit in _bits(slot.owing & bits):
+                self._progress[bit] = now
         slot.owing &= ~bits
-        if not slot.owing:
-            self._release(slot)
-        if slot.attempts == 1 and seq == self._answered:
+        self._release(slot)  # someone holds it: it has left this node's link (:meth:`_left`)
+        branch = self._branch_bits.get(self._branch, 0) if self._branch is not None else 0
+        if slot.attempts == 1 and seq == self._answered and not slot.owing & branch:
             self._sample = now - slot.first_sent
         if not slot.owing and self.config.initial_cwnd is not None:
             self.cwnd += 1.0 if self.cwnd < self.ssthresh else 1.0 / self.cwnd
             self.cwnd = min(self.cwnd, float(self.config.window))
 
     def _clear_before(self, cum: int, bits: int, now: float) -> None:
-        self._clear_span(self.base, cum, bits, now)
+        self._clear_span(self.base, cum, bits, now, progress=True)
 
-    def _clear_span(self, first: int, end: int, bits: int, now: float) -> None:
+    def _clear_span(self, first: int, end: int, bits: int, now: float, progress: bool = False) -> None:
         """``bits`` hold [first, end), whatever they lack before it (a selective AGG-ACK)."""
         if not bits:
             return
@@ -430,7 +583,7 @@ class Sender:
             if not serial.lt(seq, end):
                 break
             if serial.le(first, seq):
-                self._clear(seq, bits, now)
+                self._clear(seq, bits, now, progress)
 
     def _clear_selective(self, ack: Ack, bit: int, now: float) -> None:
         # Sequences in [cum, highest) outside every gap were received (selective acknowledgment).
@@ -438,25 +591,30 @@ class Sender:
             if serial.le(ack.cum, seq) and serial.lt(seq, ack.highest) and not _in_ranges(seq, ack.ranges):
                 self._clear(seq, bit, now)
 
-    def _request(self, seq: int, bits: int, now: float) -> None:
+    def _request(self, seq: int, bits: int, now: float, at_once: bool = False, again: bool = False) -> None:
         slot = self._slots.get(seq)
         if slot is None:
             return
         bits &= slot.owing
-        holdoff = self.config.nack_holdoff * self.rto.current()
+        if not bits:
+            return
+        holdoff = 0.0 if again else self.config.nack_holdoff * self.round_trip_of(bits)
+        due = now + (0.0 if at_once else self.config.nack_gather * self.rto_of(bits))
         # Only a retransmission can still be on its way: a request for a first transmission means a
-        # later sequence overtook it, so it is lost.
+        # later sequence overtook it, so it is lost. A repeated request within the holdoff waits for its
+        # end (answered then unless the receiver acknowledged meanwhile): dropped, it waited for the
+        # receiver's next NACK, whose interval doubles.
         if slot.attempts > 1 and bits & slot.last_bits and now - slot.last_sent < holdoff:
             self.counters["request-held-off"] += 1
-            bits &= ~slot.last_bits
-        if bits:
-            self._congestion(seq)
-            if seq in self._pending:
-                self.counters["requests-gathered"] += 1
-                asked, due = self._pending[seq]
-                self._pending[seq] = (asked | bits, due)
-            else:
-                self._pending[seq] = (bits, now + self.config.nack_gather * self.rto.current())
+            if not bits & ~slot.last_bits:
+                due = max(due, slot.last_sent + holdoff)
+        self._congestion(seq)
+        if seq in self._pending:
+            self.counters["requests-gathered"] += 1
+            asked, first_due = self._pending[seq]
+            self._pending[seq] = (asked | bits, min(first_due, due))
+        else:
+            self._pending[seq] = (bits, due)
 
     def _request_oldest(self, cum: int, bits: int, now: float) -> None:
         # A partial AGG-ACK only says these receivers have not confirmed everything before ``cum``; their
@@ -496,10 +654,30 @@ class Sender:
                         self._release(slot)
         self._advance(now)
 
+    def _left(self, seq: int) -> None:
+        """Someone holds ``seq``: it and every sequence before it have left this node's link (one path
+        per flow, in order), so their bytes no longer count against the send budget, whatever the receivers
+        still owe: the budget bounds what may wait behind the link, and a repair is not charged."""
+        if self.budget is None:
+            return
+        for q in self._in_flight():
+            if serial.lt(seq, q):
+                break
+            slot = self._slots.get(q)
+            if slot is not None:
+                self._release(slot)
+
     def _release(self, slot: _Slot) -> None:
         if slot.charged and self.budget is not None:
             self.budget.give(len(slot.payload))
             slot.charged = False
+
+
+def _round_trip(rto: RtoPolicy) -> float:
+    srtt, rttvar = getattr(rto, "srtt", None), getattr(rto, "rttvar", None)
+    if srtt is None or rttvar is None:
+        return rto.current()
+    return min(rto.current(), srtt + 2 * rttvar)
 
 
 def _bits(mask: int) -> list[int]:

@@ -17,7 +17,7 @@ a typical session:
   aidclab exec leaf-spine h1 -- ip -br addr
   aidclab graph leaf-spine --format mermaid
   aidclab link set leaf1:eth1 down        fault injection (down|up|bandwidth 400G|loss 0.02)
-  aidclab capture leaf1:eth1 -c 20        tcpdump on a link end; -w FILE for Wireshark (docs/capture.md)
+  aidclab capture leaf1:eth1 -c 4 --timeout 60   tcpdump on a link end while traffic runs (docs/capture.md)
   aidclab destroy leaf-spine --cleanup    remove everything the lab created, and its lab dir
 
 A LAB argument is a lab name (labs/NAME.clab.yml) or a path to a containerlab topology file; configure,
@@ -47,6 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
         add_workload_parser(sub)
     report.add_parser(sub)
     experiment.add_parser(sub)
+    experiment.add_calibrate_parser(sub)
     model.add_parser(sub)
     return parser
 

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from aidcnet.modes import Mode
 
 if TYPE_CHECKING:
     from orchestrator.lab.topology import Topology
@@ -64,6 +67,21 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescript
         if action.default is None or action.default is False or action.default is argparse.SUPPRESS:
             return action.help
         return super()._get_help_string(action)
+
+
+def add_mode_argument(
+    p: argparse.ArgumentParser, modes: Iterable[Mode], flag: str = "--mode", **kwargs: Any
+) -> None:
+    """``--mode`` (or ``flag``), one of ``modes``: where a mode's name is checked, once; the command gets
+    the :class:`~aidcnet.modes.Mode` member (a name that is none is refused naming the choices)."""
+
+    def as_mode(text: str) -> Mode | str:
+        try:
+            return Mode(text)
+        except ValueError:
+            return text  # argparse's choices refuse it, naming them
+
+    p.add_argument(flag, type=as_mode, choices=[str(m) for m in modes], **kwargs)
 
 
 def add_lab_argument(p: argparse.ArgumentParser, optional: bool = False, help: str = LAB_HELP) -> None:

@@ -1,13 +1,12 @@
-"""``aidclab replay LAB TRACE --mode MODE``: the command-line face of ``orchestrator.experiment.driver``."""
+"""``aidclab replay LAB TRACE --mode MODE``: the command-line face of ``orchestrator.run.driver``."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
-from aidcnet.modes import Mode
 from aidcnet.replay import DEFAULT_MAX_DATAGRAM
-from orchestrator.cli.args import HelpFormatter, add_lab_argument
+from orchestrator.cli.args import HelpFormatter, add_lab_argument, add_mode_argument
 from orchestrator.experiment.results import DEFAULT_RESULTS_DIR
 
 DESCRIPTION = """\
@@ -23,8 +22,10 @@ examples:
   aidclab replay leaf-spine workloads/moe-sample.jsonl --mode host-bier
   aidclab replay leaf-spine workloads/moe-sample.jsonl --mode net-bier
   aidclab replay ina-fig1 workloads/allreduce-sample.jsonl --mode ina
+  aidclab replay leaf-spine workloads/moe-sample.jsonl --mode host-bier --confirm
   aidclab replay leaf-spine workloads/moe-sample.jsonl --mode host-bier --find-scale
-  aidclab replay leaf-spine workloads/moe-sample.jsonl --mode reliable-host-bier --fault "0.3 restart spine2"
+  aidclab replay leaf-spine workloads/moe-sample.jsonl --mode reliable-host-bier --fault "14us restart spine2"
+  aidclab replay leaf-spine moe-step.jsonl --mode host-bier --allreduce ina   # a closed-loop step
   aidclab report latest
 """
 
@@ -55,11 +56,12 @@ def modes_text() -> str:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     from orchestrator.cli.args import load_lab
-    from orchestrator.experiment.driver import run_experiment
     from orchestrator.experiment.faults import FaultSpecError, schedule
     from orchestrator.experiment.modes.base import RunOptions
     from orchestrator.experiment.report import print_summary
     from orchestrator.progress import fail
+    from orchestrator.run.driver import run_experiment
+    from orchestrator.run.prediction import step_predictor
 
     try:
         faults = tuple(schedule(args.fault))
@@ -75,10 +77,16 @@ def cmd_replay(args: argparse.Namespace) -> int:
         qps=args.qps,
         ps_host=args.ps_host,
         lead_s=None if args.lead is None else args.lead / 1e3,
+        allreduce=args.allreduce,
+        compute=args.compute,
+        predict_step=step_predictor,
     )
     if args.find_scale:
         return cmd_find_scale(args, options)
-    outcome = run_experiment(load_lab(args.lab), args.trace, args.mode, options, results_dir=args.results_dir)
+    lab = load_lab(args.lab)
+    outcome = run_experiment(lab, args.trace, args.mode, options, results_dir=args.results_dir)
+    if args.confirm is not None and outcome.ok:
+        outcome = confirm_outcome(lab, args, options, outcome)
     if outcome.mode.lines:
         # A mode with its own account of the run (a collective: one line per AllReduce) prints that.
         for line in outcome.mode.lines:
@@ -108,10 +116,28 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return 0
 
 
+def confirm_outcome(lab: Any, args: argparse.Namespace, options: Any, first: Any) -> Any:
+    """The run, confirmed (or not) by a second one at ``--confirm`` times its scale; prints the second
+    run's line and the comparison. Returns the first run with its amended verdict."""
+    from orchestrator.experiment.report import print_summary
+    from orchestrator.run.driver import confirm
+
+    second, check = confirm(
+        lab, args.trace, args.mode, first, options, factor=args.confirm, results_dir=args.results_dir
+    )
+    if not second.mode.lines:
+        print_summary([second.result])
+    if check is None:
+        print("not confirmed: one of the two runs has no fabric completion (unshaped links?)")
+    else:
+        print(check.describe())
+    return first
+
+
 def cmd_find_scale(args: argparse.Namespace, options: Any) -> int:
     from orchestrator.cli.args import load_lab
-    from orchestrator.experiment.driver import search_scale
     from orchestrator.experiment.scale_search import describe, smallest_faithful
+    from orchestrator.run.driver import search_scale
 
     trials = search_scale(
         load_lab(args.lab),
@@ -127,7 +153,57 @@ def cmd_find_scale(args: argparse.Namespace, options: Any) -> int:
     return 0 if smallest_faithful(trials) is not None else 1
 
 
+CALIBRATE_DESCRIPTION = """\
+Measure what this machine's software costs per packet on a configured lab: two replays of a small MoE
+dispatch over every GPU host (unicast, then host-BIER) at the lab's own scale, from every node's CPU
+seconds and the packets its links counted. Keeps clab-<lab>/calibration.json, which time.scale: auto
+reads to choose the smallest scale at which a trace stays faithful (docs/time-and-fidelity.md). Run it
+again after changing the lab's dataplane or moving to another machine.
+"""
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from orchestrator.cli.args import load_lab
+    from orchestrator.run.driver import calibrate
+
+    calibrate(load_lab(args.lab), say=lambda text: print(f"  {text}"))
+    return 0
+
+
+def add_calibrate_parser(subparsers: Any) -> argparse.ArgumentParser:
+    p = subparsers.add_parser(
+        "calibrate",
+        help="measure this machine's CPU per packet on a configured lab (for time.scale: auto)",
+        description=CALIBRATE_DESCRIPTION,
+        epilog="example:\n  aidclab calibrate leaf-spine",
+        formatter_class=HelpFormatter,
+    )
+    add_lab_argument(p, help="lab name or topology file (deployed and configured)")
+    p.set_defaults(func=cmd_calibrate)
+    return p
+
+
+def add_step_arguments(p: argparse.ArgumentParser) -> None:
+    """What a closed-loop step's replay takes beyond its mode (docs/training.md)."""
+    from aidcnet.modes import STEP_COLLECTIVES, in_order
+
+    add_mode_argument(
+        p, in_order(STEP_COLLECTIVES), dest="allreduce", flag="--allreduce",
+        help="a closed-loop step (docs/training.md): the collective mode its AllReduce ops run in while "
+        "its messages travel in --mode",
+    )  # fmt: skip
+    p.add_argument(
+        "--compute",
+        choices=["wait", "work"],
+        default="wait",
+        help="a closed-loop step: each compute phase is a wait of its fabric seconds x the time scale "
+        "(wait), or real arithmetic on the host's CPU for that long (work)",
+    )
+
+
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    from orchestrator.experiment.modes import registered
+
     p = subparsers.add_parser(
         "replay",
         help="replay a trace over a configured lab in one transport mode and record the run",
@@ -137,8 +213,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     add_lab_argument(p, help="lab name or topology file (deployed and configured)")
     p.add_argument("trace", help="trace file (JSON Lines, docs/trace-format.md)")
-    p.add_argument("--mode", required=True, choices=list(Mode), help="transport mode (see above)")
-    p.add_argument("--ps-host", metavar="HOST", help="parameter server host for --mode ps")
+    add_mode_argument(p, registered(), required=True, help="transport mode (see above)")
+    p.add_argument("--ps-host", metavar="HOST", help="parameter server host of --mode or --allreduce ps")
+    add_step_arguments(p)
     p.add_argument(
         "--lead",
         type=float,
@@ -152,7 +229,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         type=int,
         default=DEFAULT_MAX_DATAGRAM,
         metavar="BYTES",
-        help="largest UDP payload per fragment (fits a 9500 MTU with BIER)",
+        help="largest replay fragment per datagram; each UDP payload is it plus the 12-byte RoCEv2 BTH "
+        "(the default fits a 9500 MTU with BIER; docs/replay-payload.md)",
     )
     p.add_argument("--drain", type=float, default=5.0, metavar="S", help="wait after the last send")
     p.add_argument("--timeout", type=float, default=60.0, metavar="S", help="beyond the trace duration")
@@ -171,10 +249,21 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar='"AT WHAT"',
-        help="a fault during the run, repeatable (docs/faults.md): at AT seconds after the run's zero (the "
-        "trace's t = 0; 2, 2.5s, 750ms), 'link NODE:IF down|up|bandwidth BW|loss P ...' as aidclab link set "
-        "does it, or 'restart NODE' (a BFR's or INA switch's agent restarts in place and loses its state). "
-        "The run records when each took effect; one that fails or never comes makes the command exit 1",
+        help="a fault during the run, repeatable (docs/faults.md): at AT of fabric time after the run's "
+        "zero (the trace's t = 0; 8us, 0.5ms, 1e-5s), 'link NODE:IF down|up|bandwidth BW|loss P ...' as "
+        "aidclab link set does it, or 'restart NODE' (a BFR's or INA switch's agent restarts in place and "
+        "loses its state). The run records when each took effect; one that fails or never comes makes the "
+        "command exit 1",
+    )
+    p.add_argument(
+        "--confirm",
+        type=float,
+        nargs="?",
+        const=2.0,
+        metavar="FACTOR",
+        help="then replay the same trace at FACTOR times the lab's scale (default 2) and hold the two to "
+        "time dilation's test: the same fabric completion within 5%% and the same bytes. A run more than "
+        "1.25x its predicted time is faithful only when so confirmed (docs/time-and-fidelity.md)",
     )
     p.add_argument(
         "--find-scale",

@@ -10,9 +10,11 @@ from typing import TYPE_CHECKING
 
 from orchestrator.cli.args import add_lab_argument, lab_name, load_lab
 from orchestrator.lab.linkset import ACTIONS
+from orchestrator.lab.roles import ROLES
 from orchestrator.progress import fail
 
 if TYPE_CHECKING:
+    from orchestrator.lab.runtime.docker import DockerRuntime
     from orchestrator.lab.split import SplitLab
 
 
@@ -26,7 +28,10 @@ def cmd_images(args: argparse.Namespace) -> int:
 def cmd_deploy(args: argparse.Namespace) -> int:
     from orchestrator.lab.deploy import deploy, print_table, status
     from orchestrator.lab.runtime.docker import DockerRuntime
+    from orchestrator.lab.split import is_manifest
 
+    if is_manifest(args.lab):
+        return _deploy_split(args)
     topo = load_lab(args.lab)
     runtime = DockerRuntime()
     if args.if_absent and not args.reconfigure:
@@ -34,9 +39,34 @@ def cmd_deploy(args: argparse.Namespace) -> int:
         if running:
             print(already_running(topo.name, len(running)))
             return 0
-    deploy(topo, runtime, reconfigure=args.reconfigure, underlay_netns=args.underlay_netns)
+    deploy(
+        topo,
+        runtime,
+        reconfigure=args.reconfigure,
+        underlay_netns=args.underlay_netns,
+        keep_failed=args.keep_failed,
+    )
     if not args.quiet:
         print_table(status(runtime, topo.name))
+    return 0
+
+
+def _deploy_split(args: argparse.Namespace) -> int:
+    """Every part of a split lab on this machine, each in its underlay namespace (split --local)."""
+    from orchestrator.lab.deploy import print_table, status
+    from orchestrator.lab.runtime.docker import DockerRuntime
+    from orchestrator.lab.split import load_split
+    from orchestrator.lab.splitlab import deploy_split
+
+    if args.reconfigure or args.if_absent or args.underlay_netns:
+        fail("a split manifest deploys every part afresh in its own underlay namespace: leave out "
+             "--reconfigure, --if-absent and --underlay-netns (or deploy a part file with them)")  # fmt: skip
+        return 2
+    split = load_split(args.lab)
+    runtime = DockerRuntime()
+    deploy_split(split, runtime, keep_failed=args.keep_failed)
+    if not args.quiet:
+        print_table([row for p in split.parts for row in status(runtime, p["lab"])])
     return 0
 
 
@@ -63,6 +93,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         if split
         else [None if args.all or not args.lab else lab_name(args.lab)]
     )
+    if args.address:
+        return _print_address(runtime, labs, args.address)
     if args.format == "json":
         rows_json = [row for lab in labs for row in inspect_json(runtime, lab)["containers"]]
         print(json.dumps({"containers": rows_json}, indent=2))
@@ -74,6 +106,22 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     else:
         print_table(rows)
     _print_vxlan_links(args.lab, split)
+    return 0
+
+
+def _print_address(runtime: DockerRuntime, labs: list[str | None], node: str) -> int:
+    """The management IPv4 of ``node`` alone, for scripts (the metrics endpoint, ssh)."""
+    from orchestrator.lab.deploy import inspect_json
+
+    rows = [row for lab in labs for row in inspect_json(runtime, lab)["containers"]]
+    found = [r for r in rows if r["name"].endswith("-" + node) or r["name"] == node]
+    if len(found) != 1:
+        names = ", ".join(r["name"] for r in rows) or "none"
+        what = "no node" if not found else "more than one node"
+        raise SystemExit(f"inspect --address {node}: {what} of that name (running: {names}); name the lab")
+    if not found[0]["ipv4_address"]:
+        raise SystemExit(f"inspect --address {node}: {found[0]['name']} has no management IPv4 yet")
+    print(found[0]["ipv4_address"].split("/")[0])
     return 0
 
 
@@ -94,11 +142,36 @@ def _print_vxlan_links(lab: str | None, split: SplitLab | None) -> None:
 
 def cmd_destroy(args: argparse.Namespace) -> int:
     from orchestrator.lab.deploy import destroy
+    from orchestrator.lab.split import is_manifest
 
+    if args.lab and is_manifest(args.lab) and not args.all:
+        from orchestrator.lab.runtime.docker import DockerRuntime
+        from orchestrator.lab.split import load_split
+        from orchestrator.lab.splitlab import destroy_split
+
+        destroy_split(load_split(args.lab), DockerRuntime(), cleanup=args.cleanup)
+        return 0
     destroy(
-        None if args.all else lab_name(args.lab), cleanup=args.cleanup, underlay_netns=args.underlay_netns
+        None if args.all else lab_name(args.lab),
+        cleanup=args.cleanup,
+        underlay_netns=args.underlay_netns,
+        named_networks=[] if args.all else _named_network(args.lab),
     )
     return 0
+
+
+def _named_network(lab: str | None) -> list[str]:
+    """The Docker network the topology file of LAB names (mgmt.network), if it names one: destroy looks
+    at it even with no container of the lab left on it."""
+    from orchestrator.lab.topology import TopologyError, resolve_lab
+
+    if not lab or not resolve_lab(lab).exists():
+        return []
+    try:
+        topo = load_lab(lab)
+    except TopologyError:
+        return []
+    return [] if topo.mgmt.own else [topo.mgmt.network]
 
 
 def cmd_graph(args: argparse.Namespace) -> int:
@@ -115,7 +188,7 @@ def cmd_graph(args: argparse.Namespace) -> int:
 
 
 def cmd_split(args: argparse.Namespace) -> int:
-    from orchestrator.lab.split import SplitError, parse_pairs, plan_split, write_split
+    from orchestrator.lab.split import MANIFEST_SUFFIX, SplitError, parse_pairs, plan_split, write_split
 
     topo = load_lab(args.lab)
     try:
@@ -128,6 +201,7 @@ def cmd_split(args: argparse.Namespace) -> int:
             vni_base=args.vni_base,
             dst_port=args.dst_port,
             underlay_mtu=args.underlay_mtu,
+            local=args.local,
         )
     except SplitError as exc:
         fail(f"{topo.path}: {exc}")
@@ -135,6 +209,9 @@ def cmd_split(args: argparse.Namespace) -> int:
     out = Path(args.output or f"split-{topo.name}")
     for path in write_split(plan, out):
         print(f"wrote {path}")
+    manifest = out / (topo.name + MANIFEST_SUFFIX)
+    if args.local:
+        _print_local_underlay(manifest)
     for part in plan.parts.values():
         where = f" (docker {part.docker_host})" if part.docker_host else ""
         print(f"  {part.host}: {len(part.nodes)} nodes, underlay {part.underlay}{where}")
@@ -143,10 +220,23 @@ def cmd_split(args: argparse.Namespace) -> int:
             f"  cut {cut.link}: vxlan vni {cut.vni} udp {plan.dst_port}, mtu {plan.inner_mtu(cut.link)} "
             f"(underlay {plan.underlay_mtu} - {plan.underlay_mtu - plan.inner_mtu(cut.link)} bytes of VXLAN)"
         )
-    print(
-        f"{len(plan.cuts)} cut links; configure/replay the whole lab with {out / (topo.name + '.split.yml')}"
-    )
+    print(f"{len(plan.cuts)} cut links; configure/replay the whole lab with {manifest}")
+    if args.local:
+        print(f"deploy every part: aidclab deploy {manifest}")
+        print(f"remove it all (parts, namespaces, lab dirs): aidclab destroy {manifest} --cleanup")
     return 0
+
+
+def _print_local_underlay(manifest: Path) -> None:
+    from orchestrator.lab.runtime.docker import DockerRuntime
+    from orchestrator.lab.split import load_split
+    from orchestrator.lab.splitlab import make_local_underlay
+
+    split = load_split(manifest)
+    for host, netns in make_local_underlay(split, DockerRuntime()).items():
+        part = next(p for p in split.parts if p["host"] == host)
+        print(f"  {host}: underlay namespace {netns} ({part['underlay']}): aidclab deploy "
+              f"{manifest.parent / part['file']} --underlay-netns {netns}")  # fmt: skip
 
 
 def cmd_exec(args: argparse.Namespace) -> int:
@@ -202,7 +292,11 @@ def add_deploy_parser(sub: argparse._SubParsersAction) -> None:
         description="Validate the topology (containerlab schema, then links, interfaces, "
         "images, management addresses), start the containers in parallel, wire the veth "
         "links, run each node's exec commands, wait until every node's agent answers its "
-        "health check, and write clab-<lab>/ (ansible-inventory.yml, topology-data.json).",
+        "health check, and write clab-<lab>/ (ansible-inventory.yml, topology-data.json). A deploy that "
+        "fails once it has started something removes it again (containers, links, VXLAN devices, the "
+        "management network it made) and says so; --keep-failed leaves it up and names the destroy "
+        "command. A split manifest (LAB.split.yml of `aidclab split --local`) deploys every part, each in "
+        "the namespace that stands in for its host.",
         epilog="example: aidclab deploy labs/superpod.clab.yml",
     )
     add_lab_argument(p)
@@ -217,6 +311,12 @@ def add_deploy_parser(sub: argparse._SubParsersAction) -> None:
         help="a lab that already has containers is left running and said so, with exit 0 (make deploy)",
     )
     p.add_argument("-q", "--quiet", action="store_true", help="no node table at the end")
+    p.add_argument(
+        "--keep-failed",
+        action="store_true",
+        help="a deploy that fails leaves what it started (to read `docker logs`, look at links) instead of "
+        "removing it; the error names the command that removes it",
+    )
     p.add_argument("--underlay-netns", metavar="NETNS", help=UNDERLAY_HELP)
     p.set_defaults(func=cmd_deploy)
 
@@ -226,8 +326,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "images",
         help="build the node images from a local Debian rootfs (cached)",
         description="Build aidclab/base (mmdebstrap + docker import), a wheelhouse, "
-        "aidclab/node and the role images bfr, ina-switch, gpu-host, frr, gobgp, bird. No registry is "
-        "used. A rebuild with unchanged inputs takes seconds.",
+        f"aidclab/node and the role images {', '.join(r.name for r in ROLES.values() if r.has_image)}. "
+        "No registry is used. A rebuild with unchanged inputs takes seconds.",
     )
     p.add_argument("--force", action="store_true", help="rebuild the rootfs and wheelhouse even if current")
     p.set_defaults(func=cmd_images)
@@ -244,6 +344,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         default="table",
         help="json follows containerlab's `inspect --format json` shape",
     )
+    p.add_argument(
+        "--address",
+        metavar="NODE",
+        help="print only NODE's management IPv4 address, e.g. "
+        "`curl http://$(aidclab inspect leaf-spine --address leaf2):9464/metrics`",
+    )
     p.set_defaults(func=cmd_inspect)
 
     p = sub.add_parser(
@@ -252,6 +358,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         description="Finds everything by containerlab's labels and the management hub's interface alias "
         "(aidclab-mgmt:<lab>), so it also cleans up after a crashed or interrupted deploy. A Docker "
         "network the topology names (mgmt.network) is removed only when no other lab uses it. "
+        "A split manifest (LAB.split.yml of split --local) destroys every part, the namespaces that "
+        "stood in for their hosts and, with --cleanup, the whole lab's clab-<lab>/ too. "
         "Idempotent: destroying twice is fine.",
     )
     add_lab_argument(p, optional=True)
@@ -305,6 +413,7 @@ def add_split_parser(sub: argparse._SubParsersAction) -> None:
         "into container-balanced blocks. Deploy each part on its host (aidclab deploy FILE, or "
         "containerlab deploy -t FILE); plan, configure and replay take the .split.yml as the lab.",
         epilog="examples:\n  aidclab split leaf-spine --hosts a,b\n"
+        "  aidclab split leaf-spine --hosts a,b --local   (both parts on this machine)\n"
         "  aidclab split leaf-spine --hosts a,b --assign spine2=b --underlay a=10.0.0.1,b=10.0.0.2 "
         "--docker-host b=ssh://root@10.0.0.2",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -331,6 +440,13 @@ def add_split_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dst-port", type=int, default=14789, help="UDP port of every VXLAN link")
     p.add_argument("--underlay-mtu", type=int, default=9500, help="MTU of the hosts' underlay interfaces")
     p.add_argument("-o", "--output", help="folder for the files (default split-<lab>/)")
+    p.add_argument(
+        "--local",
+        action="store_true",
+        help="every part on this machine: also make the network namespaces that stand in for the hosts "
+        "(aidclab-<lab>-<host>, joined by a bridge, each with its underlay address); `aidclab deploy "
+        "MANIFEST` then deploys every part in its namespace and `aidclab destroy MANIFEST` removes it all",
+    )
     p.set_defaults(func=cmd_split)
 
 
@@ -380,6 +496,7 @@ def cmd_link(args: argparse.Namespace) -> int:
 
 _DESCRIPTION = """\
 aidclab link set [LAB] NODE:IF down|up|bandwidth BW|loss P [burst B]|loss gilbert P R [LB [LG]]
+                                |delay D [jitter J]
 
   LAB             lab name or topology file; left out: the one lab running on this machine
 
@@ -395,10 +512,14 @@ aidclab link set [LAB] NODE:IF down|up|bandwidth BW|loss P [burst B]|loss gilber
                   the whole Gilbert-Elliott chain: P = Good->Bad and R = Bad->Good per packet,
                   LB = loss probability in Bad (default 1), LG = in Good (default 0)
   loss 0          removes the loss
+  delay D [jitter J]
+                  propagation delay, fabric time (2ms, 5us): every packet either end sends is held
+                  for D after its shaper (D x time scale of wall time, by the lab's delay relay),
+                  varied by up to +-J and never reordered; delay 0 removes it (docs/delay.md)
 
   Drops are counted per link end and cause: the shaper's queue (qdisc drops) apart from injected
   loss (the program's counters, lost in Good and in Bad). clab-<lab>/fabric.json records every
-  link's rate and loss.
+  link's rate, loss and delay.
 """
 
 _EPILOG = """\
@@ -410,13 +531,15 @@ examples:
   aidclab link set ina-fig1 s5:eth1 loss 5% burst 4
   aidclab link set --one-way ina-fig1 s5:eth1 loss gilbert 0.01 0.25 0.8
   aidclab link set ina-fig1 s5:eth1 loss 0
+  aidclab link set interdc b1:eth1 delay 5ms
+  aidclab link set --one-way leaf-spine leaf1:eth1 delay 1us jitter 200ns
 """
 
 
 def add_link_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "link",
-        help="fault injection: take a link down/up, change its bandwidth (and shaper), or make it lossy",
+        help="fault injection: take a link down/up, change its bandwidth (and shaper), make it lossy or long",
         description=_DESCRIPTION,
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -435,7 +558,7 @@ def add_link_parser(sub: argparse._SubParsersAction) -> None:
     s.add_argument(
         "--one-way",
         action="store_true",
-        help="loss: only on what NODE sends on IF (default: both directions of the link)",
+        help="loss, delay: only on what NODE sends on IF (default: both directions of the link)",
     )
     s.add_argument(
         "words",
@@ -443,7 +566,7 @@ def add_link_parser(sub: argparse._SubParsersAction) -> None:
         action=LinkWords,
         metavar="[LAB] NODE:IF ACTION [VALUE ...]",
         help=f"ACTION: {', '.join(ACTIONS)}; VALUE: bandwidth: bits/s with an SI prefix, e.g. 400G; "
-        "loss: P, P burst B, or gilbert P R [LB [LG]]",
+        "loss: P, P burst B, or gilbert P R [LB [LG]]; delay: D [jitter J], e.g. 2ms jitter 100us",
     )
     s.set_defaults(func=cmd_link)
 
@@ -470,9 +593,7 @@ class CaptureWords(argparse.Action):
 
 
 def cmd_capture(args: argparse.Namespace) -> int:
-    import subprocess
-
-    from orchestrator.lab.capture import capture_target, tcpdump_command
+    from orchestrator.lab.capture import capture_target, run_capture, tcpdump_command
     from orchestrator.lab.linkset import LinkSetError
     from orchestrator.lab.shaping import node_netns
 
@@ -484,24 +605,33 @@ def cmd_capture(args: argparse.Namespace) -> int:
     cmd = tcpdump_command(node_netns(container), interface, args.count, args.write)
     print(f"capturing on {args.endpoint} ({container}): {' '.join(cmd)}", file=sys.stderr)
     try:
-        return subprocess.run(cmd, check=False).returncode
-    except KeyboardInterrupt:
-        return 0
+        code, timed_out = run_capture(cmd, args.timeout)
     except FileNotFoundError as exc:
         fail(f"{exc.filename} is not installed on this host (apt-get install tcpdump util-linux)")
         return 1
+    if timed_out:
+        print(
+            f"capture on {args.endpoint} stopped after --timeout {args.timeout:g} s (wall); a link carries "
+            "little while the lab is idle: start traffic, e.g. `aidclab linkcheck` or a replay "
+            "(docs/capture.md)",
+            file=sys.stderr,
+        )
+    return code
 
 
 def add_capture_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "capture",
-        usage="aidclab capture [-h] [-c N] [-w FILE] [LAB] NODE:IF",
+        usage="aidclab capture [-h] [-c N] [-w FILE] [--timeout S] [LAB] NODE:IF",
         help="capture packets on a link end (tcpdump in the node's namespace, from the host)",
         description="Runs the host's tcpdump inside NODE's network namespace on IF: decoded lines on "
         "stdout, or a pcap file with -w (open it in Wireshark; docs/capture.md shows BIER decoded). "
-        "Runs until -c packets or Ctrl-C. Needs root, like deploy.",
-        epilog="examples:\n  aidclab capture leaf-spine leaf1:eth1 -c 20\n"
-        "  aidclab capture leaf-spine spine1:eth1 -c 200 -w bier.pcap",
+        "Runs until -c packets, --timeout seconds or Ctrl-C, whichever comes first. An idle lab sends "
+        "almost nothing on its links: start traffic while it runs (linkcheck, a replay). Needs root, "
+        "like deploy.",
+        epilog="examples:\n  aidclab capture leaf-spine leaf1:eth1 -c 4 --timeout 60 &\n"
+        "  aidclab linkcheck leaf-spine          (traffic on every link for the capture)\n"
+        "  aidclab capture leaf-spine spine1:eth1 -c 200 -w bier.pcap --timeout 120",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
@@ -513,4 +643,10 @@ def add_capture_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("-c", "--count", type=int, help="stop after this many packets")
     p.add_argument("-w", "--write", metavar="FILE", help="write a pcap file instead of printing")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        metavar="S",
+        help="stop after S seconds (wall) even if fewer than -c packets came, as Ctrl-C stops it",
+    )
     p.set_defaults(func=cmd_capture)

@@ -12,9 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from aidcnet.modes import Mode
-from orchestrator.cli.args import HelpFormatter, add_lab_argument, load_lab
-from orchestrator.model.counts import MODES, REDUCE_MODES
+from aidcnet.modes import COLLECTIVE, MODELLED, Mode, in_order
+from orchestrator.cli.args import HelpFormatter, add_lab_argument, add_mode_argument, load_lab
 
 EPILOG = """\
 examples:
@@ -28,6 +27,9 @@ examples:
   aidclab model experiment all --out results/model                  plots and tables of docs/scale.md
 
 Unicast counters inside an ECMP group are the kernel hash's expectation (marked ~); the tier sums are exact.
+Predicted completion is fabric time from max-min fair flows over the same paths (docs/scale.md
+"Predicted time"); an op's t is fabric time, as the replay issues it; --against also prints each run's
+measured completion over the predicted one.
 The x columns are the baseline's bytes over the mode's: unicast for message traces, ps for AllReduce traces.
 Ring and ps datagrams follow the unicast routes, so they are hashed wherever unicast is.
 """
@@ -50,10 +52,10 @@ def add_parser(subparsers: Any) -> None:
     add_lab_argument(r, optional=True, help="lab name or topology file (its vars file beside it is used)")
     r.add_argument("trace", help="trace file (docs/trace-format.md)")
     r.add_argument("--fabric", help="a generated fabric instead of a lab, e.g. clos:gpus=1024 (see generate)")
-    r.add_argument(
-        "--mode",
+    add_mode_argument(
+        r,
+        in_order(MODELLED | COLLECTIVE),
         action="append",
-        choices=MODES + REDUCE_MODES,
         help="mode(s) to model; default every mode the trace allows (ina, ring and ps for allreduce traces)",
     )
     r.add_argument(
@@ -78,7 +80,7 @@ def add_parser(subparsers: Any) -> None:
         metavar="RUN_DIR",
         help="a replay run directory to compare with (same trace); exit 1 on any difference",
     )
-    r.add_argument("-o", "--output", help="write the model runs as JSON here")
+    r.add_argument("-o", "--output", help="write the model runs and predictions as JSON here")
     r.set_defaults(func=run)
     g = sub.add_parser(
         "generate",
@@ -109,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _plan_model(args: argparse.Namespace) -> Any:
     from orchestrator.configure.plan import build_plan
-    from orchestrator.configure.plan.model import LabVars
+    from orchestrator.configure.plan.schema import LabVars
     from orchestrator.model.exact import PlanModel
 
     if args.fabric:
@@ -134,16 +136,39 @@ def _links(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from orchestrator.experiment.results import load_run
-    from orchestrator.model.compare import differences
-    from orchestrator.workloads.trace import TraceReader
+    from orchestrator.model.timing import TimeModel
 
     model = _plan_model(args)
-    with TraceReader(args.trace) as reader:
-        ops = list(reader)
+    ops = _read_ops(args.trace)
     reduce = any(op.op == "allreduce" for op in ops)
-    modes = args.mode or list(REDUCE_MODES if reduce else MODES)
+    modes = args.mode or list(in_order(COLLECTIVE if reduce else MODELLED))
     runs = {m: model.run(ops, m, ps_host=args.ps_host) for m in modes}
+    _print_counts(runs)
+    timer = TimeModel(model, _conditions(args))
+    predicted = {m: timer.predict(ops, m, None, args.ps_host) for m in modes}
+    print("predicted completion (fabric time):")
+    for p in predicted.values():
+        print(f"  {p.describe()}")
+        for note in p.notes:
+            print(f"    note: {note}")
+    bad = 0
+    for run_dir in args.against:
+        bad += _against(args, model, ops, runs, run_dir)
+    if args.output:
+        doc = {m: {**runs[m].to_dict(), "prediction": predicted[m].to_dict()} for m in modes}
+        Path(args.output).write_text(json.dumps(doc, indent=1, default=str))
+        print(f"wrote {args.output}")
+    return 1 if bad else 0
+
+
+def _read_ops(trace: str) -> list[Any]:
+    from orchestrator.workloads.trace import TraceReader
+
+    with TraceReader(trace) as reader:
+        return list(reader)
+
+
+def _print_counts(runs: dict[str, Any]) -> None:
     base = runs.get(Mode.UNICAST) or runs.get(Mode.PS)
     print(
         f"{'mode':<10} {'source egress B':>16} {'fabric B':>14} {'egress x':>9} {'fabric x':>9} "
@@ -165,23 +190,46 @@ def _run(args: argparse.Namespace) -> int:
     for m, r in runs.items():
         for line in _aggregation_lines(m, r.stats):
             print(line)
-    bad = 0
-    for run_dir in args.against:
-        measured = load_run(run_dir)
-        mode = measured.meta.mode
-        if mode not in runs:
-            runs[mode] = model.run(ops, mode, ps_host=measured.meta.settings.get("ps_host") or args.ps_host)
-        diff = differences(runs[mode], measured, model.tiers)
-        print(f"against {run_dir} ({mode}): {'equal' if not diff else f'{len(diff)} difference(s)'}")
-        for d in diff:
-            print(f"  {d}")
-        bad += bool(diff)
-    if args.output:
-        Path(args.output).write_text(
-            json.dumps({m: r.to_dict() for m, r in runs.items()}, indent=1, default=str)
-        )
-        print(f"wrote {args.output}")
-    return 1 if bad else 0
+
+
+def _conditions(args: argparse.Namespace) -> Any:
+    from orchestrator.model.timing import LinkConditions
+
+    bandwidth = _links(args)["bandwidth"]
+    return LinkConditions({k: round(v) for k, v in bandwidth.items()}, tuple(args.down))
+
+
+def _against(args: argparse.Namespace, model: Any, ops: list[Any], runs: dict[str, Any], run_dir: str) -> int:
+    """Counters against the run's (1 when any differs), and its completion against the prediction under
+    the run's own conditions and time scale."""
+    from orchestrator.experiment.metrics import metrics_of
+    from orchestrator.experiment.results import load_run
+    from orchestrator.model.compare import differences
+    from orchestrator.model.timing import LinkConditions, TimeModel
+
+    measured = load_run(run_dir)
+    mode = measured.meta.mode
+    ps_host = measured.meta.settings.get("ps_host") or args.ps_host
+    if mode not in runs:
+        runs[mode] = model.run(ops, mode, ps_host=ps_host)
+    diff = differences(runs[mode], measured, model.tiers)
+    print(f"against {run_dir} ({mode}): {'equal' if not diff else f'{len(diff)} difference(s)'}")
+    for d in diff:
+        print(f"  {d}")
+    timing = measured.timing
+    fabric = metrics_of(measured).completion_fabric_time
+    if timing is None or timing.scale is None or fabric is None:
+        print("  time: the run's links were not shaped, or it has no completion: no fabric time to compare")
+        return int(bool(diff))
+    conditions = LinkConditions.of(measured.meta.settings.get("conditions"))
+    same = conditions == _conditions(args)
+    timer = TimeModel(model, conditions) if same else TimeModel.for_plan(model.plan, conditions)
+    p = timer.predict(ops, mode, None, ps_host)
+    print(
+        f"  time: measured {fabric * 1e6:.4g} µs fabric at 1:{timing.scale}, "
+        f"predicted {p.completion_s * 1e6:.4g} µs: measured/predicted {fabric / p.completion_s:.2f}×"
+    )
+    return int(bool(diff))
 
 
 def _aggregation_lines(mode: str, stats: dict[str, Any]) -> list[str]:

@@ -111,6 +111,7 @@ class Generator:
     help: str
     description: str | Callable[[], str]
     examples: tuple[str, ...]
+    function: str = "generate"  # the module's generator (training.py holds three)
 
 
 GENERATOR_COMMANDS: tuple[Generator, ...] = (
@@ -172,6 +173,41 @@ GENERATOR_COMMANDS: tuple[Generator, ...] = (
         "Deterministic; --seed is recorded.",
         ("allreduce --hosts w1,w2,w3,w4 --size 16MiB --steps 2 -o ar.jsonl",),
     ),
+    Generator(
+        "moe-step", "training", "MoEStepParams",
+        "a DeepSeek-V3 training step, closed loop: MoE layers forward and backward, then the AllReduce",
+        "A closed-loop training step (trace version 2, docs/training.md): per MoE layer every host\n"
+        "computes attention, dispatches its tokens to their top-k experts' hosts (node-limited, FP8, one\n"
+        "multicast op per host set, as moe), each host runs its experts once all it receives is there and\n"
+        "sends the outputs back (BF16, unicast); then the LM head, the backward pass layer by layer\n"
+        "(gradients to the experts and back) and one AllReduce of the dense gradients over every host.\n"
+        "Every op waits for what it needs (after); compute phases are FLOPs at --gpu-tflops.",
+        (
+            "moe-step --hosts h1,h2,h3,h4,h5,h6,h7,h8 --layers 4 --tokens-per-host 16 --seed 1 \\\n"
+            "      -o moe-step.jsonl",
+        ),
+        "generate_moe_step",
+    ),
+    Generator(
+        "pipeline-step", "training", "PipelineStepParams",
+        "a pipeline-parallel step, closed loop: micro-batches through the stages and back",
+        "A closed-loop pipeline-parallel step (trace version 2, docs/training.md): one stage per host,\n"
+        "in --hosts order; each micro-batch's activations go forward stage to stage (unicast), its\n"
+        "gradients back; every stage runs its forwards and backwards in --schedule order (1f1b:\n"
+        "PipeDream-Flush; gpipe: all forwards, then all backwards).",
+        ("pipeline-step --hosts h1,h2,h3,h4 --micro-batches 8 --schedule 1f1b -o pipeline.jsonl",),
+        "generate_pipeline_step",
+    ),
+    Generator(
+        "decode-step", "training", "DecodeStepParams",
+        "an inference decode step, closed loop: one token per sequence through the MoE layers",
+        "A closed-loop decode step (trace version 2, docs/training.md): the forward pass of moe-step for\n"
+        "one new token per sequence (--tokens-per-host sequences per host), attention over --context\n"
+        "cached tokens, then the LM head; compute phases take the roofline of their FLOPs and the weights\n"
+        "and KV cache they read (--hbm-tbps). No backward, no AllReduce.",
+        ("decode-step --hosts h1,h2,h3,h4,h5,h6,h7,h8 --tokens-per-host 32 -o decode.jsonl",),
+        "generate_decode_step",
+    ),
 )
 
 
@@ -189,7 +225,7 @@ def _add_generator(sub: Any, gen: Generator) -> None:
     )
     add_model_options(p, model, skip=("hosts", "seed"))
     _add_common(p)
-    p.set_defaults(func=_run_generator, _module=gen.module, _params=model, _parser=p)
+    p.set_defaults(func=_run_generator, _module=gen.module, _function=gen.function, _params=model, _parser=p)
 
 
 def _add_summary(sub: Any) -> None:
@@ -220,6 +256,7 @@ _COMMON = {
     "output",
     "func",
     "_module",
+    "_function",
     "_params",
     "_parser",
     "workload_command",
@@ -253,7 +290,7 @@ def _run_generator(args: argparse.Namespace) -> int:
 
     params = _params_from_args(args)
     module = importlib.import_module(f"orchestrator.workloads.{args._module}")
-    workload: Workload = module.generate(params)
+    workload: Workload = getattr(module, args._function)(params)
     if args.output:
         summary = _write_atomically(workload, args.output)
         where = f" -> {args.output}"
@@ -315,7 +352,8 @@ def _add_commands(parser: argparse.ArgumentParser) -> None:
 
 
 _DESCRIPTION = (
-    "Generate seeded, deterministic workload traces (aidclab-trace v1, JSON Lines; see\n"
+    "Generate seeded, deterministic workload traces (aidclab-trace v1, or v2 for the closed-loop\n"
+    "steps; JSON Lines, see\n"
     "docs/trace-format.md) and summarise them. Generators print a one-line summary to stderr."
 )
 

@@ -24,6 +24,7 @@ from typing import Any
 import yaml
 
 from orchestrator.lab.labdir import lab_bgp_md5, lab_dir, write_plan_groups
+from orchestrator.lab.roles import role_named
 from orchestrator.lab.roles.base import FABRIC_SYSCTLS
 from orchestrator.lab.topology import Topology
 from orchestrator.paths import ANSIBLE_CFG, PLAYBOOKS
@@ -108,24 +109,33 @@ def write_lab_plan(topo: Topology, plan=None, path: Path | None = None) -> PlanF
 
 
 def plan_groups(topo: Topology, configs: dict[str, Any]) -> dict[str, list[str]]:
-    """The inventory groups of the plan's features, by container name (playbooks/site.yml uses them,
-    intersected with our node groups: an FRR, GoBGP or BIRD peer has BGP in its plan but no agent)."""
+    """The inventory groups of the plan, by container name (playbooks/site.yml uses them): its features'
+    (intersected there with our node groups: an FRR, GoBGP or BIRD peer has BGP in its plan but no agent)
+    and its interop peers (every role that says it is one), so no play lists the peers by name."""
     return {
         "aidclab_igmp": [topo.container_name(n) for n, c in configs.items() if c.igmp is not None],
         "aidclab_bgp": [topo.container_name(n) for n, c in configs.items() if c.bgp and c.bgp.neighbors],
+        "aidclab_peers": [
+            topo.container_name(n) for n, c in configs.items() if role_named(c.role).interop_peer
+        ],
     }
 
 
 def shape_fabric(topo: Topology, plan, path: Path) -> None:
     """Every link end shaped to its plan rate / time scale, the link-fault program at each end's egress,
-    and ``fabric.json`` in the lab dir (orchestrator/lab/fabric.py, docs/time-and-fidelity.md)."""
+    ``fabric.json`` in the lab dir (orchestrator/lab/fabric.py, docs/time-and-fidelity.md), and the delay
+    relay holding the delayed links' packets (docs/delay.md)."""
+    from orchestrator.lab import relayctl
     from orchestrator.lab.fabric import fabric_from_plan
     from orchestrator.lab.shaping import FabricIOError, apply_fabric
 
     try:
-        apply_fabric(fabric_from_plan(plan), path, topo.container_name)
+        fabric = apply_fabric(fabric_from_plan(plan), path, topo.container_name)
+        said = relayctl.sync(path, fabric)
     except (FabricIOError, RuntimeError) as exc:
         raise ConfigureError(f"shaping the links of {topo.name}: {exc}") from exc
+    if said:
+        console.print(f"  {said}")
 
 
 @dataclass

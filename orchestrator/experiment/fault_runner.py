@@ -7,8 +7,9 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from aidcnet.timescale import TimeScale
 from orchestrator.experiment.faults import (
     Fault,
     FaultRecord,
@@ -75,7 +76,8 @@ class FaultRunner:
 
     def _run(self) -> None:
         for record in self.records:
-            if self._cancel.wait(max(0.0, record.fault.at_s - self._now())):
+            due = self.session.time_scale.wall_s(record.fault.at_s)
+            if self._cancel.wait(max(0.0, due - self._now())):
                 return  # the run is over: this fault and the later ones never happened
             record.started_s = self._now()
             try:
@@ -120,13 +122,13 @@ class FaultRunner:
                 out[node] = counters_across_restarts(segments, out[node])
         return out
 
-    def judge(self, outcome: ModeOutcome, scale: Any) -> None:
+    def judge(self, outcome: ModeOutcome, time_scale: TimeScale) -> None:
         """The faults into the run's record (``settings.faults``), lines and verdict: a fault that failed or
         never happened leaves the run other than the one asked for."""
         if not self.records:
             return
         outcome.settings["faults"] = [r.to_dict() for r in self.records]
-        outcome.lines.extend(fault_lines(self.records, scale if isinstance(scale, int) else None))
+        outcome.lines.extend(fault_lines(self.records, time_scale))
         problems = [p for r in self.records if (p := r.problem()) is not None]
         if problems and outcome.problem is None:
             outcome.problem = problems[0]

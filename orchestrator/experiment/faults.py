@@ -8,10 +8,11 @@ A fault is a time and an action:
 * ``AT restart NODE``: the node's agent restarts in place (the same process id, a fresh program): every
   state it held is gone (BIFT, aggregation windows, BGP sessions) and comes back from its node file.
 
-AT is wall seconds after the run's zero (``2``, ``2.5s``, ``750ms``): the moment the senders start, which
-is the trace's ``t = 0`` (the driver's run step begins ``lead_s`` earlier). Wall, because a fault is an act
-on the emulation; the run records when each took effect, and at a time scale of 1:N that is 1/N of it in
-fabric time.
+AT is fabric time after the run's zero (``20us``, ``0.5ms``, ``1e-5s``; a bare number is seconds): the
+moment the senders start, which is the trace's ``t = 0`` (the driver's run step begins ``lead_s`` earlier),
+on the same clock as the trace's ops, so a fault falls at the same point of a run at any time scale. The
+run waits AT x scale of wall time, and records when each fault took effect on the wall clock and in fabric
+time.
 """
 
 from __future__ import annotations
@@ -22,15 +23,17 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from aidcnet.roles import Role
+from aidcnet.timescale import TimeScale
+from orchestrator.experiment.clock import Clock, format_seconds, wall
 from orchestrator.lab.linkset import ACTIONS as LINK_ACTIONS
 from orchestrator.lab.linkset import parse_endpoint
+from orchestrator.lab.roles import ROLES, role_named
 
-FORMS = "AT link NODE:IF down|up|bandwidth BW|loss P ... or AT restart NODE (AT: seconds, e.g. 2.5s or 750ms)"
-_TIME = re.compile(r"^(?P<n>\d+(?:\.\d*)?|\.\d+)(?P<unit>ms|s)?$")
-# Nodes whose agent a run may restart: forwarding nodes. A GPU host's agent holds the run itself (its
-# sends and receives), so restarting it ends its part of the run rather than testing the fabric.
-RESTARTABLE_ROLES = (Role.BFR, Role.INA_SWITCH)
+FORMS = (
+    "AT link NODE:IF down|up|bandwidth BW|loss P ... or AT restart NODE (AT: fabric time, e.g. 20us or 0.5ms)"
+)
+_TIME = re.compile(r"^(?P<n>(?:\d+(?:\.\d*)?|\.\d+)(?:e-?\d+)?)(?P<unit>ns|us|µs|ms|s)?$")
+_UNIT_S = {None: 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
 
 
 class FaultSpecError(ValueError):
@@ -54,11 +57,13 @@ class Fault:
 
 
 def parse_seconds(text: str) -> float:
+    """Fabric seconds from ``20us``, ``0.5ms``, ``1e-5s`` or a bare number of seconds."""
     m = _TIME.match(text)
     if m is None:
-        raise FaultSpecError(f"{text!r} is not a time: seconds after the run's zero, e.g. 2, 2.5s or 750ms")
-    value = float(m["n"])
-    return value / 1e3 if m["unit"] == "ms" else value
+        raise FaultSpecError(
+            f"{text!r} is not a time: fabric time after the run's zero, e.g. 20us, 0.5ms or 1e-5s"
+        )
+    return float(m["n"]) * _UNIT_S[m["unit"]]
 
 
 def parse_fault(text: str) -> Fault:
@@ -105,9 +110,10 @@ def check_targets(faults: Iterable[Fault], roles: Mapping[str, str], lab: str) -
         if role is None:
             known = ", ".join(sorted(roles))
             raise FaultSpecError(f"fault {fault.text!r}: lab {lab} has no node {fault.node} (it has {known})")
-        if fault.kind == "restart" and role not in RESTARTABLE_ROLES:
+        if fault.kind == "restart" and not role_named(role).restartable:
+            restartable = " or ".join(r.name for r in ROLES.values() if r.restartable)
             raise FaultSpecError(
-                f"fault {fault.text!r}: {fault.node} is a {role}; only a {' or '.join(RESTARTABLE_ROLES)} "
+                f"fault {fault.text!r}: {fault.node} is a {role}; only a {restartable} "
                 "restarts during a run (a GPU host's agent holds its part of the run)"
             )
 
@@ -137,20 +143,25 @@ class FaultRecord:
         if self.error is not None:
             return f"fault {self.fault.text!r} failed: {self.error}"
         if self.started_s is None:
-            return f"fault {self.fault.text!r} never happened: the run ended before {self.fault.at_s:g} s"
+            return (
+                f"fault {self.fault.text!r} never happened: the run ended before "
+                f"{format_seconds(self.fault.at_s)} of fabric time"
+            )
         return None
 
 
-def fault_lines(records: Iterable[FaultRecord], scale: int | None) -> list[str]:
-    """One line per fault for the run's summary, with fabric time at the lab's scale."""
+def fault_lines(records: Iterable[FaultRecord], time_scale: TimeScale) -> list[str]:
+    """One line per fault for the run's summary: when it took effect in fabric time at the scale the run's
+    links were shaped to, beside the wall time that is, and how long applying it took on the
+    emulator (wall time: our tools, not a router)."""
+    clock = Clock(time_scale)
     out = []
     for r in records:
         if r.started_s is None or r.error is not None:
-            out.append(f"fault {r.fault.describe()} at {r.fault.at_s:g} s: {r.problem()}")
+            out.append(f"fault {r.fault.describe()} at {format_seconds(r.fault.at_s)} fabric: {r.problem()}")
             continue
-        fabric = "" if not scale else f" (= {r.started_s / scale * 1e6:.1f} µs fabric)"
-        took = "" if r.done_s is None else f", done after {(r.done_s - r.started_s) * 1e3:.0f} ms"
-        out.append(f"fault {r.fault.describe()} at {r.started_s:.3f} s{fabric}{took}")
+        took = "" if r.done_s is None else f", done after {wall(r.done_s - r.started_s)}"
+        out.append(f"fault {r.fault.describe()} at {clock.both(r.started_s)}{took}")
     return out
 
 

@@ -10,14 +10,17 @@ that the links and nothing else decided the timing:
 * no node's CPU was saturated.
 
 Link ends are named ``node:interface`` and carry one direction each (what that end sends). Rates given
-here are the veth's (wall) rates; :func:`fabric_time` turns wall seconds into the fabric's.
+here are the veth's (wall) rates; :class:`aidcnet.timescale.TimeScale` turns wall seconds into the fabric's.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from aidcnet.timescale import TimeScale
 
 # A shaper draining within this share of its rate is "at its rate" (the e2e bar of issue 12 too).
 RATE_TOLERANCE = 0.05
@@ -29,6 +32,10 @@ MAX_READ_UNCERTAINTY_S = 0.002
 # A node whose processes used this share of one core over a sampling window was saturated: our agents
 # are single-threaded Python, so one core is all one of them can use.
 NODE_CPU_SATURATED = 0.9
+# The reason a busy machine gives. It is a sign, not a measure, of a pace our software set: the same
+# trace at a second scale taking the same fabric time (replay --confirm) shows the links set it anyway
+# (TimingRecord.confirmed_by keeps it as a note then).
+MACHINE_BUSY = "host: the machine was busy "
 # The whole lab using this share of the machine's cores leaves the kernel no room to run the shapers.
 HOST_CPU_SATURATED = 0.9
 # Agent counters (as `show counters` names them) that mean our own software lost a packet: a send the
@@ -47,11 +54,82 @@ AGENT_LOSS_COUNTERS = (
 )
 
 
-# A faithful run this far behind its bottleneck bound gets a note (issue 12's bar for a faithful run).
-BOUND_NOTE_RATIO = 1.15
+# A run whose fabric completion is more than this many times its predicted time (the time model's, or the
+# busiest link's bound where no model covers the mode) was paced by something other than the links, unless
+# the same trace at a second scale confirms the time (time dilation's own test: DieCast, SliceTime).
+PREDICTED_LIMIT = 1.25
+# Confirmation at a second scale: the same fabric completion within this share, and the same bytes.
+CONFIRM_TOLERANCE = 0.05
+# ... and by default the second scale is this many times the first.
+CONFIRM_FACTOR = 2.0
+# The same bytes: every payload byte delivered, and the links' bytes within this share (what runs on the
+# wall clock beside a replay, an ARP or an IGMP query, may fall in one run and not the other).
+CONFIRM_LINK_BYTES = 0.001
+# A membership mode's links also carry IGMP signalling on the hosts' kernel timers, which run on the wall
+# clock (docs/delay.md lists them): a run twice as long carries more of it, so its link bytes get this.
+CONFIRM_LINK_BYTES_MEMBERSHIP = 0.01
 # A BFR that waited for room in its socket: lossless back-pressure, or our software holding every port
 # behind one full one. Worth a note next to a run far from its bound, not a reason by itself.
 AGENT_WAIT_COUNTERS = ("bier.tx.waits",)
+# The reliable transport's wake-ups that came later than a quarter of its least retransmission timeout
+# with work pending, and by how much in all (aidcnet/agent/reliable/service.py, LATE_SHARE).
+AGENT_LATE_COUNTERS = ("reliable.late-wakeups", "reliable.late-us")
+
+
+def pace_reason(completion_fabric_s: float, predicted_fabric_s: float, by: str) -> str | None:
+    """Why a run that took ``completion_fabric_s`` against a prediction of ``predicted_fabric_s`` (by
+    ``by``: the time model, or the bottleneck bound) cannot stand as the fabric's time unconfirmed."""
+    if predicted_fabric_s <= 0:
+        return None
+    ratio = completion_fabric_s / predicted_fabric_s
+    if ratio <= PREDICTED_LIMIT:
+        return None
+    return (
+        f"completion {ratio:.2f}x the time its links need ({completion_fabric_s * 1e6:.1f} µs against "
+        f"{predicted_fabric_s * 1e6:.1f} µs predicted by {by}): paced by something other than the links "
+        f"unless a run at a second scale confirms it (aidclab replay --confirm)"
+    )
+
+
+@dataclass(frozen=True)
+class Confirmation:
+    """Two runs of one trace at two scales, held to time dilation's test: the same fabric completion
+    (within :data:`CONFIRM_TOLERANCE`) and the same bytes (every payload byte delivered in both; the
+    links' bytes within ``link_tolerance``: :data:`CONFIRM_LINK_BYTES`, or
+    :data:`CONFIRM_LINK_BYTES_MEMBERSHIP` for a membership mode)."""
+
+    scales: tuple[int, int]
+    fabric_s: tuple[float, float]
+    payload_bytes: tuple[int, int]
+    link_bytes: tuple[int, int]
+    link_tolerance: float = CONFIRM_LINK_BYTES
+
+    @property
+    def off(self) -> float:
+        a, b = self.fabric_s
+        return abs(b - a) / a if a > 0 else float("inf")
+
+    @property
+    def same_bytes(self) -> bool:
+        (p, q), (x, y) = self.payload_bytes, self.link_bytes
+        return p == q and abs(x - y) <= self.link_tolerance * max(x, y)
+
+    @property
+    def confirmed(self) -> bool:
+        return self.off <= CONFIRM_TOLERANCE and self.same_bytes
+
+    def describe(self) -> str:
+        (s1, s2), (a, b), (x, y) = self.scales, self.fabric_s, self.link_bytes
+        if self.same_bytes:
+            same = "the same bytes"
+        else:
+            p, q = self.payload_bytes
+            same = f"bytes differ (payload {p} B against {q} B, links {x} B against {y} B)"
+        word = "confirmed" if self.confirmed else "NOT confirmed"
+        return (
+            f"{word} at 1:{s2}: {b * 1e6:.2f} µs against {a * 1e6:.2f} µs of fabric time at 1:{s1} "
+            f"({self.off:.1%} apart, limit {CONFIRM_TOLERANCE:.0%}), {same}"
+        )
 
 
 def agent_waits(deltas: Mapping[str, Mapping[str, int]]) -> list[str]:
@@ -63,6 +141,20 @@ def agent_waits(deltas: Mapping[str, Mapping[str, int]]) -> list[str]:
     ]
 
 
+def agent_late(deltas: Mapping[str, Mapping[str, int]]) -> list[str]:
+    """Reasons: the nodes whose reliable transport ran late during the run. Its timers are in fabric
+    time, so a pass held back by our software (not by the links, which the sampler watches) times its
+    feedback by our Python's pace, and a timer may fire for an answer that was only late."""
+    wakeups, late_us = AGENT_LATE_COUNTERS
+    return [
+        f"node {node}: its reliable transport woke {counters[wakeups]} times later than a quarter of its "
+        f"least retransmission timeout ({counters.get(late_us, 0) / 1e3:.0f} ms late in all): paced by our "
+        "software, not by its links"
+        for node, counters in sorted(deltas.items())
+        if counters.get(wakeups)
+    ]
+
+
 def agent_losses(deltas: Mapping[str, Mapping[str, int]]) -> dict[str, dict[str, int]]:
     """node -> {"agent <counter>": n} of the :data:`AGENT_LOSS_COUNTERS` that moved during a run."""
     out: dict[str, dict[str, int]] = {}
@@ -71,15 +163,6 @@ def agent_losses(deltas: Mapping[str, Mapping[str, int]]) -> dict[str, dict[str,
             if counters.get(name):
                 out.setdefault(node, {})[f"agent {name}"] = counters[name]
     return out
-
-
-def fabric_time(wall_s: float, scale: int) -> float:
-    """What ``wall_s`` of emulation stands for on the real fabric. Links ran at bandwidth / scale, so a
-    transfer took ``scale`` times longer than on the real links: fabric time = wall time / scale.
-    (Issue 12 writes "measured x scale" with the scale as a ratio, 1:1000; ours is the factor, 1000.)"""
-    if scale < 1:
-        raise ValueError(f"time scale {scale} must be at least 1")
-    return wall_s / scale
 
 
 @dataclass(frozen=True)
@@ -100,7 +183,7 @@ class Bound:
 
 
 def bottleneck_bound(
-    bytes_by_end: Mapping[str, int], rate_bps_by_end: Mapping[str, int], scale: int
+    bytes_by_end: Mapping[str, int], rate_bps_by_end: Mapping[str, int], time_scale: TimeScale
 ) -> Bound:
     """max over link ends of bytes / rate, naming the end. Ties go to the first name in sorted order, so
     the same counters always name the same link."""
@@ -115,7 +198,7 @@ def bottleneck_bound(
             raise ValueError(f"{name}: rate {rate} bit/s must be above zero")
         wall = bytes_by_end[name] * 8 / rate
         if best is None or wall > best.wall_s:
-            best = Bound(name, bytes_by_end[name], rate, wall, fabric_time(wall, scale))
+            best = Bound(name, bytes_by_end[name], rate, wall, time_scale.fabric_s(wall))
     assert best is not None
     return best
 
@@ -164,35 +247,152 @@ class DrainMeter:
 
 
 class CpuMeter:
-    """Peak share of one core a node used over windows of at least ``window_s`` (cgroup CPU time)."""
+    """Peak share of one core a node used over any window of ``window_s`` (cgroup CPU time), sliding.
+
+    Every sample closes the shortest window of at least ``window_s`` that ends at it (samples come every
+    0.1 s, so windows start on any sample), and the peak is the busiest of them: a spell at 100% is seen
+    wherever it falls, not only when it lines up with back-to-back windows from the first sample. A run
+    shorter than one window is judged on its mean: a 0.4 s run at 100% of a core read a peak of 0 before.
+    """
 
     def __init__(self, window_s: float = 0.5) -> None:
         self.window_s = window_s
-        self.peak = 0.0
+        self._windows_peak = 0.0
         self.total_cpu_s = 0.0
         self.total_wall_s = 0.0
-        self._start: tuple[float, float] | None = None
-        self._last: tuple[float, float] | None = None
+        self._samples: deque[tuple[float, float]] = deque()
 
     def sample(self, t: float, cpu_s: float) -> None:
-        if self._last is not None:
-            t_last, cpu_last = self._last
+        if self._samples:
+            t_last, cpu_last = self._samples[-1]
             if t < t_last or cpu_s < cpu_last:
                 raise ValueError(f"samples go backwards: t {t_last} -> {t}, cpu {cpu_last} -> {cpu_s}")
             self.total_cpu_s += cpu_s - cpu_last
             self.total_wall_s += t - t_last
-        if self._start is None:
-            self._start = (t, cpu_s)
-        else:
-            t0, cpu0 = self._start
-            if t - t0 >= self.window_s:
-                self.peak = max(self.peak, (cpu_s - cpu0) / (t - t0))
-                self._start = (t, cpu_s)
-        self._last = (t, cpu_s)
+        self._samples.append((t, cpu_s))
+        # Keep exactly one sample at least a window back: the start of the shortest full window ending now.
+        while len(self._samples) > 2 and t - self._samples[1][0] >= self.window_s:
+            self._samples.popleft()
+        t0, cpu0 = self._samples[0]
+        if t - t0 >= self.window_s:
+            self._windows_peak = max(self._windows_peak, (cpu_s - cpu0) / (t - t0))
+
+    @property
+    def peak(self) -> float:
+        """The busiest window's share of a core; the mean when the run was shorter than one window."""
+        if self.total_wall_s < self.window_s:
+            return self.mean
+        return self._windows_peak
 
     @property
     def mean(self) -> float:
         return self.total_cpu_s / self.total_wall_s if self.total_wall_s > 0 else 0.0
+
+
+# A node held work back for this long, and for this share of the run, while its links could have carried
+# it: our software set the pace (a frozen or throttled host, a stalled agent, a slow receiver). Below both,
+# a hiccup of one sample period (0.1 s) is noise of the sampling, not a pace.
+HELD_LIMIT_S = 0.15
+HELD_LIMIT_SHARE = 0.05
+# Bytes waiting in a node's UDP sockets that count as "received but not yet read": more than a stray
+# datagram or two between two reads of a busy but keeping-up agent.
+RX_WAITING_BYTES = 16384
+
+
+def overlap(spans: Iterable[tuple[float, float]], t0: float, t1: float) -> float:
+    """Seconds of [t0, t1] that ``spans`` cover (spans may overlap each other; they are merged)."""
+    covered = 0.0
+    cursor = t0
+    for a, b in sorted((max(a, t0), min(b, t1)) for a, b in spans if b > t0 and a < t1):
+        if b <= cursor:
+            continue
+        covered += b - max(a, cursor)
+        cursor = b
+    return covered
+
+
+@dataclass(frozen=True)
+class HeldInterval:
+    """One sampled interval of a node: how much of its busiest link end's rate it used, and whether
+    received bytes waited in its sockets at both ends of the interval (our software behind)."""
+
+    t0: float
+    t1: float
+    use: float  # sent / (rate x interval) of the node's busiest end; 1 = at its rate
+    rx_waiting: bool
+
+
+class HeldMeter:
+    """How long a node held back work while its links sat idle: the signature of a node our software
+    slows, whatever the mode.
+
+    A node has work waiting when its agent had data due and not yet handed to the kernel (the replay's
+    own account of each op: due, first and last datagram handed over) or, for a node that forwards in
+    its agent (``forwards``: a BFR, an INA switch), when received bytes sat in its sockets from one sample
+    to the next. A host's own unread deliveries do not count: they are timed by the kernel's receive
+    stamp, so a host slow to read them stretches no time the run reports (and a host that is slow
+    because it is busy is slow to send too, which does count).
+
+    Over each sampled interval the node is *held* for the part of the interval it had work waiting,
+    times the share of its busiest end's rate that went unused. A host frozen for 7 s with data due, its
+    link idle, is held 7 s; a host throttled to 60% of its link is held 40% of the time its data was
+    due; a host whose link is full behind a deep queue is held 0 s, however much it has waiting (that is
+    the link's pace)."""
+
+    def __init__(self, node: str, rates_bps: Mapping[str, int], forwards: bool = True) -> None:
+        self.node = node
+        self.forwards = forwards
+        self.rates_bps = dict(rates_bps)
+        self.intervals: list[HeldInterval] = []
+        self._last: tuple[float, dict[str, int], bool] | None = None
+
+    def sample(self, t: float, sent_bytes: Mapping[str, int], rx_backlog_bytes: int) -> None:
+        waiting = self.forwards and rx_backlog_bytes > RX_WAITING_BYTES
+        last = self._last
+        if last is not None and t > last[0]:
+            t0, sent0, waiting0 = last
+            dt = t - t0
+            uses = [
+                (sent_bytes[end] - sent0[end]) * 8 / (rate * dt)
+                for end, rate in self.rates_bps.items()
+                if rate > 0 and end in sent_bytes and end in sent0
+            ]
+            self.intervals.append(HeldInterval(t0, t, max(uses, default=0.0), waiting0 and waiting))
+        self._last = (t, dict(sent_bytes), waiting)
+
+    def held(self, due_spans: Iterable[tuple[float, float]] = ()) -> tuple[float, float, float]:
+        """(held s, of which with data due, of which with received bytes waiting) over the run;
+        ``due_spans`` are [due, last datagram handed over] of each op this node sent, in the sampler's
+        clock."""
+        spans = list(due_spans)
+        total = due_part = rx_part = 0.0
+        for iv in self.intervals:
+            idle = max(0.0, 1.0 - min(1.0, iv.use))
+            if idle <= 0:
+                continue
+            dt = iv.t1 - iv.t0
+            due = overlap(spans, iv.t0, iv.t1) if spans else 0.0
+            waited = dt if iv.rx_waiting else due
+            total += waited * idle
+            due_part += due * idle
+            rx_part += (dt if iv.rx_waiting else 0.0) * idle
+        return total, due_part, rx_part
+
+
+def held_reason(node: str, held: tuple[float, float, float], run_s: float) -> str | None:
+    """A reason when ``node`` held work back long enough to have set the run's pace, else None."""
+    total, due, rx = held
+    if total < max(HELD_LIMIT_S, HELD_LIMIT_SHARE * run_s):
+        return None
+    parts = []
+    if due > 0:
+        parts.append(f"data due but not yet sent {due:.2f} s")
+    if rx > 0:
+        parts.append(f"bytes received but not yet read {rx:.2f} s")
+    return (
+        f"node {node}: its links sat idle for {total:.2f} s of {run_s:.2f} s (wall) while it had work "
+        f"waiting ({'; '.join(parts)}): paced by our software, not by its links"
+    )
 
 
 @dataclass(frozen=True)
@@ -216,6 +416,8 @@ class NodeCounters:
     cpu_peak: float  # share of one core, from a CpuMeter
     # Drops anywhere but a shaper or the fault program: socket buffers, agent backlogs, rx drops...
     other_drops: Mapping[str, int] = field(default_factory=dict)
+    # From a HeldMeter: (held s, with data due, with received bytes waiting), wall seconds.
+    held: tuple[float, float, float] = (0.0, 0.0, 0.0)
 
 
 @dataclass(frozen=True)
@@ -237,9 +439,11 @@ def verdict(
     lossless: bool = True,
     tolerance: float = RATE_TOLERANCE,
     min_busy_s: float = MIN_BUSY_S,
+    run_s: float = 0.0,
 ) -> Verdict:
     """Faithful or not, with every reason. ``lossless``: the run models a lossless (PFC) fabric, so a
-    shaper queue that dropped spoils it; otherwise such drops are congestion loss and only noted."""
+    shaper queue that dropped spoils it; otherwise such drops are congestion loss and only noted.
+    ``run_s``: the run's wall time, against which a node's held time is weighed."""
     reasons: list[str] = []
     notes: list[str] = []
     for link in sorted(links, key=lambda x: x.name):
@@ -279,9 +483,11 @@ def verdict(
         for where, count in sorted(node.other_drops.items()):
             if count:
                 reasons.append(f"node {node.name}: {count} packets dropped at {where}")
+        if (why := held_reason(node.name, node.held, run_s)) is not None:
+            reasons.append(why)
     if host_cpu_peak is not None and cores and host_cpu_peak >= HOST_CPU_SATURATED * cores:
         reasons.append(
-            f"host: the lab used {host_cpu_peak:.2f} of {cores} cores at peak (limit "
-            f"{HOST_CPU_SATURATED:.0%}): raise time.scale"
+            f"{MACHINE_BUSY}{host_cpu_peak:.2f} of {cores} cores at peak (limit "
+            f"{HOST_CPU_SATURATED:.0%}; the lab and anything else running beside it): raise time.scale"
         )
     return Verdict(not reasons, reasons, notes)

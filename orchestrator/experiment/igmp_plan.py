@@ -1,8 +1,8 @@
 """Membership planning and delivery metrics for the ``igmp`` and ``proxy`` replay modes (docs/igmp.md).
 
-Pure logic, no I/O. Groups come from :func:`orchestrator.experiment.groups.derive_groups` (one group per
-(source, receivers) of the trace), so a group's receiver set never changes; what changes from op to op is
-which groups are in use.
+Pure logic, no I/O. Groups come from :func:`orchestrator.experiment.replay_groups.derive_groups` (one
+group per (source, receivers) of the trace), so a group's receiver set never changes; what changes from
+op to op is which groups are in use.
 
 ``igmp``: every receiver of an op joins the op's group through its kernel just before the op and leaves
 just after it, so each op is one membership change per receiver (the worst case the issue asks about).

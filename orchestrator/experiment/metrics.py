@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import TYPE_CHECKING
 
-from aidcnet.modes import BASELINES, Mode
+from aidcnet.modes import BASELINES, COLLECTIVE, Mode
+from orchestrator.experiment.conditions import Conditions
 from orchestrator.experiment.records import (
     DeliveryStats,
     LatencyStats,
@@ -183,6 +184,17 @@ def node_ingress(links: Iterable[LinkCounters], node: str) -> tuple[int, int]:
     return nbytes, npackets
 
 
+def end_tx(links: Iterable[LinkCounters], end: str) -> tuple[int, str] | None:
+    """(bytes the link end ``end`` transmitted, the end it sent them to), or None when no data link has
+    that end."""
+    for lc in fabric_links(links):
+        if lc.a == end:
+            return lc.a_to_b_bytes, lc.b
+        if lc.b == end:
+            return lc.b_to_a_bytes, lc.a
+    return None
+
+
 @dataclass(frozen=True)
 class LoadedLink:
     link: str | None
@@ -284,6 +296,18 @@ def delivery_stats(messages: Iterable[MessageResult]) -> DeliveryStats:
     return s
 
 
+def delivery_problems(d: DeliveryStats) -> str | None:
+    """What went wrong with a run's deliveries, in words (``3 missing, 1 wrong receiver(s)``), or None."""
+    parts = []
+    if d.missing:
+        parts.append(f"{d.missing} missing")
+    if d.wrong_receivers:
+        parts.append(f"{d.wrong_receivers} wrong receiver(s)")
+    if d.duplicates:
+        parts.append(f"{d.duplicates} duplicate(s)")
+    return ", ".join(parts) if parts else None
+
+
 # ---------------------------------------------------------------------------------------------- fan-out
 
 
@@ -355,12 +379,10 @@ def compute_metrics(result: RunResult) -> RunMetrics:
 
 # ---------------------------------------------------------------------------------------------- collectives
 
-COLLECTIVE_MODES = frozenset({Mode.RING, Mode.PS, Mode.INA})
-
 
 def is_collective(result: RunResult) -> bool:
     """An AllReduce run (ring, ps, ina): judged by what converges on one node, not by source fan-out."""
-    return result.mode in COLLECTIVE_MODES or any(m.op == ALLREDUCE_OP for m in result.messages)
+    return result.mode in COLLECTIVE or any(m.op == ALLREDUCE_OP for m in result.messages)
 
 
 def is_multicast(result: RunResult) -> bool:
@@ -379,13 +401,15 @@ class CollectiveLoad:
     # a run that recorded none)
     kind: str
     bytes_in: int
-    # payload bytes / completion time: the AllReduce "algorithm bandwidth" (bytes per second)
-    algorithm_bandwidth: float | None
+    # The ops' payload and the run's completion (wall seconds): their quotient, on the run's clock, is
+    # the AllReduce "algorithm bandwidth" (orchestrator.experiment.clock.Clock.rate).
+    payload_bytes: int
+    completion_s: float | None
 
 
 def collective_load(result: RunResult) -> CollectiveLoad | None:
-    """Bytes into the aggregation point (or the busiest worker) and the algorithm bandwidth of a collective
-    run; None for any other run."""
+    """Bytes into the aggregation point (or the busiest worker), the payload and the completion of a
+    collective run; None for any other run."""
     if not is_collective(result):
         return None
     links = fabric_links(result.links)
@@ -401,8 +425,7 @@ def collective_load(result: RunResult) -> CollectiveLoad | None:
         node = max(workers, key=loads.__getitem__)  # ties: the first in name order
         kind, nbytes = "busiest worker", loads[node]
     _first, _last, ct = completion(result.messages)
-    payload = sum(m.bytes for m in result.messages)
-    return CollectiveLoad(node, kind, nbytes, payload / ct if ct else None)
+    return CollectiveLoad(node, kind, nbytes, sum(m.bytes for m in result.messages), ct)
 
 
 def timing_metrics(result: RunResult, completion_s: float | None) -> dict[str, float | None]:
@@ -454,6 +477,8 @@ class Ratios:
 
 @dataclass(frozen=True)
 class Comparison:
+    """Runs of one lab and trace under one set of conditions: only these are compared with each other."""
+
     lab: str
     trace: str
     trace_key: str
@@ -461,10 +486,16 @@ class Comparison:
     fanout: float | None
     baseline: str | None
     ratios: list[Ratios] = field(default_factory=list)
+    conditions: Conditions = field(default_factory=lambda: Conditions(False, None))
 
     @property
     def labels(self) -> list[str]:
         return [c.label for c in self.columns]
+
+    @property
+    def multicast(self) -> bool:
+        """A group with multicast ops: the only kind where fan-out and its ratios mean anything."""
+        return any(is_multicast(c.run) for c in self.columns)
 
 
 def mode_rank(mode: str) -> tuple[int, str]:
@@ -480,7 +511,9 @@ def _div(a: float | None, b: float | None) -> float | None:
 
 def time_comparable(run: RunResult, other: RunResult) -> str | None:
     """None when the two runs' times may be compared; else why not, in words for the report. Times are
-    the fabric's only on shaped links and only when a run was faithful (docs/time-and-fidelity.md)."""
+    the fabric's only on shaped links and only when a run was faithful (docs/time-and-fidelity.md), and a
+    run that lost or misdelivered messages finished a different trace. Two faithful runs compare at any
+    two scales: a faithful fabric time does not depend on the scale (replay --confirm checks it)."""
     for r in (run, other):
         t = r.timing
         if t is None or t.scale is None:
@@ -490,8 +523,8 @@ def time_comparable(run: RunResult, other: RunResult) -> str | None:
             )
         if not t.faithful:
             return f"{r.meta.mode} was not faithful ({'; '.join(t.reasons)})"
-    if run.timing.scale != other.timing.scale:  # type: ignore[union-attr]
-        return "the runs used different time scales"
+        if (problems := delivery_problems(metrics_of(r).delivery)) is not None:
+            return f"{r.meta.mode} did not deliver exactly ({problems}), so its completion is not the trace's"
     return None
 
 
@@ -529,58 +562,66 @@ def _weights(run: RunResult) -> str | None:
 
 
 def compare_runs(runs: Iterable[RunResult]) -> list[Comparison]:
-    """Group runs by lab and trace; within a group one column per run, unicast first.
+    """Group runs by lab, trace and conditions (``orchestrator.experiment.conditions``): runs under other
+    conditions (a lossy link, a link down, another time scale, a fault) are another group, never a column
+    beside these. Within a group one column per run, the baseline first.
 
     Two runs of the same mode in a group get labels ``mode #1``, ``mode #2`` in run-id (time) order.
     The unicast column (the first, if repeated) is the baseline of the ratios; for AllReduce traces, the
-    parameter-server (ps) column.
+    parameter-server (ps) column. Groups are ordered by lab and trace, then clean conditions first.
     """
-    groups: dict[tuple[str, str], list[RunResult]] = {}
+    groups: dict[tuple[str, str, Conditions], list[RunResult]] = {}
     for run in runs:
-        groups.setdefault((run.meta.lab, trace_key(run)), []).append(run)
-    out = []
-    for (lab, key), members in sorted(
-        groups.items(), key=lambda kv: (kv[0][0], kv[1][0].meta.trace.name, kv[0][1])
-    ):
-        # Within a mode, ECMP next hops (the baseline FARE is measured against) come first.
-        members = sorted(members, key=lambda r: (mode_rank(r.mode), _weights(r) != "ecmp", r.run_id))
-        counts: dict[str, int] = {}
-        variants: dict[str, set[str | None]] = {}
-        for r in members:
-            counts[r.mode] = counts.get(r.mode, 0) + 1
-            variants.setdefault(r.mode, set()).add(_weights(r))
-        seen: dict[str, int] = {}
-        columns = []
-        for r in members:
-            seen[r.mode] = seen.get(r.mode, 0) + 1
-            if counts[r.mode] == 1:
-                label = r.mode
-            elif len(variants[r.mode]) == counts[r.mode] and _weights(r):
-                label = f"{r.mode} {_weights(r)}"  # e.g. "unicast ecmp" against "unicast fare"
-            else:
-                label = f"{r.mode} #{seen[r.mode]}"
-            columns.append(Column(label=label, run=r, metrics=metrics_of(r)))
-        fanout = next((c.metrics.theoretical_fanout for c in columns if c.metrics.theoretical_fanout), None)
-        # Unicast is the baseline of the transport modes; the parameter server that of AllReduce.
-        base = next((c for c in columns if c.run.mode in BASELINES), None)
-        rs = (
-            [
-                ratios(c.label, c.metrics, base.label, base.metrics, fanout, time_comparable(c.run, base.run))
-                for c in columns
-                if c is not base
-            ]
-            if base is not None
-            else []
-        )
-        out.append(
-            Comparison(
-                lab=lab,
-                trace=members[0].meta.trace.name,
-                trace_key=key,
-                columns=columns,
-                fanout=fanout,
-                baseline=None if base is None else base.label,
-                ratios=rs,
-            )
-        )
-    return out
+        groups.setdefault((run.meta.lab, trace_key(run), Conditions.of(run)), []).append(run)
+    ordered = sorted(
+        groups.items(), key=lambda kv: (kv[0][0], kv[1][0].meta.trace.name, kv[0][1], kv[0][2].rank)
+    )
+    return [_comparison(lab, key, conditions, members) for (lab, key, conditions), members in ordered]
+
+
+def _columns(members: list[RunResult]) -> list[Column]:
+    # Within a mode, ECMP next hops (the baseline FARE is measured against) come first.
+    members = sorted(members, key=lambda r: (mode_rank(r.mode), _weights(r) != "ecmp", r.run_id))
+    counts: dict[str, int] = {}
+    variants: dict[str, set[str | None]] = {}
+    for r in members:
+        counts[r.mode] = counts.get(r.mode, 0) + 1
+        variants.setdefault(r.mode, set()).add(_weights(r))
+    seen: dict[str, int] = {}
+    columns = []
+    for r in members:
+        seen[r.mode] = seen.get(r.mode, 0) + 1
+        if counts[r.mode] == 1:
+            label = r.mode
+        elif len(variants[r.mode]) == counts[r.mode] and _weights(r):
+            label = f"{r.mode} {_weights(r)}"  # e.g. "unicast ecmp" against "unicast fare"
+        else:
+            label = f"{r.mode} #{seen[r.mode]}"
+        columns.append(Column(label=label, run=r, metrics=metrics_of(r)))
+    return columns
+
+
+def _comparison(lab: str, key: str, conditions: Conditions, members: list[RunResult]) -> Comparison:
+    columns = _columns(members)
+    fanout = next((c.metrics.theoretical_fanout for c in columns if c.metrics.theoretical_fanout), None)
+    # Unicast is the baseline of the transport modes; the parameter server that of AllReduce.
+    base = next((c for c in columns if c.run.mode in BASELINES), None)
+    rs = (
+        [
+            ratios(c.label, c.metrics, base.label, base.metrics, fanout, time_comparable(c.run, base.run))
+            for c in columns
+            if c is not base
+        ]
+        if base is not None
+        else []
+    )
+    return Comparison(
+        lab=lab,
+        trace=members[0].meta.trace.name,
+        trace_key=key,
+        columns=columns,
+        fanout=fanout,
+        baseline=None if base is None else base.label,
+        ratios=rs,
+        conditions=conditions,
+    )

@@ -15,6 +15,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from aidcnet.timescale import TimeScale
+
 # 2: runs carry `timing` (time scale, fidelity verdict, bottleneck bound); version 1 runs have none.
 FORMAT_VERSION = 2
 SUPPORTED_FORMAT_VERSIONS: tuple[int, ...] = (1, 2)
@@ -266,8 +268,11 @@ class LinkEndTiming(_Model):
 
 
 class NodeTiming(_Model):
-    cpu_peak: float = Field(ge=0)  # share of one core over the busiest 0.5 s window
+    cpu_peak: float = Field(ge=0)  # share of one core over the busiest 0.5 s window (sliding)
     cpu_mean: float = Field(ge=0)
+    # Wall seconds the node had work waiting while its links sat idle (fidelity.HeldMeter).
+    held_s: float = Field(ge=0, default=0.0)
+    cpu_s: float = Field(ge=0, default=0.0)  # CPU seconds its cgroup used over the run
     # Drops anywhere but a shaper or an injected fault, by where (docs/time-and-fidelity.md).
     other_drops: dict[str, int] = Field(default_factory=dict)
 
@@ -280,6 +285,35 @@ class BoundRecord(_Model):
     rate_bps: int = Field(gt=0)
     wall_s: float = Field(ge=0)
     fabric_s: float = Field(ge=0)
+
+
+class PaceRecord(_Model):
+    """The run's fabric completion against the time its links need: the time model's prediction, or the
+    busiest link's bound where the model does not cover the mode (``by`` says which)."""
+
+    predicted_fabric_s: float = Field(gt=0)
+    by: str
+    completion_fabric_s: float = Field(ge=0)
+    ratio: float = Field(ge=0)
+    # Set when the ratio is above fidelity.PREDICTED_LIMIT: the reason the run is not faithful unless a
+    # run at a second scale confirms it.
+    reason: str | None = None
+
+
+class ConfirmationRecord(_Model):
+    """Time dilation's test of this run: the same trace at a second scale (``aidclab replay --confirm``)."""
+
+    scale: int  # the other run's
+    run_id: str | None = None
+    completion_fabric_s: float  # the other run's
+    off: float  # |this - other| / this
+    same_bytes: bool
+    confirmed: bool
+    text: str
+
+
+# What a busy machine's reason becomes when a second scale confirmed the run (TimingRecord._rejudged).
+CLEARED = " (yet confirmed at a second scale: the links set the pace)"
 
 
 class TimingRecord(_Model):
@@ -295,45 +329,97 @@ class TimingRecord(_Model):
     notes: list[str] = Field(default_factory=list)
     lossless: bool = True
     bound: BoundRecord | None = None
-    host_cpu_peak: float | None = None
+    host_cpu_peak: float | None = None  # the lab's nodes together, cores at the busiest window
+    machine_cpu_peak: float | None = None  # the whole machine (kernel, Docker, anything else too)
+    machine_cpu_s: float | None = None  # CPU seconds the whole machine was busy over the run
     cores: int | None = None
     ends: list[LinkEndTiming] = Field(default_factory=list)
     nodes: dict[str, NodeTiming] = Field(default_factory=dict)
+    pace: PaceRecord | None = None
+    confirmation: ConfirmationRecord | None = None
 
     @property
     def shaped(self) -> bool:
         return self.scale is not None
 
+    @property
+    def time_scale(self) -> TimeScale:
+        return TimeScale.of(self.scale)
+
     def fabric_s(self, wall_s: float | None) -> float | None:
         """Fabric seconds of ``wall_s`` measured on the lab (None when unshaped or unknown)."""
-        if wall_s is None or self.scale is None:
-            return None
-        return wall_s / self.scale
+        return self.time_scale.reported_s(wall_s)
 
-    def noting_completion(self, completion_s: float | None) -> TimingRecord:
-        """This record with a note when the run finished well behind its bound: a dependency the
-        single-link bound cannot see, or a pace the counters do not show. Not a time to take at face
-        value."""
-        from orchestrator.experiment.fidelity import BOUND_NOTE_RATIO
+    def paced(self, completion_s: float | None, predicted_fabric_s: float | None, by: str) -> TimingRecord:
+        """This record judged against the time its links need: ``predicted_fabric_s`` from the time model
+        (``by`` names it), or the busiest link's measured bound where that is longer (no schedule beats
+        the bytes the links really carried: the model gives an ECMP group its expected shares, a kernel's
+        hash may load one member more) or where the model does not cover the mode. A completion beyond
+        fidelity.PREDICTED_LIMIT times it is not faithful unless a second scale confirms it."""
+        from orchestrator.experiment.fidelity import pace_reason
 
-        if self.bound is None or completion_s is None or self.bound.wall_s <= 0:
+        completion = self.fabric_s(completion_s)
+        if completion is None or self.faithful is None:
             return self
-        ratio = completion_s / self.bound.wall_s
-        if ratio <= BOUND_NOTE_RATIO:
+        bound = self.bound.fabric_s if self.bound is not None else 0.0
+        if bound > (predicted_fabric_s or 0.0):
+            predicted_fabric_s, by = bound, f"the bound of {self.bound.link}"  # type: ignore[union-attr]
+        if predicted_fabric_s is None or predicted_fabric_s <= 0:
             return self
-        note = (
-            f"completion is {ratio:.2f}x the bottleneck bound of {self.bound.link}: either the links "
-            "chained in a way one link's bound cannot see, or something the counters do not show set "
-            "the pace; compare it with a run at another scale (aidclab replay --find-scale)"
+        pace = PaceRecord(
+            predicted_fabric_s=predicted_fabric_s,
+            by=by,
+            completion_fabric_s=completion,
+            ratio=completion / predicted_fabric_s,
+            reason=pace_reason(completion, predicted_fabric_s, by),
         )
-        return self.model_copy(update={"notes": [*self.notes, note]})
+        return self._rejudged(pace=pace, confirmation=self.confirmation)
+
+    def confirmed_by(self, confirmation: ConfirmationRecord) -> TimingRecord:
+        """This record with the outcome of a run at a second scale."""
+        return self._rejudged(pace=self.pace, confirmation=confirmation)
+
+    def _rejudged(self, pace: PaceRecord | None, confirmation: ConfirmationRecord | None) -> TimingRecord:
+        from orchestrator.experiment.fidelity import MACHINE_BUSY
+
+        drop = {r for r in (self.pace and self.pace.reason, self.confirmation and self._unconfirmed()) if r}
+        reasons = [r for r in self.reasons if r not in drop]
+        notes = [n for n in self.notes if not (self.confirmation and n == self.confirmation.text)]
+        # A busy machine only suggests our software set the pace; time dilation's test measures it, so a
+        # confirmed run keeps it as a note (and a refuted one gets it back as a reason).
+        reasons += [n.removesuffix(CLEARED) for n in notes if n.endswith(CLEARED)]
+        notes = [n for n in notes if not n.endswith(CLEARED)]
+        if confirmation is not None and confirmation.confirmed:
+            busy = [r for r in reasons if r.startswith(MACHINE_BUSY)]
+            notes += [r + CLEARED for r in busy]
+            reasons = [r for r in reasons if r not in busy]
+        update: dict[str, Any] = {"pace": pace, "confirmation": confirmation}
+        if confirmation is not None and not confirmation.confirmed:
+            reasons.append(f"not confirmed at a second scale: {confirmation.text}")
+        elif confirmation is not None:
+            notes.append(confirmation.text)
+        if pace is not None and pace.reason and not (confirmation and confirmation.confirmed):
+            reasons.append(pace.reason)
+        update["reasons"], update["notes"] = reasons, notes
+        if self.faithful is not None:
+            update["faithful"] = not reasons
+        return self.model_copy(update=update)
+
+    def _unconfirmed(self) -> str | None:
+        c = self.confirmation
+        return None if c is None or c.confirmed else f"not confirmed at a second scale: {c.text}"
+
+    @property
+    def confirmed(self) -> bool:
+        return self.confirmation is not None and self.confirmation.confirmed
 
     @property
     def verdict_text(self) -> str:
         if self.scale is None:
             return "not judged: links unshaped (time.scale off), times are the emulator's wall times"
         if self.faithful:
-            return f"faithful at time scale {self.scale}"
+            how = f", confirmed at 1:{self.confirmation.scale}" if self.confirmed else ""  # type: ignore[union-attr]
+            return f"faithful at time scale {self.scale}{how}"
         return f"NOT faithful at time scale {self.scale}: " + "; ".join(self.reasons)
 
 

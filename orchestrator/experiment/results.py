@@ -33,12 +33,14 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from orchestrator.experiment.conditions import Conditions, step_allreduce
 from orchestrator.experiment.records import (
     SUPPORTED_FORMAT_VERSIONS,
     MachineInfo,
     ResultsError,
     RunMeta,
     RunResult,
+    TimingRecord,
     TraceInfo,
     _unsupported,
 )
@@ -312,6 +314,8 @@ def summary_dict(result: RunResult) -> dict[str, Any]:
         "trace_sha256": meta.trace.sha256,
         "started": meta.started.isoformat(),
         "finished": meta.finished.isoformat(),
+        # What 'report latest' tells runs of one mode apart by (orchestrator.experiment.conditions).
+        "conditions": Conditions.of(result).to_dict(),
         "metrics": result.metrics.model_dump(mode="json") if result.metrics else None,
     }
 
@@ -354,6 +358,18 @@ def save_run(result: RunResult, results_dir: str | Path = DEFAULT_RESULTS_DIR) -
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return final
+
+
+def amend_timing(run_dir: Path, timing: TimingRecord) -> RunResult:
+    """A saved run's verdict after the fact, the one amendment a run takes: its confirmation at a second
+    scale (``replay --confirm``). run.json and summary.json are replaced atomically, nothing else."""
+    result = load_run(run_dir).model_copy(update={"timing": timing})
+    files = {RUN_FILE: _json(result.model_dump(mode="json")), SUMMARY_FILE: _json(summary_dict(result))}
+    for name, text in files.items():
+        tmp = run_dir / f".{name}.tmp"
+        tmp.write_text(text, encoding="utf-8", newline="")
+        tmp.replace(run_dir / name)
+    return result
 
 
 # ---------------------------------------------------------------------------------------------- reading
@@ -445,8 +461,11 @@ def is_run_id(text: str) -> bool:
     return bool(_RUN_ID_RE.match(text))
 
 
-def _experiment_key(run_dir: Path) -> tuple[str, str, str]:
-    """(lab, trace identity, mode) of a run, from its small summary.json when there is one."""
+ExperimentKey = tuple[str, str, str, Conditions]
+
+
+def _experiment_key(run_dir: Path) -> ExperimentKey:
+    """(lab, trace identity, mode, conditions) of a run, from its small summary.json when it has them."""
     for name in (SUMMARY_FILE, RUN_FILE):
         path = run_dir / name
         if not path.is_file():
@@ -456,22 +475,35 @@ def _experiment_key(run_dir: Path) -> tuple[str, str, str]:
         except (OSError, json.JSONDecodeError) as e:
             raise ResultsError(f"{path}: cannot read ({e}); rerun the replay or delete {run_dir}") from None
         if name == RUN_FILE:
-            meta = obj.get("meta") or {}
-            trace = meta.get("trace") or {}
-            return (
-                str(meta.get("lab")),
-                str(trace.get("sha256") or Path(str(trace.get("file"))).name),
-                str(meta.get("mode")),
-            )
-        return (str(obj.get("lab")), str(obj.get("trace_sha256") or obj.get("trace")), str(obj.get("mode")))
+            return _run_key(obj)
+        if "conditions" not in obj:
+            continue  # written before summaries kept the conditions: run.json has them
+        conditions = Conditions.from_dict(obj["conditions"])
+        trace = str(obj.get("trace_sha256") or obj.get("trace"))
+        return (str(obj.get("lab")), trace, str(obj.get("mode")), conditions)
     raise ResultsError(f"{run_dir}: not a run directory (no {RUN_FILE})")
 
 
+def _run_key(obj: dict[str, Any]) -> ExperimentKey:
+    meta = obj.get("meta") or {}
+    trace = meta.get("trace") or {}
+    settings = meta.get("settings") or {}
+    conditions = Conditions.from_parts(
+        settings.get("conditions"), settings.get("faults"), (obj.get("timing") or {}).get("scale"),
+        step_allreduce(settings),
+    )  # fmt: skip
+    name = str(trace.get("sha256") or Path(str(trace.get("file"))).name)
+    return (str(meta.get("lab")), name, str(meta.get("mode")), conditions)
+
+
 def latest_experiment(results_dir: str | Path = DEFAULT_RESULTS_DIR) -> list[Path]:
-    """The newest run and, for its lab and trace, the newest run of every other mode (oldest first).
+    """The newest run and, for its lab and trace, the newest run of every mode under every conditions
+    (oldest first).
 
     This is what ``aidclab report latest`` compares: a replay of one trace in several modes writes one
-    run per mode, and the report wants them side by side.
+    run per mode, and the report wants them side by side; a run under other conditions (a lossy link, a
+    link down, another time scale, a fault) does not replace the clean run of its mode, it is reported
+    in a group of its own (orchestrator.experiment.conditions).
     """
     runs = list_runs(results_dir)
     if not runs:
@@ -479,10 +511,10 @@ def latest_experiment(results_dir: str | Path = DEFAULT_RESULTS_DIR) -> list[Pat
             f"{results_dir}: no runs yet, so 'latest' means nothing; replay a workload first "
             "(aidclab replay LAB TRACE) or pass --results-dir"
         )
-    lab, trace, _ = _experiment_key(runs[-1])
-    chosen: dict[str, Path] = {}
+    lab, trace, _mode, _conditions = _experiment_key(runs[-1])
+    chosen: dict[tuple[str, Conditions], Path] = {}
     for run in reversed(runs):
-        r_lab, r_trace, r_mode = _experiment_key(run)
-        if (r_lab, r_trace) == (lab, trace) and r_mode not in chosen:
-            chosen[r_mode] = run
+        r_lab, r_trace, r_mode, r_conditions = _experiment_key(run)
+        if (r_lab, r_trace) == (lab, trace) and (r_mode, r_conditions) not in chosen:
+            chosen[(r_mode, r_conditions)] = run
     return sorted(p / RUN_FILE for p in chosen.values())

@@ -13,16 +13,18 @@ from collections.abc import Callable
 
 from pyroute2 import IPRoute
 
-from orchestrator.experiment.fidelity import CpuMeter, DrainMeter, LinkCounters, NodeCounters
+from orchestrator.experiment.fidelity import CpuMeter, DrainMeter, HeldMeter, LinkCounters, NodeCounters
 from orchestrator.lab.fabric import EndShaper, Fabric
 from orchestrator.lab.shaping import (
     FabricIOError,
     QdiscStats,
     cgroup_cpu_usec,
     container_pid,
+    machine_cpu_s,
     node_netns,
     open_netns,
     read_qdisc_stats,
+    udp_rx_backlog,
 )
 
 
@@ -32,6 +34,8 @@ class FabricSampler:
 
     One netlink socket per node stays open for the whole run (a sample of a 68-node lab is 68 dumps).
     ``pid_of(node)`` gives a process in the node's cgroup (default: the PID behind its /run/netns link).
+    ``forwarders``: the nodes whose agents forward what they receive (None: all), whose unread bytes
+    count as work held back (:class:`~orchestrator.experiment.fidelity.HeldMeter`).
     """
 
     def __init__(
@@ -41,6 +45,7 @@ class FabricSampler:
         period_s: float = 0.1,
         pid_of: Callable[[str], int] | None = None,
         cpu_window_s: float = 0.5,
+        forwarders: set[str] | None = None,
     ) -> None:
         self.fabric = fabric
         self.period_s = period_s
@@ -54,9 +59,21 @@ class FabricSampler:
         self.drain = {name: DrainMeter(end.rate_bps) for name, end in fabric.ends.items()}
         self.cpu = {node: CpuMeter(cpu_window_s) for node in self.by_node}
         self.host_cpu = CpuMeter(cpu_window_s)
+        # The whole machine, kernel included: what the lab and everything beside it costs.
+        self.machine_cpu = CpuMeter(cpu_window_s)
+        self.held = {
+            node: HeldMeter(
+                node, {end.name: end.rate_bps for end in ends}, forwarders is None or node in forwarders
+            )
+            for node, ends in self.by_node.items()
+        }
+        # time.time() - time.monotonic(): agents stamp in the wall clock, the sampler in monotonic time.
+        self.realtime_offset = time.time() - time.monotonic()
         self.first: dict[str, QdiscStats] = {}
         self.last: dict[str, QdiscStats] = {}
         self.samples = 0
+        self.started_at: float | None = None
+        self.stopped_at: float | None = None
         self._handles: dict[str, IPRoute] = {}
         self._stop: threading.Event | None = None
         self._thread: threading.Thread | None = None
@@ -84,6 +101,7 @@ class FabricSampler:
         t_host = time.monotonic()
         for node, ends in self.by_node.items():
             stats = self._read(node)  # each reading carries its own moment
+            sent: dict[str, int] = {}
             for end in ends:
                 st = stats.get(end.interface)
                 if st is None:
@@ -91,12 +109,17 @@ class FabricSampler:
                 self.first.setdefault(end.name, st)
                 self.last[end.name] = st
                 self.drain[end.name].sample(st.read_at_s, st.bytes, st.backlog, st.read_within_s)
+                sent[end.name] = st.bytes
+            if sent:
+                at = sum(s.read_at_s for s in stats.values()) / len(stats)
+                self.held[node].sample(at, sent, udp_rx_backlog(self.pids[node]))
             cpu_s = cgroup_cpu_usec(self.pids[node]) / 1e6
             # Stamped right at its read, not at the sweep's start: a big lab's sweep takes a while.
             self.cpu[node].sample(time.monotonic(), cpu_s)
             total_cpu += cpu_s
         # Nodes may share a cgroup (tests); the host figure is then an upper bound, which errs safe.
         self.host_cpu.sample(t_host, total_cpu)
+        self.machine_cpu.sample(time.monotonic(), machine_cpu_s())
         self.samples += 1
 
     def _loop(self) -> None:
@@ -106,7 +129,15 @@ class FabricSampler:
         except BaseException as exc:  # reported by stop(): a dead sampler must not pass for a clean run
             self.error = exc
 
+    @property
+    def run_s(self) -> float:
+        """Wall seconds from the first sample to the last."""
+        if self.started_at is None or self.stopped_at is None:
+            return 0.0
+        return self.stopped_at - self.started_at
+
     def start(self) -> FabricSampler:
+        self.started_at = time.monotonic()
         self.sample()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="fabric-sampler", daemon=True)
@@ -120,6 +151,7 @@ class FabricSampler:
             self._thread = None
         try:
             self.sample()
+            self.stopped_at = time.monotonic()
         finally:
             self.close()
         if self.error is not None:
@@ -162,9 +194,18 @@ class FabricSampler:
             )
         return out
 
-    def node_counters(self, other_drops: dict[str, dict[str, int]] | None = None) -> list[NodeCounters]:
-        """Per node; ``other_drops`` = node -> {where: count} (socket buffers, agent backlogs, rx drops)."""
-        return [
-            NodeCounters(node, meter.peak, (other_drops or {}).get(node, {}))
-            for node, meter in sorted(self.cpu.items())
-        ]
+    def node_counters(
+        self,
+        other_drops: dict[str, dict[str, int]] | None = None,
+        due_spans: dict[str, list[tuple[float, float]]] | None = None,
+    ) -> list[NodeCounters]:
+        """Per node; ``other_drops`` = node -> {where: count} (socket buffers, agent backlogs, rx drops);
+        ``due_spans`` = node -> [(due, handed over)] of the data it sent, in wall-clock seconds
+        (``time.time()``), as the agents account for their ops."""
+        out = []
+        for node, meter in sorted(self.cpu.items()):
+            offset = self.realtime_offset
+            spans = [(a - offset, b - offset) for a, b in (due_spans or {}).get(node, [])]
+            held = self.held[node].held(spans)
+            out.append(NodeCounters(node, meter.peak, (other_drops or {}).get(node, {}), held))
+        return out

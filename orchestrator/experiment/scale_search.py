@@ -19,6 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from aidcnet.timescale import TimeScale
+
 # Stop when the smallest faithful scale is within this factor of the largest unfaithful one below it.
 PRECISION = 1.3
 DEFAULT_MAX_RUNS = 6
@@ -40,7 +42,7 @@ class Trial:
 
     @property
     def completion_fabric_s(self) -> float | None:
-        return None if self.completion_s is None else self.completion_s / self.scale
+        return None if self.completion_s is None else TimeScale(self.scale).fabric_s(self.completion_s)
 
 
 def smallest_faithful(trials: list[Trial]) -> Trial | None:

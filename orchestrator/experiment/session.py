@@ -16,7 +16,8 @@ from typing import Any, TypeVar
 from aidcnet.agent.client import AgentClient
 from aidcnet.agent.control import ControlError
 from aidcnet.roles import AGENT_ROLES, Role
-from orchestrator.configure.plan.model import LabPlan
+from aidcnet.timescale import TimeScale
+from orchestrator.configure.plan.schema import LabPlan
 from orchestrator.experiment.metrics import MGMT_INTERFACES, STAT_KEYS
 from orchestrator.lab import labdir
 from orchestrator.lab.runtime.docker import DockerRuntime
@@ -75,6 +76,29 @@ def _node_pid(topo: Topology, runtime: DockerRuntime, node: str) -> int:
     return int(state["Pid"])
 
 
+def live_time_scale(topo: Topology, plan: LabPlan) -> TimeScale:
+    """The scale the lab's links are shaped to now: ``fabric.json``'s, which configure writes from the plan
+    and which a scale search or the automatic scale changes; the plan's when the lab has none."""
+    from orchestrator.lab.shaping import FabricIOError, load_fabric
+
+    try:
+        return load_fabric(labdir.lab_dir(topo)).time_scale
+    except FabricIOError:
+        return TimeScale.of(plan.time.scale)
+
+
+def live_delays(topo: Topology, plan: LabPlan) -> dict[str, float]:
+    """``node:interface`` -> the one-way delay (fabric seconds, jitter included) of what each link end sends
+    now: ``fabric.json``'s, which ``link set ... delay`` changes; the plan's when the lab has none."""
+    from orchestrator.lab.propagation import fabric_delays, plan_delays
+    from orchestrator.lab.shaping import FabricIOError, load_fabric
+
+    try:
+        return fabric_delays(load_fabric(labdir.lab_dir(topo)))
+    except FabricIOError:
+        return plan_delays(plan)
+
+
 class Unresponsive:
     """Nodes whose agent stopped answering mid-run (a paused or stopped container). A run must report
     their loss, not hang or crash on them: a node that failed a request is not asked again.
@@ -116,6 +140,12 @@ class LabSession:
     agents: dict[str, AgentClient] = field(default_factory=dict)
     # Agents that stopped answering during the run: not asked again, their deliveries count as lost.
     lost: Unresponsive = field(default_factory=Unresponsive)
+    # The scale the links are shaped to now (fabric.json, which a scale search or the automatic scale
+    # changes between runs): the one value every conversion of this run's times uses.
+    time_scale: TimeScale = field(default_factory=TimeScale.unshaped)
+    # node:interface -> the one-way delay of what each link end sends (fabric s; docs/delay.md), as
+    # fabric.json had it when the session opened; empty: no link is long.
+    delays: dict[str, float] = field(default_factory=dict)
 
     @classmethod
     def open(cls, topo: Topology, runtime: DockerRuntime | None = None) -> LabSession:
@@ -126,7 +156,9 @@ class LabSession:
             for name, node in plan.nodes.items()
             if node.role in AGENT_ROLES and name in pids
         }
-        return cls(topo, plan, pids, agents)
+        return cls(
+            topo, plan, pids, agents, time_scale=live_time_scale(topo, plan), delays=live_delays(topo, plan)
+        )
 
     def reload_plan(self) -> None:
         self.plan = load_plan(self.topo)

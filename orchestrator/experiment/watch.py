@@ -11,9 +11,13 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+from aidcnet.roles import Role
 from orchestrator.experiment.fidelity import (
+    Verdict,
+    agent_late,
     agent_losses,
     agent_waits,
     bottleneck_bound,
@@ -29,6 +33,10 @@ if TYPE_CHECKING:
     from orchestrator.experiment.session import LabSession
 
 
+# Where the delay relay's losses are counted, beside the nodes'.
+RELAY = "delay-relay"
+# Nodes whose agents forward what they receive: their unread bytes are work held back.
+FORWARDING_ROLES = frozenset({Role.BFR, Role.INA_SWITCH})
 # Before a run, how long to wait for the shapers' queues to drain of earlier traffic, and how often to look.
 QUIET_TIMEOUT_S = 10.0
 QUIET_POLL_S = 0.05
@@ -57,6 +65,24 @@ class QuietWait:
                 f"drain from {len(self.found)} shaper queue(s)"
             )
         return None
+
+
+def with_relay(judged: Verdict, fabric: Fabric, lab_dir: Path, lost: dict[str, int]) -> Verdict:
+    """The verdict with the delay relay's part (docs/delay.md): frames it lost over the run, or delayed
+    link ends with no relay running to carry them."""
+    if not fabric.delayed_ends():
+        return judged
+    from orchestrator.lab.relayctl import status
+
+    reasons = [f"the delay relay lost {n} frames" for n in lost.values() if n]
+    if status(lab_dir) is None:
+        reasons.append(
+            f"{len(fabric.delayed_ends())} link ends have a delay but no delay relay runs: their packets "
+            "were dropped (aidclab configure starts it again)"
+        )
+    if not reasons:
+        return judged
+    return Verdict(False, [*judged.reasons, *reasons], judged.notes)
 
 
 class FabricWatch:
@@ -97,6 +123,12 @@ class FabricWatch:
 
     def _node_drops(self) -> dict[str, dict[str, int]]:
         out = {}
+        if self.fabric is not None and self.fabric.delayed_ends():
+            from orchestrator.lab.relayctl import relay_drops
+
+            # The relay that holds delayed links' packets is the lab's too: a frame it lost is our
+            # software's loss (docs/delay.md).
+            out[RELAY] = {"the delay relay": relay_drops(self.lab_dir)}
         for node, interfaces in sorted(self._interfaces().items()):
             pid = self.session.pids.get(node)
             if pid is not None:
@@ -121,6 +153,9 @@ class FabricWatch:
                 self.session.topo.container_name,
                 period_s=self.period_s,
                 pid_of=lambda node: self.session.pids[node],
+                forwarders={
+                    name for name, node in self.session.plan.nodes.items() if node.role in FORWARDING_ROLES
+                },
             )
         return self.sampler
 
@@ -173,17 +208,29 @@ class FabricWatch:
             for node, counters in drops_now.items()
         }
 
-    def finish(self, agent_deltas: dict[str, dict[str, int]]) -> TimingRecord | None:
+    def finish(
+        self,
+        agent_deltas: dict[str, dict[str, int]],
+        due_spans: dict[str, list[tuple[float, float]]] | None = None,
+    ) -> TimingRecord | None:
         """The run's timing record, judged once the driver has the agents' counters over the run: a packet
-        our software dropped spoils the timing as much as one the kernel dropped. None after a failed run."""
+        our software dropped spoils the timing as much as one the kernel dropped. ``due_spans``: per
+        sending node, [(due, last datagram handed over)] of each op in wall-clock seconds, from the
+        agents' accounts (a node that held data due while its links idled set the pace). None after a
+        failed run."""
         if self.sampler is None:
             self.record = TimingRecord(lossless=self.lossless)
         elif self._fabric_after is not None:
-            judged = self._judge(agent_losses(agent_deltas))
-            self.record = judged.model_copy(update={"notes": [*judged.notes, *agent_waits(agent_deltas)]})
+            judged = self._judge(agent_losses(agent_deltas), due_spans or {})
+            update: dict[str, Any] = {"notes": [*judged.notes, *agent_waits(agent_deltas)]}
+            if judged.faithful is not None and (late := agent_late(agent_deltas)):
+                update |= {"reasons": [*judged.reasons, *late], "faithful": False}
+            self.record = judged.model_copy(update=update)
         return self.record
 
-    def _judge(self, agent_drops: dict[str, dict[str, int]]) -> TimingRecord:
+    def _judge(
+        self, agent_drops: dict[str, dict[str, int]], due_spans: dict[str, list[tuple[float, float]]]
+    ) -> TimingRecord:
         assert self.sampler is not None
         fabric = self._fabric_after
         assert fabric is not None
@@ -191,16 +238,24 @@ class FabricWatch:
         for node, counters in agent_drops.items():
             other.setdefault(node, {}).update(counters)
         links = self.sampler.link_counters(self._injected_delta)
-        nodes = self.sampler.node_counters(other)
+        relay_lost = other.pop(RELAY, {})
+        nodes = self.sampler.node_counters(other, due_spans)
         cores = os.cpu_count()
         judged = verdict(
-            links, nodes, host_cpu_peak=self.sampler.host_cpu.peak, cores=cores, lossless=self.lossless
+            links,
+            nodes,
+            # The whole machine, kernel included: a machine too busy starves the shapers' softirq.
+            host_cpu_peak=max(self.sampler.host_cpu.peak, self.sampler.machine_cpu.peak),
+            cores=cores,
+            lossless=self.lossless,
+            run_s=self.sampler.run_s,
         )
+        judged = with_relay(judged, fabric, self.lab_dir, relay_lost)
         assert fabric.scale is not None
         carried = {c.name: c.tx_bytes for c in links if c.tx_bytes > 0}
         bound = None
         if carried:
-            b = bottleneck_bound(carried, {c.name: c.rate_bps for c in links}, fabric.scale)
+            b = bottleneck_bound(carried, {c.name: c.rate_bps for c in links}, fabric.time_scale)
             bound = BoundRecord(
                 link=b.link, bytes=b.bytes, rate_bps=b.rate_bps, wall_s=b.wall_s, fabric_s=b.fabric_s
             )
@@ -212,6 +267,8 @@ class FabricWatch:
             lossless=self.lossless,
             bound=bound,
             host_cpu_peak=self.sampler.host_cpu.peak,
+            machine_cpu_peak=self.sampler.machine_cpu.peak,
+            machine_cpu_s=self.sampler.machine_cpu.total_cpu_s,
             cores=cores,
             ends=[
                 LinkEndTiming(
@@ -232,6 +289,8 @@ class FabricWatch:
                     cpu_peak=n.cpu_peak,
                     cpu_mean=self.sampler.cpu[n.name].mean,
                     other_drops={k: v for k, v in n.other_drops.items() if v},
+                    held_s=n.held[0],
+                    cpu_s=self.sampler.cpu[n.name].total_cpu_s,
                 )
                 for n in nodes
             },

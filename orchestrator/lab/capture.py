@@ -1,11 +1,13 @@
 """``aidclab capture LAB NODE:IF``: a packet capture from any link end, taken on the host inside the node's
 network namespace (every node has one, linked at /run/netns/<container> by deploy), so no node image needs
-tcpdump and FRR or plain-linux nodes are captured the same way. Pure: the command is built here; the CLI
-runs it."""
+tcpdump and FRR or plain-linux nodes are captured the same way. The command is built here (pure), and run
+by ``run_capture`` with its time limit."""
 
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
 from pathlib import Path
 
 from orchestrator.lab.linkset import LinkSetError, link_ends, parse_endpoint
@@ -37,3 +39,30 @@ def tcpdump_command(
         cmd += ["-c", str(count)]
     cmd += ["-U", "-w", write] if write else ["-l"]
     return cmd
+
+
+# After the time limit tcpdump gets SIGINT, which it answers by flushing and printing its counts; one
+# that does not end within this many seconds of it is killed.
+STOP_GRACE_S = 5.0
+
+
+def run_capture(cmd: list[str], timeout_s: float | None = None) -> tuple[int, bool]:
+    """Run the capture until it ends by itself (``-c`` packets) or ``timeout_s`` passes, whichever is
+    first; returns (exit code, whether the time limit stopped it). The limit stops tcpdump as Ctrl-C
+    does, so a pcap file and the closing counts are complete."""
+    if timeout_s is not None and timeout_s <= 0:
+        raise ValueError(f"--timeout {timeout_s}: give a time in seconds > 0 (or leave it out)")
+    proc = subprocess.Popen(cmd)
+    try:
+        return proc.wait(timeout=timeout_s), False
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        return 0, True
+    except KeyboardInterrupt:
+        proc.wait()  # the terminal's Ctrl-C reached tcpdump too: it ends as it does on its own
+        return 0, False

@@ -7,7 +7,7 @@ import shutil
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
@@ -119,22 +119,28 @@ class _LabProgress:
     def __init__(self) -> None:
         self.last = time.monotonic()
         self.lock = threading.Lock()
+        self.stopped = False
 
     def mark(self) -> None:
         with self.lock:
             self.last = time.monotonic()
 
-    def deadline(self, started: float) -> Callable[[], float]:
-        return lambda: max(started, self.last) + HEALTH_TIMEOUT_S
+    def stop(self) -> None:
+        """The deploy is over (done or failed): no check waits any longer."""
+        self.stopped = True
 
-    def started(self) -> Callable[[], float]:
+    def deadline(self, started: float) -> Callable[[], float | None]:
+        """When a node's check gives up; None once the deploy stopped waiting."""
+        return lambda: None if self.stopped else max(started, self.last) + HEALTH_TIMEOUT_S
+
+    def started(self) -> Callable[[], float | None]:
         """A node started now (progress too): its deadline."""
         self.mark()
         return self.deadline(time.monotonic())
 
 
 def _health(
-    runtime: DockerRuntime, topo: Topology, node: str, pid: int, deadline: Callable[[], float],
+    runtime: DockerRuntime, topo: Topology, node: str, pid: int, deadline: Callable[[], float | None],
     progress: _LabProgress | None = None,
 ) -> tuple[bool, str]:
     """Poll until the node's agent answers (marking the lab's progress when it does). Our agents are asked
@@ -147,7 +153,7 @@ def _health(
 
 
 def _poll_health(
-    runtime: DockerRuntime, topo: Topology, node: str, pid: int, deadline: Callable[[], float]
+    runtime: DockerRuntime, topo: Topology, node: str, pid: int, deadline: Callable[[], float | None]
 ) -> tuple[bool, str]:
     role = role_of(topo.nodes[node])
     container = topo.container_name(node)
@@ -167,12 +173,16 @@ def _poll_health(
             if code == 0:
                 return True, "healthy"
             detail = out.strip().splitlines()[-1] if out.strip() else f"exit {code}"
-        if time.monotonic() > deadline():
+        limit = deadline()
+        if limit is None:
+            return False, "the deploy stopped waiting"
+        if time.monotonic() > limit:
             state = runtime.inspect(container)["State"]
             if not state.get("Running"):
-                return False, f"container exited with code {state.get('ExitCode')} (docker logs {container})"
-            check = "aidcnet ctl health" if role.runs_agent else " ".join(role.health_cmd or ())
-            return False, f"health check `{check}` still failing: {detail}"
+                # Its last words now: a roll-back removes the container, and its log with it.
+                code = state.get("ExitCode")
+                return False, f"container exited with code {code}: {runtime.last_log(container)}"
+            return False, f"health check `{role.health_check}` still failing: {detail}"
         time.sleep(0.1)
 
 
@@ -211,7 +221,7 @@ def _ensure_mgmt(phases: Phases, runtime: DockerRuntime, topo: Topology) -> Mgmt
                 raise DeployError(str(exc)) from exc
     subnet = str(mgmt.ipv4_subnet)  # a named network always has one (topology._mgmt)
     with phases.phase("network", f"{mgmt.network} {subnet} (internal, Docker)"):
-        mgmt.ipv4_subnet = runtime.ensure_mgmt_network(mgmt.network, subnet, mgmt.bridge)
+        mgmt.ipv4_subnet = runtime.ensure_mgmt_network(mgmt.network, subnet, mgmt.bridge, lab=topo.name)
     return None
 
 
@@ -248,9 +258,12 @@ def deploy(
     runtime: DockerRuntime | None = None,
     reconfigure: bool = False,
     underlay_netns: str | None = None,
+    keep_failed: bool = False,
 ) -> Path:
     """Bring the lab up; return its lab directory. Ready means every node's agent answered. VXLAN ends
-    are made in ``underlay_netns`` (default: the host's), see orchestrator.lab.vxlan."""
+    are made in ``underlay_netns`` (default: the host's), see orchestrator.lab.vxlan. A deploy that fails
+    once it has started something takes it all down again (``keep_failed``: leaves it for inspection and
+    says which command removes it) and raises DeployError saying which."""
     phases = Phases(f"deploy {topo.name}")
     runtime = runtime or DockerRuntime()
     with phases.phase("validate", f"{len(topo.nodes)} nodes, {len(topo.links)} links"):
@@ -266,7 +279,54 @@ def deploy(
     if existing:
         destroy(topo.name, runtime=runtime, quiet=True, underlay_netns=underlay_netns)
     _check_mgmt_room(runtime, topo)
-    mgmt = _ensure_mgmt(phases, runtime, topo)
+    try:
+        mgmt = _ensure_mgmt(phases, runtime, topo)
+        _bring_up(phases, runtime, topo, mgmt, underlay_netns)
+        with phases.phase("lab-dir"):
+            # The hub planned every address; only a Docker network's have to be asked for, node by node.
+            addresses = mgmt.host_addresses() if mgmt is not None else mgmt_addresses(runtime, topo)
+            prefix_len = ipaddress.ip_network(str(topo.mgmt.ipv4_subnet), strict=False).prefixlen
+            path = labdir.write_lab_dir(topo, addresses, prefix_len)
+    except BaseException as exc:
+        outcome = _after_failure(runtime, topo, underlay_netns, keep_failed)
+        if not isinstance(exc, Exception):  # Ctrl-C: still the interrupt, after the roll-back
+            console.print(f"deploy {topo.name} interrupted; {outcome}")
+            raise
+        raise DeployError(f"{exc}; {outcome}") from exc
+    phases.summary(f"{len(topo.nodes)} nodes healthy, {len(topo.links)} links up, lab dir {path.name}/")
+    return path
+
+
+def destroy_command(topo: Topology, underlay_netns: str | None = None) -> str:
+    """The command that removes what a deploy of ``topo`` made (with the part's underlay namespace)."""
+    return f"aidclab destroy {topo.path}" + (f" --underlay-netns {underlay_netns}" if underlay_netns else "")
+
+
+def _after_failure(runtime: DockerRuntime, topo: Topology, underlay_netns: str | None, keep: bool) -> str:
+    """Roll back what a failed deploy started (its containers, links, VXLAN devices and management
+    network, found by label as destroy finds them), or keep it; the sentence says which happened."""
+    undo = destroy_command(topo, underlay_netns)
+    if keep:
+        return f"left as it failed (--keep-failed); `{undo}` removes it"
+    try:
+        removed = destroy(topo.name, runtime=runtime, quiet=True, underlay_netns=underlay_netns)
+    except Exception as exc:  # the roll-back must not hide the failure it follows
+        return f"rolling it back failed too ({exc}); `{undo}` removes what is left"
+    return (
+        f"rolled back: removed its {removed} container(s), links and management network "
+        "(`aidclab deploy --keep-failed` leaves a failed lab up for inspection)"
+    )
+
+
+def _bring_up(
+    phases: Phases,
+    runtime: DockerRuntime,
+    topo: Topology,
+    mgmt: MgmtBridge | None,
+    underlay_netns: str | None,
+) -> None:
+    """Start every container, wire its links as both ends come up, run the exec commands, and wait until
+    every node is healthy."""
     pids: dict[str, int] = {}
     # Health checks start as each container starts, so they overlap with the rest of the deploy. A health
     # check holds its thread until the agent answers: namespaces are prepared in a pool of their own, or
@@ -275,12 +335,12 @@ def deploy(
     prepare_pool = ThreadPoolExecutor(max_workers=PREPARE_PARALLEL)
     health: dict[Future[tuple[bool, str]], str] = {}
     wiring = IncrementalWiring(topo, prepare_pool, underlay_netns, mgmt)
+    progress = _LabProgress()
     try:
         with phases.phase(
             "containers", f"{len(topo.nodes)} in parallel ({PARALLEL} at a time), links as both ends come up"
         ):
             counter = Counter("started", len(topo.nodes))
-            progress = _LabProgress()
             with ThreadPoolExecutor(max_workers=PARALLEL) as pool:
                 futures = {pool.submit(runtime.run, _spec(topo, n, mgmt)): n for n in topo.nodes}
                 errors = []
@@ -301,21 +361,15 @@ def deploy(
                     counter.step(node)
             counter.close()
             if errors:
-                raise DeployError("; ".join(errors) + f"; clean up with `aidclab destroy {topo.path}`")
+                raise DeployError("; ".join(errors))
         with phases.phase("links", f"{len(topo.links)} veth pairs, {len(topo.vxlan_links)} VXLAN ends"):
             wiring.finish()
         _run_exec(phases, runtime, topo)
         _await_health(phases, health)
     finally:
+        progress.stop()  # health checks still polling give up now, not a minute later
         health_pool.shutdown(wait=False, cancel_futures=True)
         prepare_pool.shutdown(wait=False, cancel_futures=True)
-    with phases.phase("lab-dir"):
-        # The hub planned every address; only a Docker network's have to be asked for, node by node.
-        addresses = mgmt.host_addresses() if mgmt is not None else mgmt_addresses(runtime, topo)
-        prefix_len = ipaddress.ip_network(str(topo.mgmt.ipv4_subnet), strict=False).prefixlen
-        path = labdir.write_lab_dir(topo, addresses, prefix_len)
-    phases.summary(f"{len(topo.nodes)} nodes healthy, {len(topo.links)} links up, lab dir {path.name}/")
-    return path
 
 
 def _mgmt_of(container: dict[str, Any], labels: dict[str, str]) -> tuple[str, str]:
@@ -344,14 +398,24 @@ def destroy(
     lab_dir_root: Path | None = None,
     quiet: bool = False,
     underlay_netns: str | None = None,
+    named_networks: Iterable[str] = (),
 ) -> int:
     """Remove every container labelled with ``lab`` (all labs if None), its netns links, the VXLAN
     devices and veths it left in the underlay namespace and, when unused, its management network.
-    Works after a crashed deploy because it trusts only labels and interface aliases."""
+    Works after a crashed deploy because it trusts only labels and interface aliases.
+    ``named_networks``: Docker networks to remove too when aidclab made them and no container uses them
+    (the one a topology names: the lab's containers may all be gone, and a network an older aidclab made
+    carries no lab label)."""
     runtime = runtime or DockerRuntime()
     phases = Phases(f"destroy {lab or 'all labs'}")
+    if lab is not None:
+        # The delay relay releases what it holds and detaches while the namespaces are still there (a
+        # relay whose namespaces vanish stops by itself, too).
+        from orchestrator.lab import relayctl
+
+        relayctl.stop((lab_dir_root or Path.cwd()) / lab_dir_name(lab))
     containers: list[dict[str, Any]] = []
-    networks: set[str] = set()
+    networks: set[str] = set(named_networks)
     names: list[str] = []
     with phases.phase("containers"), ThreadPoolExecutor(PARALLEL) as pool:
         # A deploy killed a moment ago leaves requests that dockerd still completes, so a container can

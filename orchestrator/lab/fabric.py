@@ -3,7 +3,8 @@
 Pure logic. The plan gives every link ``shaped_bps`` (bandwidth / time.scale) and ``queue_bytes``
 (:mod:`orchestrator.configure.plan.timescale`); this module turns that into what tc needs at each end
 (rate, burst, limit) and into ``clab-<lab>/fabric.json``, which ``aidclab link set`` keeps current
-(docs/time-and-fidelity.md). The I/O that applies it is :mod:`orchestrator.lab.shaping`.
+(docs/time-and-fidelity.md). The I/O that applies it is :mod:`orchestrator.lab.shaping`; the propagation
+delay of each end (docs/delay.md) is held by :mod:`orchestrator.lab.relay`.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from aidcnet.ebpf.link_fault import LinkFault
+from aidcnet.timescale import TimeScale
+from orchestrator.lab.delay import LinkDelay, format_duration
 
 FABRIC_FILE = "fabric.json"
 FABRIC_VERSION = 1
@@ -36,7 +39,8 @@ def tbf_burst(rate_bps: int, mtu: int) -> int:
 
 @dataclass(frozen=True)
 class EndShaper:
-    """What one link end carries. ``bandwidth_bps`` is the plan's (fabric) rate, ``rate_bps`` the veth's."""
+    """What one link end carries. ``bandwidth_bps`` is the plan's (fabric) rate, ``rate_bps`` the veth's;
+    ``delay_s`` and ``jitter_s`` (fabric seconds) hold what it sends after the shaper (docs/delay.md)."""
 
     node: str
     interface: str
@@ -46,10 +50,16 @@ class EndShaper:
     queue_bytes: int
     burst_bytes: int
     mtu: int
+    delay_s: float = 0.0
+    jitter_s: float = 0.0
 
     @property
     def name(self) -> str:
         return f"{self.node}:{self.interface}"
+
+    @property
+    def delay(self) -> LinkDelay:
+        return LinkDelay(self.delay_s, self.jitter_s)
 
 
 @dataclass(frozen=True)
@@ -65,6 +75,13 @@ class Fabric:
     # (by the named end): with ``faults`` and ``scale``, the conditions a run records (conditions()).
     down: tuple[str, ...] = ()
     bandwidth_set: dict[str, int] = field(default_factory=dict)
+    # The delay ``link set ... delay`` gave an end ({"delay_s", "jitter_s"}), by end.
+    delay_set: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    @property
+    def time_scale(self) -> TimeScale:
+        """The scale the links are shaped to now: the lab's one live source of it."""
+        return TimeScale.of(self.scale)
 
     def end(self, name: str) -> EndShaper:
         try:
@@ -83,7 +100,7 @@ class Fabric:
         changed = []
         ends = dict(self.ends)
         for end in (here, self.end(here.peer)):
-            rate = 0 if self.scale is None else max(1, round(bandwidth_bps / self.scale))
+            rate = self.time_scale.veth_bps(bandwidth_bps)
             new = replace(
                 end, bandwidth_bps=bandwidth_bps, rate_bps=rate, burst_bytes=tbf_burst(rate, end.mtu)
             )
@@ -93,6 +110,26 @@ class Fabric:
         overrides[name] = bandwidth_bps
         return replace(self, ends=ends, bandwidth_set=overrides), changed
 
+    def with_delay(
+        self, name: str, delay: LinkDelay, one_way: bool = False
+    ) -> tuple[Fabric, list[EndShaper]]:
+        """The fabric after ``link set NAME delay``: the end (and its peer unless ``one_way``) holds what it
+        sends for ``delay``. Returns the new fabric and the changed ends."""
+        here = self.end(name)
+        ends = dict(self.ends)
+        overrides = dict(self.delay_set)
+        changed = []
+        for end in (here,) if one_way else (here, self.end(here.peer)):
+            new = replace(end, delay_s=delay.delay_s, jitter_s=delay.jitter_s)
+            ends[end.name] = new
+            overrides[end.name] = {"delay_s": delay.delay_s, "jitter_s": delay.jitter_s}
+            changed.append(new)
+        return replace(self, ends=ends, delay_set=overrides), changed
+
+    def delayed_ends(self) -> dict[str, EndShaper]:
+        """The ends whose packets the relay holds (a delay or a jitter above 0)."""
+        return {name: end for name, end in self.ends.items() if not end.delay.is_none}
+
     def with_down(self, name: str, down: bool) -> Fabric:
         """The fabric after ``link set NAME down`` (or ``up``)."""
         rest = tuple(n for n in self.down if n != name)
@@ -100,24 +137,29 @@ class Fabric:
 
     def conditions(self) -> dict[str, Any]:
         """The link settings in force, as a run records them (``settings.conditions`` in run.json): the time
-        scale, and only what fault injection changed (loss per end, ends down, bandwidth per link)."""
-        return {
+        scale, and only what fault injection changed (loss per end, ends down, bandwidth per link, delay per
+        end: the last only when one was set, so runs from before delays existed keep their conditions)."""
+        out: dict[str, Any] = {
             "scale": self.scale,
             "loss": {name: LinkFault(**f).mean_loss for name, f in sorted(self.faults.items())},
             "down": list(self.down),
             "bandwidth_bps": dict(sorted(self.bandwidth_set.items())),
         }
+        if self.delay_set:
+            out["delay_s"] = {name: d["delay_s"] for name, d in sorted(self.delay_set.items())}
+        return out
 
-    def with_scale(self, scale: int) -> Fabric:
+    def with_scale(self, scale: int | TimeScale) -> Fabric:
         """The fabric at another time scale: every end keeps its bandwidth and queue, its veth rate and
         burst follow the new scale (what a scale search tries between runs)."""
-        if scale < 1:
-            raise FabricError(f"time scale {scale} must be at least 1")
+        time_scale = TimeScale.of(scale)
+        if not time_scale.shaped:
+            raise FabricError("a shaped fabric needs a time scale; off would unshape its links")
         ends = {}
         for name, end in self.ends.items():
-            rate = max(1, round(end.bandwidth_bps / scale))
+            rate = time_scale.veth_bps(end.bandwidth_bps)
             ends[name] = replace(end, rate_bps=rate, burst_bytes=tbf_burst(rate, end.mtu))
-        return replace(self, scale=scale, ends=ends)
+        return replace(self, scale=time_scale.value, ends=ends)
 
     def with_fault(self, name: str, fault: dict[str, float] | None) -> Fabric:
         """The fabric after ``link set NAME loss``; None (or no loss) clears the end's entry."""
@@ -142,6 +184,7 @@ class Fabric:
             "faults": dict(sorted(self.faults.items())),
             "down": list(self.down),
             "bandwidth_set": dict(sorted(self.bandwidth_set.items())),
+            "delay_set": dict(sorted(self.delay_set.items())),
         }
         return json.dumps(body, indent=2) + "\n"
 
@@ -159,7 +202,11 @@ class Fabric:
             scale = None if doc["scale"] is None else int(doc["scale"])
             down = tuple(str(n) for n in doc.get("down") or ())
             bandwidth_set = {str(n): int(b) for n, b in (doc.get("bandwidth_set") or {}).items()}
-            return cls(doc["lab"], scale, ends, faults, down, bandwidth_set)
+            delay_set = {
+                str(n): {"delay_s": float(d["delay_s"]), "jitter_s": float(d.get("jitter_s", 0.0))}
+                for n, d in (doc.get("delay_set") or {}).items()
+            }
+            return cls(doc["lab"], scale, ends, faults, down, bandwidth_set, delay_set)
         except (KeyError, TypeError, ValueError, IndexError) as exc:
             if isinstance(exc, FabricError):
                 raise
@@ -180,12 +227,14 @@ def conditions_label(conditions: dict[str, Any] | None) -> str:
     from aidcnet.fare.bandwidth import format_bandwidth
 
     scale = conditions.get("scale")
-    parts = [f"1:{scale}" if scale else "unshaped"]
+    # A word ("shaped") stands for the scale where the caller groups runs of any scale together.
+    parts = [scale if isinstance(scale, str) else f"1:{scale}" if scale else "unshaped"]
     parts += [f"loss {p:.2%} {end}" for end, p in (conditions.get("loss") or {}).items()]
     parts += [f"{end} down" for end in conditions.get("down") or ()]
     parts += [
         f"{end} {format_bandwidth(bps / 8)}" for end, bps in (conditions.get("bandwidth_bps") or {}).items()
     ]
+    parts += [f"{end} delay {format_duration(s)}" for end, s in (conditions.get("delay_s") or {}).items()]
     if len(parts) == 1:
         parts.append("clean")
     return ", ".join(parts)
@@ -208,6 +257,8 @@ def fabric_from_plan(plan: Any) -> Fabric:
                 queue_bytes=link.queue_bytes,
                 burst_bytes=tbf_burst(link.shaped_bps, link.mtu) if shaped else 0,
                 mtu=link.mtu,
+                delay_s=link.delay_s,
+                jitter_s=link.jitter_s,
             )
             ends[end.name] = end
     return Fabric(plan.lab, plan.time.scale, ends)

@@ -4,12 +4,8 @@ from __future__ import annotations
 
 import re
 
-from aidcnet.roles import Role
 from orchestrator.lab.roles import role_of
 from orchestrator.lab.topology import Topology
-
-ROLE_SHAPES_DOT = {Role.BFR: "box", Role.INA_SWITCH: "box3d", Role.GPU_HOST: "ellipse", Role.FRR: "hexagon",
-                   Role.GOBGP: "hexagon", Role.BIRD: "hexagon"}
 
 
 def _mermaid_id(name: str) -> str:
@@ -19,10 +15,9 @@ def _mermaid_id(name: str) -> str:
 def to_mermaid(topo: Topology) -> str:
     lines = ["graph TD"]
     for name, node in topo.nodes.items():
-        role = role_of(node).name
-        label = f"{name}<br/><small>{role}</small>"
-        shape = f'(["{label}"])' if role == Role.GPU_HOST else f'["{label}"]'
-        lines.append(f"  {_mermaid_id(name)}{shape}")
+        role = role_of(node)
+        opening, closing = role.mermaid_brackets
+        lines.append(f'  {_mermaid_id(name)}{opening}"{name}<br/><small>{role.name}</small>"{closing}')
     for link in topo.links:
         lines.append(
             f"  {_mermaid_id(link.a.node)} ---|{link.a.interface} - {link.b.interface}| "
@@ -41,8 +36,8 @@ def to_mermaid(topo: Topology) -> str:
 def to_dot(topo: Topology) -> str:
     lines = [f'graph "{topo.name}" {{', "  layout=dot; rankdir=TB; node [fontname=Helvetica];"]
     for name, node in topo.nodes.items():
-        role = role_of(node).name
-        lines.append(f'  "{name}" [shape={ROLE_SHAPES_DOT.get(role, "box")} label="{name}\\n{role}"];')
+        role = role_of(node)
+        lines.append(f'  "{name}" [shape={role.dot_shape} label="{name}\\n{role.name}"];')
     for link in topo.links:
         lines.append(
             f'  "{link.a.node}" -- "{link.b.node}" '

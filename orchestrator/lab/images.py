@@ -1,12 +1,12 @@
-"""Build every node image locally: no registry is reachable (DESIGN.md §5).
+"""Build every node image locally: no registry is reachable (docs/design.md §5).
 
 1. ``aidclab/base``: a Debian rootfs from mmdebstrap (or debootstrap) piped into ``docker import``.
 2. A host-side wheelhouse (``pip download``) of aidcnet's Python dependencies.
 2b. The BIER tc programs (``aidcnet/ebpf/*.c``) compiled on the host with Debian's clang, so node images
    need no compiler (:func:`aidcnet.ebpf.build`).
 3. ``aidclab/node``: the base plus a venv from the wheelhouse plus aidcnet's source and the eBPF objects.
-4. The role images ``bfr``, ``ina-switch``, ``gpu-host`` and the interop peers ``frr``, ``gobgp``, ``bird`` on
-   top of it.
+4. The image of every role that has one (``orchestrator.lab.roles``: our agents' and the interop peers'),
+   each from ``node-images/<role>/``, on top of it.
 
 Each step is keyed by a hash of its inputs, and Docker's layer cache does the rest, so a rebuild with
 unchanged inputs takes seconds.
@@ -24,7 +24,7 @@ import tomllib
 from pathlib import Path
 
 from aidcnet import ebpf
-from aidcnet.roles import Role
+from orchestrator.lab.roles import ROLES
 from orchestrator.lab.runtime.docker import docker_client
 from orchestrator.paths import CACHE as CACHE_ROOT
 from orchestrator.paths import NODE_IMAGES, ROOT
@@ -37,7 +37,8 @@ APT_DIR = Path("/etc/apt")
 MIRROR_ENV = "AIDCLAB_DEBIAN_MIRROR"
 BASE_IMAGE = "aidclab/base:latest"
 NODE_IMAGE = "aidclab/node:latest"
-ROLE_IMAGES = (Role.BFR, Role.INA_SWITCH, Role.GPU_HOST, Role.FRR, Role.GOBGP, Role.BIRD)
+# The roles whose image aidclab builds, in the order it builds them.
+ROLE_IMAGES = tuple(role.name for role in ROLES.values() if role.has_image)
 INPUTS_LABEL = "aidclab.inputs"
 
 
@@ -307,7 +308,7 @@ def _node_context(house: Path, objects: Path) -> Path:
 def build_images(force: bool = False) -> None:
     phases = Phases("images")
     client = docker_client()
-    tags = [BASE_IMAGE, NODE_IMAGE, *(f"aidclab/{role}:latest" for role in ROLE_IMAGES)]
+    tags = [BASE_IMAGE, NODE_IMAGE, *(ROLES[role].image for role in ROLE_IMAGES)]
     before = image_ids(client, tags)
     with phases.phase("base", BASE_IMAGE):
         build_base(client, force=force)
@@ -319,7 +320,7 @@ def build_images(force: bool = False) -> None:
         _docker_build(client, _node_context(house, objects), NODE_IMAGE)
     with phases.phase("roles", ", ".join(ROLE_IMAGES)):
         for role in ROLE_IMAGES:
-            _docker_build(client, RECIPES / role, f"aidclab/{role}:latest")
+            _docker_build(client, RECIPES / role, ROLES[role].image)
     with phases.phase("tidy", "the images this build replaced"):
         removed, kept = remove_replaced(client, before)
         if kept:

@@ -1,5 +1,5 @@
-"""``aidclab link set NODE:IF down|up|bandwidth BW|loss ...``: fault injection on a link
-(docs/time-and-fidelity.md, docs/fare.md).
+"""``aidclab link set NODE:IF down|up|bandwidth BW|loss ...|delay D [jitter J]``: fault injection on a link
+(docs/time-and-fidelity.md, docs/fare.md, docs/delay.md).
 
 * ``down`` / ``up`` sets the interface administratively down/up inside the node (a failed port): the far end
   loses carrier, and both agents see it through netlink and re-route at once.
@@ -10,6 +10,9 @@
   IF): every packet crosses it, whatever sent it (unicast, BIER, network-BIER, INA, BGP, IGMP), and each
   drop is counted per end and cause. Independent, bursty (mean burst length) or a full Gilbert-Elliott
   chain (``aidcnet.ebpf.link_fault``).
+* ``delay D [jitter J]`` holds what both ends send (``--one-way``: what NODE sends on IF) for D of fabric
+  time after the shaper, varied by up to ± J without reordering: the lab's delay relay
+  (:mod:`orchestrator.lab.relay`) is started, told or stopped to match, and fabric.json records it.
 
 Down/up and the agents' view go through the node's own tools (``ip`` via docker exec, and the node's agent
 through its control socket);
@@ -27,12 +30,13 @@ from typing import TYPE_CHECKING, Protocol
 from aidcnet.agent.control import ControlError
 from aidcnet.ebpf.link_fault import FaultError, LinkFault, parse_loss_words
 from aidcnet.fare.bandwidth import BandwidthError, format_bandwidth, parse_bandwidth
+from orchestrator.lab.delay import DelayError, parse_delay_words
 from orchestrator.lab.fabric import EndShaper, Fabric, FabricError
 
 if TYPE_CHECKING:
     from aidcnet.agent.client import AgentClient
 
-ACTIONS = ("down", "up", "bandwidth", "loss")
+ACTIONS = ("down", "up", "bandwidth", "loss", "delay")
 _ENDPOINT = re.compile(r"^(?P<node>[^:\s]+):(?P<iface>[A-Za-z0-9_.-]{1,15})$")
 
 
@@ -101,6 +105,12 @@ class FabricIO(Protocol):
     def set_link_fault(self, netns: str, interface: str, fault: LinkFault) -> None: ...
 
 
+class RelayIO(Protocol):
+    """What link set needs from :mod:`orchestrator.lab.relayctl` (a fake in unit tests)."""
+
+    def sync(self, lab_dir: Path, fabric: Fabric) -> str | None: ...
+
+
 def _values(value: str | list[str] | None) -> list[str]:
     if value is None:
         return []
@@ -115,6 +125,7 @@ def link_set(
     value: str | list[str] | None = None,
     one_way: bool = False,
     fabric_io: FabricIO | None = None,
+    relay_io: RelayIO | None = None,
 ) -> list[str]:
     """Apply the change; returns one line per end touched. Raises LinkSetError naming what is wrong."""
     node, interface = parse_endpoint(endpoint)
@@ -148,6 +159,13 @@ def link_set(
         raise LinkSetError(str(exc)) from None
     if action == "loss":
         return _set_loss(fabric_io, fabric, lab_dir, here, peer, words, one_way)
+    if action == "delay":
+        if relay_io is None:
+            from orchestrator.lab import relayctl
+
+            relay_io = relayctl  # type: ignore[assignment]
+        assert relay_io is not None
+        return _set_delay(fabric_io, relay_io, fabric, lab_dir, here, peer, words, one_way)
     return _set_bandwidth(runtime, fabric_io, fabric, lab_dir, here, peer, words)
 
 
@@ -224,3 +242,30 @@ def _set_loss(
         lines.append(f"{name} -> {other.node}:{other.interface}: {fault.describe()}")
     fabric_io.write_fabric(lab_dir, fabric)
     return lines
+
+
+def _set_delay(
+    fabric_io: FabricIO,
+    relay_io: RelayIO,
+    fabric: Fabric,
+    lab_dir: Path,
+    here: End,
+    peer: End,
+    words: list[str],
+    one_way: bool,
+) -> list[str]:
+    from orchestrator.lab.relay import RelayError
+
+    name = f"{here.node}:{here.interface}"
+    try:
+        delay = parse_delay_words(words)
+        fabric, changed = fabric.with_delay(name, delay, one_way)
+    except (DelayError, FabricError) as exc:
+        raise LinkSetError(f"{name}: {exc}") from None
+    fabric_io.write_fabric(lab_dir, fabric)
+    lines = [f"{end.name} -> {end.peer}: {delay.describe()}" for end in changed]
+    try:
+        said = relay_io.sync(lab_dir, fabric)
+    except RelayError as exc:
+        raise LinkSetError(f"{name}: fabric.json has the delay, the relay did not follow: {exc}") from None
+    return [*lines, *([said] if said else [])]

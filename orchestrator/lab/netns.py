@@ -16,9 +16,10 @@ import ctypes
 import os
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any, TypeVar
 
 from pyroute2 import IPRoute, NetNS
 
@@ -29,6 +30,7 @@ NET_DEV_COLUMNS = (
 )  # fmt: skip
 
 
+T = TypeVar("T")
 CLONE_NEWNET = 0x40000000  # linux/sched.h
 NETLINK_ROUTE = 0
 
@@ -62,7 +64,15 @@ def open_handle(netns: str | Path, create: bool = False) -> IPRoute:
 
 def _route_socket_in(path: str) -> int:
     """The file descriptor of a NETLINK_ROUTE socket opened inside the network namespace at ``path``."""
-    made: dict[str, int | BaseException] = {}
+    return opened_in(
+        path, lambda: socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, NETLINK_ROUTE).detach()
+    )
+
+
+def opened_in(path: str, opener: Callable[[], T]) -> T:
+    """What ``opener`` returns, called inside the network namespace at ``path``: a socket or a device's file
+    descriptor stays in the namespace it was made in (a netlink socket, a tap)."""
+    made: dict[str, Any] = {}
 
     def enter_and_open() -> None:
         try:
@@ -73,17 +83,17 @@ def _route_socket_in(path: str) -> int:
                     raise OSError(errno, f"setns into {path}: {os.strerror(errno)}")
             finally:
                 os.close(fd)
-            made["fd"] = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, NETLINK_ROUTE).detach()
+            made["value"] = opener()
         except BaseException as exc:  # raised again in the caller's thread
             made["error"] = exc
 
     # The thread ends inside the namespace; no other thread ever leaves the orchestrator's own.
-    thread = threading.Thread(target=enter_and_open, name="netns-socket")
+    thread = threading.Thread(target=enter_and_open, name="netns-open")
     thread.start()
     thread.join()
     if "error" in made:
-        raise made["error"]  # type: ignore[misc]
-    return made["fd"]  # type: ignore[return-value]
+        raise made["error"]
+    return made["value"]
 
 
 def _libc() -> ctypes.CDLL:

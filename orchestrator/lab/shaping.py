@@ -1,7 +1,7 @@
 """Shapers, qdisc counters and node CPU time, read and written from the host into each node's namespace.
 
 Everything here works for any node image (ours, FRR, plain linux): shapers go in through netlink
-(pyroute2) into the namespace at ``/run/netns/clab-<lab>-<node>`` (DESIGN.md §2), and CPU time is read
+(pyroute2) into the namespace at ``/run/netns/clab-<lab>-<node>`` (docs/design.md §2), and CPU time is read
 from the container's cgroup on the host. Nothing runs inside the node.
 
 The shaper is a root TBF per link end: rate = the plan's bandwidth / time.scale, limit = the plan's queue
@@ -224,6 +224,30 @@ def node_drop_counters(pid: int, interfaces: Iterable[str], proc: Path = Path("/
     return out
 
 
+def machine_cpu_s(proc: Path = Path("/proc")) -> float:
+    """CPU seconds the whole machine has been busy since boot, all cores (``/proc/stat``: user, nice,
+    system, irq, softirq and steal; not idle or iowait): our agents, the kernel forwarding for them, Docker
+    and the orchestrator alike."""
+    fields = (proc / "stat").read_text().split("\n", 1)[0].split()[1:]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields[:8])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def udp_rx_backlog(pid: int, proc: Path = Path("/proc")) -> int:
+    """Bytes waiting in the receive queues of every UDP socket of a node (its namespace's
+    ``/proc/PID/net/udp``, ``rx_queue`` in hex): what arrived and its software has not read yet."""
+    try:
+        lines = (proc / str(pid) / "net" / "udp").read_text().splitlines()[1:]
+    except OSError as exc:
+        raise FabricIOError(f"pid {pid}: cannot read its /proc/net/udp ({exc}); did the node stop?") from None
+    total = 0
+    for line in lines:
+        fields = line.split()
+        if len(fields) > 4:
+            total += int(fields[4].partition(":")[2] or "0", 16)
+    return total
+
+
 def container_pid(netns: str) -> int:
     """The PID behind a ``/run/netns`` link deploy made (a symlink to ``/proc/PID/ns/net``)."""
     target = os.readlink(netns)
@@ -321,24 +345,30 @@ def attach_link_fault(netns: str, interface: str, obj: Path, replace: bool = Fal
     return attach_link_faults(netns, [interface], obj, replace)[interface]
 
 
-def _fault_maps(prog_id: int) -> dict[str, int]:
+def program_maps(prog_id: int) -> dict[str, int]:
+    """name -> id of every map a loaded program uses (``bpftool prog show`` and ``map show``)."""
     import json
-
-    from aidcnet.ebpf.link_fault import MAPS
 
     tool = _bpftool()
     prog = json.loads(_run([tool, "-j", "prog", "show", "id", str(prog_id)], f"program {prog_id}"))
     maps = {}
     for map_id in prog.get("map_ids", []):
         info = json.loads(_run([tool, "-j", "map", "show", "id", str(map_id)], f"map {map_id}"))
-        if info.get("name") in MAPS:
-            maps[info["name"]] = int(map_id)
+        maps[str(info.get("name"))] = int(map_id)
+    return maps
+
+
+def _fault_maps(prog_id: int) -> dict[str, int]:
+    from aidcnet.ebpf.link_fault import MAPS
+
+    maps = {name: map_id for name, map_id in program_maps(prog_id).items() if name in MAPS}
     if set(maps) != set(MAPS):
         raise FabricIOError(f"program {prog_id} lacks maps {sorted(set(MAPS) - set(maps))}: not link_fault?")
     return maps
 
 
-def _map_write(map_id: int, value: bytes) -> None:
+def map_write(map_id: int, value: bytes) -> None:
+    """Key 0 of an array map set to ``value`` (its bytes as the program reads them)."""
     _run(
         [_bpftool(), "map", "update", "id", str(map_id), "key", "hex", "00", "00", "00", "00",
          "value", "hex", *(f"{b:02x}" for b in value)],
@@ -367,8 +397,8 @@ def _prog(netns: str, interface: str) -> int:
 def set_link_fault(netns: str, interface: str, fault: LinkFault) -> None:
     """Change the loss of one link end at runtime (the chain restarts in Good)."""
     maps = _fault_maps(_prog(netns, interface))
-    _map_write(maps["lf_config"], fault.encode())
-    _map_write(maps["lf_state"], bytes(4))
+    map_write(maps["lf_config"], fault.encode())
+    map_write(maps["lf_state"], bytes(4))
 
 
 def read_link_fault(netns: str, interface: str) -> tuple[LinkFault, FaultStats]:
@@ -380,13 +410,27 @@ def read_link_fault(netns: str, interface: str) -> tuple[LinkFault, FaultStats]:
 def egress_programs(net_show: list[dict[str, Any]], name: str | None = None) -> dict[str, int]:
     """interface -> id of the tc program at its egress, from ``bpftool -j net show`` in one namespace. With
     ``name``, only filters tc named after that program's object (tc calls one "link_fault.o:[tc]")."""
+    return tc_programs(net_show, "egress", name)
+
+
+def tc_programs(net_show: list[dict[str, Any]], hook: str, name: str | None = None) -> dict[str, int]:
+    """interface -> id of the tc program at its clsact ``hook`` (``ingress`` or ``egress``); see
+    :func:`egress_programs`. An interface with several filters there gives the last one listed."""
     out: dict[str, int] = {}
     for section in net_show:
         for entry in section.get("tc", []):
-            at_egress = entry.get("kind") == "clsact/egress" and "devname" in entry and "id" in entry
-            if at_egress and (name is None or str(entry.get("name", "")).startswith(f"{name}.o:")):
+            here = entry.get("kind") == f"clsact/{hook}" and "devname" in entry and "id" in entry
+            if here and (name is None or str(entry.get("name", "")).startswith(f"{name}.o:")):
                 out[entry["devname"]] = int(entry["id"])
     return out
+
+
+def tc_list(netns: str) -> list[dict[str, Any]]:
+    """``bpftool -j net show`` inside one namespace."""
+    import json
+
+    out = _run([*_in_netns(netns), _bpftool(), "-j", "net", "show"], f"{netns}: listing tc programs")
+    return json.loads(out or "[]")
 
 
 def fault_stats_maps(progs: list[dict[str, Any]], maps: list[dict[str, Any]]) -> dict[int, int]:

@@ -16,6 +16,9 @@ Pure logic plus the writing of files; nothing here touches Docker or the kernel.
   underlay address and Docker endpoint; ``load_split`` turns it back into the whole lab (the source's
   nodes and links, each node under its part's container name), which is what plan, configure and replay
   act on.
+- ``local``: every part on this machine, each in a namespace of its own that stands in for its host
+  (``orchestrator.lab.vxlan.local_underlay``, named ``aidclab-<lab>-<host>``); the manifest names them,
+  and ``orchestrator.lab.splitlab`` deploys and destroys the parts there.
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ class Part:
     underlay: str
     docker_host: str = ""
     nodes: list[str] = field(default_factory=list)
+    underlay_netns: str = ""  # local: the namespace standing in for the host
 
 
 @dataclass(frozen=True)
@@ -78,6 +82,7 @@ class SplitPlan:
     cuts: list[Cut]
     dst_port: int
     underlay_mtu: int
+    local_underlay: str = ""  # local: the prefix of the parts' underlay namespaces
 
     def host_of(self, node: str) -> str:
         return next(p.host for p in self.parts.values() if node in p.nodes)
@@ -87,6 +92,11 @@ class SplitPlan:
             VXLAN_OVERHEAD_V6 if any(":" in p.underlay for p in self.parts.values()) else VXLAN_OVERHEAD_V4
         )
         return min(link.mtu, self.underlay_mtu - overhead)
+
+
+def local_prefix(lab: str) -> str:
+    """The prefix of the namespaces that stand in for the hosts of ``lab``'s parts on one machine."""
+    return f"aidclab-{lab}"
 
 
 def default_partition(topo: Topology, hosts: list[str], assign: dict[str, str]) -> dict[str, str]:
@@ -138,10 +148,19 @@ def plan_split(
     vni_base: int = DEFAULT_VNI_BASE,
     dst_port: int = DEFAULT_DST_PORT,
     underlay_mtu: int = DEFAULT_UNDERLAY_MTU,
+    local: bool = False,
 ) -> SplitPlan:
+    """``local``: the parts run side by side on this machine, each in its own underlay namespace."""
+    from orchestrator.lab.vxlan import local_netns
+
     assign = assign or {}
-    underlay = dict(underlay or {})
     problems = []
+    if local and (docker_hosts or underlay):
+        problems.append(
+            f"--local puts every part on this machine, at the underlay addresses {LOCAL_UNDERLAY} gives: "
+            "leave out --docker-host and --underlay"
+        )
+    underlay = dict(underlay or {})
     if len(hosts) < 2 or len(set(hosts)) != len(hosts):
         problems.append(f"--hosts: give two or more distinct host names, got {','.join(hosts) or 'none'}")
     for n, h in assign.items():
@@ -174,6 +193,7 @@ def plan_split(
             underlay=underlay[h],
             docker_host=(docker_hosts or {}).get(h, ""),
             nodes=[n for n in topo.nodes if placed[n] == h],
+            underlay_netns=local_netns(local_prefix(topo.name), h) if local else "",
         )
         for h in hosts
     }
@@ -187,7 +207,7 @@ def plan_split(
         for link in topo.links
         if placed[link.a.node] != placed[link.b.node]
     ]
-    return SplitPlan(topo, parts, cuts, dst_port, underlay_mtu)
+    return SplitPlan(topo, parts, cuts, dst_port, underlay_mtu, local_prefix(topo.name) if local else "")
 
 
 def _vxlan_link(end: Any, remote: str, vni: int, port: int, mtu: int) -> dict[str, Any]:
@@ -256,11 +276,13 @@ def part_documents(plan: SplitPlan, raw: dict[str, Any], out_dir: Path) -> dict[
 
 
 def manifest(plan: SplitPlan, out_dir: Path) -> dict[str, Any]:
+    local = {"local-underlay": plan.local_underlay} if plan.local_underlay else {}
     return {
         "lab": plan.source.name,
         "source": os.path.relpath(plan.source.path.resolve(), out_dir.resolve()),
         "dst-port": plan.dst_port,
         "underlay-mtu": plan.underlay_mtu,
+        **local,
         "parts": [
             {
                 "host": p.host,
@@ -268,6 +290,7 @@ def manifest(plan: SplitPlan, out_dir: Path) -> dict[str, Any]:
                 "lab": p.lab,
                 "underlay": p.underlay,
                 "docker-host": p.docker_host,
+                **({"underlay-netns": p.underlay_netns} if p.underlay_netns else {}),
                 "nodes": p.nodes,
             }
             for p in plan.parts.values()
@@ -314,6 +337,9 @@ class SplitLab:
     manifest_path: Path
     whole: Topology
     parts: list[dict[str, Any]]
+    # local: the prefix of the parts' underlay namespaces on this machine, and the underlay's MTU
+    local_underlay: str = ""
+    underlay_mtu: int = DEFAULT_UNDERLAY_MTU
 
     def part_topology(self, host: str) -> Topology:
         part = next(p for p in self.parts if p["host"] == host)
@@ -350,7 +376,8 @@ def load_split(path: str | Path) -> SplitLab:
     # inner MTU its VXLAN devices were made with, or the agents would raise it past what the underlay carries.
     cut_mtu = {c["index"]: c["mtu"] for c in doc.get("cuts") or []}
     whole.links = [replace(lk, mtu=cut_mtu[lk.index]) if lk.index in cut_mtu else lk for lk in whole.links]
-    return SplitLab(path, whole, parts)
+    local = str(doc.get("local-underlay") or "")
+    return SplitLab(path, whole, parts, local, int(doc.get("underlay-mtu") or DEFAULT_UNDERLAY_MTU))
 
 
 def parse_pairs(items: Iterable[str], what: str) -> dict[str, str]:

@@ -1,6 +1,6 @@
 """Containerlab topology files: parse, validate against containerlab's schema, then check meaning.
 
-A lab file that aidclab deploys must also be deployable by containerlab itself (DESIGN.md §2), so we
+A lab file that aidclab deploys must also be deployable by containerlab itself (docs/design.md §2), so we
 read the same format and the same inheritance rules: ``topology.defaults`` < ``kinds[kind]`` <
 ``groups[group]`` < the node itself. Maps (env, labels, sysctls) merge key by key; binds accumulate;
 every other key is taken from the most specific level that sets it.
@@ -176,7 +176,7 @@ class Topology:
 
 @cache
 def clab_schema() -> dict[str, Any]:
-    """containerlab's JSON schema, with ``\\p{N}\\p{L}`` rewritten for Python's ``re`` (DESIGN.md §2)."""
+    """containerlab's JSON schema, with ``\\p{N}\\p{L}`` rewritten for Python's ``re`` (docs/design.md §2)."""
     text = resources.files("orchestrator.lab").joinpath("schema/clab.schema.json").read_text()
     return json.loads(text)
 
@@ -358,7 +358,7 @@ def _build_node(name: str, raw: dict[str, Any] | None, topo: dict[str, Any], pro
     elif node.kind not in SUPPORTED_KINDS:
         problems.append(
             f"topology/nodes/{name}/kind: {node.kind!r} is not deployable by aidclab; "
-            f"our nodes and FRR are kind: linux with their image (DESIGN.md §2)"
+            f"our nodes and FRR are kind: linux with their image (docs/design.md §2)"
         )
     if not node.image:
         problems.append(

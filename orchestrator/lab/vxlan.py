@@ -115,7 +115,8 @@ def create_end(lab: str, vx: VxlanLink, pid: int, underlay_netns: str | None = N
         raise VxlanError(
             f"{_where(vx)}: netlink refused it: {exc.args[-1]} (errno {exc.code}); a VXLAN device with VNI "
             f"{vx.vni} on UDP {vx.dst_port} may already exist in the underlay namespace "
-            f"{underlay_netns or '(host)'}: two parts on one machine need one underlay namespace each"
+            f"{underlay_netns or '(host)'}: two parts on one machine need one underlay namespace each "
+            "(`aidclab split --local` makes them)"
         ) from exc
 
 
@@ -138,12 +139,25 @@ def remove_lab_devices(lab: str | None, underlay_netns: str | None = None) -> in
     return removed
 
 
+def local_netns(prefix: str, part: str) -> str:
+    """The namespace that stands in for host ``part`` (``local_underlay``)."""
+    return f"{prefix}-{part}"
+
+
+def _hub_netns(prefix: str) -> str:
+    return f"{prefix}-ul"
+
+
+def _local_names(prefix: str, parts: list[str]) -> list[str]:
+    return [local_netns(prefix, p) for p in parts] + [_hub_netns(prefix)]
+
+
 def local_underlay(parts: dict[str, str], prefix: str, mtu: int = 9500) -> dict[str, str]:
     """Stand-in hosts for parts side by side on one machine: namespace ``<prefix>-<part>`` holding the
     part's underlay address, all joined by a bridge in ``<prefix>-ul``. Returns part -> namespace.
     Idempotent: an existing setup is removed first."""
     remove_local_underlay(prefix, list(parts))
-    hub = f"{prefix}-ul"
+    hub = _hub_netns(prefix)
     netns.create(hub)
     out = {}
     with netlink(hub, create=True) as h:
@@ -151,7 +165,7 @@ def local_underlay(parts: dict[str, str], prefix: str, mtu: int = 9500) -> dict[
         br = h.link_lookup(ifname="br0")[0]
         h.link("set", index=br, state="up")
         for i, (part, address) in enumerate(parts.items()):
-            name = f"{prefix}-{part}"
+            name = local_netns(prefix, part)
             netns.create(name)
             port = f"p{i}"
             h.link(
@@ -177,8 +191,14 @@ def remove_local_underlay(prefix: str, parts: list[str]) -> int:
     """Remove the namespaces ``local_underlay`` made (devices in them go with them)."""
     removed = 0
     existing = set(netns.listnetns())
-    for name in [f"{prefix}-{p}" for p in parts] + [f"{prefix}-ul"]:
+    for name in _local_names(prefix, parts):
         if name in existing:
             netns.remove(name)
             removed += 1
     return removed
+
+
+def missing_local_underlay(prefix: str, parts: list[str]) -> list[str]:
+    """The namespaces of ``local_underlay(prefix, parts)`` that do not exist."""
+    existing = set(netns.listnetns())
+    return [n for n in _local_names(prefix, parts) if n not in existing]

@@ -1,10 +1,10 @@
 """Veth data links between lab containers, through netlink (pyroute2).
 
 Each pair is created straight into the two containers' network namespaces with its final names, so
-nothing is ever left in the host namespace, even when a deploy dies halfway (DESIGN.md §5). The kernel
+nothing is ever left in the host namespace, even when a deploy dies halfway (docs/design.md §5). The kernel
 cannot set the peer end up in the same request, so a second step opens each namespace once and sets
 all of its data interfaces up. That step deletes the default route Docker installs through the
-management bridge: a lab packet with no route must be dropped, never sent toward the host (DESIGN.md §5).
+management bridge: a lab packet with no route must be dropped, never sent toward the host (docs/design.md §5).
 """
 
 from __future__ import annotations

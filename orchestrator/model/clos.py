@@ -38,7 +38,7 @@ from aidcnet.modes import Mode
 from aidcnet.replay import HEADER_SIZE
 from orchestrator.model.counts import MODES, ModelRun, link_loads
 from orchestrator.model.fabrics import Clos
-from orchestrator.model.wire import DEFAULT_MAX_DATAGRAM, bier_frame_overhead, udp_frame_overhead
+from orchestrator.model.wire import DEFAULT_MAX_DATAGRAM, replay_bier_frame_overhead, replay_frame_overhead
 from orchestrator.workloads.trace import TraceOp
 
 ENTROPY_MASK = 0xFFFFF
@@ -225,7 +225,7 @@ class ClosModel:
         """Every mode in one pass over the batches, so a trace of 60M ops is streamed, never held."""
         for mode in modes:
             if mode not in MODES:
-                raise ValueError(f"mode {mode!r}: the Clos engine knows {', '.join(MODES)}")
+                raise ValueError(f"mode '{mode}': the Clos engine knows {', '.join(MODES)}")
         loads = {m: _Loads(self.fabric) for m in modes}
         stats: dict[str, dict[str, Any]] = {
             m: {"ops": 0, "fragments": 0, "payload_bytes": 0, "bier_packets": 0, "copies": {}} for m in modes
@@ -250,7 +250,7 @@ class ClosModel:
         nfrag, payload = fragments(ops.nbytes, self.max_datagram)
         per = ops.pair_op()
         src, dst = ops.src[per], ops.dst
-        b = (payload + nfrag * udp_frame_overhead())[per].astype(np.float64)
+        b = (payload + nfrag * replay_frame_overhead())[per].astype(np.float64)
         p = nfrag[per].astype(np.float64)
         stats["payload_bytes"] += int(payload[per].sum())
         loads.add(loads.host_up, src, b, p)
@@ -327,7 +327,7 @@ class ClosModel:
         return pkt_op, pair_pkt, pkt_b, pkt_p
 
     def _host_bier(self, ops: OpArrays, loads: _Loads, stats: dict[str, Any]) -> None:
-        frame = bier_frame_overhead(self.bsl)
+        frame = replay_bier_frame_overhead(self.bsl)
         per = ops.pair_op()
         si = (self.host_bfr[ops.dst] - 1) // self.bsl
         pkt_op, pair_pkt, pkt_b, pkt_p = self._tree(ops, loads, stats, per, self.leaf_of[ops.dst], si, frame)
@@ -339,7 +339,7 @@ class ClosModel:
         stats["payload_bytes"] += int(payload[per].sum())
 
     def _net_bier(self, ops: OpArrays, loads: _Loads, stats: dict[str, Any]) -> None:
-        frame = bier_frame_overhead(self.bsl)
+        frame = replay_bier_frame_overhead(self.bsl)
         per = ops.pair_op()
         dleaf = self.leaf_of[ops.dst]
         # The BFERs are the receivers' leaves: one BitString position per leaf, not per host.
@@ -348,7 +348,7 @@ class ClosModel:
         si = (self.leaf_bfr[pl_leaf] - 1) // self.bsl
         self._tree(ops, loads, stats, pl_op, pl_leaf, si, frame)
         nfrag, payload = fragments(ops.nbytes, self.max_datagram)
-        plain = (payload + nfrag * udp_frame_overhead()).astype(np.float64)
+        plain = (payload + nfrag * replay_frame_overhead()).astype(np.float64)
         loads.add(loads.host_up, ops.src, plain, nfrag.astype(np.float64))
         loads.add(loads.host_down, ops.dst, plain[per], nfrag[per].astype(np.float64))
         stats["payload_bytes"] += int(payload[per].sum())
@@ -387,9 +387,9 @@ class ClosModel:
         total = arr.sum(axis=0)
         stats["fabric_bytes"] = float(total[0])
         stats["fabric_packets"] = float(total[1])
-        # Every packet on a link carries one fragment and a fixed set of headers: Ethernet/IPv4/UDP on
+        # Every packet on a link carries one fragment and a fixed set of headers: Ethernet/IPv4/UDP/BTH on
         # host links in unicast and network-BIER, the BIER frame between BFRs.
-        udp, bier = udp_frame_overhead(), bier_frame_overhead(self.bsl)
+        udp, bier = replay_frame_overhead(), replay_bier_frame_overhead(self.bsl)
         host_packets = float(loads.host_up[:, 1].sum() + loads.host_down[:, 1].sum())
         switch_packets = float(total[1]) - host_packets
         per_mode = {Mode.UNICAST: (udp, udp), Mode.HOST_BIER: (bier, bier), Mode.NET_BIER: (udp, bier)}

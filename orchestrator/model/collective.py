@@ -7,7 +7,7 @@ INA would run (``orchestrator.model.ina``). Both baselines are plain UDP between
 datagram follows the plan's unicast routes (``PlanModel.unicast_flow``: exact on a tree such as
 ina-fig1, the kernel hash's expectation inside an ECMP group, as for mode unicast).
 
-* ``ring`` (UDP 4793, ``aidcnet.agent.ina_worker.InaWorkerService._ring``): ranks in BFR-id order; per
+* ``ring`` (UDP 4793, ``aidcnet.agent.ina.worker.InaWorkerService._ring``): ranks in BFR-id order; per
   chunk, ``aidcnet.ina.worker.RingAllreduce`` itself decides every message (n - 1 partial sums from the
   chunk's first rank, then n - 1 copies of the result), each to the next rank's loopback, and each is
   answered by ``ack_for`` (the header with no elements) to the previous rank's loopback.
@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from aidcnet.agent.ina_worker import ps_job_config
+from aidcnet.agent.ina.worker import ps_job_config
 from aidcnet.bier.bitstring import ids_from_bitstring
 from aidcnet.ina.aggregator import Aggregator
 from aidcnet.ina.header import DType, InaHeader, Op
@@ -45,7 +45,7 @@ from aidcnet.ina.worker import (
     AllreduceJob,
     RingAllreduce,
     ack_for,
-    job_scale,
+    job_fixed_point_scale,
 )
 from aidcnet.modes import Mode
 from orchestrator.model.counts import Tally
@@ -95,8 +95,8 @@ class CollectiveModel:
     def _values(self, job: Any, elements: int) -> tuple[np.ndarray, int]:
         """A worker's array (zeros: the model counts, it does not add) and the job's fixed32 Scale."""
         dtype = DType[job.dtype.upper()]
-        scale = job_scale(len(job.workers)) if dtype is DType.FIXED32 else 0
-        return np.zeros(elements, dtype=NP_DTYPES[dtype]), scale
+        fixed_point_scale = job_fixed_point_scale(len(job.workers)) if dtype is DType.FIXED32 else 0
+        return np.zeros(elements, dtype=NP_DTYPES[dtype]), fixed_point_scale
 
     def _udp(self, frm: str, to: str, data: bytes, payload: int, tally: Tally, stats: dict[str, Any]) -> None:
         """One datagram from ``frm``'s socket to ``to``'s loopback: the links it crosses (shares where the
@@ -125,9 +125,10 @@ class CollectiveModel:
             self._ring(job, op.bytes // 4, tally, stats)
         self.finish(stats, nodes)
 
-    def _ring(self, job: Any, elements: int, tally: Tally, stats: dict[str, Any]) -> None:
+    def ring_ranks(self, job: Any, elements: int) -> tuple[list[str], list[RingAllreduce]]:
+        """The job's workers in ring order and each one's ``RingAllreduce``, as the workers build them."""
         op, dtype = Op[job.op.upper()], DType[job.dtype.upper()]
-        values, scale = self._values(job, elements)
+        values, fixed_point_scale = self._values(job, elements)
         by_id = {self.model.bfr_id(w): w for w in job.workers}
         rings = []
         for w in job.workers:
@@ -138,10 +139,13 @@ class CollectiveModel:
                 )
             rings.append(RingAllreduce(
                 values, rank=ranks.index(self.model.bfr_id(w)), ranks=ranks, job_id=job.job, bsl=self.bsl,
-                op=op, dtype=dtype, scale=scale, per_chunk=self.per_chunk,
+                op=op, dtype=dtype, scale=fixed_point_scale, per_chunk=self.per_chunk,
             ))  # fmt: skip
         rings.sort(key=lambda r: r.rank)
-        hosts = [by_id[r] for r in rings[0].ranks]
+        return [by_id[r] for r in rings[0].ranks], rings
+
+    def _ring(self, job: Any, elements: int, tally: Tally, stats: dict[str, Any]) -> None:
+        hosts, rings = self.ring_ranks(job, elements)
         n = len(hosts)
         queue: deque[tuple[int, InaHeader]] = deque((r.rank, msg) for r in rings for msg in r.originate())
         for r in rings:
@@ -188,19 +192,8 @@ class CollectiveModel:
     def _ps(
         self, job: Any, ps: str, server: Aggregator, elements: int, tally: Tally, stats: dict[str, Any]
     ) -> None:
-        from orchestrator.experiment.modes.ps import serve_request
-
-        cfg, addresses = ps_job_config(serve_request(self.plan, job), self.bsl)
-        server.add_job(cfg)  # ps_serve before every op: fresh slots, chunks restart at 0
-        op, dtype = Op[job.op.upper()], DType[job.dtype.upper()]
-        values, scale = self._values(job, elements)
-        workers = {
-            w: AllreduceJob(
-                values, job_id=job.job, bfr_id=self.model.bfr_id(w), bsl=self.bsl, op=op, dtype=dtype,
-                per_chunk=self.per_chunk, window=self._member(w, job.job).window, scale=scale,
-            )
-            for w in job.workers
-        }  # fmt: skip
+        addresses = self.ps_serve(job, server)
+        workers = self.tree_workers(job, elements)
         now = 0.0
         while not all(j.complete for j in workers.values()):
             now += TICK_S
@@ -226,6 +219,28 @@ class CollectiveModel:
                 raise ValueError(f"job {job.job}: {w} resent {j.window.retransmits} chunks in the model")
             tally.count(w, "ina.allreduce.ps")
             tally.count(w, "ina.retransmits", 0)
+
+    def tree_workers(self, job: Any, elements: int) -> dict[str, AllreduceJob]:
+        """Every worker's ``AllreduceJob`` with its own window, as ``InaWorkerService._tree`` builds it for
+        INA and for the parameter server."""
+        op, dtype = Op[job.op.upper()], DType[job.dtype.upper()]
+        values, fixed_point_scale = self._values(job, elements)
+        return {
+            w: AllreduceJob(
+                values, job_id=job.job, bfr_id=self.model.bfr_id(w), bsl=self.bsl, op=op, dtype=dtype,
+                per_chunk=self.per_chunk, window=self._member(w, job.job).window, scale=fixed_point_scale,
+            )
+            for w in job.workers
+        }  # fmt: skip
+
+    def ps_serve(self, job: Any, server: Aggregator) -> dict[int, str]:
+        """The server's job with fresh slots (``ps_serve`` before every op: chunks restart at 0), built from
+        the very request the driver sends; returns its workers' addresses by BFR-id."""
+        from orchestrator.experiment.modes.ps import serve_request
+
+        cfg, addresses = ps_job_config(serve_request(self.plan, job), self.bsl)
+        server.add_job(cfg)
+        return addresses
 
     def _ps_handle(
         self, ps: str, server: Aggregator, addresses: dict[int, str], hdr: InaHeader, tally: Tally

@@ -16,12 +16,11 @@ from typing import Any
 
 import numpy as np
 
-from aidcnet.modes import Mode
+from aidcnet.modes import MODELLED, Mode, in_order
 from orchestrator.experiment.records import LinkCounters, link_id
 
-# The message modes both engines model, and the collective (AllReduce) modes the plan engine models.
-MODES: tuple[Mode, ...] = (Mode.UNICAST, Mode.HOST_BIER, Mode.NET_BIER)
-REDUCE_MODES: tuple[Mode, ...] = (Mode.INA, Mode.RING, Mode.PS)
+# The message modes both engines model (the plan engine also the collectives), in report order.
+MODES: tuple[Mode, ...] = in_order(MODELLED)
 
 
 @dataclass

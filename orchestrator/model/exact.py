@@ -3,11 +3,11 @@ and agent counter. Exact by construction where the emulation is deterministic, b
 made by the code the nodes run:
 
 * BIER: each BFR's BIFTs come from its node file (``orchestrator.configure.plan.node_config``) through
-  the agent's own ``aidcnet.agent.bier_service.build_tables``; the BFIR decision is
+  the agent's own ``aidcnet.agent.bier.service.build_tables``; the BFIR decision is
   ``aidcnet.bier.forwarding.impose`` and every hop's is ``forward`` (RFC 8279 §6.5, ECMP by the packet's
   Entropy), so BIER paths, copies and per-SI packets are the emulator's own.
 * Network-BIER: the leaf's Entropy is ``aidcnet.bier.edge.flow_entropy`` of (S, G, ports) and the groups
-  are the replay's (``orchestrator.experiment.groups.derive_groups``).
+  are the replay's (``orchestrator.experiment.replay_groups.derive_groups``).
 * Unicast: the plan's routes (the static routes the nodes install). The kernel picks among equal-cost
   next hops with a hash whose key is random per boot, so a link inside an ECMP group gets the expected
   share and is marked hashed; sums across a tier boundary (``tier_sums``) stay exact.
@@ -26,23 +26,21 @@ hold it equal to this one.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from fractions import Fraction
 from functools import cache
 from typing import Any
 
-from aidcnet.agent.bier_service import HOST_BIER_GROUP, build_tables
+from aidcnet.agent.bier.service import HOST_BIER_GROUP, build_tables
 from aidcnet.bier.bift import Bift
 from aidcnet.bier.bitstring import bitstrings_from_ids
 from aidcnet.bier.edge import flow_entropy
 from aidcnet.bier.forwarding import forward, impose
 from aidcnet.ipv4 import QP_PORT_BASE, ROCEV2_PORT
-from aidcnet.modes import Mode
+from aidcnet.modes import COLLECTIVE, MODELLED, PER_RECEIVER, Mode, in_order
 from orchestrator.configure.plan.context import natural_key
-from orchestrator.configure.plan.model import LabPlan
+from orchestrator.configure.plan.schema import LabPlan
 from orchestrator.model.counts import (
-    MODES,
-    REDUCE_MODES,
     ModelRun,
     Tally,
     link_loads,
@@ -51,14 +49,17 @@ from orchestrator.model.counts import (
 )
 from orchestrator.model.wire import (
     DEFAULT_MAX_DATAGRAM,
-    bier_frame_overhead,
     fragment_sizes,
+    replay_bier_frame_overhead,
+    replay_frame_overhead,
     udp_frame_overhead,
 )
 from orchestrator.workloads.trace import TraceOp
 
-# The BFIR's TTL for imposed packets (aidcnet.agent.bier_dataplane.DEFAULT_TTL via BierHost.send).
+# The BFIR's TTL for imposed packets (aidcnet.agent.bier.dataplane.DEFAULT_TTL via BierHost.send).
 BIER_TTL = 64
+# One mode's counting: ``engine(ops, tally, stats)`` adds the run's traffic to ``tally``.
+Engine = Callable[[list[TraceOp], Tally, dict[str, Any]], None]
 ENTROPY_MASK = 0xFFFFF
 
 
@@ -108,6 +109,7 @@ class PlanModel:
             self.routes.update(self.fare_routes)
         self._bier: dict[str, tuple[dict[int, Bift], dict[str, tuple[str, str]]]] = {}
         self._flows: dict[tuple[str, str], dict[int, Fraction]] = {}
+        self._onward_shares: dict[tuple[str, str], dict[int, Fraction]] = {}
 
     # -- state the nodes hold ----------------------------------------------------------------------
     def bier_tables(self, node: str) -> tuple[dict[int, Bift], dict[str, tuple[str, str]]]:
@@ -148,64 +150,56 @@ class PlanModel:
         """Link direction -> share of one src->dst packet crossing it (1 where no ECMP splits)."""
         key = (src, dst)
         got = self._flows.get(key)
+        if got is None:
+            got = self._flows[key] = self._onward(src, dst, frozenset())
+        return got
+
+    def _onward(self, node: str, dst: str, before: frozenset[str]) -> dict[int, Fraction]:
+        """The shares of one packet at ``node`` on its way to ``dst`` (``before``: the nodes it crossed),
+        each node's own computed once per destination: every source behind it shares them."""
+        key = (node, dst)
+        got = self._onward_shares.get(key)
         if got is not None:
             return got
+        if node in before:
+            raise ModelError(f"routes to {dst} loop through {node} in the plan of lab {self.plan.lab}")
+        nh = self.routes.get(node, {}).get(dst)
+        if not nh:
+            raise ModelError(f"{node} has no route to {dst} in the plan of lab {self.plan.lab}")
+        total = sum(w for _dev, _nbr, w in nh)
         out: dict[int, Fraction] = {}
-        frontier = {src: Fraction(1)}
-        hops = 0
-        while frontier:
-            hops += 1
-            if hops > len(self.plan.nodes):
-                raise ModelError(f"routes from {src} to {dst} loop in the plan of lab {self.plan.lab}")
-            nxt: dict[str, Fraction] = {}
-            for node, share in frontier.items():
-                nh = self.routes.get(node, {}).get(dst)
-                if not nh:
-                    raise ModelError(f"{node} has no route to {dst} in the plan of lab {self.plan.lab}")
-                total = sum(w for _dev, _nbr, w in nh)
-                for dev, neighbor, w in nh:
-                    part = share * w / total
-                    d = self.port[(node, dev)]
-                    out[d] = out.get(d, Fraction(0)) + part
-                    if neighbor != dst:
-                        nxt[neighbor] = nxt.get(neighbor, Fraction(0)) + part
-            frontier = nxt
-        self._flows[key] = out
+        for dev, neighbor, w in nh:
+            part = Fraction(w, total)
+            rest = {} if neighbor == dst else self._onward(neighbor, dst, before | {node})
+            if part == 1 and not out:
+                out.update(rest)  # a single next hop (the common case): no arithmetic
+            else:
+                for d, share in rest.items():
+                    out[d] = out.get(d, Fraction(0)) + part * share
+            d = self.port[(node, dev)]
+            out[d] = out.get(d, Fraction(0)) + part
+        self._onward_shares[key] = out
         return out
 
     # -- the run ------------------------------------------------------------------------------------
-    def run(self, ops: Iterable[TraceOp], mode: str, ps_host: str | None = None) -> ModelRun:
+    def run(self, ops: Iterable[TraceOp], mode: Mode, ps_host: str | None = None) -> ModelRun:
         """``ps_host``: mode ps's parameter server (the replay's ``--ps-host``); by default the replay's
         own default, the first gpu-host outside the job."""
-        if mode not in MODES + REDUCE_MODES:
-            raise ModelError(f"mode {mode!r}: the plan model knows {', '.join(MODES + REDUCE_MODES)}")
+        engine = self.engines(ps_host).get(mode)
+        if engine is None:
+            known = ", ".join(in_order(MODELLED | COLLECTIVE))
+            raise ModelError(f"mode '{mode}': the plan model knows {known}")
         ops = list(ops)
         tally = Tally(len(self.plan.links))
         stats: dict[str, Any] = {"ops": len(ops), "payload_bytes": 0, "header_bytes": 0}
-        if mode == Mode.UNICAST:
-            for op in ops:
-                self._unicast(op, tally, stats)
-        elif mode == Mode.HOST_BIER:
-            per_op = [self._host_bier(op, tally, stats) for op in ops]
-            stats["bier_packets_per_op"] = _mean(per_op)
-            stats["bier_packets"] = sum(per_op)
-        elif mode in REDUCE_MODES:
-            from orchestrator.model.collective import CollectiveModel
-            from orchestrator.model.ina import InaModel
-
-            try:
-                if mode == Mode.INA:
-                    InaModel(self).run_ops(ops, tally, stats)
-                elif mode == Mode.RING:
-                    CollectiveModel(self).run_ring(ops, tally, stats)
-                else:
-                    CollectiveModel(self).run_ps(ops, tally, stats, ps_host)
-            except ValueError as exc:
-                raise ModelError(f"lab {self.plan.lab}: {exc}") from exc
-        else:
-            self._net_bier(ops, tally, stats)
+        try:
+            engine(ops, tally, stats)
+        except ModelError:
+            raise
+        except ValueError as exc:  # e.g. a collective's job the lab cannot run
+            raise ModelError(f"lab {self.plan.lab}: {exc}") from exc
         run = self._finish(ops, mode, tally, stats)
-        if mode == Mode.UNICAST:
+        if mode in PER_RECEIVER:
             from orchestrator.model.fare import plane_shares
 
             shares = plane_shares(run)
@@ -214,7 +208,31 @@ class PlanModel:
                 stats["plane_shares"] = shares
         return run
 
-    def _finish(self, ops: Sequence[TraceOp], mode: str, tally: Tally, stats: dict[str, Any]) -> ModelRun:
+    def engines(self, ps_host: str | None = None) -> dict[Mode, Engine]:
+        """How each mode the plan model knows is counted: the message modes without runtime state
+        (``MODELLED``) here, the collectives (``COLLECTIVE``) in their own models."""
+        from orchestrator.model.collective import CollectiveModel
+        from orchestrator.model.ina import InaModel
+
+        return {
+            Mode.UNICAST: self._unicast_ops,
+            Mode.HOST_BIER: self._host_bier_ops,
+            Mode.NET_BIER: self._net_bier,
+            Mode.INA: lambda ops, tally, stats: InaModel(self).run_ops(ops, tally, stats),
+            Mode.RING: lambda ops, tally, stats: CollectiveModel(self).run_ring(ops, tally, stats),
+            Mode.PS: lambda ops, tally, stats: CollectiveModel(self).run_ps(ops, tally, stats, ps_host),
+        }
+
+    def _unicast_ops(self, ops: list[TraceOp], tally: Tally, stats: dict[str, Any]) -> None:
+        for op in ops:
+            self._unicast(op, tally, stats)
+
+    def _host_bier_ops(self, ops: list[TraceOp], tally: Tally, stats: dict[str, Any]) -> None:
+        per_op = [self._host_bier(op, tally, stats) for op in ops]
+        stats["bier_packets_per_op"] = _mean(per_op)
+        stats["bier_packets"] = sum(per_op)
+
+    def _finish(self, ops: Sequence[TraceOp], mode: Mode, tally: Tally, stats: dict[str, Any]) -> ModelRun:
         links = link_loads(self.endpoints, tally)
         sources = sorted({op.src for op in ops}, key=natural_key)
         egress = source_egress(links, set(sources))
@@ -230,15 +248,20 @@ class PlanModel:
             stats=stats,
         )
 
+    def unicast_message(self, size: int) -> tuple[list[int], int]:
+        """A unicast message of ``size`` bytes as the replay sends it: its fragments' UDP payloads and its
+        bytes on every link it crosses (each fragment in its Ethernet, IPv4 and UDP headers)."""
+        frags = fragment_sizes(size, self.max_datagram)
+        return frags, sum(frags) + replay_frame_overhead() * len(frags)
+
     def _unicast(self, op: TraceOp, tally: Tally, stats: dict[str, Any]) -> None:
-        frags = fragment_sizes(op.bytes, self.max_datagram)
-        nbytes = sum(frags) + udp_frame_overhead() * len(frags)
+        frags, nbytes = self.unicast_message(op.bytes)
         for dst in op.dst:
             stats["payload_bytes"] += sum(frags)
             flow = self.unicast_flow(op.src, dst)
             # Header bytes on the wire: every fragment's headers once per link it crosses (the shares
             # of an ECMP split add up to whole hops).
-            stats["header_bytes"] += int(udp_frame_overhead() * len(frags) * sum(flow.values()))
+            stats["header_bytes"] += int(replay_frame_overhead() * len(frags) * sum(flow.values()))
             for d, share in flow.items():
                 tally.add_share(d, share, nbytes, len(frags))
 
@@ -248,10 +271,10 @@ class PlanModel:
         frags = fragment_sizes(op.bytes, self.max_datagram)
         packets = 0
         # The replay hands BierService.send one fragment at a time with entropy=msg_id, so every
-        # fragment of a message is flow msg_id: one Entropy, one ECMP path (replay_service._run).
+        # fragment of a message is flow msg_id: one Entropy, one ECMP path (aidcnet.agent.replay.senders).
         entropy = op.id & ENTROPY_MASK
         for frag in frags:
-            frame = bier_frame_overhead(bsl) + frag
+            frame = replay_bier_frame_overhead(bsl) + frag
             packets += self._impose(op.src, receivers, entropy, frame, tally, stats, frag)
         return packets
 
@@ -324,74 +347,80 @@ class PlanModel:
         """Hook for network-BIER's egress at a BFER leaf (set per run)."""
 
     def _net_bier(self, ops: list[TraceOp], tally: Tally, stats: dict[str, Any]) -> None:
-        from orchestrator.configure.plan.bier import host_leaf_port
-        from orchestrator.experiment.groups import derive_groups
+        op_group = self.net_bier_groups(ops)
+        per_op = [self.net_bier_op(op, op_group[op.id], tally, stats) for op in ops]
+        stats["bier_packets_per_op"] = _mean(per_op)
+        stats["bier_packets"] = sum(per_op)
+
+    def net_bier_groups(self, ops: list[TraceOp]) -> dict[int, str]:
+        """The multicast group of every op, as the replay numbers them over the whole trace."""
+        from orchestrator.experiment.replay_groups import derive_groups
 
         user = [g.group for g in self.plan.bier.groups if not str(g.group).startswith("239.100.")]
         _groups, op_group = derive_groups(ops, avoid=user)
-        udp0 = udp_frame_overhead()
-        bsl = self.plan.bier.bsl
-        per_op = []
-        for op in ops:
-            src_if = self.fabric_interface(op.src)
-            leaf = self.peer[(op.src, src_if)]
-            ports: dict[str, list[str]] = {}
-            for d in op.dst:
-                found = host_leaf_port(self.plan, d)
-                if found is None:
-                    raise ModelError(f"{d} is not linked to a BIER leaf in lab {self.plan.lab}")
-                ports.setdefault(found[0], []).append(found[1])
-            ingress = next(
-                ep.interface
-                for link in self.plan.links
-                for ep, other in ((link.a, link.b), (link.b, link.a))
-                if ep.node == leaf and other.node == op.src and other.interface == src_if
-            )
-            bfers = sorted({self.bfr_id(n) for n in ports})
-            src_ip = self.plan.nodes[op.src].loopback
-            assert src_ip is not None
-            entropy = flow_entropy(src_ip.ip.packed, _packed(op_group[op.id]), QP_PORT_BASE, ROCEV2_PORT)
-            frags = fragment_sizes(op.bytes, self.max_datagram)
-            packets = 0
-            for frag in frags:
-                host_frame = udp0 + frag
-                tally.add(self.port[(op.src, src_if)], host_frame, 1)
-                stats["header_bytes"] += udp0
-                tally.count(leaf, "net-bier.captured")
-                tally.count(leaf, "net-bier.imposed")
-                emitted: list[str] = []
+        return op_group
 
-                def egress(
-                    node: str,
-                    res: Any,
-                    si: int,
-                    frag: int = frag,
-                    emitted: list[str] = emitted,
-                    ports: dict[str, list[str]] = ports,
-                    leaf: str = leaf,
-                    ingress: str = ingress,
-                ) -> None:
-                    if not res.local:
-                        return
-                    for port in sorted(ports.get(node, []), key=natural_key):
-                        if node == leaf and port == ingress:
-                            continue
-                        tally.add(self.port[(node, port)], udp0 + frag, 1)
-                        tally.count(node, "net-bier.emitted")
-                        emitted.append(port)
+    def net_bier_op(self, op: TraceOp, group: str, tally: Tally, stats: dict[str, Any]) -> int:
+        """One op of network-BIER: the host's multicast to its leaf, the leaf's imposition with the flow's
+        Entropy, and the receivers' leaves emitting to their hosts. Returns the BIER packets imposed."""
+        from orchestrator.configure.plan.bier import host_leaf_port
 
-                self._on_deliver = egress  # type: ignore[method-assign]
-                try:
-                    packets += self._impose(
-                        leaf, bfers, entropy, bier_frame_overhead(bsl) + frag, tally, stats, frag, False
-                    )
-                finally:
-                    del self._on_deliver
-                stats["payload_bytes"] += frag * len(emitted)
-                stats["header_bytes"] += udp0 * len(emitted)
-            per_op.append(packets)
-        stats["bier_packets_per_op"] = _mean(per_op)
-        stats["bier_packets"] = sum(per_op)
+        udp0 = replay_frame_overhead()  # around a fragment on a host link (the BTH included)
+        src_if = self.fabric_interface(op.src)
+        leaf = self.peer[(op.src, src_if)]
+        ports: dict[str, list[str]] = {}
+        for d in op.dst:
+            found = host_leaf_port(self.plan, d)
+            if found is None:
+                raise ModelError(f"{d} is not linked to a BIER leaf in lab {self.plan.lab}")
+            ports.setdefault(found[0], []).append(found[1])
+        ingress = next(
+            ep.interface
+            for link in self.plan.links
+            for ep, other in ((link.a, link.b), (link.b, link.a))
+            if ep.node == leaf and other.node == op.src and other.interface == src_if
+        )
+        bfers = sorted({self.bfr_id(n) for n in ports})
+        src_ip = self.plan.nodes[op.src].loopback
+        assert src_ip is not None
+        entropy = flow_entropy(src_ip.ip.packed, _packed(group), QP_PORT_BASE, ROCEV2_PORT)
+        packets = 0
+        for frag in fragment_sizes(op.bytes, self.max_datagram):
+            host_frame = udp0 + frag
+            tally.add(self.port[(op.src, src_if)], host_frame, 1)
+            stats["header_bytes"] += udp0
+            tally.count(leaf, "net-bier.captured")
+            tally.count(leaf, "net-bier.imposed")
+            emitted: list[str] = []
+
+            def egress(
+                node: str,
+                res: Any,
+                si: int,
+                frag: int = frag,
+                emitted: list[str] = emitted,
+                ports: dict[str, list[str]] = ports,
+                leaf: str = leaf,
+                ingress: str = ingress,
+            ) -> None:
+                if not res.local:
+                    return
+                for port in sorted(ports.get(node, []), key=natural_key):
+                    if node == leaf and port == ingress:
+                        continue
+                    tally.add(self.port[(node, port)], udp0 + frag, 1)
+                    tally.count(node, "net-bier.emitted")
+                    emitted.append(port)
+
+            self._on_deliver = egress  # type: ignore[method-assign]
+            try:
+                frame = replay_bier_frame_overhead(self.plan.bier.bsl) + frag
+                packets += self._impose(leaf, bfers, entropy, frame, tally, stats, frag, False)
+            finally:
+                del self._on_deliver
+            stats["payload_bytes"] += frag * len(emitted)
+            stats["header_bytes"] += udp0 * len(emitted)
+        return packets
 
 
 def _mean(xs: list[int]) -> float | None:
@@ -419,4 +448,4 @@ def _static_birt(plan: LabPlan, node: str, bier: Any) -> dict[int, list[str]]:
     return birt
 
 
-__all__ = ["HOST_BIER_GROUP", "MODES", "REDUCE_MODES", "ModelError", "PlanModel"]
+__all__ = ["HOST_BIER_GROUP", "ModelError", "PlanModel"]

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from aidcnet.bier.bift import SELF, build_bifts
-from aidcnet.modes import Mode
+from aidcnet.modes import BASELINES, MODELLED, Mode, in_order
 from orchestrator.model.clos import ClosModel, sub_domain_size
 from orchestrator.model.counts import MODES
 from orchestrator.model.fabrics import Clos
@@ -36,7 +36,7 @@ def _ratio(a: float, b: float) -> float:
 def _ratios(runs: dict[str, Any]) -> dict[str, float]:
     base = runs[Mode.UNICAST]
     out: dict[str, float] = {}
-    for mode in (Mode.HOST_BIER, Mode.NET_BIER):
+    for mode in in_order(MODELLED - BASELINES):  # the multicast modes against their baseline
         r = runs[mode]
         out[f"{mode} egress x"] = _ratio(base.source_egress_bytes, r.source_egress_bytes)
         out[f"{mode} above-leaf x"] = _ratio(above_leaves(base), above_leaves(r))

@@ -7,7 +7,7 @@ FARE weights (``aidcnet.fare.weights``), :func:`~aidcnet.bgp.rib.advertisements`
 peer. :func:`converge` runs exactly those three functions for every node of the plan, exchanging the
 announcements in memory (the link bandwidth rounded to float32 as the community carries it, RFC 10005)
 until nothing changes: the fixed point the sessions reach. The links and ASNs come from each node's file
-(``orchestrator.configure.plan.node_config``) as ``aidcnet.agent.bgp_service.BgpService`` builds them.
+(``orchestrator.configure.plan.node_config``) as ``aidcnet.agent.bgp.service.BgpService`` builds them.
 
 ``bandwidth`` overrides a link direction's bandwidth as ``aidclab link set NODE:IF bandwidth X`` does
 (bits/s, keyed ``"node:if"``), ``down`` takes ``"node:if"`` links down, so the model can answer what the
@@ -33,7 +33,7 @@ MAX_ROUNDS = 64
 
 def _default_bps() -> float:
     """The agent's bandwidth for a link with none configured."""
-    from aidcnet.agent.bgp_service import DEFAULT_LINK_BPS
+    from aidcnet.agent.bgp.service import DEFAULT_LINK_BPS
 
     return float(DEFAULT_LINK_BPS)
 

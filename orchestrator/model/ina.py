@@ -6,7 +6,7 @@ workers are exactly the op's hosts (``orchestrator.experiment.modes.collective.j
 cuts its array into chunks of ``aidcnet.ina.worker.DEFAULT_CHUNK_ELEMENTS`` and sends chunk ``c`` with
 P-BM = its own bit to its first hop (``ina.members[].next_hop`` of its node file); each switch hands the
 packet to an ``aidcnet.ina.aggregator.Aggregator`` built from its node file exactly as its agent builds it
-(``aidcnet.agent.ina_switch.job_config``) and acts on the decision as ``InaSwitchService._decide`` does:
+(``aidcnet.agent.ina.switch.job_config``) and acts on the decision as ``InaSwitchService._decide`` does:
 forward unchanged or send the aggregate to its next hop (UDP 4792 between link addresses), or, at the VAT
 root, impose the result on BIER with BitString = A-BM and Entropy = chunk number, which the model follows
 hop by hop with §6.5 forwarding (:meth:`orchestrator.model.exact.PlanModel._impose`).
@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from aidcnet.agent.ina_switch import job_config
+from aidcnet.agent.ina.switch import job_config
 from aidcnet.bier.bitstring import bfr_id_to_si_bit, ids_from_bitstring
 from aidcnet.config import Ina
 from aidcnet.ina.aggregator import Aggregator
@@ -122,48 +122,71 @@ class InaModel:
     def _chunk(
         self, job: Any, chunk: int, k: int, tally: Tally, stats: dict[str, Any], bytes_in: Counter[str]
     ) -> None:
-        udp0 = udp_frame_overhead()
-        op, dtype = Op[job.op.upper()], DType[job.dtype.upper()]
         payload = memoryview(np.zeros(k, dtype=">i4").tobytes())
-        queue: deque[tuple[str, str, InaHeader]] = deque()
-        for worker in job.workers:
-            member = next(m for m in self.ina[worker].members if m.job_id == job.job)
-            bfr_id = self.model.bfr_id(worker)
-            si, bit = bfr_id_to_si_bit(bfr_id, self.bsl)
-            hdr = InaHeader(
-                job_id=job.job, chunk=chunk, op=op, dtype=dtype, bsl=self.bsl, si=si, pbm=1 << (bit - 1),
-                payload=payload,
-            )
-            queue.append((worker, str(member.next_hop), hdr))
+        queue: deque[tuple[str, str, InaHeader]] = deque(
+            (worker, self.first_hop(job, worker), self.worker_packet(job, worker, chunk, payload))
+            for worker in job.workers
+        )
         while queue:
             frm, address, hdr = queue.popleft()
-            direction, here = self._hop(frm, address)
-            size = hdr.encoded_len
-            tally.add(direction, udp0 + size, 1)
-            stats["header_bytes"] += udp0 + size - 4 * k
-            if frm in self.aggregators:  # a switch's own counters; workers count theirs apart
-                tally.count(frm, "ina.tx.packets")
-                tally.count(frm, "ina.tx.bytes", size)
-            bytes_in[here] += udp0 + size
-            tally.count(here, "ina.rx.packets")
-            tally.count(here, "ina.rx.bytes", size)
-            decision = self.aggregators[here].handle(hdr)
-            if decision.action is Action.ABSORB:
-                tally.count(here, "ina.aggregated")
-            elif decision.action is Action.FORWARD:
-                tally.count(here, f"ina.{decision.reason}")
-                queue.append((here, self.next_hop[here][hdr.job_id], hdr))
-            elif decision.action is Action.TO_PARENT:
-                tally.count(here, f"ina.{decision.reason}")
-                assert decision.packet is not None
-                queue.append((here, self.next_hop[here][hdr.job_id], decision.packet))
-            elif decision.action is Action.DISSEMINATE:
-                tally.count(here, f"ina.{decision.reason}")
-                tally.count(here, "ina.disseminated")
-                assert decision.packet is not None
-                receivers = ids_from_bitstring(decision.si, decision.bitstring, self.bsl)
-                frame = bier_frame_overhead(self.bsl) + decision.packet.encoded_len
-                # Each worker's delivery counts the chunk's elements as payload (as a replay's message).
-                self.model._impose(here, receivers, chunk & ENTROPY_MASK, frame, tally, stats, 4 * k)
-            else:
-                tally.count(here, f"ina.dropped.{decision.reason}")
+            here = self.transmit(frm, address, hdr, k, tally, stats, bytes_in)[1]
+            queue.extend(self.receive(here, hdr, k, tally, stats)[0])
+
+    def first_hop(self, job: Any, worker: str) -> str:
+        """The address a worker sends its chunks to (``ina.members[].next_hop`` of its node file)."""
+        return str(next(m for m in self.ina[worker].members if m.job_id == job.job).next_hop)
+
+    def worker_packet(self, job: Any, worker: str, chunk: int, payload: memoryview) -> InaHeader:
+        """A worker's chunk: P-BM = its own bit."""
+        si, bit = bfr_id_to_si_bit(self.model.bfr_id(worker), self.bsl)
+        return InaHeader(
+            job_id=job.job, chunk=chunk, op=Op[job.op.upper()], dtype=DType[job.dtype.upper()], bsl=self.bsl,
+            si=si, pbm=1 << (bit - 1), payload=payload,
+        )  # fmt: skip
+
+    def transmit(
+        self, frm: str, address: str, hdr: InaHeader, k: int, tally: Tally, stats: dict[str, Any],
+        bytes_in: Counter[str],
+    ) -> tuple[int, str]:  # fmt: skip
+        """One INA packet from ``frm`` to the neighbour that owns ``address``: the link direction it
+        crosses and the node it reaches (``k``: its elements)."""
+        udp0 = udp_frame_overhead()
+        direction, here = self._hop(frm, address)
+        size = hdr.encoded_len
+        tally.add(direction, udp0 + size, 1)
+        stats["header_bytes"] += udp0 + size - 4 * k
+        if frm in self.aggregators:  # a switch's own counters; workers count theirs apart
+            tally.count(frm, "ina.tx.packets")
+            tally.count(frm, "ina.tx.bytes", size)
+        bytes_in[here] += udp0 + size
+        tally.count(here, "ina.rx.packets")
+        tally.count(here, "ina.rx.bytes", size)
+        return direction, here
+
+    def receive(
+        self, here: str, hdr: InaHeader, k: int, tally: Tally, stats: dict[str, Any]
+    ) -> tuple[list[tuple[str, str, InaHeader]], InaHeader | None]:
+        """``InaSwitchService._decide`` at ``here``: the packets it sends on (from, to address, packet),
+        and the result when it is the root and disseminates it (its BIER copies are in ``tally``)."""
+        decision = self.aggregators[here].handle(hdr)
+        if decision.action is Action.ABSORB:
+            tally.count(here, "ina.aggregated")
+        elif decision.action is Action.FORWARD:
+            tally.count(here, f"ina.{decision.reason}")
+            return [(here, self.next_hop[here][hdr.job_id], hdr)], None
+        elif decision.action is Action.TO_PARENT:
+            tally.count(here, f"ina.{decision.reason}")
+            assert decision.packet is not None
+            return [(here, self.next_hop[here][hdr.job_id], decision.packet)], None
+        elif decision.action is Action.DISSEMINATE:
+            tally.count(here, f"ina.{decision.reason}")
+            tally.count(here, "ina.disseminated")
+            assert decision.packet is not None
+            receivers = ids_from_bitstring(decision.si, decision.bitstring, self.bsl)
+            frame = bier_frame_overhead(self.bsl) + decision.packet.encoded_len
+            # Each worker's delivery counts the chunk's elements as payload (as a replay's message).
+            self.model._impose(here, receivers, hdr.chunk & ENTROPY_MASK, frame, tally, stats, 4 * k)
+            return [], decision.packet
+        else:
+            tally.count(here, f"ina.dropped.{decision.reason}")
+        return [], None

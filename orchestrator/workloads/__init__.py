@@ -4,7 +4,9 @@ Format: ``orchestrator.workloads.trace``, ``docs/trace-format.md``.
 
 Each generator module (``moe``, ``model_distribution``, ``checkpoint``, ``alltoall``) defines a pydantic
 ``Params`` model and a pure ``generate(params) -> Workload``: no I/O, no clock, no global random state,
-so the same parameters always give a byte-identical trace. ``cli`` is the only module that touches files.
+so the same parameters always give a byte-identical trace; ``training`` holds the three closed-loop steps
+(version-2 traces), each with its ``Params`` and ``generate_*``. ``cli`` is the only module that touches
+files.
 
 Submodules are not imported here, so that importing the package does not pull in numpy.
 """
@@ -41,6 +43,9 @@ GENERATORS: dict[str, str] = {
     "model-dist": "model_distribution",
     "checkpoint": "checkpoint",
     "all-to-all": "alltoall",
+    "moe-step": "training",
+    "pipeline-step": "training",
+    "decode-step": "training",
 }
 
 
@@ -55,8 +60,14 @@ def chunk_bytes_field() -> Any:
 
 
 def chunk_interval_field() -> Any:
+    # 0: each chunk is issued at once and leaves as fast as the source's link takes it (the senders are
+    # back-pressured); a 400G link carries a 256 KiB chunk in about 5 µs.
     return Field(
-        0.001, ge=0, allow_inf_nan=False, description="seconds between chunks", json_schema_extra=SECONDS
+        0.0,
+        ge=0,
+        allow_inf_nan=False,
+        description="fabric seconds between chunks (0: back to back, as fast as the link takes them)",
+        json_schema_extra=SECONDS,
     )
 
 
@@ -96,10 +107,11 @@ class Workload:
         return write_trace(sink, self.header, self.ops)
 
 
-def make_header(generator: str, params: WorkloadParams) -> TraceHeader:
+def make_header(generator: str, params: WorkloadParams, version: int = TRACE_VERSION) -> TraceHeader:
+    """A generator's header; ``version`` 2 for a trace with dependencies (docs/trace-format.md)."""
     return TraceHeader(
         format=FORMAT_NAME,
-        version=TRACE_VERSION,
+        version=version,
         generator=generator,
         params=params.trace_params(),
         hosts=list(params.hosts),

@@ -29,7 +29,7 @@ class AllreduceParams(WorkloadParams):
     )
     steps: int = Field(1, ge=1, description="AllReduce ops, one per training step")
     interval: float = Field(
-        0.0, ge=0, allow_inf_nan=False, description="seconds between steps", json_schema_extra=SECONDS
+        0.0, ge=0, allow_inf_nan=False, description="fabric seconds between steps", json_schema_extra=SECONDS
     )
 
     @field_validator("size")

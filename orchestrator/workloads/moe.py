@@ -47,7 +47,11 @@ class MoEParams(WorkloadParams):
     steps: int = Field(2, ge=1, description="dispatch steps (one MoE layer's dispatch per step)")
     tokens_per_host: int = Field(128, ge=1, description="tokens each host dispatches per step")
     step_interval: float = Field(
-        0.001, ge=0, allow_inf_nan=False, description="seconds between steps", json_schema_extra=SECONDS
+        0.0,
+        ge=0,
+        allow_inf_nan=False,
+        description="fabric seconds between steps (0: every step's dispatch at once)",
+        json_schema_extra=SECONDS,
     )
     skew: Literal["uniform", "zipf"] = Field(
         "uniform",

@@ -1,13 +1,21 @@
-"""The aidclab workload trace format, version 1 (JSON Lines).
+"""The aidclab workload trace format, versions 1 and 2 (JSON Lines).
 
 Line 1 is a header object, every further line one operation::
 
     {"format": "aidclab-trace", "version": 1, "generator": "moe", "params": {...}, "hosts": ["h1", ...]}
     {"t": 0.0, "op": "multicast", "src": "h1", "dst": ["h3", "h5"], "bytes": 14816, "tag": "step0", "id": 0}
 
-The reader streams: it holds one line at a time, so a trace of any size can be replayed or summarised
-in constant memory. The writer applies exactly the reader's checks, so a file it produced always
-reads back. The full specification, with the versioning rules, is ``docs/trace-format.md``.
+Version 2 adds dependencies (closed loop): an op may name the earlier ops it waits for (``after``), and
+a ``compute`` op is a phase of work on one GPU host, in fabric seconds::
+
+    {"t": 0.0, "op": "compute", "src": "h1", "seconds": 2.5e-05, "after": [0], "tag": "L0 experts", "id": 7}
+
+A version-1 trace reads unchanged; a trace without dependencies is written as version 1.
+
+The reader streams: it holds one line at a time (and, for version 2, the hosts of each op id, which the
+dependency checks need), so a trace of any size can be replayed or summarised. The writer applies exactly
+the reader's checks, so a file it produced always reads back. The full specification, with the
+versioning rules, is ``docs/trace-format.md``.
 
 This module lives in ``aidcnet`` because host agents inside the containers read traces; it therefore
 depends on pydantic and the standard library only.
@@ -28,8 +36,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from orchestrator.units import format_bytes
 
 FORMAT_NAME = "aidclab-trace"
+# The version a trace without dependencies is written in (every reader of ours takes it), and the one that
+# added them: ``after`` on any op and the ``compute`` op (closed loop, docs/trace-format.md).
 TRACE_VERSION = 1
-SUPPORTED_VERSIONS: tuple[int, ...] = (1,)
+DEPENDENCIES_VERSION = 2
+SUPPORTED_VERSIONS: tuple[int, ...] = (1, 2)
 
 Source = str | os.PathLike[str] | TextIO | Iterable[str]
 # The kinds of trace op (what the workload does), not transport modes (aidcnet.modes: how a run carries it).
@@ -37,12 +48,15 @@ OpKind = Literal["multicast", "unicast", "allreduce"]
 MULTICAST_OP: OpKind = "multicast"
 UNICAST_OP: OpKind = "unicast"
 ALLREDUCE_OP: OpKind = "allreduce"
+# Version 2: a phase of work on one GPU host (no bytes move).
+COMPUTE_OP = "compute"
 
 # Containerlab node names; anything looser would not survive being an inventory host or a file name.
 HOST_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 _HOST_RE = re.compile(HOST_PATTERN)
 
-_OP_FIELDS = ("t", "op", "src", "dst", "bytes", "tag", "id")
+_OP_FIELDS = ("t", "op", "src", "dst", "bytes", "after", "tag", "id")
+_COMPUTE_FIELDS = ("t", "op", "src", "seconds", "after", "tag", "id")
 _HEADER_FIELDS = ("format", "version", "generator", "params", "hosts")
 
 
@@ -106,17 +120,20 @@ class TraceOp(BaseModel):
     src: str
     dst: list[str] = Field(min_length=1)
     bytes: int = Field(gt=0)
+    # Version 2: the earlier ops this one waits for (docs/trace-format.md, "Dependencies").
+    after: list[int] = Field(default_factory=list)
     tag: str | None = None
     id: int = Field(ge=0)
+
+    @field_validator("after")
+    @classmethod
+    def _after(cls, v: list[int]) -> list[int]:
+        return _check_after(v)
 
     @field_validator("src")
     @classmethod
     def _src_known(cls, v: str, info: ValidationInfo) -> str:
-        _check_names([v], "host")
-        hosts = (info.context or {}).get("hosts")
-        if hosts is not None and v not in hosts:
-            raise ValueError(f"host {v!r} is not in the header's hosts")
-        return v
+        return _known_host(v, info)
 
     @field_validator("dst")
     @classmethod
@@ -142,6 +159,17 @@ class TraceOp(BaseModel):
     def fanout(self) -> int:
         return len(self.dst)
 
+    @property
+    def hosts(self) -> frozenset[str]:
+        """Every host the op involves: its source and its receivers (an AllReduce's workers)."""
+        return frozenset((self.src, *self.dst))
+
+    @property
+    def actors(self) -> frozenset[str]:
+        """The hosts that act on it and so wait for its ``after``: the source of a message, every worker
+        of an AllReduce."""
+        return self.hosts if self.op == ALLREDUCE_OP else frozenset((self.src,))
+
     def to_json(self) -> str:
         d: dict[str, Any] = {
             "t": self.t,
@@ -150,10 +178,114 @@ class TraceOp(BaseModel):
             "dst": self.dst,
             "bytes": self.bytes,
         }
+        if self.after:
+            d["after"] = self.after
         if self.tag is not None:
             d["tag"] = self.tag
         d["id"] = self.id
         return json.dumps(d, separators=(",", ":"))
+
+
+class ComputeOp(BaseModel):
+    """Version 2: host ``src`` computes for ``seconds`` of fabric time once the ops it waits for
+    (``after``) are done there; it moves no bytes. A host's compute ops run one at a time (one GPU), in
+    the order they become ready. ``dst`` is empty and ``bytes`` 0, so code that sums an op stream's
+    transfers may pass it by."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    t: float = Field(ge=0, allow_inf_nan=False)
+    op: Literal["compute"]
+    src: str
+    seconds: float = Field(ge=0, allow_inf_nan=False)
+    after: list[int] = Field(default_factory=list)
+    tag: str | None = None
+    id: int = Field(ge=0)
+
+    @field_validator("src")
+    @classmethod
+    def _src_known(cls, v: str, info: ValidationInfo) -> str:
+        return _known_host(v, info)
+
+    @field_validator("after")
+    @classmethod
+    def _after(cls, v: list[int]) -> list[int]:
+        return _check_after(v)
+
+    @property
+    def dst(self) -> list[str]:
+        return []
+
+    @property
+    def bytes(self) -> int:
+        return 0
+
+    @property
+    def fanout(self) -> int:
+        return 0
+
+    @property
+    def hosts(self) -> frozenset[str]:
+        return frozenset((self.src,))
+
+    @property
+    def actors(self) -> frozenset[str]:
+        return self.hosts
+
+    def to_json(self) -> str:
+        d: dict[str, Any] = {"t": self.t, "op": self.op, "src": self.src, "seconds": self.seconds}
+        if self.after:
+            d["after"] = self.after
+        if self.tag is not None:
+            d["tag"] = self.tag
+        d["id"] = self.id
+        return json.dumps(d, separators=(",", ":"))
+
+
+# Any line after the header: a transfer (message or AllReduce) or, in version 2, a compute phase.
+AnyOp = TraceOp | ComputeOp
+
+
+def _known_host(v: str, info: ValidationInfo) -> str:
+    _check_names([v], "host")
+    hosts = (info.context or {}).get("hosts")
+    if hosts is not None and v not in hosts:
+        raise ValueError(f"host {v!r} is not in the header's hosts")
+    return v
+
+
+def _check_after(v: list[int]) -> list[int]:
+    for i in v:
+        if isinstance(i, bool) or not isinstance(i, int) or i < 0:
+            raise ValueError(f"must list op ids (integers >= 0), got {i!r}")
+    dup = _first_duplicate([str(i) for i in v])
+    if dup is not None:
+        raise ValueError(f"op {dup} is listed twice")
+    return v
+
+
+def is_compute(op: AnyOp) -> bool:
+    return op.op == COMPUTE_OP
+
+
+def is_message(op: AnyOp) -> bool:
+    """A unicast or multicast op: what the message modes carry."""
+    return op.op in (MULTICAST_OP, UNICAST_OP)
+
+
+def transfers(ops: Iterable[AnyOp]) -> list[TraceOp]:
+    """The ops that move bytes (messages and AllReduces), compute phases left out."""
+    return [op for op in ops if not isinstance(op, ComputeOp)]
+
+
+def message_ops(ops: Iterable[AnyOp]) -> list[TraceOp]:
+    """The unicast and multicast ops."""
+    return [op for op in ops if isinstance(op, TraceOp) and is_message(op)]
+
+
+def closed_loop(ops: Iterable[AnyOp]) -> bool:
+    """Whether any op waits for another or computes: the trace is a step to replay closed loop."""
+    return any(op.after or isinstance(op, ComputeOp) for op in ops)
 
 
 def header_to_json(header: TraceHeader) -> str:
@@ -227,7 +359,7 @@ def explain_error(e: Any, known_fields: tuple[str, ...] = ()) -> str:
         case "extra_forbidden":
             if not known_fields:
                 return "unknown field"
-            return f"unknown field (version {TRACE_VERSION} fields: {', '.join(known_fields)})"
+            return f"unknown field (known fields: {', '.join(known_fields)})"
         case "literal_error":
             return f"must be {ctx['expected']}, got {got!r}"
         case "json_invalid":
@@ -281,18 +413,21 @@ def parse_header(line: str, *, name: str = "<trace>") -> TraceHeader:
 
 
 class _Sequence:
-    """Checks that need the previous op: time never goes back and ids strictly increase.
-
-    Both let a replayer stream the file in order without sorting it.
+    """Checks that need the ops before: time never goes back and ids strictly increase (both let a
+    replayer stream the file in order without sorting it), and in version 2 every op an op waits for is
+    an earlier op that concerns one of its actors. Waiting only for earlier ops makes every trace a DAG.
     """
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, version: int = TRACE_VERSION) -> None:
         self.name = name
+        self.version = version
         self.last_t = 0.0
         self.last_id = -1
         self.last_line = 0
+        # Version 2: the hosts each op id involves (what a dependency on it may be checked against).
+        self.hosts_of: dict[int, frozenset[str]] = {}
 
-    def check(self, op: TraceOp, line: int | None) -> None:
+    def check(self, op: AnyOp, line: int | None) -> None:
         prev = f"line {self.last_line}" if line is not None else "the previous op"
         if op.t < self.last_t:
             msg = f"must not go back in time: {op.t!r} < {self.last_t!r} at {prev}"
@@ -301,8 +436,54 @@ class _Sequence:
             raise TraceError(
                 self.name, line, [("id", f"must increase: {op.id} after {self.last_id} at {prev}")]
             )
+        if self.version >= DEPENDENCIES_VERSION:
+            self._dependencies(op, line)
+            self.hosts_of[op.id] = op.hosts
+        elif op.after or isinstance(op, ComputeOp):
+            what = "after" if op.after else "op"
+            raise TraceError(self.name, line, [(what, _needs_v2(what, self.version))])
         self.last_t, self.last_id = op.t, op.id
         self.last_line = line or 0
+
+    def _dependencies(self, op: AnyOp, line: int | None) -> None:
+        for dep in op.after:
+            hosts = self.hosts_of.get(dep)
+            if hosts is None:
+                msg = f"op {dep} is not an op above this one (an op waits only for earlier ops)"
+                raise TraceError(self.name, line, [("after", msg)])
+            if not hosts & op.actors:
+                who = " or ".join(sorted(op.actors))
+                msg = (
+                    f"op {dep} involves {', '.join(sorted(hosts))}, not {who}: a host waits only for "
+                    "ops it sends, receives, computes or reduces in"
+                )
+                raise TraceError(self.name, line, [("after", msg)])
+
+
+def _needs_v2(what: str, version: int) -> str:
+    feature = "'after'" if what == "after" else f"op {COMPUTE_OP!r}"
+    return (
+        f"{feature} needs trace version {DEPENDENCIES_VERSION} (the header says {version}); "
+        f"set \"version\": {DEPENDENCIES_VERSION} in the header"
+    )
+
+
+def parse_op(raw: str, context: dict[str, Any], name: str, line: int, version: int = TRACE_VERSION) -> AnyOp:
+    """One op line, validated against the header's hosts (``context``): a compute op in version 2, a
+    transfer otherwise."""
+    model: type[TraceOp] | type[ComputeOp] = TraceOp
+    known = _OP_FIELDS
+    if version >= DEPENDENCIES_VERSION and f'"{COMPUTE_OP}"' in raw:
+        try:
+            kind = json.loads(raw).get("op")
+        except (json.JSONDecodeError, AttributeError):
+            kind = None
+        if kind == COMPUTE_OP:
+            model, known = ComputeOp, _COMPUTE_FIELDS
+    try:
+        return model.model_validate_json(raw, strict=True, context=context)
+    except ValidationError as e:
+        raise TraceError(name, line, _problems(e, known)) from None
 
 
 def _source_name(source: object) -> str:
@@ -345,21 +526,18 @@ class TraceReader:
                 return parse_header(raw, name=self.name)
         raise TraceError(self.name, None, [("", "empty trace: expected a header line")])
 
-    def __iter__(self) -> Iterator[TraceOp]:
+    def __iter__(self) -> Iterator[AnyOp]:
         if self._consumed:
             raise RuntimeError("a TraceReader can be iterated once; open the trace again")
         self._consumed = True
-        seq = _Sequence(self.name)
+        seq = _Sequence(self.name, self.header.version)
         ctx = {"hosts": self._hosts}
         try:
             for raw in self._lines:
                 self._lineno += 1
                 if not raw.strip():
                     continue
-                try:
-                    op = TraceOp.model_validate_json(raw, strict=True, context=ctx)
-                except ValidationError as e:
-                    raise TraceError(self.name, self._lineno, _problems(e, _OP_FIELDS)) from None
+                op = parse_op(raw, ctx, self.name, self._lineno, self.header.version)
                 seq.check(op, self._lineno)
                 yield op
         finally:
@@ -377,7 +555,7 @@ class TraceReader:
         self.close()
 
 
-def read_trace(source: Source) -> tuple[TraceHeader, Iterator[TraceOp]]:
+def read_trace(source: Source) -> tuple[TraceHeader, Iterator[AnyOp]]:
     """Header now, ops lazily. The file (if a path) closes when the iterator is exhausted or collected."""
     reader = TraceReader(source)
     return reader.header, iter(reader)
@@ -402,11 +580,11 @@ class TraceWriter:
             self._out = sink
         self.header = header
         self._hosts = frozenset(header.hosts)
-        self._seq = _Sequence(self.name)
+        self._seq = _Sequence(self.name, header.version)
         self.summary = SummaryAccumulator(header)
         self._out.write(header_to_json(header) + "\n")
 
-    def write(self, op: TraceOp) -> None:
+    def write(self, op: AnyOp) -> None:
         if op.src not in self._hosts:
             raise TraceError(self.name, None, [("src", f"host {op.src!r} is not in the header's hosts")])
         unknown = [h for h in op.dst if h not in self._hosts]
@@ -416,7 +594,7 @@ class TraceWriter:
         self._out.write(op.to_json() + "\n")
         self.summary.add(op)
 
-    def write_all(self, ops: Iterable[TraceOp]) -> None:
+    def write_all(self, ops: Iterable[AnyOp]) -> None:
         for op in ops:
             self.write(op)
 
@@ -433,14 +611,14 @@ class TraceWriter:
 
 
 def write_trace(
-    sink: str | os.PathLike[str] | TextIO, header: TraceHeader, ops: Iterable[TraceOp]
+    sink: str | os.PathLike[str] | TextIO, header: TraceHeader, ops: Iterable[AnyOp]
 ) -> TraceSummary:
     with TraceWriter(sink, header) as w:
         w.write_all(ops)
         return w.summary.result()
 
 
-def dumps_trace(header: TraceHeader, ops: Iterable[TraceOp]) -> str:
+def dumps_trace(header: TraceHeader, ops: Iterable[AnyOp]) -> str:
     buf = io.StringIO()
     write_trace(buf, header, ops)
     return buf.getvalue()
@@ -462,24 +640,64 @@ class TraceSummary:
     duration: float = 0.0
     tx_bytes: dict[str, int] = field(default_factory=dict)
     rx_bytes: dict[str, int] = field(default_factory=dict)
+    # The same totals per op kind: a summary speaks of each kind in its own terms.
+    bytes_by_kind: dict[str, int] = field(default_factory=dict)
+    delivered_by_kind: dict[str, int] = field(default_factory=dict)
+    receivers_by_kind: dict[str, int] = field(default_factory=dict)
+    # Version 2: fabric seconds of compute over all hosts, and the dependencies (``after`` entries).
+    compute_seconds: float = 0.0
+    dependencies: int = 0
 
     @property
     def fanout_mean(self) -> float:
-        return sum(k * v for k, v in self.fanout_hist.items()) / self.ops if self.ops else 0.0
+        """Receivers per transfer (compute ops move nothing and are left out)."""
+        n = sum(self.fanout_hist.values())
+        return sum(k * v for k, v in self.fanout_hist.items()) / n if n else 0.0
+
+    def _messages(self) -> tuple[int, int, int, int]:
+        """(ops, bytes, delivered bytes, receivers) of the message ops: unicast and multicast."""
+        ops = self.ops - self.ops_by_kind.get(ALLREDUCE_OP, 0) - self.ops_by_kind.get(COMPUTE_OP, 0)
+        nbytes = self.bytes - self.bytes_by_kind.get(ALLREDUCE_OP, 0)
+        delivered = self.delivered_bytes - self.delivered_by_kind.get(ALLREDUCE_OP, 0)
+        receivers = sum(n for kind, n in self.receivers_by_kind.items() if kind != ALLREDUCE_OP)
+        return ops, nbytes, delivered, receivers
 
     @property
     def multicast_saving(self) -> float:
-        """Fraction of source bytes multicast avoids compared with one unicast copy per receiver."""
-        return 1 - self.bytes / self.delivered_bytes if self.delivered_bytes else 0.0
+        """Fraction of the message ops' source bytes multicast avoids compared with one unicast copy per
+        receiver (an AllReduce op has no receivers to copy to: its bytes do not count)."""
+        _ops, nbytes, delivered, _receivers = self._messages()
+        return 1 - nbytes / delivered if delivered else 0.0
 
     def one_line(self) -> str:
+        """The trace in a line, each kind of op in its own terms: messages by fan-out and what multicast
+        saves, AllReduce ops by their size and workers."""
         kinds = ", ".join(f"{k} {v}" for k, v in sorted(self.ops_by_kind.items()))
-        return (
-            f"{self.header.generator}: {self.ops} ops ({kinds}), {format_bytes(self.bytes)} sent, "
-            f"{format_bytes(self.delivered_bytes)} delivered, fan-out mean {self.fanout_mean:.2f}, "
-            f"multicast saves {self.multicast_saving:.1%}, {len(self.header.hosts)} hosts, "
-            f"last op at t={self.duration:g} s"
-        )
+        parts = [f"{self.header.generator}: {self.ops} ops ({kinds})"]
+        ops, nbytes, delivered, receivers = self._messages()
+        if ops:
+            words = (
+                f"{format_bytes(nbytes)} sent, {format_bytes(delivered)} delivered, "
+                f"fan-out mean {receivers / ops:.2f}"
+            )
+            if self.ops_by_kind.get(MULTICAST_OP):
+                words += f", multicast saves {self.multicast_saving:.1%}"
+            parts.append(words)
+        if reduced := self.ops_by_kind.get(ALLREDUCE_OP, 0):
+            nbytes = self.bytes_by_kind[ALLREDUCE_OP]
+            # An AllReduce op names one worker as src and the others in dst.
+            workers = (self.receivers_by_kind[ALLREDUCE_OP] + reduced) / reduced
+            parts.append(
+                f"AllReduce {format_bytes(nbytes)} in total ({format_bytes(nbytes / reduced)} per op), "
+                f"{workers:g} workers per op"
+            )
+        if self.ops_by_kind.get(COMPUTE_OP) or self.dependencies:
+            parts.append(
+                f"closed loop: {self.dependencies} dependencies, {self.compute_seconds * 1e6:.4g} µs of "
+                "compute over all hosts"
+            )
+        parts.append(f"{len(self.header.hosts)} hosts, last op at t={self.duration:g} s")
+        return ", ".join(parts)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -496,7 +714,11 @@ class TraceSummary:
             "duration": self.duration,
             "tx_bytes": self.tx_bytes,
             "rx_bytes": self.rx_bytes,
-        }
+        } | (
+            {"compute_seconds": self.compute_seconds, "dependencies": self.dependencies}
+            if self.header.version >= DEPENDENCIES_VERSION
+            else {}
+        )
 
 
 class SummaryAccumulator:
@@ -507,15 +729,22 @@ class SummaryAccumulator:
         self._s.tx_bytes = {h: 0 for h in header.hosts}
         self._s.rx_bytes = {h: 0 for h in header.hosts}
 
-    def add(self, op: TraceOp) -> None:
+    def add(self, op: AnyOp) -> None:
         s = self._s
-        n = len(op.dst)
         s.ops += 1
         s.ops_by_kind[op.op] = s.ops_by_kind.get(op.op, 0) + 1
+        s.dependencies += len(op.after)
+        s.duration = max(s.duration, op.t)
+        if isinstance(op, ComputeOp):
+            s.compute_seconds += op.seconds
+            return
+        n = len(op.dst)
         s.bytes += op.bytes
         s.delivered_bytes += op.bytes * n
+        s.bytes_by_kind[op.op] = s.bytes_by_kind.get(op.op, 0) + op.bytes
+        s.delivered_by_kind[op.op] = s.delivered_by_kind.get(op.op, 0) + op.bytes * n
+        s.receivers_by_kind[op.op] = s.receivers_by_kind.get(op.op, 0) + n
         s.fanout_hist[n] = s.fanout_hist.get(n, 0) + 1
-        s.duration = max(s.duration, op.t)
         s.tx_bytes[op.src] += op.bytes
         for d in op.dst:
             s.rx_bytes[d] += op.bytes

@@ -54,7 +54,7 @@ from pathlib import Path
 import yaml
 
 from orchestrator.configure.plan import build_plan, node_configs
-from orchestrator.configure.plan.model import LabVars
+from orchestrator.configure.plan.schema import LabVars
 from orchestrator.lab.topology import load_topology
 
 root, work = Path(sys.argv[1]), Path(sys.argv[2])

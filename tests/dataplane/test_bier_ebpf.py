@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from aidcnet.agent.bier_dataplane import BierDataplane
-from aidcnet.agent.bier_ebpf import (
+from aidcnet.agent.bier.dataplane import BierDataplane
+from aidcnet.agent.bier.ebpf import (
     DELIVER_PORT,
     BierMaps,
     Direct,
@@ -432,8 +432,8 @@ def test_addresses_the_interface_shortcut_does_not_name(lab: NetLab, bier_obj: P
 
 # -- the agent side ------------------------------------------------------------------------------
 def test_ctypes_mirrors_match_the_objects_btf(bier_obj: Path) -> None:
-    """bier_ebpf.py's structures have the sizes clang gave bier.h's (read from the object's BTF)."""
-    from aidcnet.agent import bier_ebpf as m
+    """aidcnet/agent/bier/ebpf.py's structures have the sizes clang gave bier.h's (from the object's BTF)."""
+    from aidcnet.agent.bier import ebpf as m
     from aidcnet.ebpf import SRC
 
     raw = run_cmd()(["bpftool", "btf", "dump", "file", str(bier_obj), "format", "raw"])

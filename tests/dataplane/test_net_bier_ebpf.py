@@ -21,9 +21,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from aidcnet.agent.bier_dataplane import BierDataplane
-from aidcnet.agent.bier_ebpf import EbpfBier, EbpfNetBier, flow_entries, run_cmd, unpin
-from aidcnet.agent.net_bier import NetBierEdge
+from aidcnet.agent.bier.dataplane import BierDataplane
+from aidcnet.agent.bier.ebpf import EbpfBier, EbpfNetBier, flow_entries, run_cmd, unpin
+from aidcnet.agent.bier.net_bier import NetBierEdge
 from aidcnet.bier.bift import SELF, build_bifts
 from aidcnet.bier.edge import multicast_mac
 from aidcnet.bier.header import BierHeader
@@ -289,3 +289,44 @@ def test_bier_from_a_host_port_reaches_the_forwarding_program(lab: NetLab, bier_
         edge.close()
         dp.close()
         unpin(PIN)
+
+
+@pytest.mark.parametrize("lab", [4], indirect=True)
+def test_reliable_data_imposed_in_the_kernel_is_reported_and_retransmissions_go_to_the_python_edge(
+    lab: NetLab, bier_obj: Path
+) -> None:
+    """reliable-net-bier on the default dataplane: the leaf's program imposes a source's first
+    transmissions (and reports each, so its aggregation keeps a window over the BFERs it imposed for); a
+    retransmission (flag R) goes to the Python edge, which narrows it to the BFERs that have not confirmed
+    it (its on_impose hook, here only watched)."""
+    from aidcnet.agent.reliable.node import NET_SPORT
+    from aidcnet.reliable.header import RELIABLE_UDP_PORT, Data
+
+    host = "10.77.0.2"
+
+    def frame(seq: int, retransmit: bool) -> bytes:
+        data = Data(bfir_id=40, flow_id=3, seq=seq, payload=b"r" * 100, retransmit=retransmit).encode()
+        pkt = ip_udp(host, "232.1.1.1", NET_SPORT, RELIABLE_UDP_PORT, data, 8, 0, seq)
+        return multicast_mac(socket.inet_aton("232.1.1.1")) + lab.nbr_mac[0] + b"\x08\x00" + pkt
+
+    leaf = Leaf(lab)
+    hooked: list[tuple[int, ...]] = []
+    leaf.edge.set_hooks(
+        lambda _pkt, bfers, _src: hooked.append(bfers) or bfers, lambda *_a: None, RELIABLE_UDP_PORT
+    )
+    try:
+        leaf.start_ebpf(bier_obj)
+        assert leaf.fast is not None
+        reports = []
+        leaf.fast.report(RELIABLE_UDP_PORT, reports.append)
+        lab.send([frame(s, retransmit=s == 2) for s in range(3)])
+        got = lab.capture(settle=0.05, poll=leaf.poll)
+        assert sum(map(len, got[1:])) == 3 * 3  # every one imposed for BFERs 1..3, one of them by Python
+        leaf.fast.poll_reports()
+        assert [(r.src, r.downstream, r.imposed) for r in reports] == [(host, 0b111, True)] * 2
+        assert [r.head[28:29] for r in reports] == [b"\x11"] * 2  # Ver 1, DATA
+        assert hooked == [(1, 2, 3)], "the retransmission reached the Python edge's hook"
+        c = leaf.counters()
+        assert c["edge.ebpf.edge-punted"] == 1 and c["ebpf.reported"] == 2
+    finally:
+        leaf.close()

@@ -175,7 +175,7 @@ def test_down_stops_and_up_restores(lab):
 def cross_lossy_link(lab, tmp_path, mode: str, trace):
     """Run ``trace`` in ``mode`` with 5% one-way loss on h1:eth1; the run, and the link program's count of
     packets lost and offered there, checked against binomial bounds (5 sigma)."""
-    from orchestrator.experiment.driver import run_experiment
+    from orchestrator.run.driver import run_experiment
 
     topo, _plan = lab
     p = 0.05

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from aidcnet.ina.worker import job_scale
+from aidcnet.ina.worker import job_fixed_point_scale
 from orchestrator.experiment.modes.collective import run_allreduce, run_concurrent
 from orchestrator.experiment.session import LabSession
 
@@ -134,7 +134,7 @@ def test_float_jobs_next_to_the_int32_job_identical_and_within_tolerance(runtime
         assert len(run.replies) == 4 and {r["digest"] for r in run.replies.values()} == {run.expected}
     assert (runs[3].dtype, runs[4].dtype) == ("fixed32", "float32")
     assert 0 < runs[3].max_error < 1e-6 and 0 <= runs[4].max_error < 1e-5
-    assert {r["scale"] for r in runs[3].replies.values()} == {job_scale(4)}
+    assert {r["scale"] for r in runs[3].replies.values()} == {job_fixed_point_scale(4)}
     after = {n: counters(runtime, topo, n) for n in before}
     # Every job's 4 chunks were summed on the switches: jobs 1 and 3 at s1 and at their root s6, job 4
     # at its root s5.

@@ -160,7 +160,7 @@ def test_lab_too_large_for_its_management_subnet_is_refused_before_anything_star
 # any: PYTHONDONTWRITEBYTECODE), and pydantic skips its plugin lookup.
 AGENT_IMPORTS = """
 import importlib.util, json, os, sys
-import aidcnet.agent.daemon, aidcnet.agent.bier_ebpf, aidcnet.cli
+import aidcnet.agent.daemon, aidcnet.agent.bier.ebpf, aidcnet.cli
 files = [getattr(m, "__file__", None) or "" for m in list(sys.modules.values())]
 ours = [f for f in files if f.startswith("/opt/aidcnet/src/")]
 uncompiled = [f for f in ours if not os.path.exists(importlib.util.cache_from_source(f))]

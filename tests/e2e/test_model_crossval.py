@@ -23,14 +23,15 @@ import yaml
 
 from aidcnet.modes import Mode
 from aidcnet.roles import Role
-from orchestrator.configure.plan.model import LabPlan
-from orchestrator.experiment.driver import run_experiment
+from orchestrator.configure.plan.schema import LabPlan
 from orchestrator.experiment.session import load_plan
+from orchestrator.lab.roles import Place, role_named
 from orchestrator.lab.runtime.docker import DockerRuntime
 from orchestrator.lab.topology import Topology
 from orchestrator.model.compare import differences
 from orchestrator.model.exact import ModelError, PlanModel
 from orchestrator.model.fabrics import Clos
+from orchestrator.run.driver import run_experiment
 from orchestrator.workloads.trace import TraceOp, TraceReader
 from tests.e2e.conftest import ROOT, agent, deployed
 
@@ -145,8 +146,8 @@ def without_igmp_reports(run, ops, plan: LabPlan) -> tuple[object, list[str]]:
     leave inside the run window (seen on leaf-spine: one host of eight, once); it is taken out only when
     the excess over the model is a whole number of reports of exactly that host's size, and it is
     listed. Anything else stays and fails the comparison."""
-    from orchestrator.experiment.groups import derive_groups, groups_received
     from orchestrator.experiment.metrics import compute_metrics
+    from orchestrator.experiment.replay_groups import derive_groups, groups_received
 
     groups, _ = derive_groups(ops)
     model = PlanModel(plan).run(ops, Mode.NET_BIER)
@@ -426,8 +427,8 @@ def converged_bifts(
 
     want = {}
     for node, cfg in plan.nodes.items():
-        if cfg.role == Role.LINUX:
-            continue  # not managed
+        if role_named(cfg.role).place is Place.UNMANAGED:
+            continue
         try:
             bifts, _ = model.bier_tables(node)
         except ModelError:

@@ -2,7 +2,7 @@
 topology and its ``labs/<lab>.vars.yml`` (docs/lab-plan.md).
 
 One module per feature transforms the typed :class:`LabPlan` in turn, each with its defaults as data
-in a ``.yml`` beside it (the netlab module layout, DESIGN.md §7). Pure logic: the only I/O is reading
+in a ``.yml`` beside it (the netlab module layout, docs/design.md §7). Pure logic: the only I/O is reading
 the vars file and writing the plan file.
 """
 
@@ -20,6 +20,7 @@ from orchestrator.configure.plan import (
     bandwidth,
     bgp,
     bier,
+    delay,
     igmp,
     ina,
     planes,
@@ -29,7 +30,7 @@ from orchestrator.configure.plan import (
 )
 from orchestrator.configure.plan.configs import node_config, node_configs
 from orchestrator.configure.plan.context import Context, check_pin_targets, validation_problems
-from orchestrator.configure.plan.model import (
+from orchestrator.configure.plan.schema import (
     GroupVars,
     LabPlan,
     LabVars,
@@ -60,7 +61,7 @@ __all__ = [
 
 # Order matters: tiers feed ASNs and BFR-ID order, addresses feed routes, planes read the tiers' graph,
 # the time scale divides the bandwidth.
-FEATURES = (tiers, addressing, bandwidth, timescale, planes, asn, bier, routes, bgp, ina, igmp)
+FEATURES = (tiers, addressing, bandwidth, timescale, delay, planes, asn, bier, routes, bgp, ina, igmp)
 
 
 class _Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[misc]

@@ -13,7 +13,7 @@ import ipaddress
 from dataclasses import dataclass, field
 
 from orchestrator.configure.plan.context import Context, Source, clash, link_pins, problem
-from orchestrator.configure.plan.model import LabPlan
+from orchestrator.configure.plan.schema import LabPlan
 
 IPv4Net = ipaddress.IPv4Network
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import networkx as nx
 
 from orchestrator.configure.plan.context import Context, Source, natural_key, natural_sorted, problem
-from orchestrator.configure.plan.model import AsnRange, LabPlan
+from orchestrator.configure.plan.schema import AsnRange, LabPlan
 from orchestrator.configure.plan.tiers import fabric_graph
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from aidcnet.fare.bandwidth import BandwidthError, bytes_to_bits, format_bandwidth, parse_bandwidth
 from orchestrator.configure.plan.context import Context, Source, link_pins, problem
-from orchestrator.configure.plan.model import LabPlan
+from orchestrator.configure.plan.schema import LabPlan
 
 
 def _bits(value: Any, src: Source) -> int:

@@ -24,14 +24,14 @@ from pathlib import Path
 
 from pydantic import SecretStr
 
-from aidcnet.roles import Role
 from orchestrator.configure.plan.context import Context, Source, clash, link_pins, problem
-from orchestrator.configure.plan.model import LabPlan, Md5Secret, PlanBgp, SecretRef
+from orchestrator.configure.plan.schema import BGP_KNOBS, LabPlan, Md5Secret, PlanBgp, SecretRef
+from orchestrator.lab.roles import role_named
 
 
 def apply(plan: LabPlan, ctx: Context) -> LabPlan:
     values = {}
-    for key in ("enabled", "mode", "link_bandwidth", "weights", "hold_time"):
+    for key in ("enabled", *BGP_KNOBS):
         values[key], _src = ctx.setting(f"bgp.{key}")
     if plan.bier.bift == "bgp":
         bift_src = ctx.setting("bier.bift")[1]
@@ -66,19 +66,15 @@ def _plan_md5(plan: LabPlan, ctx: Context) -> None:
         link.md5, link.md5_secret = True, secrets[src]
 
 
-# The speakers whose rendering sends with TTL 255 and checks the minimum (ExaBGP through
-# aidcnet.bgp.exabgp_main, FRR's ttl-security). GoBGP's and BIRD's are not rendered: a session with them
-# stays without GTSM rather than depending on behaviour our tests do not cover.
-GTSM_ROLES = frozenset({Role.BFR, Role.INA_SWITCH, Role.GPU_HOST, Role.FRR})
-
-
 def _plan_gtsm(plan: LabPlan, ctx: Context) -> None:
     hops, _src = ctx.setting("bgp.ttl_security_hops")
     if hops is None or hops is False:
         return
     plan.bgp.ttl_security_hops = hops
     for link in plan.links:
-        if plan.nodes[link.a.node].role in GTSM_ROLES and plan.nodes[link.b.node].role in GTSM_ROLES:
+        # Only between two speakers whose rendering does GTSM (the role says: ExaBGP through
+        # aidcnet.bgp.exabgp_main, FRR's ttl-security).
+        if role_named(plan.nodes[link.a.node].role).gtsm and role_named(plan.nodes[link.b.node].role).gtsm:
             link.ttl_security_hops = hops
 
 

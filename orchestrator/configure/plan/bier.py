@@ -12,10 +12,9 @@ import ipaddress
 
 from aidcnet.roles import Role
 from orchestrator.configure.plan.context import Context, Source, clash, natural_key, problem
-from orchestrator.configure.plan.model import GroupVars, LabPlan, PlanBier, PlanError, PlanGroup
+from orchestrator.configure.plan.schema import GroupVars, LabPlan, PlanBier, PlanError, PlanGroup
+from orchestrator.lab.roles import ROLES
 
-# gpu-host runs the host agent as BFIR/BFER (host-BIER); FRR has no BIER.
-BFR_ROLES = frozenset({Role.GPU_HOST, Role.BFR, Role.INA_SWITCH})
 BSLS = (64, 128, 256, 512, 1024, 2048, 4096)
 # BFR-ID is a 16-bit field and 0 is reserved (RFC 8279 §2).
 MAX_BFR_ID = 65535
@@ -64,11 +63,10 @@ def apply(plan: LabPlan, ctx: Context) -> LabPlan:
         if bfr_id is None:
             continue
         src = ctx.vars_source(f"nodes.{name}.bfr_id")
-        if ctx.roles[name] not in BFR_ROLES:
+        if not ctx.role(name).bfr:
+            bfrs = ", ".join(sorted(role.name for role in ROLES.values() if role.bfr))
             raise problem(
-                src,
-                f"{name} is a {ctx.roles[name]} node, not a BFR; only "
-                f"{', '.join(sorted(BFR_ROLES))} nodes take a BFR-ID",
+                src, f"{name} is a {ctx.roles[name]} node, not a BFR; only {bfrs} nodes take a BFR-ID"
             )
         if not 1 <= bfr_id <= MAX_BFR_ID:
             raise problem(
@@ -87,7 +85,7 @@ def apply(plan: LabPlan, ctx: Context) -> LabPlan:
         return (0 if tier is not None else 1, tier or 0, natural_key(name))
 
     candidates = sorted(
-        (n for n in plan.nodes if ctx.roles[n] in BFR_ROLES and plan.nodes[n].bfr_id is None), key=order
+        (n for n in plan.nodes if ctx.role(n).bfr and plan.nodes[n].bfr_id is None), key=order
     )
     next_id = 1
     for name in candidates:

@@ -23,8 +23,9 @@ from aidcnet.roles import AGENT_ROLES, Role
 from orchestrator.configure.plan.context import natural_key
 from orchestrator.configure.plan.igmp import igmp_config
 from orchestrator.configure.plan.ina import ina_config
-from orchestrator.configure.plan.model import LabPlan, PlanError, PlanLink, PlanNode
 from orchestrator.configure.plan.routes import collapsed as collapsed_routes
+from orchestrator.configure.plan.schema import BGP_KNOBS, LabPlan, PlanError, PlanLink, PlanNode
+from orchestrator.lab.roles import Place, role_named
 
 
 def node_config(plan: LabPlan, name: str) -> NodeConfig:
@@ -69,6 +70,7 @@ def node_config(plan: LabPlan, name: str) -> NodeConfig:
         bier=bier,
         ina=ina_config(plan, name),
         igmp=igmp_config(plan, name, bier.host_ports if bier else []),
+        time_scale=plan.time.scale,
     )
 
 
@@ -78,8 +80,9 @@ def bgp_config(plan: LabPlan, name: str) -> Bgp | None:
     node = plan.nodes[name]
     if node.asn is None or node.loopback is None:
         return None
+    knobs = {key: getattr(plan.bgp, key) for key in BGP_KNOBS}
     if not plan.bgp.enabled:
-        return Bgp(asn=node.asn, router_id=node.loopback.ip)
+        return Bgp(asn=node.asn, router_id=node.loopback.ip, **knobs)
     neighbors = []
     for link in plan.links:
         for local, remote in ((link.a, link.b), (link.b, link.a)):
@@ -103,11 +106,8 @@ def bgp_config(plan: LabPlan, name: str) -> Bgp | None:
         asn=node.asn,
         router_id=node.loopback.ip,
         neighbors=neighbors,
-        mode=plan.bgp.mode,
-        link_bandwidth=plan.bgp.link_bandwidth,
-        weights=plan.bgp.weights,
-        hold_time=plan.bgp.hold_time,
         transit=node.role != Role.GPU_HOST,
+        **knobs,
     )
 
 
@@ -138,7 +138,7 @@ def md5_password(plan: LabPlan, link: PlanLink) -> str | None:
     return link.md5_secret.get_secret_value()
 
 
-# Host-BIER hands delivered payloads to the host's application on the RoCEv2 port (DESIGN.md §3).
+# Host-BIER hands delivered payloads to the host's application on the RoCEv2 port (docs/design.md §3).
 HOST_APP_PORT = 4791
 
 
@@ -242,5 +242,9 @@ def bier_config(plan: LabPlan, name: str) -> Bier | None:
 
 
 def node_configs(plan: LabPlan) -> dict[str, NodeConfig]:
-    """A config for every node the plan manages (every role but linux), in topology node order."""
-    return {name: node_config(plan, name) for name, node in plan.nodes.items() if node.role != Role.LINUX}
+    """A config for every node the plan manages (every role but the unmanaged), in topology node order."""
+    return {
+        name: node_config(plan, name)
+        for name, node in plan.nodes.items()
+        if role_named(node.role).place is not Place.UNMANAGED
+    }

@@ -14,15 +14,10 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, SecretStr, ValidationError
 
-from aidcnet.roles import Role
-from orchestrator.configure.plan.model import LabVars, PlanError
-from orchestrator.lab.roles import role_of
+from orchestrator.configure.plan.schema import LabVars, PlanError
+from orchestrator.lab.roles import NodeRole, Place, role_of
 from orchestrator.lab.topology import Topology
 
-HOST_ROLE = Role.GPU_HOST
-SWITCH_ROLES = frozenset({Role.BFR, Role.INA_SWITCH, Role.FRR, Role.GOBGP, Role.BIRD})
-# linux nodes are whatever the user put there; the plan neither configures nor routes through them.
-UNMANAGED_ROLES = frozenset({Role.LINUX})
 DEFAULTS_PACKAGE = "orchestrator.configure.plan"
 DEFAULTS_DISPLAY_DIR = "orchestrator/configure/plan"
 
@@ -114,9 +109,14 @@ class Context:
     # plan is computed without a lab and such sessions stay unsigned.
     lab_md5: Callable[[], SecretStr] | None = None
     roles: dict[str, str] = field(init=False)
+    _node_roles: dict[str, NodeRole] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self.roles = {name: role_of(node).name for name, node in self.topo.nodes.items()}
+        self._node_roles = {name: role_of(node) for name, node in self.topo.nodes.items()}
+        self.roles = {name: role.name for name, role in self._node_roles.items()}
+
+    def role(self, node: str) -> NodeRole:
+        return self._node_roles[node]
 
     @property
     def vars_file(self) -> str:
@@ -140,13 +140,13 @@ class Context:
         )
 
     def is_host(self, node: str) -> bool:
-        return self.roles[node] == HOST_ROLE
+        return self.role(node).place is Place.HOST
 
     def is_switch(self, node: str) -> bool:
-        return self.roles[node] in SWITCH_ROLES
+        return self.role(node).place is Place.SWITCH
 
     def is_managed(self, node: str) -> bool:
-        return self.roles[node] not in UNMANAGED_ROLES
+        return self.role(node).place is not Place.UNMANAGED
 
 
 def _walk(model: BaseModel, dotted: str) -> Any:

@@ -1,8 +1,8 @@
 """IGMP at the leaves (docs/igmp.md): which leaves run it, their timers in fabric seconds, which host
 ports may send Receiver Proxy Reports and which do not query; the node files' ``igmp`` sections.
 
-Unset timers are chosen from wall-clock values (:data:`WALL_DEFAULTS`) divided by the time scale: the
-8-bit Max Resp and QQIC codes carry 0.1 s..3174.4 s on the wall clock, which the RFC's own defaults
+Unset timers are chosen from wall-clock values (``igmp.wall_timers``, igmp.yml) divided by the time scale:
+the 8-bit Max Resp and QQIC codes carry 0.1 s..3174.4 s on the wall clock, which the RFC's own defaults
 (10 s response, 125 s interval, in fabric seconds) overrun at any scale above about 300.
 """
 
@@ -14,23 +14,18 @@ from pydantic import ValidationError
 
 from aidcnet.config import Igmp, IgmpPort
 from aidcnet.roles import Role
+from aidcnet.timescale import TimeScale
 from orchestrator.configure.plan.bier import host_leaf_port
 from orchestrator.configure.plan.context import Context, natural_key, problem, validation_problems
-from orchestrator.configure.plan.model import LabPlan, PlanError, PlanIgmp
-
-WALL_DEFAULTS = {"query_interval": 20.0, "query_response_interval": 2.0, "last_member_query_interval": 0.2}
+from orchestrator.configure.plan.schema import IGMP_KNOBS, IGMP_TIMERS, LabPlan, PlanError, PlanIgmp
 
 
 def apply(plan: LabPlan, ctx: Context) -> LabPlan:
     enabled, _ = ctx.setting("igmp.enabled")
-    plan.igmp = PlanIgmp(enabled=bool(enabled))
+    knobs = settings(plan, ctx)
+    plan.igmp = PlanIgmp(enabled=bool(enabled), **knobs)
     if not enabled:
         return plan
-    scale = plan.time.scale or 1
-    timers = {}
-    for key, wall in WALL_DEFAULTS.items():
-        value, _ = ctx.setting(f"igmp.{key}")
-        timers[key] = float(value) if value is not None else wall / scale
     hosts = [n for n in plan.nodes if ctx.is_host(n)]
     proxy, proxy_src = ctx.setting("igmp.proxy_hosts")
     proxy_ports: dict[str, list[str]] = {}
@@ -51,25 +46,30 @@ def apply(plan: LabPlan, ctx: Context) -> LabPlan:
         quiet.setdefault(leaf, []).append(port or "*")
     plan.igmp = PlanIgmp(
         enabled=True,
-        groups=list(ctx.setting("igmp.groups")[0]),
-        robustness=ctx.setting("igmp.robustness")[0],
         proxy_ports={k: sorted(v, key=natural_key) for k, v in sorted(proxy_ports.items())},
         quiet_ports=dict(sorted(quiet.items())),
-        max_channels=ctx.setting("igmp.max_channels")[0],
-        max_groups=ctx.setting("igmp.max_groups")[0],
-        control_cost=float(ctx.setting("igmp.control_cost")[0] or 0),
-        control_cost_record=float(ctx.setting("igmp.control_cost_record")[0] or 0),
-        **timers,
+        **knobs,
     )
     try:
-        Igmp(robustness=plan.igmp.robustness, time_scale=plan.time.scale, **timers)
+        Igmp(time_scale=plan.time.scale, **knobs)
     except ValidationError as exc:
         raise PlanError(
-            f"{ctx.vars_file}: igmp timers (fabric seconds) at time.scale {plan.time.scale}: "
+            f"{ctx.vars_file}: igmp at time.scale {plan.time.scale} (timers in fabric seconds): "
             + "; ".join(validation_problems(exc))
-            + "; leave them unset to get wall-clock values that fit"
+            + "; leave the timers unset to get wall-clock values that fit"
         ) from None
     return plan
+
+
+def settings(plan: LabPlan, ctx: Context) -> dict[str, object]:
+    """The knobs of the IGMP feature from the vars or igmp.yml; an unset timer is its wall_timers value
+    divided by the time scale."""
+    knobs: dict[str, object] = {key: ctx.setting(f"igmp.{key}")[0] for key in IGMP_KNOBS}
+    clock = TimeScale.of(plan.time.scale)
+    for key in IGMP_TIMERS:
+        if knobs[key] is None:
+            knobs[key] = clock.fabric_s(ctx.setting(f"igmp.wall_timers.{key}")[0])
+    return knobs
 
 
 def igmp_config(plan: LabPlan, name: str, host_ports: list[str]) -> Igmp | None:
@@ -105,17 +105,9 @@ def igmp_config(plan: LabPlan, name: str, host_ports: list[str]) -> Igmp | None:
         for port in host_ports
     ]
     return Igmp(
-        groups=p.groups,  # type: ignore[arg-type]
         ports=ports,
-        robustness=p.robustness,
-        query_interval=p.query_interval,
-        query_response_interval=p.query_response_interval,
-        last_member_query_interval=p.last_member_query_interval,
         time_scale=plan.time.scale,
         bfirs=sorted(bfirs),
         receivers=dict(sorted(receivers.items())),
-        max_channels=p.max_channels,
-        max_groups=p.max_groups,
-        control_cost=p.control_cost,
-        control_cost_record=p.control_cost_record,
+        **{key: getattr(p, key) for key in IGMP_KNOBS},
     )

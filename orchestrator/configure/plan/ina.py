@@ -22,7 +22,7 @@ from typing import Any
 from aidcnet.config import Ina, InaJob, InaMember, InaTransit
 from aidcnet.roles import Role
 from orchestrator.configure.plan.context import Context, natural_key, problem
-from orchestrator.configure.plan.model import InaJobVars, LabPlan, PlanInaJob, PlanVatNode
+from orchestrator.configure.plan.schema import InaJobVars, LabPlan, PlanInaJob, PlanVatNode
 
 INA_ROLE = Role.INA_SWITCH
 

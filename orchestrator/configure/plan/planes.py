@@ -10,7 +10,7 @@ from __future__ import annotations
 import networkx as nx
 
 from orchestrator.configure.plan.context import Context, Source, clash, natural_sorted, problem
-from orchestrator.configure.plan.model import LabPlan, PlanPlane
+from orchestrator.configure.plan.schema import LabPlan, PlanPlane
 from orchestrator.configure.plan.tiers import fabric_graph
 
 

@@ -14,7 +14,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from orchestrator.configure.plan.context import Context, natural_key
-from orchestrator.configure.plan.model import LabPlan, PlanNextHop, PlanRoute, Unreachable
+from orchestrator.configure.plan.schema import LabPlan, PlanNextHop, PlanRoute, Unreachable
 
 UNREACHABLE_SHOWN = 20
 

@@ -12,7 +12,7 @@ from collections import deque
 import networkx as nx
 
 from orchestrator.configure.plan.context import Context, natural_sorted
-from orchestrator.configure.plan.model import LabPlan
+from orchestrator.configure.plan.schema import LabPlan
 
 
 def fabric_graph(ctx: Context) -> nx.MultiGraph:

@@ -11,11 +11,14 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from aidcnet.timescale import TimeScale, TimeScaleError
 from orchestrator.configure.plan.context import Context, Source, link_pins, problem
-from orchestrator.configure.plan.model import LabPlan, PlanTime
+from orchestrator.configure.plan.schema import LabPlan, PlanTime
 
-# tc's TBF carries the rate as 32-bit bytes/s (TCA_TBF_PARMS; pyroute2 sends no RATE64).
-MAX_SHAPED_BPS = (2**32 - 1) * 8
+AUTO = "auto"
+# With time.scale: auto, configure shapes the links at this scale (400G at 20 Mbit/s): each replay then
+# reshapes them to what its trace needs on this machine.
+AUTO_START = 20000
 # A queue must hold at least one jumbo frame or the shaper drops everything that size.
 MIN_QUEUE_BYTES = 9600
 
@@ -34,24 +37,25 @@ def queue_bytes(value: Any, src: Source) -> int:
 
 def apply(plan: LabPlan, ctx: Context) -> LabPlan:
     scale, scale_src = ctx.setting("time.scale")
-    if scale == "off":
-        scale = None
+    auto = scale == AUTO
+    if auto:
+        scale = AUTO_START
+    try:
+        time_scale = TimeScale.of(scale)
+    except TimeScaleError as exc:
+        raise problem(scale_src, str(exc)) from None
+    scale = time_scale.value
     default_queue, default_queue_src = ctx.setting("bandwidth.queue")
     default_q = queue_bytes(default_queue, default_queue_src)
     pins = link_pins(ctx, "queue")
-    plan.time = PlanTime(scale=scale)
+    plan.time = PlanTime(scale=scale, auto=auto)
     for index, link in enumerate(plan.links):
         link.queue_bytes = queue_bytes(*pins[index]) if index in pins else default_q
         if scale is None:
             link.shaped_bps = 0  # unshaped: the veth runs as fast as the nodes send
             continue
-        shaped = max(1, round(link.bandwidth_bps / scale))
-        if shaped > MAX_SHAPED_BPS:
-            raise problem(
-                scale_src,
-                f"link {link.a}--{link.b} at {link.bandwidth} over scale {scale} is {shaped / 1e9:.1f} "
-                f"Gbit/s on the veth, above the {MAX_SHAPED_BPS / 1e9:.1f} Gbit/s tc's TBF can shape; "
-                f"raise time.scale to at least {-(-link.bandwidth_bps // MAX_SHAPED_BPS)}",
-            )
-        link.shaped_bps = shaped
+        why = time_scale.check_link(link.bandwidth_bps)
+        if why is not None:
+            raise problem(scale_src, f"link {link.a}--{link.b} at {link.bandwidth} over scale {scale}: {why}")
+        link.shaped_bps = time_scale.veth_bps(link.bandwidth_bps)
     return plan

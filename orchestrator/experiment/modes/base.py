@@ -1,6 +1,6 @@
 """The interface every experiment mode implements, and what the driver hands it.
 
-The driver (``orchestrator/experiment/driver.py``) runs every mode through the same steps:
+The driver (``orchestrator/run/driver.py``) runs every mode through the same steps:
 ``check_trace`` → ``prepare`` (what the mode needs configured) → ``load`` (what it tells each agent before
 the start) → counters before → ``run`` → counters after → ``collect`` (how its deliveries are judged).
 A mode instance lives for one run, so it may keep what it worked out in ``prepare`` for later steps.
@@ -15,6 +15,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from aidcnet.agent.replay.protocol import OpTimes
 from aidcnet.modes import BASELINES, Mode
 from aidcnet.replay import DEFAULT_MAX_DATAGRAM
 from orchestrator.experiment.records import MessageResult
@@ -51,6 +52,13 @@ class RunOptions:
     seed: int = 1
     # Faults during the run, in time order (orchestrator.experiment.faults.schedule).
     faults: tuple[Fault, ...] = ()
+    # A closed-loop step (docs/training.md): the collective mode its AllReduce ops run in (a message
+    # mode's run), and whether a compute phase is a wait or real work.
+    allreduce: Mode | None = None
+    compute: str = "wait"
+    # The time model's prediction of a step, when the caller has one to give (the CLI and the pytest
+    # plugin do: orchestrator.run.prediction.step_predictor); the run's record carries it.
+    predict_step: Callable[..., Any] | None = None
 
 
 @dataclass
@@ -67,6 +75,9 @@ class ModeOutcome:
     # Set when the mode judged the run failed for a reason ``missing``/``wrong`` cannot say.
     problem: str | None = None
     detail: Any = None
+    # Message modes: per sending host, what it did with each op (when it was due, when its first and last
+    # datagram went to the kernel, its bytes): where a host's link idled while it had data due.
+    op_times: dict[str, list[OpTimes]] = field(default_factory=dict)
 
 
 class ExperimentMode(ABC):
@@ -84,6 +95,18 @@ class ExperimentMode(ABC):
     def is_baseline(cls) -> bool:
         """The mode other modes of its family are compared against in reports (``aidcnet.modes``)."""
         return cls.name in BASELINES
+
+    def predicted_as(self) -> tuple[Mode, str] | None:
+        """The mode the time model predicts this one's completion as (the same data on the same paths),
+        with a few words on what the prediction leaves out; None when no model covers it (the run is then
+        set against the busiest link's bound). By default, itself when the model covers it."""
+        from aidcnet.modes import COLLECTIVE, MODELLED
+
+        return (self.name, "") if self.name in MODELLED | COLLECTIVE else None
+
+    def data_delay_fabric_s(self, session: LabSession) -> float:
+        """How long after an op's t its data leaves, in fabric seconds (a lead the mode adds)."""
+        return 0.0
 
     @abstractmethod
     def check_trace(self, ops: list[TraceOp], trace: Path) -> None:

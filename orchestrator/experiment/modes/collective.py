@@ -18,33 +18,37 @@ that start.
 
 from __future__ import annotations
 
-import base64
 import json
 import time
-from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from aidcnet.ina.header import DType, Op
 from aidcnet.ina.worker import (
+    DEFAULT_MAX_RTO_S,
     DEFAULT_TIMEOUT_S,
-    digest,
-    exact_result,
-    job_scale,
-    out_of_tolerance,
-    worker_array,
+    job_fixed_point_scale,
 )
 from aidcnet.modes import Mode
 from aidcnet.roles import Role
-from orchestrator.configure.plan.model import LabPlan, PlanInaJob
+from orchestrator.configure.plan.schema import LabPlan, PlanInaJob
+from orchestrator.experiment.clock import Clock
 from orchestrator.experiment.modes.base import ExperimentMode, Family, ModeOutcome, RunOptions, Say
+from orchestrator.experiment.modes.closed_loop import ClosedLoop
+from orchestrator.experiment.modes.jobs import (
+    DEADLINE_S,
+    find_job,
+    job_arrays,
+    job_for,
+    job_round_trip_s,
+    judge,
+    rto_for_round_trip,
+)
 from orchestrator.experiment.records import MessageResult
 from orchestrator.experiment.session import ExperimentError, LabSession
-from orchestrator.workloads.trace import ALLREDUCE_OP, TraceOp
+from orchestrator.workloads.trace import ALLREDUCE_OP, TraceOp, closed_loop
 
 START_LEAD_S = 0.5
 
@@ -82,15 +86,7 @@ class AllreduceRun:
         return sum(int(r["retransmits"]) for r in self.replies.values())
 
 
-def find_job(plan: LabPlan, job: int) -> PlanInaJob:
-    for j in plan.ina:
-        if j.job == job:
-            return j
-    known = ", ".join(str(j.job) for j in plan.ina) or "none"
-    raise ExperimentError(f"lab {plan.lab} has no INA job {job} in its plan (jobs: {known}; see ina.jobs)")
-
-
-def check_supported(job: PlanInaJob, mode: str) -> None:
+def check_supported(job: PlanInaJob, mode: Mode) -> None:
     """Refuse, naming the mode and dtype, what ``mode`` cannot run or the driver cannot judge."""
     from orchestrator.experiment.modes import mode_class
 
@@ -98,47 +94,6 @@ def check_supported(job: PlanInaJob, mode: str) -> None:
     if not issubclass(cls, CollectiveMode):
         raise ExperimentError(f"mode {mode} is not a collective mode; it cannot run an AllReduce job")
     cls().check_job(job)
-
-
-def job_arrays(plan: LabPlan, job: PlanInaJob, elements: int, seed: int) -> list[np.ndarray]:
-    dtype = DType[job.dtype.upper()]
-    return [worker_array(seed, plan.nodes[w].bfr_id or 0, elements, dtype) for w in job.workers]
-
-
-def judge(
-    arrays: list[np.ndarray], op: Op, dtype: DType, scale: int, replies: dict[str, dict[str, Any]]
-) -> tuple[list[str], str, float]:
-    """Which workers got a wrong result, the digest all had to hold, and the largest float error.
-
-    A worker is wrong if its digest differs from the exact one (when the arithmetic has one) or from
-    the digest most workers agree on (float32 sum), or, for float jobs, if the values it returned do
-    not hash to its digest or stray beyond the tolerance from numpy's reduction. Values are judged
-    once per distinct digest: equal digests are equal arrays.
-    """
-    exact = exact_result(arrays, op, dtype, scale)
-    if exact is not None:
-        expected = digest(exact)
-    else:
-        counts = Counter(r["digest"] for r in replies.values())
-        expected = max(counts, key=lambda d: counts[d])  # first-seen wins a tie: order is deterministic
-    wrong = {w for w, r in replies.items() if r["digest"] != expected}
-    max_error = 0.0
-    if dtype is not DType.INT32:
-        verdicts: dict[str, bool] = {}  # digest -> within tolerance, once some worker's values showed it
-        for w, r in replies.items():
-            d = r["digest"]
-            if d not in verdicts:
-                raw = r.get("values")
-                got = np.frombuffer(base64.b64decode(raw), ">f4") if raw is not None else None
-                if got is None or digest(got) != d:
-                    wrong.add(w)  # its values are not what it claims to hold: they vouch for nothing
-                    continue
-                bad, err = out_of_tolerance(arrays, got, op, dtype, scale)
-                verdicts[d] = not len(bad)
-                max_error = max(max_error, err)
-            if not verdicts[d]:
-                wrong.add(w)
-    return [w for w in replies if w in wrong], expected, max_error
 
 
 def default_ps_host(plan: LabPlan, job: PlanInaJob) -> str:
@@ -157,6 +112,15 @@ class CollectiveMode(ExperimentMode):
     op beyond the common request (:meth:`before_op`)."""
 
     family = Family.COLLECTIVE
+    # Whose clock the run's lines show times on: the session's time scale (prepare); unshaped until known.
+    clock = Clock()
+    # Set by check_trace when the trace is a closed-loop step of compute phases and AllReduces.
+    closed: ClosedLoop | None = None
+
+    def predicted_as(self) -> tuple[Any, str] | None:
+        if self.closed is not None:
+            return self.closed.modes, ""
+        return super().predicted_as()
 
     # -- hooks for the modes ------------------------------------------------------------------------
     def aggregation_point(self, plan: LabPlan, job: PlanInaJob) -> str | None:
@@ -187,7 +151,7 @@ class CollectiveMode(ExperimentMode):
         elements: int,
         seed: int = 1,
         timeout_s: float = DEFAULT_TIMEOUT_S,  # the workers' initial RTO (RFC 6298: then it adapts)
-        deadline_s: float = 300.0,
+        deadline_s: float = DEADLINE_S,
         start_at: float | None = None,
         chunk_elements: int | None = None,
     ) -> AllreduceRun:
@@ -196,16 +160,24 @@ class CollectiveMode(ExperimentMode):
         self.check_job(job)
         op, dtype = Op[job.op.upper()], DType[job.dtype.upper()]
         arrays = job_arrays(plan, job, elements, seed)
-        scale = job_scale(len(job.workers)) if dtype is DType.FIXED32 else 0
+        fixed_point_scale = job_fixed_point_scale(len(job.workers)) if dtype is DType.FIXED32 else 0
+        # A long path's round trip raises the timers (never lowers what the caller asked for).
+        wan = rto_for_round_trip(
+            job_round_trip_s(plan, session.delays, job, self.aggregation_point(plan, job)),
+            session.time_scale,
+        )
+        deadline_s = max(deadline_s, wan["deadline_s"])
         request: dict[str, Any] = {
             "job": job.job,
             "mode": self.name,
             "elements": elements,
             "seed": seed,
-            "timeout_s": timeout_s,
+            "timeout_s": max(timeout_s, wan["timeout_s"]),
             "deadline_s": deadline_s,
-            "scale": scale,
+            "scale": fixed_point_scale,
         }
+        if wan["max_rto_s"] > DEFAULT_MAX_RTO_S:
+            request["max_rto_s"] = wan["max_rto_s"]
         if dtype is not DType.INT32:
             request["values"] = True  # float results are judged on their values, not only their digest
         self.before_op(session, job, request)
@@ -218,7 +190,7 @@ class CollectiveMode(ExperimentMode):
 
         with ThreadPoolExecutor(len(job.workers)) as pool:
             replies = dict(pool.map(one, job.workers))
-        wrong, expected, max_error = judge(arrays, op, dtype, scale, replies)
+        wrong, expected, max_error = judge(arrays, op, dtype, fixed_point_scale, replies)
         for r in replies.values():
             r.pop("values", None)  # judged; runs are kept in memory and written to results
         return AllreduceRun(
@@ -228,6 +200,9 @@ class CollectiveMode(ExperimentMode):
     # -- the experiment steps -----------------------------------------------------------------------
     def check_trace(self, ops: list[TraceOp], trace: Path) -> None:
         self.trace = trace
+        if closed_loop(ops):
+            self.closed = ClosedLoop(self, ops, trace)  # type: ignore[arg-type]
+            return
         others = [op for op in ops if op.op != ALLREDUCE_OP]
         if others:
             raise ExperimentError(
@@ -242,17 +217,32 @@ class CollectiveMode(ExperimentMode):
                 )
 
     def prepare(self, session: LabSession, ops: list[TraceOp], say: Say) -> None:
+        self.clock = Clock(session.time_scale)
+        if self.closed is not None:
+            self.closed.prepare(session, say)
+            return
         self.jobs = {op.id: job_for(session.plan, op) for op in ops}
         for op in ops:
             self.check_job(self.jobs[op.id])  # before any op runs, not halfway through the trace
 
     def load(self, session: LabSession, ops: list[TraceOp]) -> None:
-        """Nothing before the start: each AllReduce carries its whole request when it runs."""
+        """Nothing before the start: each AllReduce carries its whole request when it runs (a closed-loop
+        step's hosts are told their items now)."""
+        if self.closed is not None:
+            self.closed.load(session, None)
 
     def run(self, session: LabSession, ops: list[TraceOp], say: Say) -> None:
         """Ops issued at the same ``t`` for different jobs run concurrently (tenants sharing the fabric)."""
+        if self.closed is not None:
+            self.closed.run(session, say)
+            return
         self.runs: list[AllreduceRun] = []
         self.t0 = time.time() + START_LEAD_S
+        # Wall seconds the emulator sat between waves beyond what the trace asked for (each wave's requests
+        # go out START_LEAD_S ahead of it): taken out of the run's timeline, as a fabric runs a job's next
+        # AllReduce when its inputs are ready.
+        self.idle_before: dict[int, float] = {}
+        idle, prev_end = 0.0, self.t0
         i = 0
         while i < len(ops):
             # One wave: ops at the same t, each job at most once (a job runs one AllReduce at a time).
@@ -264,7 +254,9 @@ class CollectiveMode(ExperimentMode):
                 wave.append(ops[i])
                 seen.add(self.jobs[ops[i].id].job)
                 i += 1
-            start = max(self.t0 + wave[0].t, time.time() + START_LEAD_S)
+            asked = self.t0 + session.time_scale.wall_s(wave[0].t)
+            start = max(asked, time.time() + START_LEAD_S)
+            idle += max(0.0, start - max(asked, prev_end))
             seed = self.options.seed
             with ThreadPoolExecutor(len(wave)) as pool:
                 futures = [
@@ -280,14 +272,19 @@ class CollectiveMode(ExperimentMode):
                 ]
                 done = [f.result() for f in futures]
             self.runs += done
+            prev_end = max(r.start_at + r.seconds for r in done)
             for op, run in zip(wave, done, strict=True):
+                self.idle_before[op.id] = idle
                 say(
-                    f"op {op.id} job {run.job}: {run.seconds:.3f} s, {run.retransmits} retransmits, "
+                    f"op {op.id} job {run.job}: {self.clock.time(run.seconds)}, "
+                    f"{run.retransmits} retransmits, "
                     + (run.verdict if not run.ok else "exact" if run.dtype == "int32" else "within tolerance")
                     + f" ({len(self.runs)}/{len(ops)})"
                 )
 
     def collect(self, session: LabSession, ops: list[TraceOp]) -> ModeOutcome:
+        if self.closed is not None:
+            return self.closed.collect(session)
         messages = []
         for op, run in zip(ops, self.runs, strict=True):
             exact = [w for w in run.replies if w not in run.wrong]
@@ -299,7 +296,7 @@ class CollectiveMode(ExperimentMode):
                     expected=[op.src, *op.dst],
                     delivered=exact,
                     bytes=op.bytes,
-                    sent_at=run.start_at - self.t0,
+                    sent_at=run.start_at - self.t0 - self.idle_before.get(op.id, 0.0),
                     latency={w: max(0.0, run.replies[w]["finished"] - run.start_at) for w in exact},
                 )
             )
@@ -320,11 +317,7 @@ class CollectiveMode(ExperimentMode):
             }
             for op, run in zip(ops, self.runs, strict=True)
         ]
-        lines = [
-            f"allreduce job {run.job} {run.mode}: {run.elements * 4 / (1 << 20):.2f} MiB x "
-            f"{len(run.replies)} workers in {run.seconds:.3f} s, {run.retransmits} retransmits, {run.verdict}"
-            for run in self.runs
-        ]
+        lines = [allreduce_line(run, self.clock) for run in self.runs]
         wrong = [r for r in self.runs if not r.ok]
         doc = {"lab": session.topo.name, "trace": str(self.trace), "ops": rows}
         return ModeOutcome(
@@ -346,20 +339,17 @@ class CollectiveMode(ExperimentMode):
 ALLREDUCE_FILE = "allreduce.json"
 
 
-def job_for(plan: LabPlan, op: TraceOp) -> PlanInaJob:
-    members = {op.src, *op.dst}
-    for job in plan.ina:
-        if set(job.workers) == members:
-            return job
-    jobs = "; ".join(f"job {j.job}: {', '.join(j.workers)}" for j in plan.ina) or "none"
-    raise ExperimentError(
-        f"trace op {op.id}: no INA job of lab {plan.lab} has exactly the workers "
-        f"{', '.join(sorted(members))} (its jobs: {jobs}); add one under ina.jobs in the lab's vars"
+def allreduce_line(run: AllreduceRun, clock: Clock) -> str:
+    """One AllReduce for the run's summary, its time on the lab's clock (fabric, or wall labelled)."""
+    return (
+        f"allreduce job {run.job} {run.mode}: {run.elements * 4 / (1 << 20):.2f} MiB x "
+        f"{len(run.replies)} workers in {clock.time(run.seconds)}, {run.retransmits} retransmits, "
+        f"{run.verdict}"
     )
 
 
 def run_allreduce(
-    session: LabSession, job_id: int, mode: str, elements: int, ps_host: str | None = None, **kw: Any
+    session: LabSession, job_id: int, mode: Mode, elements: int, ps_host: str | None = None, **kw: Any
 ) -> AllreduceRun:
     """One AllReduce of ``job_id`` in a collective ``mode`` outside a recorded run (tests, benches)."""
     from orchestrator.experiment.modes import mode_class
@@ -371,7 +361,7 @@ def run_allreduce(
 
 
 def run_concurrent(
-    session: LabSession, jobs: list[int], mode: str, elements: int, seed: int = 1, **kw: Any
+    session: LabSession, jobs: list[int], mode: Mode, elements: int, seed: int = 1, **kw: Any
 ) -> list[AllreduceRun]:
     """Several jobs at once (tenants sharing the fabric), all starting at the same instant."""
     start_at = time.time() + START_LEAD_S + 0.2 * len(jobs)

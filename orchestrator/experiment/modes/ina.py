@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from aidcnet.modes import Mode
-from orchestrator.configure.plan.model import PlanInaJob
+from orchestrator.configure.plan.schema import PlanInaJob
 from orchestrator.experiment.modes import register
 from orchestrator.experiment.modes.collective import CollectiveMode
 from orchestrator.experiment.session import LabSession

@@ -1,86 +1,40 @@
 """The message family: a trace's unicast and multicast ops, sent by the host agents
-(``aidcnet/agent/replay_service.py``) at ``start + t`` and accounted for by every receiver.
+(``aidcnet/agent/replay/``) at ``start + t`` and accounted for by every receiver.
 
-The three modes differ only in how a host sends (one copy per receiver, one BIER packet, one IP
-multicast packet) and what that needs beforehand; everything else is here: each host's schedule,
-a common start time, progress, and the judgement of every (message, receiver) pair as exactly once
-with the right content.
+The modes differ in how a host sends (one copy per receiver, one BIER packet, one IP multicast packet;
+reliably or not) and what that needs beforehand, which each says in the load it builds for a host
+(:meth:`MessageMode.host_load`, typed: ``aidcnet.agent.replay.protocol``); everything else is here:
+each host's schedule, a common start time, progress, the judgement of every (message, receiver) pair as
+exactly once with the right content, and what each source did with each op (``ModeOutcome.op_times``).
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from aidcnet.agent.control import Op
+from aidcnet.agent.replay.protocol import Receiver, ReplayLoad, ReplayOp
 from orchestrator.experiment.modes.base import ExperimentMode, Family, ModeOutcome, Say
-from orchestrator.experiment.records import MessageResult
+from orchestrator.experiment.modes.closed_loop import ClosedLoop
+from orchestrator.experiment.modes.replaying import (
+    START_LEAD_S,
+    build_messages,
+    flight_wall_s,
+    op_times,
+    results_of,
+    start_and_wait,
+    trace_propagation_s,
+)
 from orchestrator.experiment.session import ExperimentError, HostInfo, LabSession
-from orchestrator.workloads.trace import ALLREDUCE_OP, TraceOp
-
-# Keeps each replay_load line well under the agent's 64 KiB request-line limit.
-OPS_PER_LOAD = 200
-START_LEAD_S = 1.0
-POLL_S = 0.2
-# A host that misses status polls this long is given up (a paused container); a busy one misses a few.
-STATUS_PATIENCE_S = 20.0
-
-
-def build_messages(
-    ops: list[TraceOp], records: dict[str, dict[int, dict[str, Any]]], start_ns: int
-) -> tuple[list[MessageResult], list[tuple[int, str]], list[tuple[int, str]]]:
-    """MessageResults from the trace ops and each host's receiver records (host -> msg id -> record).
-    Returns them with the (message, receiver) pairs missing and delivered to a host not in ``dst``."""
-    by_id: dict[int, dict[str, dict[str, Any]]] = {}
-    for host, recs in records.items():
-        for msg_id, rec in recs.items():
-            by_id.setdefault(msg_id, {})[host] = rec
-    messages, missing, wrong = [], [], []
-    for op in ops:
-        got = by_id.pop(op.id, {})
-        delivered, latency, dups = [], {}, {}
-        sent_at = op.t
-        for host in [*op.dst, *sorted(h for h in got if h not in op.dst)]:
-            rec = got.get(host)
-            if rec is None or not rec["checksum_ok"]:
-                if host in op.dst:
-                    missing.append((op.id, host))
-                continue
-            if host not in op.dst:
-                wrong.append((op.id, host))
-            delivered.append(host)
-            sent_at = (rec["send_ns"] - start_ns) / 1e9
-            latency[host] = max(0.0, (rec["complete_ns"] - rec["send_ns"]) / 1e9)
-            if rec["duplicates"]:
-                dups[host] = int(rec["duplicates"])
-        messages.append(
-            MessageResult(
-                id=op.id,
-                op=op.op,
-                src=op.src,
-                expected=list(op.dst),
-                delivered=delivered,
-                bytes=op.bytes,
-                sent_at=sent_at,
-                latency=latency,
-                duplicates=dups,
-            )
-        )
-    # Records of ids the trace does not have: a stale or foreign sender; count them as wrong.
-    wrong.extend((msg_id, host) for msg_id, hosts in sorted(by_id.items()) for host in sorted(hosts))
-    return messages, missing, wrong
-
-
-def _chunks(items: list[Any], n: int) -> Iterable[list[Any]]:
-    for i in range(0, len(items), n):
-        yield items[i : i + n]
+from orchestrator.workloads.trace import ALLREDUCE_OP, TraceOp, closed_loop
 
 
 class MessageMode(ExperimentMode):
     start_lead_s = START_LEAD_S
     family = Family.MESSAGES
+    # Set by check_trace when the trace is a closed-loop step (docs/training.md): it runs the steps then.
+    closed: ClosedLoop | None = None
 
     # -- hooks for the modes ------------------------------------------------------------------------
     def check_hosts(self, hosts: dict[str, HostInfo]) -> None:
@@ -90,16 +44,34 @@ class MessageMode(ExperimentMode):
         """The id a receiver is known by in the run (its BFR-id; the reliable modes number every host)."""
         return self.hosts[name].bfr_id
 
-    def op_entry(self, op: TraceOp) -> list[Any]:
-        """One op of a host's schedule as the agent takes it: ``[id, t, bytes, [receivers]]``."""
-        return [op.id, op.t, op.bytes, list(op.dst)]
+    def op_entry(self, op: TraceOp) -> ReplayOp:
+        """One op of a host's schedule as the agent takes it (the IP-multicast modes add its group)."""
+        return ReplayOp(op.id, op.t, op.bytes, tuple(op.dst))
 
-    def first_load_fields(self, session: LabSession, host: str) -> dict[str, Any]:
-        """Fields only the first load of a host carries (the net-bier joins happen once per run)."""
-        return {}
+    def host_load(self, session: LabSession, host: str, ops: list[ReplayOp]) -> ReplayLoad:
+        """What ``host`` is told for the run: its ops, the receivers they name, the run's knobs; a mode
+        adds what it needs (``dataclasses.replace`` of its base's)."""
+        o = self.options
+        needed = sorted({d for op in ops for d in op.receivers})
+        return ReplayLoad(
+            self.name,
+            ops=tuple(ops),
+            receivers={r: Receiver(self.hosts[r].loopback, self.host_id(r)) for r in needed},
+            max_datagram=o.max_datagram,
+            gap_us=o.gap_us,
+            qps=o.qps,
+        )
 
     # -- the steps ----------------------------------------------------------------------------------
+    def predicted_as(self) -> tuple[Any, str] | None:
+        if self.closed is not None:
+            return self.closed.modes, ""
+        return super().predicted_as()
+
     def check_trace(self, ops: list[TraceOp], trace: Path) -> None:
+        if closed_loop(ops):
+            self.closed = ClosedLoop(self, ops, trace)  # type: ignore[arg-type]
+            return
         reduce_ops = [op.id for op in ops if op.op == ALLREDUCE_OP]
         if reduce_ops:
             raise ExperimentError(
@@ -108,6 +80,11 @@ class MessageMode(ExperimentMode):
             )
 
     def prepare(self, session: LabSession, ops: list[TraceOp], say: Say) -> None:
+        if self.closed is not None:
+            self.closed.prepare(session, say)
+            self.hosts, self.all_hosts = self.closed.hosts, self.closed.all_hosts
+            self.check_hosts(self.hosts)
+            return
         names = sorted({op.src for op in ops} | {d for op in ops for d in op.dst})
         self.hosts = session.hosts(names)
         self.all_hosts = session.hosts(session.gpu_hosts())
@@ -115,88 +92,66 @@ class MessageMode(ExperimentMode):
         self.check_hosts(self.hosts)
 
     def load(self, session: LabSession, ops: list[TraceOp]) -> None:
-        per_src: dict[str, list[list[Any]]] = {n: [] for n in self.all_hosts}
+        o = self.options
+        self.settings: dict[str, Any] = {"max_datagram": o.max_datagram, "gap_us": o.gap_us, "qps": o.qps}
+        if self.closed is not None:
+            self.closed.load(session, lambda host, sends: self.host_load(session, host, sends))
+            return
+        per_src: dict[str, list[ReplayOp]] = {n: [] for n in self.all_hosts}
         for op in ops:
             per_src[op.src].append(self.op_entry(op))
         self.senders = [n for n, mine in per_src.items() if mine]
         self.expected = sum(len(op.dst) for op in ops)
-        o = self.options
-        self.settings: dict[str, Any] = {"max_datagram": o.max_datagram, "gap_us": o.gap_us, "qps": o.qps}
         for name in self.all_hosts:
-            mine = per_src[name]
-            for k, chunk in enumerate(_chunks(mine, OPS_PER_LOAD) if mine else [[]]):
-                needed = {d for op in chunk for d in op[3]}
-                receivers = {r: [self.hosts[r].loopback, self.host_id(r)] for r in sorted(needed)}
-                session.agent(name).replay_load(
-                    mode=self.name,
-                    ops=chunk,
-                    receivers=receivers,
-                    append=k > 0,
-                    **(self.first_load_fields(session, name) if k == 0 else {}),
-                    max_datagram=o.max_datagram,
-                    gap_us=o.gap_us,
-                    qps=o.qps,
-                )
+            session.agent(name).replay_load(self.host_load(session, name, per_src[name]))
 
     def run(self, session: LabSession, ops: list[TraceOp], say: Say) -> None:
-        lost = session.lost
-        status: dict[str, dict[str, Any]] = {}
-        self.start_ns = time.time_ns() + int(START_LEAD_S * 1e9)
-        for name in self.senders:
-            session.agent(name).replay_start(self.start_ns)
-        duration = max((op.t for op in ops), default=0.0)
-        deadline = time.monotonic() + START_LEAD_S + duration + self.options.timeout_s
-        drain_until: float | None = None
-        last = ""
-        while True:
-            for n in self.all_hosts:
-                agent = session.agent(n)
-                reply = lost.call(
-                    n, lambda agent=agent: agent.replay_status(timeout=2.0), patience_s=STATUS_PATIENCE_S
-                )
-                if reply is not None:
-                    status[n] = reply
-            sent = sum(s["sent_ops"] for s in status.values())
-            delivered = sum(s["received_complete"] for s in status.values())
-            # A sender that stopped answering will send no more: do not wait for it.
-            done = all(n in lost.nodes or status.get(n, {}).get("done") for n in self.senders)
-            line = f"sent {sent}/{len(ops)} ops, delivered {delivered}/{self.expected}"
-            if line != last:
-                say(line)
-                last = line
-            now = time.monotonic()
-            if done and drain_until is None:
-                drain_until = now + self.options.drain_s
-            if done and delivered >= self.expected:
-                # A short settle so late duplicates are counted too.
-                time.sleep(min(0.3, self.options.drain_s))
-                break
-            if (drain_until is not None and now > drain_until) or now > deadline:
-                say(f"stopped waiting: {line}" + ("" if done else " (senders not done: timeout)"))
-                break
-            time.sleep(POLL_S)
-        self.send_errors = {n: s["send_errors"] for n, s in status.items() if s.get("send_errors")}
-        if self.send_errors:
-            say(f"send errors: {self.send_errors}")
+        if self.closed is not None:
+            self.closed.run(session, say)
+            return
+        duration = session.time_scale.wall_s(max((op.t for op in ops), default=0.0))
+        self.start_ns, self.send_errors = start_and_wait(
+            session, self.senders, self.all_hosts, self.expected, len(ops), duration, self.options, say,
+            flight_s=flight_wall_s(session, ops),
+        )  # fmt: skip
 
     def results(self, session: LabSession) -> dict[str, dict[str, Any]]:
         """Every host's ``replay_results`` reply (empty for a host that stopped answering)."""
-        replies: dict[str, dict[str, Any]] = {}
-        for name in self.all_hosts:
-            agent = session.agent(name)
-            reply = session.lost.call(name, lambda a=agent: a.call(Op.REPLAY_RESULTS, 30.0))
-            replies[name] = reply if reply is not None else {}
-        return replies
+        return results_of(session, self.all_hosts)
 
     def collect(self, session: LabSession, ops: list[TraceOp]) -> ModeOutcome:
+        if self.closed is not None:
+            outcome = self.closed.collect(session)
+            outcome.settings = {**self.settings, "drain_s": self.options.drain_s,
+                                "start_lead_s": START_LEAD_S, **outcome.settings}  # fmt: skip
+            return outcome
         self.replies = self.results(session)
         records = {n: {int(r["id"]): r for r in rep.get("records", [])} for n, rep in self.replies.items()}
         self.records = records
-        messages, missing, wrong = build_messages(ops, records, self.start_ns)
+        messages, missing, wrong = build_messages(ops, records, self.start_ns, session.time_scale)
         self.settings.update(
             drain_s=self.options.drain_s,
             send_errors=self.send_errors,
             start_lead_s=START_LEAD_S,
             unresponsive=session.lost.nodes,
         )
-        return ModeOutcome(messages, self.settings, missing, wrong)
+        one_way, _round_trip = trace_propagation_s(session, ops)
+        if one_way:
+            # What the links' length adds to the completion at least: the farthest receiver's delay.
+            self.settings["propagation_s"] = one_way
+        outcome = ModeOutcome(messages, self.settings, missing, wrong)
+        outcome.op_times = op_times(self.replies)
+        return outcome
+
+
+class IpMulticastMode(MessageMode):
+    """The IP-multicast family (``aidcnet.modes.IP_MULTICAST``): the hosts send each op to its group
+    (``op_group``, worked out in ``prepare``) out of their fabric interface; the leaves carry it."""
+
+    op_group: dict[int, str]
+
+    def op_entry(self, op: TraceOp) -> ReplayOp:
+        return replace(super().op_entry(op), group=self.op_group[op.id])
+
+    def host_load(self, session: LabSession, host: str, ops: list[ReplayOp]) -> ReplayLoad:
+        return replace(super().host_load(session, host, ops), interface=session.fabric_interface(host))

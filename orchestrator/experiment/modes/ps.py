@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from aidcnet.modes import Mode
-from orchestrator.configure.plan.model import LabPlan, PlanInaJob
+from orchestrator.configure.plan.schema import LabPlan, PlanInaJob
 from orchestrator.experiment.modes import register
 from orchestrator.experiment.modes.collective import CollectiveMode, default_ps_host
 from orchestrator.experiment.modes.ring import loopbacks
@@ -29,7 +29,7 @@ class ParameterServer(CollectiveMode):
 
 def serve_request(plan: LabPlan, job: PlanInaJob) -> dict[str, Any]:
     """What the parameter server is told before one AllReduce of ``job`` (its agent's ``ps_serve``;
-    ``aidcnet.agent.ina_worker.ps_job_config`` reads it, and so does the scale model)."""
+    ``aidcnet.agent.ina.worker.ps_job_config`` reads it, and so does the scale model)."""
     return {
         "job": job.job,
         "workers": loopbacks(plan, job),

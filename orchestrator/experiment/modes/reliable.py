@@ -24,11 +24,16 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any, ClassVar
 
+from aidcnet.agent.replay.protocol import ReplayLoad, ReplayOp
 from aidcnet.ebpf.link_fault import FaultStats
 from aidcnet.modes import RELIABLE, Mode
-from orchestrator.configure.plan.model import LabPlan
+from aidcnet.reliable.timers import TUNED_AT, WALL, Timers, timers
+from aidcnet.timescale import TimeScale
+from orchestrator.configure.plan.schema import LabPlan
 from orchestrator.configure.plan.timescale import MIN_QUEUE_BYTES
 from orchestrator.experiment.modes import register
 from orchestrator.experiment.modes.base import ModeOutcome, Say
@@ -39,8 +44,6 @@ from orchestrator.workloads.trace import TraceOp
 
 # Flows start just below 2**32 so every run crosses the sequence-number wrap (RFC 1982 arithmetic).
 ISN = 0xFFFF_FF00
-# Wall-clock timers of the agents (docs/reliability.md): a receiver silent this long is declared failed.
-FAIL_AFTER_S = 30.0
 WINDOW = 64
 # The senders' congestion window (aidcnet.reliable.sender): off, a fixed window. Tried at 4 on leaf-spine
 # (bench/reliable.py, 2026-11-27): retransmitted per dropped byte at 5% fell from 3.9x to 2.0x aggregated
@@ -48,31 +51,18 @@ WINDOW = 64
 # (1.000 without), past the issue's bound of one per first-hop branch: a per-flow window does not stop
 # eight flows from queueing behind one link, so RTOs still fire for queued data. Not on until it does.
 INITIAL_CWND: int | None = None
-# RFC 6298 §2.1's first RTO. On a shaped lab a window's worth of DATA queued at 20 Mbit/s is a round trip
-# of a second or so: a shorter first guess retransmits every packet before its ACK can arrive, and Karn's
-# rule then leaves the estimator without a sample (measured: 3x the DATA resent at 0% loss with 50 ms).
-INITIAL_RTO_S = 1.0
-# What one source's flows may have in flight together, in wall seconds of its slowest link
-# (aidcnet.reliable.sender.SendBudget). Without a bound the eight flows of a 2 MiB distribution put 4 MiB
-# (the whole 4 MiB shaper queue, 1.7 s at 20 Mbit/s) behind the source's link, past the first RTO, and
-# every timer fired for data that was only queued. A round trip of the lab at 1:20000 is some 30 ms on
-# the wall clock (four store-and-forward hops of 8 kB at 20 Mbit/s and the Python BFRs), so 0.1 s keeps
-# the link busy and the queue under 0.1 s.
-INFLIGHT_WALL_S = 0.1
-# The senders' smallest RTO (RFC 6298 §2.4 lets a floor above its 1 s minimum's replacements stand). A
-# round trip may carry the whole send budget's queueing, and the estimator lags a queue that fills within
-# a round trip: with 20 ms the first samples (an empty queue, about 20 ms) set the RTO to some 60 ms while
-# the next packets met 100 ms of queue, and timers fired without loss (2 packets a run, every mode).
-MIN_RTO_S = 2.5 * INFLIGHT_WALL_S
-# A NACK waits this fraction of the RTO (at least MIN_RTO_S: 25 ms or more) for the other receivers' NACKs
-# of the same sequence: one drop on the source's link makes every receiver ask, and one retransmission
-# answers them all (without it: up to one per receiver). At 1:20000 their NACKs come some 13 ms apart:
-# the receiver under the source's leaf sees the next packet two store-and-forward hops of 8 kB at
-# 20 Mbit/s (3.3 ms each) before those behind the spine, whose NACKs also travel two hops more.
+# A NACK waits this fraction of the RTO for the other receivers' NACKs of the same sequence: one drop on
+# the source's link makes every receiver ask, and one retransmission answers them all (without it: up to
+# one per receiver). At 1:20000 their NACKs come some 13 ms apart: the receiver under the source's leaf
+# sees the next packet two store-and-forward hops of 8 kB at 20 Mbit/s (3.3 ms each) before those behind
+# the spine, whose NACKs also travel two hops more. BFRs that merge NACKs (AGG-NACK) gather them already:
+# the senders answer an AGG-NACK at once.
 NACK_GATHER = 0.1
-FEEDBACK_KINDS = ("ack", "nack", "agg-ack", "agg-ack-partial")
+FEEDBACK_KINDS = ("ack", "nack", "agg-ack", "agg-ack-partial", "agg-nack")
 # What a source counts as an acknowledgment of a DATA packet (a NACK is not one).
 ACK_KINDS = ("ack", "agg-ack", "agg-ack-partial")
+# What it counts as a request for a repair: a receiver's NACK, or a BFR's merged ones.
+NACK_KINDS = ("nack", "agg-nack")
 # Feedback as the link-fault programs tell it apart on the wire (a partial is an AGG-ACK there).
 LINK_FEEDBACK_KINDS = ("ack", "nack", "agg-ack")
 
@@ -81,34 +71,69 @@ def run_number(now_s: float) -> int:
     """The run's number, the top 8 bits of its flows' ids (``replay_flow_id``): the wall-clock second,
     mod 256. A message run starts START_LEAD_S (1 s) after its load, so two runs of a lab load at least a
     second apart and consecutive runs never share a number; runs 256 s apart may, by when nothing of the
-    older one is alive (its senders give up after FAIL_AFTER_S, a BFR's windows expire after 10 s)."""
+    older one is alive (its senders give up after ``fail_after``, a BFR's windows expire)."""
     return int(now_s) % 256
 
 
-def forget_earlier_runs(session: LabSession, say: Say) -> None:
+def forget_earlier_runs(session: LabSession, say: Say) -> dict[str, dict[str, Any]]:
     """Every node forgets the reliable flows of earlier runs. A BFR's aggregation window left open by
     the last run (a lossy run leaves many, alive for the aggregator's lifetime) would go on sending
     partial AGG-ACKs toward its source during this run: bytes on this run's links and feedback of
     another run (before flow ids carried the run's number, the sources took it for this run's and
-    retransmitted: NACKs and resent DATA at 0% loss right after a 5% run)."""
+    retransmitted: NACKs and resent DATA at 0% loss right after a 5% run). Returns what each node said of
+    its aggregation (:func:`refuse_without_aggregation`)."""
     replies = session.each_agent(lambda _node, agent: agent.reliable_reset())
     left = {node: r["forgotten"] for node, r in replies.items() if r.get("forgotten")}
     if left:
         nodes = ", ".join(sorted(left))
         say(f"forgot {sum(left.values())} aggregation windows earlier runs left open ({nodes})")
+    return {node: r.get("aggregation") for node, r in replies.items()}
+
+
+def refuse_without_aggregation(
+    mode: str, feedback: str, said: dict[str, dict[str, Any] | None], hosts: Iterable[str]
+) -> None:
+    """A mode whose feedback goes hop by hop needs every BFR to see the DATA it forwards (``forward``;
+    network-BIER also its leaves' imposition, ``impose``): where one cannot, it would relay every ACK, the
+    implosion the mode is named against. Refuse, naming the nodes and why, rather than run end to end
+    without a word. An agent that says nothing of it is older than this checkout."""
+    if feedback not in ("hop", "net"):
+        return
+    missing = []
+    for node, agg in sorted(said.items()):
+        if node in set(hosts):
+            continue
+        if agg is None:
+            missing.append(f"{node} (its agent does not say what it aggregates: rebuild the images)")
+        elif agg.get("forward") is None:
+            missing.append(f"{node} ({agg.get('why')})")
+        elif feedback == "net" and agg.get("impose") is None and agg.get("impose_why"):
+            missing.append(f"{node} ({agg['impose_why']})")
+    if missing:
+        raise ExperimentError(
+            f"{mode} aggregates feedback in the BFRs, and these cannot see the DATA they forward: "
+            f"{'; '.join(missing)}. Rebuild the images (aidclab images) or set bier.dataplane: python"
+        )
+
+
+def reliable_timers(scale: TimeScale) -> Timers:
+    """The reliable transport's timers on the agents' clock at ``scale`` (fabric seconds when shaped)."""
+    return timers(scale)
 
 
 def inflight_bytes(plan: LabPlan, host: str) -> int | None:
-    """The send budget of ``host`` (:data:`INFLIGHT_WALL_S` of its slowest shaped link, at least one
-    jumbo frame); None on an unshaped lab, whose links have no queue to fill."""
+    """The send budget of ``host``: :class:`Timers`' ``inflight`` of its slowest link, in fabric time of
+    the link's bandwidth (so the same at every scale: at the tuned 1:20000 it is 0.1 s of the veth), at
+    least one jumbo frame; None on an unshaped lab, whose links have no queue to fill."""
+    if not TimeScale.of(plan.time.scale).shaped:
+        return None
     rates = [
-        link.shaped_bps
-        for link in plan.links
-        if link.shaped_bps and host in (link.a.node, link.b.node)
+        link.bandwidth_bps for link in plan.links if link.bandwidth_bps and host in (link.a.node, link.b.node)
     ]
     if not rates:
         return None
-    return max(MIN_QUEUE_BYTES, int(min(rates) / 8 * INFLIGHT_WALL_S))
+    fabric_s = timers(TUNED_AT).inflight
+    return max(MIN_QUEUE_BYTES, int(min(rates) / 8 * fabric_s))
 
 
 def source_totals(status: dict[str, dict[str, Any]]) -> dict[str, int]:
@@ -126,10 +151,14 @@ def feedback_lines(total: dict[str, int]) -> list[str]:
     acks = sum(packets[k] for k in ACK_KINDS)
     fb_bytes = sum(total.get(f"source.rx.{k}.bytes", 0) for k in FEEDBACK_KINDS)
     per = f"{acks / sent:.3f}" if sent else "n/a"
+    nacks = sum(packets[k] for k in NACK_KINDS)
+    repaired = total.get("sender.repaired-sequences", 0)
+    per_lost = f"{nacks / repaired:.2f}" if repaired else "n/a"
     return [
         f"reliable: {sent} DATA packets sent first, ACKs at the sources {per} per packet "
         f"(ack {packets['ack']}, agg-ack {packets['agg-ack']}, partial {packets['agg-ack-partial']}), "
-        f"NACKs {packets['nack']}, feedback bytes at the sources {fb_bytes}",
+        f"NACKs {nacks} (nack {packets['nack']}, agg-nack {packets['agg-nack']}; {per_lost} per sequence "
+        f"repaired, of {repaired}), feedback bytes at the sources {fb_bytes}",
         f"reliable: retransmitted {total.get('sender.retransmitted', 0)} packets "
         f"({total.get('sender.timeouts', 0)} on a timer, the others asked for by NACKs and partials) / "
         f"{total.get('sender.retransmitted-bytes', 0)} payload bytes against "
@@ -199,8 +228,16 @@ def _fault_stats(session: LabSession) -> dict[str, FaultStats]:
 
 
 class ReliableMode(MessageMode):
+    # The data of a reliable mode takes the paths of this plain one; the model leaves out the feedback
+    # and any loss recovery, so a lossy run is set against a lossless prediction (and must be confirmed).
+    carries_as: ClassVar[Mode]
+
+    def predicted_as(self) -> tuple[Mode, str] | None:
+        return self.carries_as, "its data without acknowledgements or retransmissions"
+
     feedback: ClassVar[str]
     needs_bfr_ids: ClassVar[bool] = True
+    times: Timers = WALL  # the agents' timers, on their clock (prepare: the lab's)
 
     def check_hosts(self, hosts: dict[str, HostInfo]) -> None:
         if not self.needs_bfr_ids:
@@ -214,7 +251,9 @@ class ReliableMode(MessageMode):
         super().prepare(session, ops, say)
         self.ids = self._number(self.all_hosts)
         self.inflight = {h: inflight_bytes(session.plan, h) for h in self.all_hosts}
-        forget_earlier_runs(session, say)
+        self.times = reliable_timers(session.time_scale)
+        said = forget_earlier_runs(session, say)
+        refuse_without_aggregation(self.name, self.feedback, said, self.all_hosts)
         self.run_number = run_number(time.time())
 
     def _number(self, hosts: dict[str, HostInfo]) -> dict[str, int]:
@@ -226,21 +265,23 @@ class ReliableMode(MessageMode):
     def host_id(self, name: str) -> int | None:
         return self.ids[name]
 
-    def first_load_fields(self, session: LabSession, host: str) -> dict[str, Any]:
-        return {
-            "reliable": {
-                "self_id": self.ids[host],
-                "isn": ISN,
-                "run": self.run_number,
-                "window": WINDOW,
-                "initial_cwnd": INITIAL_CWND,
-                "inflight_bytes": self.inflight[host],
-                "nack_gather": NACK_GATHER,
-                "fail_after": FAIL_AFTER_S,
-                "initial_rto": INITIAL_RTO_S,
-                "min_rto": MIN_RTO_S,
-            }
+    def host_load(self, session: LabSession, host: str, ops: list[ReplayOp]) -> ReplayLoad:
+        reliable = {
+            "self_id": self.ids[host],
+            "isn": ISN,
+            "run": self.run_number,
+            "window": WINDOW,
+            "initial_cwnd": INITIAL_CWND,
+            "inflight_bytes": self.inflight[host],
+            "nack_gather": NACK_GATHER,
+            **self.timer_fields(),
         }
+        return replace(super().host_load(session, host, ops), reliable=reliable)
+
+    def timer_fields(self) -> dict[str, float]:
+        """The senders' and receivers' timers of the replay load, on the agents' clock."""
+        fields = ("fail_after", "initial_rto", "min_rto", "max_rto", "ack_delay", "nack_interval")
+        return {name: getattr(self.times, name) for name in (*fields, "nack_max_interval")}
 
     def run(self, session: LabSession, ops: list[TraceOp], say: Say) -> None:
         self.links_before = _fault_stats(session)
@@ -264,6 +305,7 @@ class ReliableMode(MessageMode):
             "initial_cwnd": INITIAL_CWND,
             "inflight_bytes": {h: self.inflight[h] for h in sorted(self.senders)},
             "nack_gather": NACK_GATHER,
+            "timers": self.timer_fields(),
             "sources": total,
             "receivers": {
                 k: v for k, v in source_totals(status).items() if k.startswith(("receiver.", "agg."))
@@ -281,6 +323,7 @@ class ReliableMode(MessageMode):
 @register
 class ReliableUnicast(ReliableMode):
     name = Mode.RELIABLE_UNICAST
+    carries_as = Mode.UNICAST
     feedback = RELIABLE[Mode.RELIABLE_UNICAST]
     needs_bfr_ids = False
     summary = "reliable: one flow per receiver over unicast, ACKs end to end (docs/reliability.md)"
@@ -289,6 +332,7 @@ class ReliableUnicast(ReliableMode):
 @register
 class ReliableHostBierE2e(ReliableMode):
     name = Mode.RELIABLE_HOST_BIER_E2E
+    carries_as = Mode.HOST_BIER
     feedback = RELIABLE[Mode.RELIABLE_HOST_BIER_E2E]
     summary = "reliable: host-BIER DATA, every receiver ACKs the source end to end (the implosion)"
 
@@ -296,6 +340,7 @@ class ReliableHostBierE2e(ReliableMode):
 @register
 class ReliableHostBier(ReliableMode):
     name = Mode.RELIABLE_HOST_BIER
+    carries_as = Mode.HOST_BIER
     feedback = RELIABLE[Mode.RELIABLE_HOST_BIER]
     summary = "reliable: host-BIER DATA, ACKs aggregated in the BFRs, subset retransmission"
 
@@ -308,6 +353,7 @@ class ReliableNetBier(ReliableMode, NetBier):
     network-BIER")."""
 
     name = Mode.RELIABLE_NET_BIER
+    carries_as = Mode.NET_BIER
     feedback = RELIABLE[Mode.RELIABLE_NET_BIER]
     summary = (
         "reliable: network-BIER DATA (IP multicast to one group per op), ACKs aggregated in the leaves and "
@@ -330,8 +376,5 @@ class ReliableNetBier(ReliableMode, NetBier):
             leaf_ids[str(group.group)] = sorted(int(i) for i in ids if i is not None)
         self.op_bfers = {op.id: leaf_ids[self.op_group[op.id]] for op in ops}
 
-    def op_entry(self, op: TraceOp) -> list[Any]:
-        return [*super().op_entry(op), self.op_bfers[op.id]]
-
-    def first_load_fields(self, session: LabSession, host: str) -> dict[str, Any]:
-        return {**NetBier.first_load_fields(self, session, host), **super().first_load_fields(session, host)}
+    def op_entry(self, op: TraceOp) -> ReplayOp:
+        return replace(super().op_entry(op), bfers=tuple(self.op_bfers[op.id]))

@@ -6,7 +6,7 @@ from typing import Any
 
 from aidcnet.ina.header import Op
 from aidcnet.modes import Mode
-from orchestrator.configure.plan.model import LabPlan, PlanInaJob
+from orchestrator.configure.plan.schema import LabPlan, PlanInaJob
 from orchestrator.experiment.modes import register
 from orchestrator.experiment.modes.collective import CollectiveMode
 from orchestrator.experiment.session import ExperimentError, LabSession

@@ -1,11 +1,18 @@
-"""The node-role interface and its registry."""
+"""The node-role interface and its registry.
+
+A role is what a lab node is for, and :class:`NodeRole` is everything the host knows of one: its name,
+its image, its Ansible group, whether our agent runs there, its health check, where the plan puts it and
+how a drawing shows it. Readers ask the role; nothing else lists roles. Adding a role is one module in this
+package (found on import) plus its image recipe (``node-images/<role>/``) and its Ansible role.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 
-from aidcnet.roles import AGENT_ROLES, Role
+from aidcnet.roles import AGENT_ROLES
 from orchestrator.lab.topology import Node
 
 IMAGE_REPOSITORY = "aidclab"
@@ -28,26 +35,67 @@ FABRIC_SYSCTLS = {
     "net.ipv4.ip_local_port_range": "32768 49151",
 }
 
+# The agent's own health check (a node whose role runs the agent is up when its agent answers).
+AGENT_HEALTH_CHECK = "aidcnet ctl health"
+
+
+class Place(StrEnum):
+    """Where the lab plan puts a node: a GPU host at the edge, a switch that routes (ours or an interop
+    peer), or a node the plan neither configures nor routes through."""
+
+    HOST = "host"
+    SWITCH = "switch"
+    UNMANAGED = "unmanaged"
+
+
 @dataclass(frozen=True)
 class NodeRole:
     """What aidclab needs to know to run one kind of node.
 
-    ``runs_agent``: the aidcnet agent is the node's main process, so ``aidcnet ctl`` and the host's
-    :class:`aidcnet.agent.client.AgentClient` work there, and its health check is the agent's own.
-    Otherwise ``health_cmd`` (run with docker exec) says when the node is up, or nothing is checked.
+    Whether the aidcnet agent is the node's main process is aidcnet's to say (``aidcnet.roles``: the agent
+    must know its roles without the orchestrator); :attr:`runs_agent` reads it. Such a node's health
+    check is the agent's own; otherwise ``health_cmd`` (run with docker exec) says when the node is up,
+    or nothing is checked.
     """
 
-    name: Role
-    runs_agent: bool
+    name: str
+    description: str
+    place: Place
     health_cmd: tuple[str, ...] | None = None
+    # aidclab builds an image for it (``aidclab images``, from node-images/<name>/).
+    has_image: bool = True
+    # A third-party BGP speaker the plan configures through its own Ansible role (docs/interop.md).
+    interop_peer: bool = False
+    # Its BGP rendering sends with TTL 255 and checks the minimum (RFC 5082 GTSM): a session gets GTSM
+    # only when both ends do.
+    gtsm: bool = False
+    # How `aidclab graph` draws it: a Graphviz shape, and the brackets around a Mermaid label.
+    dot_shape: str = "box"
+    mermaid_brackets: tuple[str, str] = ("[", "]")
     sysctls: dict[str, str] = field(default_factory=lambda: dict(FABRIC_SYSCTLS))
     cap_add: tuple[str, ...] = ("NET_ADMIN", "NET_RAW", "SYS_ADMIN")
-    description: str = ""
-    has_image: bool = True
 
-    def __post_init__(self) -> None:
-        if self.runs_agent != (self.name in AGENT_ROLES):
-            raise ValueError(f"role {self.name}: runs_agent={self.runs_agent} disagrees with aidcnet.roles")
+    @property
+    def runs_agent(self) -> bool:
+        """The aidcnet agent is the node's main process, so ``aidcnet ctl`` and the host's
+        :class:`aidcnet.agent.client.AgentClient` work there."""
+        return self.name in AGENT_ROLES
+
+    @property
+    def bfr(self) -> bool:
+        """BIER runs in our agent: only its nodes are BFRs and take a BFR-id."""
+        return self.runs_agent
+
+    @property
+    def restartable(self) -> bool:
+        """A ``restart`` fault may restart its agent during a run: a switch's, never a GPU host's (whose
+        agent holds its part of the run)."""
+        return self.runs_agent and self.place is Place.SWITCH
+
+    @property
+    def health_check(self) -> str:
+        """The check deploy waits on, as a user would type it (empty: the running container is enough)."""
+        return AGENT_HEALTH_CHECK if self.runs_agent else " ".join(self.health_cmd or ())
 
     @property
     def ansible_group(self) -> str:
@@ -65,11 +113,24 @@ class NodeRole:
 
 
 ROLES: dict[str, NodeRole] = {}
+# The role of a node that names none (no label, not one of our images): set by the role that says so.
+_fallback: list[NodeRole] = []
 
 
-def register(role: NodeRole) -> NodeRole:
+def register(role: NodeRole, fallback: bool = False) -> NodeRole:
+    if role.name in ROLES:
+        raise ValueError(f"role {role.name} is registered twice; each role is one module")
     ROLES[role.name] = role
+    if fallback:
+        _fallback[:] = [role]
     return role
+
+
+def role_named(name: str) -> NodeRole:
+    """The role called ``name`` (a plan node's, a node file's)."""
+    if name not in ROLES:
+        raise ValueError(f"unknown role {name!r}; known roles: {', '.join(sorted(ROLES))}")
+    return ROLES[name]
 
 
 def image_role_name(image: str) -> str | None:
@@ -87,7 +148,9 @@ def role_of(node: Node) -> NodeRole:
 
 def role_from(node_name: str, labels: Mapping[str, str], image: str) -> NodeRole:
     """The role from a node's labels and image, wherever they come from (a topology, topology-data.json)."""
-    name = labels.get(ROLE_LABEL) or image_role_name(image) or Role.LINUX
+    name = labels.get(ROLE_LABEL) or image_role_name(image)
+    if not name:
+        return _fallback[0]
     if name not in ROLES:
         known = ", ".join(sorted(ROLES))
         raise ValueError(

@@ -1,14 +1,17 @@
-"""FRR router built from Debian's frr package: the interop peer, not our code."""
+"""FRR router built from Debian's frr package: an interop peer, not our code."""
 
-from aidcnet.roles import Role
-from orchestrator.lab.roles.base import NodeRole, register
+from orchestrator.lab.roles.base import NodeRole, Place, register
 
 ROLE = register(
     NodeRole(
-        name=Role.FRR,
-        runs_agent=False,
+        name="frr",
+        description="FRR (Debian frr) router",
+        place=Place.SWITCH,
         # vtysh answers only once zebra and the vtysh socket are up.
         health_cmd=("vtysh", "-c", "show version"),
-        description="FRR (Debian frr) router",
+        interop_peer=True,
+        # its template renders ttl-security for GTSM sessions
+        gtsm=True,
+        dot_shape="hexagon",
     )
 )

@@ -1,14 +1,16 @@
 """GoBGP router built from Debian's gobgpd package: an interop peer, not our code."""
 
-from aidcnet.roles import Role
-from orchestrator.lab.roles.base import NodeRole, register
+from orchestrator.lab.roles.base import NodeRole, Place, register
 
 ROLE = register(
     NodeRole(
-        name=Role.GOBGP,
-        runs_agent=False,
+        name="gobgp",
+        description="GoBGP (Debian gobgpd) router",
+        place=Place.SWITCH,
         # The gobgp CLI answers once gobgpd's gRPC API listens (the path: "gobgp" alone is the role's name).
         health_cmd=("/usr/bin/gobgp", "global"),
-        description="GoBGP (Debian gobgpd) router",
+        interop_peer=True,
+        # no GTSM: its rendering has none, rather than behaviour our tests do not cover
+        dot_shape="hexagon",
     )
 )

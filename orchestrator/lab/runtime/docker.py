@@ -1,7 +1,7 @@
 """The container runtime behind aidclab: Docker Engine API through the docker SDK.
 
 Everything a lab creates carries containerlab's labels, so destroy can find it by label even after a
-crashed deploy (DESIGN.md §2).
+crashed deploy (docs/design.md §2).
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from aidcnet.agent.client import AgentClient
 
 LAB_LABEL = "containerlab"
 MANAGED_NETWORK_LABEL = "aidclab.managed"
-# On a lab's own Docker management network, which deploys before the lab's own hub made (mgmtbridge):
-# the lab it belongs to, so destroy still finds and removes such a network.
+# On a Docker management network aidclab made: the lab whose deploy made it (a topology's mgmt.network,
+# or a lab's own network from before the hubs, mgmtbridge), so destroy finds it with no container left.
 NETWORK_LAB_LABEL = "aidclab.lab"
 # Tries, 0.2 s apart, at removing a network Docker says still has endpoints.
 NETWORK_REMOVE_ATTEMPTS = 30
@@ -73,11 +73,11 @@ class DockerRuntime:
     def _network(self, name: str) -> Any | None:
         return next((n for n in self.client.networks.list(names=[name]) if n.name == name), None)
 
-    def ensure_mgmt_network(self, name: str, subnet: str, bridge: str | None = None) -> str:
+    def ensure_mgmt_network(self, name: str, subnet: str, bridge: str | None = None, lab: str = "") -> str:
         """The Docker network a topology names (``mgmt.network``, shared as containerlab's ``clab`` is):
-        an ``--internal`` bridge, no NAT and no route out of the machine (DESIGN.md §5), created when
-        missing; returns its subnet. A lab that names no network gets a hub of its own instead
-        (orchestrator.lab.mgmtbridge)."""
+        an ``--internal`` bridge, no NAT and no route out of the machine (docs/design.md §5), created when
+        missing (labelled with ``lab``, whose destroy removes it once no lab uses it); returns its subnet.
+        A lab that names no network gets a hub of its own instead (orchestrator.lab.mgmtbridge)."""
         net = self._network(name)
         if net is not None:
             configs = (net.attrs.get("IPAM") or {}).get("Config") or []
@@ -99,15 +99,16 @@ class DockerRuntime:
         try:
             self.client.networks.create(
                 name, driver="bridge", internal=True, ipam=ipam, options=options,
-                labels={MANAGED_NETWORK_LABEL: "true"},
+                labels={MANAGED_NETWORK_LABEL: "true", **({NETWORK_LAB_LABEL: lab} if lab else {})},
             )  # fmt: skip
         except docker.errors.APIError as exc:
             raise DockerError(f"creating management network {name!r} ({subnet}): {exc}") from exc
         return subnet
 
     def lab_networks(self, lab: str | None = None) -> list[str]:
-        """The names of the own Docker management networks of ``lab`` (of every lab if None), which labs
-        deployed before their own hubs (orchestrator.lab.mgmtbridge) have."""
+        """The names of the Docker management networks a deploy of ``lab`` made (of every lab if None):
+        the network its topology names, when no other lab had made it, or its own network from before
+        the hubs (orchestrator.lab.mgmtbridge)."""
         label = f"{NETWORK_LAB_LABEL}={lab}" if lab else NETWORK_LAB_LABEL
         return sorted(n.name for n in self.client.networks.list(filters={"label": label}))
 
@@ -315,6 +316,14 @@ class DockerRuntime:
     def agent(self, container: str, node: str | None = None, timeout: float = 10.0) -> AgentClient:
         """The aidcnet agent of ``container``, reached through its control socket from the host."""
         return AgentClient.for_pid(self.pid(container), node or container, timeout)
+
+    def last_log(self, container: str, lines: int = 5) -> str:
+        """The last ``lines`` lines a container wrote (stdout and stderr), on one line, for an error."""
+        try:
+            out = self.api.logs(container, stdout=True, stderr=True, tail=lines).decode(errors="replace")
+        except docker.errors.APIError as exc:
+            return f"(no log: {exc.explanation or exc})"
+        return " | ".join(line.strip() for line in out.splitlines() if line.strip()) or "(an empty log)"
 
     def exec(self, container: str, cmd: list[str] | str, timeout: float | None = None) -> tuple[int, str]:
         """Run a command in a container; returns (exit code, combined output)."""

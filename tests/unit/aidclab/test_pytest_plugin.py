@@ -57,10 +57,10 @@ class Recorder:
 @pytest.fixture
 def rec(monkeypatch: pytest.MonkeyPatch) -> Recorder:
     import orchestrator.configure.ansible as ansible
-    import orchestrator.experiment.driver as driver
     import orchestrator.lab.deploy as deploy
     import orchestrator.lab.linkset as linkset
     import orchestrator.lab.runtime.docker as docker
+    import orchestrator.run.driver as driver
 
     rec = Recorder()
 

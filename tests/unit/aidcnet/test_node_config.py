@@ -13,6 +13,7 @@ from aidcnet.netstate import (
     link_peers,
     managed_interfaces,
 )
+from tests.unit.node_files import bgp_knobs, bier_knobs, igmp_knobs
 
 GOOD = {
     "version": 1,
@@ -30,7 +31,7 @@ GOOD = {
         },
         {"prefix": "10.255.0.1/32", "nexthops": [{"via": "10.0.0.1", "dev": "eth1"}]},
     ],
-    "bier": {"bfr_id": 9},
+    "bier": {"bfr_id": 9, **bier_knobs()},
 }
 
 
@@ -59,8 +60,8 @@ def test_good_file_round_trips(tmp_path):
         ({"loopback": "10.255.0.300/32"}, "loopback:"),
         ({"role": "router"}, "role:"),
         ({"colour": "blue"}, "colour: Extra inputs are not permitted"),
-        ({"bier": {"bfr_id": 0}}, "bier.bfr_id:"),
-        ({"bier": {"bfr_id": 1, "bsl": 100}}, "bier.bsl:"),
+        ({"bier": {"bfr_id": 0, **bier_knobs()}}, "bier.bfr_id:"),
+        ({"bier": {"bfr_id": 1, **bier_knobs(bsl=100)}}, "bier.bsl:"),
     ],
 )
 def test_bad_values_name_their_field(change, expected):
@@ -141,22 +142,25 @@ def test_smallest_queue_is_what_the_sockets_size_to():
 
 
 def test_igmp_section_is_checked_against_bier_and_the_wire():
-    bier = {"bfr_id": 9, "host_ports": ["eth1"]}
-    ok = parse_config({**GOOD, "bier": bier, "igmp": {"ports": [{"name": "eth1", "proxy": True}]}})
+    bier = {"bfr_id": 9, "host_ports": ["eth1"], **bier_knobs()}
+    ok = parse_config({**GOOD, "bier": bier, "igmp": igmp_knobs(ports=[{"name": "eth1", "proxy": True}])})
     assert ok.igmp is not None and ok.igmp.ports[0].querier and ok.igmp.groups == ["static", "igmp", "proxy"]
     assert parse_config(__import__("yaml").safe_load(dump_config(ok))) == ok
-    (problem,) = bad(bier=bier, igmp={"ports": [{"name": "eth2"}]})
+    (problem,) = bad(bier=bier, igmp=igmp_knobs(ports=[{"name": "eth2"}]))
     assert "igmp.ports.0.name: eth2 is not in bier.host_ports" in problem
-    (problem,) = bad(bier=None, igmp={})
+    (problem,) = bad(bier=None, igmp=igmp_knobs())
     assert "igmp: needs a bier section" in problem
     (problem,) = bad(
-        bier=bier, igmp={"query_response_interval": 10, "query_interval": 125, "time_scale": 1000}
+        bier=bier, igmp=igmp_knobs(query_response_interval=10, query_interval=125, time_scale=1000)
     )
     assert problem.startswith("igmp:") and "query_response_interval" in problem and "time_scale" in problem
-    (problem,) = bad(bier=bier, igmp={"groups": ["static", "pim"]})
+    (problem,) = bad(bier=bier, igmp=igmp_knobs(groups=["static", "pim"]))
     assert problem.startswith("igmp.groups.1")
-    (problem,) = bad(bier=bier, igmp={"bfirs": [0]})
+    (problem,) = bad(bier=bier, igmp=igmp_knobs(bfirs=[0]))
     assert "outside 1..65535" in problem
+    # The plan writes every knob; the node side guesses none (their defaults are the lab's, in one place).
+    unset = {k: v for k, v in igmp_knobs().items() if k != "robustness"}
+    assert bad(bier=bier, igmp=unset) == ["igmp.robustness: Field required"]
 
 
 def test_show_config_never_carries_a_tcp_md5_secret():
@@ -164,7 +168,7 @@ def test_show_config_never_carries_a_tcp_md5_secret():
 
     neighbor = {"name": "spine1", "address": "10.0.0.1", "local_address": "10.0.0.0", "interface": "eth1",
                 "asn": 65000}  # fmt: skip
-    bgp = {"asn": 65100, "router_id": "10.255.0.3"}
+    bgp = {"asn": 65100, "router_id": "10.255.0.3", **bgp_knobs()}
     signed = {**neighbor, "md5_password": "s3cret-Bgp!"}
     config = parse_config({**GOOD, "bgp": {**bgp, "neighbors": [signed]}})
     shown = shown_config(config)
@@ -173,3 +177,14 @@ def test_show_config_never_carries_a_tcp_md5_secret():
     assert config.bgp.neighbors[0].md5_password == "s3cret-Bgp!"  # the agent still has it
     unsigned = parse_config({**GOOD, "bgp": {**bgp, "neighbors": [neighbor]}})
     assert shown_config(unsigned) == unsigned.model_dump(mode="json", exclude_none=True)
+
+
+def test_a_peers_file_is_a_node_file_without_the_agents_sections():
+    """An interop peer's node file (its Ansible role renders the daemon's config from it) names a role the
+    agent does not play; BIER, INA and IGMP run in the agent, so such a file carries none of them."""
+    peer = {k: v for k, v in GOOD.items() if k != "bier"}
+    assert parse_config({**peer, "role": "gobgp"}).role == "gobgp"
+    problems = bad(role="gobgp")
+    assert problems == ["role: gobgp is not one of the agent's roles (bfr, ina-switch, gpu-host); only their "
+                        "nodes take bier"]
+    assert bad(role="Not A Role") and bad(role="")

@@ -10,30 +10,48 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aidcnet.replay import (
+    DATAGRAM_OVERHEAD,
     DEFAULT_MAX_DATAGRAM,
     HEADER_SIZE,
     MAGIC,
+    VERSION,
     PayloadError,
     Reassembly,
     build_fragments,
     content_slice,
+    datagram_sizes,
     fragment_sizes,
     parse_fragment,
+    queue_pair,
 )
+from aidcnet.rocev2 import RC_SEND_ONLY, Bth
 
 sizes = st.integers(min_value=1, max_value=60_000)
 maxes = st.integers(min_value=2 * HEADER_SIZE, max_value=9000)
 
 
 def test_header_layout_matches_the_documented_bytes() -> None:
-    frag = build_fragments(msg_id=0x0102030405060708, size=100, send_ns=0x1122334455667788)[0]
-    assert HEADER_SIZE == 40
-    assert frag[:2] == b"AR" and frag[2] == 1 and frag[3] == 0
+    datagram = build_fragments(msg_id=0x0102030405060708, size=100, send_ns=0x1122334455667788)[0]
+    assert (DATAGRAM_OVERHEAD, HEADER_SIZE) == (12, 40)
+    # BTH: RC SEND Only, version 0, P_Key 0xFFFF, the message's QP, PSN 0 (docs/replay-payload.md)
+    qp = 2 + 0x0102030405060708 % (0xFFFFFF - 2)
+    assert datagram[:12] == bytes([0x04, 0x00, 0xFF, 0xFF, 0]) + qp.to_bytes(3, "big") + bytes(4)
+    frag = datagram[12:]
+    assert frag[:2] == b"AR" and frag[2] == 2 and frag[3] == 0
     assert frag[4:12] == bytes.fromhex("0102030405060708")
     assert struct.unpack("!II", frag[12:20]) == (0, 1)
     assert frag[20:28] == bytes.fromhex("1122334455667788")
     assert struct.unpack("!Q", frag[28:36]) == (100,)
-    assert len(frag) == 100
+    assert len(frag) == 100 and len(datagram) == 112
+
+
+@given(size=sizes, max_dgram=maxes)
+def test_every_datagram_is_its_fragment_after_a_bth(size: int, max_dgram: int) -> None:
+    datagrams = build_fragments(5, size, 0, max_dgram)
+    assert [len(d) for d in datagrams] == datagram_sizes(size, max_dgram)
+    assert datagram_sizes(size, max_dgram) == [DATAGRAM_OVERHEAD + n for n in fragment_sizes(size, max_dgram)]
+    assert [Bth.decode(d).psn for d in datagrams] == list(range(len(datagrams)))
+    assert {Bth.decode(d).dest_qp for d in datagrams} == {queue_pair(5)}
 
 
 @given(size=sizes, max_dgram=maxes)
@@ -89,7 +107,10 @@ def test_missing_fragment_is_incomplete() -> None:
     assert r.complete_good() == 0
 
 
-@given(pos=st.integers(HEADER_SIZE, DEFAULT_MAX_DATAGRAM - 1), flip=st.integers(1, 255))
+@given(
+    pos=st.integers(DATAGRAM_OVERHEAD + HEADER_SIZE, DATAGRAM_OVERHEAD + DEFAULT_MAX_DATAGRAM - 1),
+    flip=st.integers(1, 255),
+)
 def test_a_flipped_content_byte_fails_the_check(pos: int, flip: int) -> None:
     (frag,) = build_fragments(9, DEFAULT_MAX_DATAGRAM, 0)
     bad = bytearray(frag)
@@ -106,12 +127,22 @@ def test_content_differs_between_messages_and_slices_agree() -> None:
     assert content_slice(5, 123, 456) == whole[123:579]
 
 
+SEND = Bth(opcode=RC_SEND_ONLY, dest_qp=2, psn=0).encode()
+# What the replay sent before its datagrams carried a BTH: the header first (read as opcode 0x41, version 2).
+BARE_V1 = struct.pack("!HBBQIIQQI", MAGIC, 1, 0, 0, 0, 1, 0, 100, 0) + bytes(60)
+
+
 @pytest.mark.parametrize(
     ("payload", "reason"),
     [
         (b"x" * 10, "short"),
-        (b"\x00" * 40, "bad-magic"),
-        (struct.pack("!HBB", MAGIC, 9, 0) + b"\x00" * 36, "bad-version"),
+        (BARE_V1, "bad-bth-version"),
+        (Bth(opcode=0x41, dest_qp=2, psn=0).encode() + BARE_V1, "bad-opcode"),
+        (Bth(opcode=RC_SEND_ONLY, dest_qp=2, psn=0, pkey=0x8001).encode() + BARE_V1, "bad-pkey"),
+        (SEND + b"\x00" * 40, "bad-magic"),
+        (SEND + struct.pack("!HBB", MAGIC, 9, 0) + b"\x00" * 36, "bad-version"),
+        # message 7's datagrams go to QP 9, not SEND's QP 2
+        (SEND + struct.pack("!HBBQIIQQI", MAGIC, VERSION, 0, 7, 0, 1, 0, 100, 0) + bytes(60), "bad-qp"),
     ],
 )
 def test_foreign_datagrams_are_counted_by_reason(payload: bytes, reason: str) -> None:
@@ -142,7 +173,7 @@ def test_truncated_fragment_is_rejected() -> None:
 def test_the_replay_takes_only_its_own_fragments_of_the_shared_port() -> None:
     """Host-BIER deliveries to 4791 are the replay's fragments and ``bier_send``'s payloads alike: a host
     whose replay service once ran must still leave the latter to the BIER service (its received list)."""
-    from aidcnet.agent.replay_service import ReplayService
+    from aidcnet.agent.replay.service import ReplayService
     from aidcnet.ipv4 import ROCEV2_PORT, UdpDatagram
     from aidcnet.replay import looks_like_replay
 
@@ -153,9 +184,13 @@ def test_the_replay_takes_only_its_own_fragments_of_the_shared_port() -> None:
         and not looks_like_replay(b"AR")
         and not looks_like_replay(b"")
     )
-    assert not looks_like_replay(fragment[:2] + bytes([fragment[2] + 1]) + fragment[3:])  # another version
+    at = DATAGRAM_OVERHEAD + 2
+    other_version = fragment[:at] + bytes([fragment[at] + 1]) + fragment[at + 1 :]
+    assert not looks_like_replay(other_version)
+    assert not looks_like_replay(fragment[DATAGRAM_OVERHEAD:])  # no BTH: the version 1 layout
     svc = ReplayService("127.0.0.1")
-    assert svc.on_bier_datagram(UdpDatagram("10.0.0.1", "232.1.0.1", 49152, ROCEV2_PORT, 64, fragment))
+    assert svc.on_bier_datagram(UdpDatagram("10.0.0.1", "232.1.0.1", 49152, ROCEV2_PORT, 64, fragment), 1234)
     assert not svc.on_bier_datagram(UdpDatagram("10.0.0.1", "232.1.0.1", 49152, ROCEV2_PORT, 64, b"5:t:0:xx"))
     assert not svc.on_bier_datagram(UdpDatagram("10.0.0.1", "232.1.0.1", 49152, 4792, 64, fragment))
     assert 3 in svc.reassembly.records
+    assert svc.reassembly.records[3].first_ns == 1234  # timed by the BIER dataplane's kernel stamp

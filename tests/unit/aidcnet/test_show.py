@@ -104,6 +104,14 @@ def test_bgp_summary_has_one_row_per_neighbour_and_the_routes():
     assert "1 recent link event(s)" in text
 
 
+def test_bgp_routes_are_listed_in_address_order_not_as_text():
+    route = BGP["routes"]["10.255.0.9/32"]
+    prefixes = ["10.255.0.10/32", "10.255.0.2/32", "10.255.0.1/32", "10.255.0.0/24", "9.0.0.0/8"]
+    text = format_bgp({**BGP, "routes": dict.fromkeys(prefixes, route)})
+    listed = [line.split()[0] for line in text.splitlines() if line.startswith(("9.", "10.255."))]
+    assert listed == ["9.0.0.0/8", "10.255.0.0/24", "10.255.0.1/32", "10.255.0.2/32", "10.255.0.10/32"]
+
+
 def test_bift_table_per_si_in_order_with_every_alternative():
     lines = format_bift(BIFT).splitlines()
     assert lines[0] == (

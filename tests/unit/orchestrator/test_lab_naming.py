@@ -10,7 +10,7 @@ import pytest
 from orchestrator.cli import build_parser
 from orchestrator.cli import lab as lab_cli
 from orchestrator.cli.args import NoDefaultLab, default_lab, lab_name, running_labs
-from orchestrator.lab.capture import capture_target, tcpdump_command
+from orchestrator.lab.capture import capture_target, run_capture, tcpdump_command
 from orchestrator.lab.linkset import LinkSetError
 from tests.unit.orchestrator.lab.test_linkset import TOPO_DATA
 
@@ -107,6 +107,43 @@ def test_capture_arguments():
     assert (args.lab, args.endpoint, args.count, args.write) == ("leaf-spine", "leaf1:eth1", 20, "x.pcap")
     args = build_parser().parse_args(["capture", "leaf1:eth1"])
     assert (args.lab, args.endpoint, args.count, args.write) == (None, "leaf1:eth1", None, None)
+    assert args.timeout is None
+    args = build_parser().parse_args(["capture", "leaf-spine", "leaf1:eth1", "--timeout", "2.5"])
+    assert (args.lab, args.endpoint, args.timeout) == ("leaf-spine", "leaf1:eth1", 2.5)
+
+
+# Stands in for tcpdump on an idle link: waits for packets forever, and on SIGINT (Ctrl-C) prints its
+# closing count and exits 0, as tcpdump does.
+IDLE_TCPDUMP = """
+import signal, sys, time
+def stop(*_):
+    print("0 packets captured", flush=True)
+    sys.exit(0)
+signal.signal(signal.SIGINT, stop)
+print("listening", flush=True)
+while True:
+    time.sleep(1)
+"""
+
+
+def test_a_capture_on_an_idle_link_stops_at_its_timeout_as_ctrl_c_stops_it(capfd):
+    import sys
+    import time
+
+    started = time.monotonic()
+    # 3 s: time for the stand-in to start and install its handler on a loaded machine
+    assert run_capture([sys.executable, "-c", IDLE_TCPDUMP], timeout_s=3.0) == (0, True)
+    assert time.monotonic() - started < 3.0 + 5
+    assert capfd.readouterr().out.splitlines() == ["listening", "0 packets captured"]
+
+
+def test_a_capture_that_ends_by_itself_is_not_cut_and_keeps_its_exit_code():
+    import sys
+
+    assert run_capture([sys.executable, "-c", "raise SystemExit(3)"], timeout_s=30) == (3, False)
+    assert run_capture([sys.executable, "-c", "pass"]) == (0, False)
+    with pytest.raises(ValueError, match="--timeout 0"):
+        run_capture([sys.executable, "-c", "pass"], timeout_s=0)
 
 
 def test_tcpdump_command():

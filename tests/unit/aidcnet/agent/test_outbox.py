@@ -1,7 +1,7 @@
 """aidcnet.agent.outbox.Outbox against a scripted BatchIO: what a full queue (ENOBUFS) or a full send
 buffer (EAGAIN) refused is sent again later, in order, from the event loop (a timer, or writer readiness);
 what the kernel refuses for good is not; a full backlog drops the newest and counts them. The real kernel
-path is tests/unit/aidcnet/agent/test_ina_shaped_link.py."""
+path is tests/unit/aidcnet/agent/ina/test_shaped_link.py."""
 
 from __future__ import annotations
 

@@ -6,15 +6,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aidcnet.agent.bier_service import build_tables
+from aidcnet.agent.bier.service import build_tables
 from aidcnet.bgp.bier_attribute import BierAttribute, BierTlv
 from aidcnet.bgp.bier_routes import BgpPath, bgp_paths, birt_from_bgp, loopback_attribute
 from aidcnet.bier.forwarding import forward
 from aidcnet.bier.routing import compute_birts, undirected
 from orchestrator.configure.plan import build_plan, node_configs
-from orchestrator.configure.plan.model import LabVars
+from orchestrator.configure.plan.schema import LabVars
 from orchestrator.lab.topology import load_topology
 from orchestrator.paths import LABS as LABS_DIR
+from tests.unit.node_files import bier_knobs
 
 LABS = LABS_DIR
 
@@ -49,7 +50,8 @@ def bgp_view(configs, node: str, dead: frozenset[str] = frozenset()) -> dict[str
 def test_loopback_attribute_is_the_rfc9793_vector() -> None:
     from aidcnet.config import Bier
 
-    attr = loopback_attribute(Bier(bfr_id=5, sub_domain=0, bsl=256, label_base=1000, si_count=1))
+    bier = Bier(bfr_id=5, **bier_knobs(sub_domain=0, bsl=256), label_base=1000, si_count=1)
+    attr = loopback_attribute(bier)
     assert attr.encode().hex() == "0001000c0000050000020004013003e8"
     assert BierAttribute.decode(attr.encode()) == attr
     # docs/bier.md's example: h5 of leaf-spine (labels from 20), whole path attribute.
@@ -181,7 +183,7 @@ def test_property_bgp_with_shortest_multipaths_gives_the_static_birt(graph) -> N
 
 
 def test_dataplane_swaps_in_bgp_tables_and_rejects_inconsistent_ones() -> None:
-    from aidcnet.agent.bier_dataplane import BierDataplane
+    from aidcnet.agent.bier.dataplane import BierDataplane
 
     static = leaf_spine("static")
     leaf1 = leaf_spine("bgp")["leaf1"].bier
@@ -208,8 +210,8 @@ def test_dataplane_swaps_in_bgp_tables_and_rejects_inconsistent_ones() -> None:
 def test_bier_service_apply_bgp_rebuilds_only_on_change(monkeypatch) -> None:
     import functools
 
-    import aidcnet.agent.bier_service as svc
-    from aidcnet.agent.bier_dataplane import BierDataplane
+    import aidcnet.agent.bier.service as svc
+    from aidcnet.agent.bier.dataplane import BierDataplane
 
     # The service's own dataplane, on an ephemeral loopback port instead of UDP 6635.
     monkeypatch.setattr(svc, "BierDataplane", functools.partial(BierDataplane, bind_addr="127.0.0.1", port=0))

@@ -106,6 +106,24 @@ def test_flow_table_rejects_bad_specs(specs: list, message: str) -> None:
         FlowTable(specs)
 
 
+def test_flow_table_updated_changes_a_copy_as_the_constructor_would_build_it() -> None:
+    """A membership change patches a copy (the old table stays whole for a lookup in flight)."""
+    old = FlowTable([("239.1.1.1", None, [5]), ("239.1.1.1", "10.0.0.1", [3]), ("239.1.1.2", None, [7])])
+    new = old.updated(
+        {(None, "239.1.1.1"): [6, 2, 6], ("10.0.0.1", "239.1.1.1"): None, (None, "239.1.1.3"): [9]}
+    )
+    assert new.lookup(a("10.0.0.1"), a("239.1.1.1")) == (2, 6)  # (S,G) gone: (*,G), sorted, once each
+    assert new.lookup(a("10.0.0.1"), a("239.1.1.3")) == (9,)
+    assert new.lookup(a("10.0.0.1"), a("239.1.1.2")) == (7,)  # untouched
+    assert old.lookup(a("10.0.0.1"), a("239.1.1.1")) == (3,) and len(old) == 3
+    assert len(new) == 3
+    assert len(new.updated({("10.0.0.9", "239.1.1.9"): None})) == 3  # removing what is not there: nothing
+    with pytest.raises(ValueError, match="no BFERs"):
+        old.updated({(None, "239.1.1.1"): []})
+    with pytest.raises(ValueError, match="not routable multicast"):
+        old.updated({(None, "224.0.0.5"): [1]})
+
+
 def test_routable_multicast_excludes_the_local_network_control_block() -> None:
     assert is_routable_multicast(a("239.1.1.1"))
     assert is_routable_multicast(a("224.0.1.1"))
@@ -305,7 +323,7 @@ def test_multicast_mac_rejects_unicast() -> None:
 
 def test_ethernet_header() -> None:
     hdr = ethernet_header("239.1.2.3", bytes.fromhex("02aabbccddee"))
-    assert hdr == bytes.fromhex("01005e010203" "02aabbccddee" "0800")
+    assert hdr == bytes.fromhex("01005e01020302aabbccddee0800")
     with pytest.raises(ValueError, match="6 octets"):
         ethernet_header("239.1.2.3", b"\x02")
 

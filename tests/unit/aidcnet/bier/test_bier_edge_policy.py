@@ -108,13 +108,14 @@ def test_accepts_exactly_allowed_subsets(allowed: frozenset[int], sent: frozense
 
 
 def test_node_file_section_reaches_the_dataplane_form() -> None:
-    from aidcnet.agent.bier_service import edge_policies
+    from aidcnet.agent.bier.service import edge_policies
     from aidcnet.config import Bier
+    from tests.unit.node_files import bier_knobs
 
     bier = Bier.model_validate(
         {
             "bfr_id": 2,
-            "bsl": 64,
+            **bier_knobs(bsl=64),
             "edge_policy": {
                 "eth1": {
                     "kind": "host",
@@ -137,8 +138,8 @@ def test_ebpf_fast_path_starts_with_the_policy_on_its_dataplane(monkeypatch) -> 
     a BFR with dataplane: ebpf and a policy starts its fast path, the policy installed before it starts."""
     import functools
 
-    import aidcnet.agent.bier_service as svc
-    from aidcnet.agent.bier_dataplane import BierDataplane
+    import aidcnet.agent.bier.service as svc
+    from aidcnet.agent.bier.dataplane import BierDataplane
     from tests.unit.aidcnet.bgp.test_bier_bgp import leaf_spine
 
     monkeypatch.setattr(svc, "BierDataplane", functools.partial(BierDataplane, bind_addr="127.0.0.1", port=0))

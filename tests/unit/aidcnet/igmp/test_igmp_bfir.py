@@ -9,7 +9,7 @@ import pytest
 from aidcnet.igmp.bfir import BferMemberships, ProxyReceivers, ProxyRefused
 from aidcnet.igmp.codec import GroupRecord, IgmpDecodeError, RecordType, Report, Tlv
 from aidcnet.igmp.extensions import ProxyReport, bfr_id_tlv
-from aidcnet.igmp.membership import IgmpTimers
+from aidcnet.igmp.router import IgmpTimers
 
 G = IPv4Address("232.1.1.1")
 S1, S2, S3 = (IPv4Address(f"10.0.0.{n}") for n in (1, 2, 3))

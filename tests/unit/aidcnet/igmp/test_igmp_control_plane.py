@@ -117,3 +117,16 @@ def test_group_records_reads_the_header_only() -> None:
     assert group_records(packet(Leave(g[0]))) == 1
     assert group_records(packet(Query(group=IPv4Address("0.0.0.0")))) == 0
     assert group_records(b"\x45" + b"\x00" * 10) == 0
+
+
+def test_rescale_serves_what_is_queued_at_the_new_costs() -> None:
+    """The lab's time scale changed with messages queued: each is served from its arrival at the new
+    cost and cost per record (they were admitted with their records, not with a service time)."""
+    cp: ControlPlane[str] = ControlPlane(COST, 10)
+    cp.admit(0, "a", records=2)
+    cp.admit(0, "b", records=5)
+    cp.rescale(3 * COST, 30)
+    assert cp.pop_due(10**6) == [(3060, "a"), (3060 + 3150, "b")]
+    assert cp.counters["service-ns"] == 3060 + 3150
+    with pytest.raises(ValueError, match="above zero"):
+        cp.rescale(0, 0)

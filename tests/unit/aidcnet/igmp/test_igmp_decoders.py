@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import shutil
 import struct
-import subprocess
 from ipaddress import IPv4Address
 from pathlib import Path
-
-import pytest
 
 from aidcnet.igmp.codec import GroupRecord, Query, RecordType, Report, encode
 from aidcnet.igmp.extensions import ProxyReport
 from aidcnet.ipv4 import checksum16
+from tests.pcap import tshark_fields, write_pcap
 
 G, S = IPv4Address("232.1.1.1"), IPv4Address("10.0.0.1")
 R1, R2 = IPv4Address("10.1.0.2"), IPv4Address("10.2.0.2")
@@ -60,18 +57,7 @@ def ipv4_igmp(src: IPv4Address, payload: bytes) -> bytes:
     return header + payload
 
 
-def write_pcap(path: Path, packets: list[bytes]) -> None:
-    """libpcap format, LINKTYPE_RAW (101): each record is an IPv4 packet."""
-    out = struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 101)
-    for i, pkt in enumerate(packets):
-        out += struct.pack("<IIII", i, 0, len(pkt), len(pkt)) + pkt
-    path.write_bytes(out)
-
-
 def test_tshark_decodes_our_reports(tmp_path: Path) -> None:
-    tshark = shutil.which("tshark")
-    if tshark is None:
-        pytest.skip("tshark is not installed on this host (Debian package: tshark)")
     pcap = tmp_path / "igmp.pcap"
     write_pcap(pcap, [ipv4_igmp(S, encode(PLAIN)), ipv4_igmp(S, encode(PROXY.to_report()))])
     fields = [
@@ -82,11 +68,7 @@ def test_tshark_decodes_our_reports(tmp_path: Path) -> None:
         "igmp.maddr",
         "igmp.saddr",
     ]
-    cmd = [tshark, "-r", str(pcap), "-T", "fields", "-E", "separator=;", "-E", "aggregator=,"]
-    for f in fields:
-        cmd += ["-e", f]
-    lines = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=60).stdout.splitlines()
-    assert lines == [
+    assert tshark_fields(pcap, fields) == [
         "3;0x22;2;1,4;232.1.1.1,239.1.2.3;10.0.0.1,10.0.0.9",
         "3;0x22;1;1;232.1.1.1;10.0.0.1",  # the Receiver List after the record is not an IGMP field
     ]

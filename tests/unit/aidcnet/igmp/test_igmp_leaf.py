@@ -13,8 +13,8 @@ from aidcnet.igmp.bfir import BferMemberships
 from aidcnet.igmp.codec import GroupRecord, Query, RecordType, Report, Tlv, decode, encode
 from aidcnet.igmp.extensions import ProxyReport, interpret
 from aidcnet.igmp.leaf import Flow, aggregate, change_report, compose_flows, member_ports, state_report
-from aidcnet.igmp.membership import FilterMode, GroupSnapshot, IgmpTimers
 from aidcnet.igmp.node import ALL_V3_ROUTERS, IgmpLeaf, PortConfig, ipv4_igmp
+from aidcnet.igmp.router import FilterMode, GroupSnapshot, IgmpTimers
 
 G = IPv4Address("232.1.1.1")
 G2 = IPv4Address("239.1.1.1")

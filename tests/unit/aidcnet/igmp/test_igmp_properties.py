@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aidcnet.igmp.codec import GroupRecord, Query, RecordType, Report, decode, encode
-from aidcnet.igmp.membership import FilterMode, IgmpTimers, Interface
+from aidcnet.igmp.router import FilterMode, IgmpTimers, Interface
 
 T = RecordType
 GROUPS = (IPv4Address("232.0.0.1"), IPv4Address("232.0.0.2"))

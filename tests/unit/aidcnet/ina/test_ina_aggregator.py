@@ -19,7 +19,7 @@ from aidcnet.bier.bitstring import ids_from_bitstring
 from aidcnet.ina.aggregator import Aggregator, JobConfig
 from aidcnet.ina.fixedpoint import (
     INT32_LIMIT,
-    choose_scale,
+    choose_fixed_point_scale,
     error_bound,
     from_fixed,
     saturated_count,
@@ -143,7 +143,7 @@ def test_min_max_prod_float() -> None:
 
 def test_fixed32_sum_path() -> None:
     xs = [np.array([0.1, -0.7, 3.25], dtype=np.float32), np.array([0.2, 0.7, -1.0], dtype=np.float32)]
-    scale = choose_scale(max(float(np.abs(x).max()) for x in xs), 2)
+    scale = choose_fixed_point_scale(max(float(np.abs(x).max()) for x in xs), 2)
     agg = Aggregator([root_job(dtype=DType.FIXED32)])
     agg.handle(pkt(1, 0, 0b01, to_fixed(xs[0], scale), dtype=DType.FIXED32, scale=scale))
     done = agg.handle(pkt(1, 0, 0b10, to_fixed(xs[1], scale), dtype=DType.FIXED32, scale=scale))
@@ -165,17 +165,17 @@ def test_fixed32_scale_mismatch_is_dropped() -> None:
 
 
 @given(st.floats(0, 1e30, allow_subnormal=False), st.integers(1, 4096))
-def test_choose_scale_is_the_largest_safe_scale(max_abs: float, n: int) -> None:
-    s = choose_scale(max_abs, n)
+def test_choose_fixed_point_scale_is_the_largest_safe_scale(max_abs: float, n: int) -> None:
+    s = choose_fixed_point_scale(max_abs, n)
     assert n * (math.ldexp(max_abs, s) + 0.5) <= INT32_LIMIT
     if s < 127:
         assert n * (math.ldexp(max_abs, s + 1) + 0.5) > INT32_LIMIT
 
 
 @pytest.mark.parametrize(("max_abs", "n"), [(-1.0, 2), (math.inf, 2), (math.nan, 2), (1.0, 0), (1.0, 2**31)])
-def test_choose_scale_rejects(max_abs: float, n: int) -> None:
+def test_choose_fixed_point_scale_rejects(max_abs: float, n: int) -> None:
     with pytest.raises(ValueError):
-        choose_scale(max_abs, n)
+        choose_fixed_point_scale(max_abs, n)
 
 
 def test_to_fixed_saturates_symmetrically_and_refuses_nan() -> None:
@@ -190,7 +190,7 @@ def test_to_fixed_saturates_symmetrically_and_refuses_nan() -> None:
 @given(st.lists(st.floats(-1e6, 1e6, width=32), min_size=1, max_size=20), st.integers(1, 64))
 def test_fixed_round_trip_within_half_a_unit(values: list[float], n: int) -> None:
     x = np.array(values, dtype=np.float32)
-    s = choose_scale(float(np.abs(x).max()), n)
+    s = choose_fixed_point_scale(float(np.abs(x).max()), n)
     back = from_fixed(to_fixed(x, s), s)
     assert np.all(np.abs(back.astype(np.float64) - x) <= error_bound(1, s, back))
 
@@ -515,7 +515,8 @@ def test_float32_result_within_tolerance(data: st.DataObject, loss: float, dup: 
     }
     # SwitchML picks the scale per chunk from the largest magnitude any worker has in it.
     scales = {
-        c: choose_scale(max(float(np.abs(xs[w, c]).max()) for w in workers), n) for c in range(net.chunks)
+        c: choose_fixed_point_scale(max(float(np.abs(xs[w, c]).max()) for w in workers), n)
+        for c in range(net.chunks)
     }
     arrays = {k: to_fixed(x, scales[k[1]]) for k, x in xs.items()} if net.dtype is DType.FIXED32 else xs
     rng = data.draw(st.randoms(use_true_random=False))

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from aidcnet.bier.bitstring import ids_from_bitstring
 from aidcnet.ina.aggregator import Aggregator, JobConfig
-from aidcnet.ina.fixedpoint import choose_scale, error_bound
+from aidcnet.ina.fixedpoint import choose_fixed_point_scale, error_bound
 from aidcnet.ina.header import DType, InaHeader, Op
 from aidcnet.ina.vat import Action, from_draft_notation
 from aidcnet.ina.worker import (
@@ -26,7 +26,7 @@ from aidcnet.ina.worker import (
     digest,
     exact_result,
     float_tolerance,
-    job_scale,
+    job_fixed_point_scale,
     out_of_tolerance,
     reference,
     worker_array,
@@ -148,7 +148,7 @@ def test_int32_allreduce_is_bit_exact(n, op, loss, dup, window, per_chunk, rng) 
 def test_fixed32_float_sum_within_the_stated_bound(n, loss, dup, window, rng) -> None:
     """Stated tolerance: |result - exact| <= 4 * 2**-(scale+1) + 2**-24 * |result| per element."""
     arrays = {w: worker_array(rng.randrange(1 << 30), w, n, DType.FLOAT32) for w in range(1, 5)}
-    scale = choose_scale(1.0, 4)
+    scale = choose_fixed_point_scale(1.0, 4)
     workers, _ = run_fig1(arrays, Op.SUM, DType.FIXED32, rng, loss, dup, window, 16, scale=scale)
     exact = np.stack(list(arrays.values())).astype(np.float64).sum(axis=0)
     for job in workers.values():
@@ -351,7 +351,7 @@ def test_ring_allreduce_under_loss_is_exact(n_workers: int) -> None:
 @pytest.mark.parametrize("n_workers", [2, 5])
 @pytest.mark.parametrize("dtype", [DType.FIXED32, DType.FLOAT32])
 def test_float_ring_allreduce_is_identical_on_every_rank_and_within_tolerance(n_workers, dtype) -> None:
-    scale = job_scale(n_workers) if dtype is DType.FIXED32 else 0
+    scale = job_fixed_point_scale(n_workers) if dtype is DType.FIXED32 else 0
     arrays, rings = run_ring(n_workers, dtype, scale)
     first = rings[0].result
     assert first.dtype == np.float32
@@ -403,7 +403,7 @@ def test_native_float32_sum_is_identical_everywhere_and_within_the_order_bound(n
 @given(st.integers(1, 100), st.randoms(use_true_random=False))
 def test_fixed32_through_figure1_is_bit_exact_and_within_tolerance(n, rng) -> None:
     arrays = {w: worker_array(rng.randrange(1 << 30), w, n, DType.FLOAT32) for w in range(1, 5)}
-    scale = job_scale(4)
+    scale = job_fixed_point_scale(4)
     workers, _ = run_fig1(arrays, Op.SUM, DType.FIXED32, rng, 0.1, 0.1, 2, 16, scale=scale)
     exact = exact_result(list(arrays.values()), Op.SUM, DType.FIXED32, scale)
     assert exact is not None and exact.dtype == np.float32
@@ -445,7 +445,7 @@ def test_the_tolerance_can_fail() -> None:
     assert out_of_tolerance(arrays, nan, Op.SUM, DType.FLOAT32)[0].tolist() == [2]
     assert len(out_of_tolerance(arrays, good[:-1], Op.SUM, DType.FLOAT32)[0]) == 50
     # fixed32: the stated 4 * 2^-(s+1) + 2^-24 |r| (+ numpy's float64 error), no more
-    s = job_scale(4)
+    s = job_fixed_point_scale(4)
     fixed_tol = float_tolerance(arrays, good, Op.SUM, DType.FIXED32, s)
     assert np.all(fixed_tol >= 4 * 2.0 ** -(s + 1)) and np.all(fixed_tol < 4 * 2.0 ** -(s + 1) + 2.0**-22)
     # min and max round nothing in float32: zero tolerance; float32 prod has none at all

@@ -6,7 +6,7 @@ import pytest
 
 from aidcnet.reliable import serial
 from aidcnet.reliable.aggregator import AckAggregator, AggregatorConfig
-from aidcnet.reliable.header import Ack, AggAck, Data
+from aidcnet.reliable.header import Ack, AggAck, AggNack, Data
 from aidcnet.reliable.sender import id_mask, mask_ids
 from tests.unit.aidcnet.reliable.feedback import agg_ack
 
@@ -97,8 +97,8 @@ def test_partial_from_below_is_passed_on_without_waiting() -> None:
     assert msg.partial and mask_ids(msg.acked_mask()) == [2, 3] and mask_ids(msg.missing_mask()) == [5]
 
 
-def test_nacks_pass_through_and_unknown_acks_fall_back_to_end_to_end() -> None:
-    a = agg()
+def test_nacks_pass_through_without_merging_and_unknown_acks_fall_back_to_end_to_end() -> None:
+    a = agg(merge_nacks=False)
     a.on_data(data(0), DOWN, "up", 0.0)
     nack = ack(2, 0, nack=True)
     assert a.on_feedback(nack, 0.001) == [("up", nack)]
@@ -267,10 +267,24 @@ def test_windows_held_above_a_hole_are_acknowledged_selectively_then_cumulativel
     assert spans(out) == [(2, 4, [2, 3, 5], []), (None, 1, [2, 3, 5], [])]
     assert a.counters["selective-sent"] == 1 and a.counters["selective-coalesced"] == 1
     assert a.entries == 3, "1 is open, and 2..3 wait for their cumulative AGG-ACK"
-    assert a.poll(0.05) != [] and a.counters["partial-sent"] == 1, "only 1's window sends a partial"
+    # No partial: 2..3 are held by all, and 5 has seen past 1 (it sees the hole and asks for itself).
+    assert a.poll(0.05) == [] and a.counters["partial-suppressed"] == 1 and a.counters["partial-sent"] == 0
     # The repair arrives: one cumulative AGG-ACK for 1..3, and every entry is freed.
     assert spans(a.on_feedback(ack(5, 4), 0.06)) == [(None, 4, [2, 3, 5], [])]
     assert a.entries == 0
+
+
+def test_a_partial_names_the_bfers_that_saw_nothing_past_the_window() -> None:
+    """5 lost the flow's last sequence and sees no hole: it stays silent and a partial says so; 3 lost the
+    one before and received the last (it asks for itself): no partial for its window."""
+    a = agg()
+    for k in range(2):
+        a.on_data(data(k, fin=k == 1), DOWN, "up", 0.0)
+    a.on_feedback(ack(2, 2), 0.001)
+    a.on_feedback(sack(3, 0, 2, [(0, 0)]), 0.001)  # holds 1, lacks 0
+    a.on_feedback(ack(5, 1), 0.001)  # holds 0, lacks 1 (the last): silent about it
+    out = spans(a.poll(0.05))
+    assert out == [(None, 2, [2], [3, 5])] and a.counters["partial-suppressed"] == 1, out
 
 
 def test_a_selective_agg_ack_says_again_the_held_windows_before_it() -> None:
@@ -298,13 +312,25 @@ def test_selective_agg_acks_from_below_nest() -> None:
 
 def test_a_nack_is_no_selective_ack() -> None:
     """A NACK's ranges are the gaps asked for now, not all of them: what lies between is not held."""
-    a = agg()
+    a = agg(merge_nacks=False)
     for k in range(3):
         a.on_data(data(k), DOWN, "up", 0.0)
     for r in (2, 3):
         a.on_feedback(ack(r, 3), 0.001)
     nack = sack(5, 0, 3, [(0, 0)], nack=True)
     assert a.on_feedback(nack, 0.002) == [("up", nack)] and a.counters["selective-sent"] == 0
+
+
+def test_the_wait_for_the_next_window_follows_the_data_gap_up_to_report_max() -> None:
+    """Twice the flow's DATA gap here, at least report_delay and at most report_max (partial_after / 2 when
+    unset): a window's AGG-ACK held longer than the BFIR's RTO floor made its timer fire without loss."""
+    for report_max, want in ((None, 0.005), (0.003, 0.003)):
+        a = agg(report_every=2, report_delay=0.001, report_max=report_max)  # type: ignore[arg-type]
+        for k in range(3):  # DATA every 10 ms: twice the gap (20 ms) is over both caps
+            a.on_data(data(k), DOWN, "up", 0.01 * k)
+        assert a.report_wait((1, 7)) == pytest.approx(want)
+    with pytest.raises(ValueError, match="report_max"):
+        AggregatorConfig(partial_after=0.01, lifetime=1.0, report_delay=0.002, report_max=0.001)
 
 
 def test_an_agg_ack_waits_for_the_next_window_or_report_delay() -> None:
@@ -336,7 +362,10 @@ def test_no_partial_for_a_window_whose_missing_bfers_asked_for_it_themselves() -
     a.on_feedback(ack(2, 1), 0.001)
     a.on_feedback(ack(3, 0, nack=True), 0.002)
     a.on_feedback(ack(5, 0, nack=True), 0.003)
-    assert a.poll(0.011) == [] and a.counters["partial-suppressed"] == 1
+    # Their NACKs went up merged (one AGG-NACK: 3 and 5 ask, 2 holds it); no partial names them.
+    ((_up, merged),) = a.poll(0.011)
+    assert isinstance(merged, AggNack) and mask_ids(merged.askers_mask()) == [3, 5]
+    assert mask_ids(merged.holders_mask()) == [2] and a.counters["partial-suppressed"] == 1
     # Silent since: the next partial goes, and names them.
     assert spans(a.poll(0.05)) == [(None, 1, [2], [3, 5])]
 
@@ -371,3 +400,78 @@ def test_a_repair_after_the_agg_ack_makes_an_entry_that_answers_again() -> None:
     ((_up, again),) = a.on_feedback(ack(3, 1), 0.05)
     assert isinstance(again, AggAck) and mask_ids(again.acked_mask()) == [2, 3]
     assert a.counters["absorbed-reported"] == 0
+
+
+# -- NACK merging (issue 38) -----------------------------------------------------------------------
+
+
+def merged(out: list) -> list[tuple[int, int, list[int], list[int], bool]]:
+    """The AGG-NACKs of a BFR's output: (first, last, askers, holders, again), sequences relative to ISN."""
+    return [
+        (serial.distance(ISN, m.first), serial.distance(ISN, m.last), mask_ids(m.askers_mask()),
+         mask_ids(m.holders_mask()), m.again)
+        for _up, m in out
+        if isinstance(m, AggNack)
+    ]  # fmt: skip
+
+
+def test_the_nacks_of_one_drop_go_up_as_one_agg_nack_naming_askers_and_holders() -> None:
+    a = agg()
+    for k in range(3):
+        a.on_data(data(k), DOWN, "up", 0.0)
+    a.on_feedback(ack(2, 3), 0.001)  # 2 holds all three
+    wait = a.gather_wait((1, 7))  # the round's gather, as the first NACK opens it
+    assert merged(a.on_feedback(sack(3, 1, 3, [(1, 1)], nack=True), 0.002)) == []  # 3 and 5 lost 1
+    assert merged(a.on_feedback(sack(5, 1, 3, [(1, 1)], nack=True), 0.0021)) == []
+    assert wait > 0 and a.next_deadline() == pytest.approx(0.002 + wait)
+    assert merged(a.poll(0.002 + wait)) == [(1, 1, [3, 5], [2], False)]
+    # Until the repair passes, their repeated NACKs are absorbed.
+    a.on_feedback(sack(3, 1, 3, [(1, 1)], nack=True), 0.004)
+    assert merged(a.poll(0.005)) == [] and a.counters["nack-merged"] == 2
+    assert a.counters["round-opened"] == 1 and a.counters["agg-nack-sent"] == 1
+
+
+def test_askers_the_repair_missed_ask_again_at_once_and_a_lost_repair_is_asked_for_again() -> None:
+    a = agg()
+    for k in range(3):
+        a.on_data(data(k), DOWN, "up", 0.0)
+    a.on_feedback(sack(3, 1, 3, [(1, 1)], nack=True), 0.001)
+    wait = a.gather_wait((1, 7))
+    assert merged(a.poll(0.001 + wait)) == [(1, 1, [3], [], False)]
+    a.on_feedback(sack(5, 1, 3, [(1, 1)], nack=True), 0.008)  # late: the AGG-NACK went without it
+    # The repair for 3 passes; 5 asked in this round and it missed 5: 5's round goes at once, flagged.
+    a.on_data(Data(bfir_id=1, flow_id=7, seq=serial.add(ISN, 1), payload=b"x", retransmit=True),
+              id_mask([3]), "up", 0.010)  # fmt: skip
+    assert merged(a.poll(0.010)) == [(1, 1, [5], [], True)]
+    # The repair to 5 passes too, and is lost below: 5 asks again, and the BFR knows the repair went by.
+    a.on_data(Data(bfir_id=1, flow_id=7, seq=serial.add(ISN, 1), payload=b"x", retransmit=True),
+              id_mask([5]), "up", 0.015)  # fmt: skip
+    a.on_feedback(sack(5, 1, 3, [(1, 1)], nack=True), 0.020)
+    assert merged(a.poll(0.020 + a.gather_wait((1, 7)))) == [(1, 1, [5], [], True)]
+    assert a.counters["round-repaired"] == 2 and a.counters["round-again"] == 2
+
+
+def test_a_round_whose_repair_never_passes_expires_and_the_next_nack_opens_another() -> None:
+    a = agg()
+    a.on_data(data(0), DOWN, "up", 0.0)
+    a.on_data(data(1), DOWN, "up", 0.0)
+    a.on_feedback(sack(3, 0, 2, [(0, 0)], nack=True), 0.001)
+    sent = 0.001 + a.gather_wait((1, 7))
+    assert merged(a.poll(sent)) == [(0, 0, [3], [], False)]
+    later = sent + a.round_wait("up")  # the AGG-NACK or its repair was lost above
+    a.on_feedback(sack(3, 0, 2, [(0, 0)], nack=True), later)
+    assert merged(a.poll(later + a.gather_wait((1, 7)))) == [(0, 0, [3], [], False)]
+    assert a.counters["round-expired"] == 1
+
+
+def test_an_agg_nack_from_below_joins_the_round_and_its_holders_hold() -> None:
+    from aidcnet.reliable.header import AggNack
+
+    a = agg()
+    for k in range(2):
+        a.on_data(data(k), DOWN, "up", 0.0)
+    below = AggNack(bfir_id=1, flow_id=7, first=serial.add(ISN, 0), last=serial.add(ISN, 0), reporter=9,
+                    bsl=64, si=0, askers=id_mask([3]), holders=id_mask([5]))  # fmt: skip
+    assert a.on_feedback(below, 0.001) == []
+    a.on_feedback(sack(2, 0, 2, [(0, 0)], nack=True), 0.0015)
+    assert merged(a.poll(0.002 + a.gather_wait((1, 7)))) == [(0, 0, [2, 3], [5], False)]

@@ -4,13 +4,15 @@ and starts just below the 2**32 wrap."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from hypothesis import given
 from hypothesis import strategies as st
 
 from aidcnet.reliable import serial
 from aidcnet.reliable.aggregator import AckAggregator, AggregatorConfig
 from aidcnet.reliable.edge import EdgeAggregator, repair_bfers
-from aidcnet.reliable.header import Ack, AggAck, Data
+from aidcnet.reliable.header import Ack, AggAck, AggNack, Data
 from aidcnet.reliable.sender import id_mask
 from tests.unit.aidcnet.reliable.feedback import agg_ack
 
@@ -38,8 +40,8 @@ def ack(
     )  # fmt: skip
 
 
-def edge_with(n: int) -> EdgeAggregator:
-    edge = EdgeAggregator(LEAF, CONFIG)
+def edge_with(n: int, config: AggregatorConfig = CONFIG) -> EdgeAggregator:
+    edge = EdgeAggregator(LEAF, config)
     for k in range(n):
         edge.on_data(data(k, fin=k == n - 1), HOSTS, "spine", 0.0)
     return edge
@@ -63,7 +65,7 @@ def test_a_silent_host_makes_the_leaf_missing_in_its_partial() -> None:
 
 
 def test_a_hosts_nack_goes_up_as_the_leafs_no_further_than_the_oldest_window_a_host_lacks() -> None:
-    edge = edge_with(4)
+    edge = edge_with(4, dataclasses.replace(CONFIG, merge_nacks=False))
     assert edge.on_feedback(ack(3, 1), 0.01) == []  # host 3 has only sequence 0
     ((_up, msg),) = edge.on_feedback(ack(2, 3), 0.02)  # host 2 has 0 to 2: both hold 0
     assert msg == agg_ack(ISN, 1, [LEAF], reporter=LEAF)
@@ -72,6 +74,20 @@ def test_a_hosts_nack_goes_up_as_the_leafs_no_further_than_the_oldest_window_a_h
     ((_up, msg),) = edge.on_feedback(ack(2, 3, 5, holes=((3, 3),), nack=True), 0.03)
     assert isinstance(msg, Ack) and msg.nack and msg.reporter == LEAF
     assert msg.cum == seq(1) and msg.ranges == ((seq(3), seq(3)),) and msg.highest == seq(5)
+
+
+def test_the_hosts_nacks_of_one_round_go_up_as_one_agg_nack_of_the_leaf() -> None:
+    edge = edge_with(4)
+    said = []
+    for host in (2, 3):  # both hold 0 and 2, lack 1
+        said += edge.on_feedback(ack(host, 1, 3, holes=((1, 1),), nack=True), 0.01 + host / 1000)
+    assert not any(isinstance(m, Ack | AggNack) for _up, m in said)  # no NACK yet: the gather waits
+    ((up, msg),) = edge.poll(0.05)  # the gather ended: one AGG-NACK, the leaf asking as one BFER
+    assert up == "spine" and isinstance(msg, AggNack) and msg.reporter == LEAF
+    assert (msg.first, msg.last, msg.askers_mask(), msg.holders) == (seq(1), seq(1), id_mask([LEAF]), 0)
+    # Until the repair passes, a host's repeated NACK is absorbed.
+    assert edge.on_feedback(ack(2, 1, 3, holes=((1, 1),), nack=True), 0.06) == [] and edge.poll(0.07) == []
+    assert edge.counters["nack-merged"] == 2
 
 
 def test_a_hosts_ack_nothing_here_accounts_for_is_not_said_for_the_leaf() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from aidcnet.reliable import serial
-from aidcnet.reliable.header import Ack
+from aidcnet.reliable.header import Ack, AggNack
 from aidcnet.reliable.sender import FixedRto, SendBudget, Sender, SenderConfig, id_mask, mask_ids
 from tests.unit.aidcnet.reliable.feedback import agg_ack
 
@@ -68,13 +68,18 @@ def test_selective_ack_clears_received_sequences_only() -> None:
     s = sender()
     s.poll(0.0)
     s.on_feedback(ack(3, 1, 4, ranges=[(1, 2)]), 0.01)  # has 0 and 3
-    out = s.poll(1.0)  # timers: each receiver's oldest sequence owed (2 and 4 owe 0, 3 owes 1 first)
-    bits = {serial.distance(ISN, t.data.seq): mask_ids(t.bfers) for t in out}
-    assert bits == {0: [2, 4], 1: [2, 3, 4]}
+    # Timers: each receiver's oldest sequence owed (2 and 4 owe 0, 3 owes 1 first), each to the receivers
+    # whose timer it is; 3's runs from its acknowledgment of new data at 0.01 (RFC 6298 §5.3).
+    out = s.poll(1.0)
+    assert {serial.distance(ISN, t.data.seq): mask_ids(t.bfers) for t in out} == {0: [2, 4]}
+    assert s.next_deadline() == pytest.approx(1.01)
+    out = s.poll(1.02)
+    assert {serial.distance(ISN, t.data.seq): mask_ids(t.bfers) for t in out} == {1: [3]}
     s.on_feedback(ack(2, 4), 1.1)
     s.on_feedback(ack(4, 4), 1.1)
     assert s.poll(1.1) == []  # 1 was just resent to 3, and holds back its 2
-    assert [(t.data.seq, mask_ids(t.bfers)) for t in s.poll(3.0)] == [(serial.add(ISN, 1), [3])]
+    # RTO × 2 after its retransmission at 1.02
+    assert [(t.data.seq, mask_ids(t.bfers)) for t in s.poll(3.02)] == [(serial.add(ISN, 1), [3])]
 
 
 def test_timeout_backoff_doubles() -> None:
@@ -223,12 +228,27 @@ def test_a_send_budget_is_shared_by_the_flows_of_a_node() -> None:
             s.offer(bytes([i]) * 10, fin=i == 2)
     assert len(flows[0].poll(0.0)) == 2 and flows[1].poll(0.0) == [] and budget.used == 20
     assert flows[1].next_deadline() is None  # no room: not a busy loop; flow 7's feedback makes some
-    for r in RX[:2]:
-        flows[0].on_feedback(ack(r, 1), 0.1)
-    assert budget.used == 20  # 4 still owes the first: nothing given back
-    flows[0].on_feedback(ack(4, 1), 0.1)
+    flows[0].on_feedback(ack(2, 1), 0.1)
+    # 2 holds the first: it has left the node's link, whatever 3 and 4 still owe (the budget bounds what
+    # waits behind the link)
     assert budget.used == 10 and flows[1].next_deadline() == 0.0
     assert [t.data.flow_id for t in flows[1].poll(0.1)] == [8] and budget.used == 20
+    flows[0].on_feedback(ack(3, 1), 0.2)  # 3 holds the first too: nothing more has left
+    assert budget.used == 20
+    flows[0].on_feedback(ack(4, 0, 2, ranges=[(0, 0)]), 0.2)  # 4 holds 1 (0 lost): 0 and 1 have left
+    assert budget.used == 10
+
+
+def test_a_sequence_someone_asks_past_has_left_the_link() -> None:
+    budget = SendBudget(100)
+    s = Sender(1, 7, RX, FixedRto(1.0), SenderConfig(window=8), ISN, budget)
+    for i in range(4):
+        s.offer(bytes([i]) * 10, fin=i == 3)
+    s.poll(0.0)
+    assert budget.used == 40
+    # A NACK for 1 from a receiver that got 2: 0, 1 and 2 have left (one path per flow, in order).
+    s.on_feedback(ack(2, 1, 3, ranges=[(1, 1)], nack=True), 0.1)
+    assert budget.used == 10
 
 
 def test_one_message_larger_than_the_budget_still_goes_when_nothing_is_in_flight() -> None:
@@ -290,7 +310,8 @@ def test_one_receivers_repairs_do_not_hold_back_anothers_timer() -> None:
             if 3 in mask_ids(tx.bfers):
                 timed_out_for_3 = (serial.distance(ISN, tx.data.seq), t)
         t = round(t + 0.1, 1)
-    assert timed_out_for_3 == (2, 1.0), "3's oldest owed sequence times out on its own timer"
+    # Its timer runs from its last acknowledgment of new data (0.1), one RTO: RFC 6298 §5.3's restart.
+    assert timed_out_for_3 == (2, 1.1), "3's oldest owed sequence times out on its own timer"
 
 
 def test_one_round_trip_sample_per_feedback_from_the_sequence_it_answers() -> None:
@@ -306,3 +327,61 @@ def test_one_round_trip_sample_per_feedback_from_the_sequence_it_answers() -> No
     assert repair.data.seq == ISN
     s.on_feedback(ack(2, 3), 0.3)  # clears 0 only, resent (Karn); 2 was cleared before: none
     assert rto.samples == [0.1] and s.done
+
+
+def agg_nack(first_k: int, last_k: int, askers, holders=(), again: bool = False) -> AggNack:
+    first, last = serial.add(ISN, first_k), serial.add(ISN, last_k)
+    return AggNack(bfir_id=1, flow_id=7, first=first, last=last, reporter=9, bsl=64, si=0,
+                   askers=id_mask(askers), holders=id_mask(holders), again=again)  # fmt: skip
+
+
+def test_an_agg_nack_clears_its_holders_and_repairs_its_askers_at_once() -> None:
+    s = sender(n=3, nack_gather=0.5)
+    s.poll(0.0)
+    s.on_feedback(agg_nack(1, 1, [2], holders=[3, 4]), 0.1)
+    (tx,) = s.poll(0.1)  # no gather: the BFR merged its BFERs' NACKs already
+    assert tx.data.seq == serial.add(ISN, 1) and mask_ids(tx.bfers) == [2]
+    owed = {serial.distance(ISN, q): mask_ids(slot.owing) for q, slot in s._slots.items()}
+    assert owed[1] == [2] and owed[0] == [2, 3, 4]  # the holders hold 1 only
+    assert s.counters["agg-nack"] == 1
+
+
+def test_a_repeated_request_waits_for_the_holdoff_unless_the_bfr_saw_the_repair_miss() -> None:
+    s = sender(n=3)  # RTO 1 s, no round trip measured: the holdoff is one RTO
+    s.poll(0.0)
+    for r in (3, 4):
+        s.on_feedback(ack(r, 3), 0.05)
+    s.on_feedback(ack(2, 1, 3, ranges=[(1, 1)]), 0.05)  # 2 lacks only 1
+    s.on_feedback(agg_nack(1, 1, [2]), 0.1)
+    s.poll(0.1)
+    s.on_feedback(agg_nack(1, 1, [2]), 0.3)  # the repair may still be on its way: held off...
+    assert s.poll(0.3) == [] and s.next_deadline() == pytest.approx(1.1)
+    (tx,) = s.poll(1.1)  # ...until the holdoff ends, not dropped (nothing said 2 got it meanwhile)
+    assert mask_ids(tx.bfers) == [2] and s.counters["request-held-off"] == 1
+    s.on_feedback(agg_nack(1, 1, [2], again=True), 1.2)  # the BFR saw it pass and miss 2: at once
+    (tx,) = s.poll(1.2)
+    assert mask_ids(tx.bfers) == [2] and s.counters["request-held-off"] == 1
+
+
+def test_each_branch_has_its_round_trip_and_a_timer_waits_for_the_slowest_of_its_receivers() -> None:
+    from aidcnet.reliable.sender import BranchRto
+    from aidcnet.rto import RtoEstimator
+
+    rtos = BranchRto(lambda: RtoEstimator(1.0, min_rto=0.01, max_rto=5.0))
+    s = Sender(1, 7, RX, rtos, SenderConfig(window=8), isn=ISN)
+    for i in range(4):
+        s.offer(bytes([i]), fin=i == 3)
+    s.poll(0.0)
+    s.on_feedback(ack(2, 1), 0.02, "near")  # one sample per branch and sequence
+    s.on_feedback(ack(3, 1), 0.30, "far")
+    s.on_feedback(ack(4, 1), 0.02, "near")
+    near, far = rtos.policy("near").current(), rtos.policy("far").current()
+    assert near < 0.1 and far == pytest.approx(0.9)  # SRTT + 4 RTTVAR of one 300 ms sample
+    assert s.rto_of(id_mask([2, 4])) == near and s.rto_of(id_mask(RX)) == far
+    # A flow opened later on the node starts from what was measured, not the first guess.
+    later = Sender(1, 8, RX, rtos, SenderConfig(window=8), isn=ISN)
+    assert later.rto_of(id_mask([2])) == rtos.first.current() == 1.0  # not heard yet: the first guess
+    later.offer(b"x", fin=True)
+    later.poll(0.5)
+    later.on_feedback(ack(2, 0, 1, ranges=[(0, 0)], nack=True), 0.51, "near")
+    assert later.rto_of(id_mask([2])) == near

@@ -11,7 +11,7 @@ from pydantic import SecretStr
 
 from aidcnet.config import NodeConfig
 from orchestrator.configure.plan import build_plan, node_configs
-from orchestrator.configure.plan.model import LabVars
+from orchestrator.configure.plan.schema import LabVars
 from orchestrator.lab.topology import load_topology
 from orchestrator.paths import ROOT as ROOT_DIR
 

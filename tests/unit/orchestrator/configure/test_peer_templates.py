@@ -15,7 +15,7 @@ import yaml
 
 from aidcnet.config import NodeConfig
 from orchestrator.configure.plan import build_plan, node_configs
-from orchestrator.configure.plan.model import LabVars
+from orchestrator.configure.plan.schema import LabVars
 from orchestrator.lab.roles import ROLES
 from orchestrator.lab.topology import load_topology
 from orchestrator.paths import ROOT
@@ -150,6 +150,19 @@ def test_gobgp_and_bird_are_roles_with_images_and_groups() -> None:
         assert f'aidclab-role="{name}"' in (RECIPES / name / "Dockerfile").read_text()
     site = yaml.safe_load((ROOT / "playbooks" / "site.yml").read_text())
     assert {"gobgp", "bird"} <= {play["hosts"] for play in site}
+
+
+def test_the_interop_peers_are_a_group_of_the_plan(peers) -> None:
+    """site.yml's play for every peer targets aidclab_peers, which the roles fill: no play lists them."""
+    from orchestrator.configure.ansible import plan_groups
+    from orchestrator.lab.topology import load_topology
+
+    topo = load_topology(ROOT / "labs" / "superpod-peers.clab.yml")
+    groups = plan_groups(topo, peers)
+    assert groups["aidclab_peers"] == [topo.container_name("L1"), topo.container_name("L2")]
+    assert set(groups["aidclab_bgp"]) > set(groups["aidclab_peers"])
+    site = yaml.safe_load((ROOT / "playbooks" / "site.yml").read_text())
+    assert [play["roles"] for play in site if play["hosts"] == "aidclab_peers"] == [[{"role": "common"}]]
 
 
 @pytest.mark.skipif(shutil.which("gobgpd") is None, reason="Debian's gobgpd is not installed on this host")

@@ -16,7 +16,7 @@ from pydantic import SecretStr, ValidationError
 from aidcnet.config import parse_config
 from orchestrator.configure.ansible import compute_plan, write_lab_plan
 from orchestrator.configure.plan import LabVars, build_plan, dump_plan, node_config, node_configs
-from orchestrator.configure.plan.model import LabPlan
+from orchestrator.configure.plan.schema import LabPlan
 from orchestrator.lab.labdir import BGP_MD5_FILE, lab_bgp_md5, lab_dir
 from orchestrator.lab.topology import load_topology
 from orchestrator.paths import ROOT

@@ -6,11 +6,11 @@ import ipaddress
 
 import pytest
 
-from aidcnet.agent.bier_service import edge_policies
+from aidcnet.agent.bier.service import edge_policies
 from aidcnet.bier.bitstring import bitstrings_from_ids
 from aidcnet.bier.edge_policy import check
 from orchestrator.configure.plan import build_plan, node_configs
-from orchestrator.configure.plan.model import LabVars
+from orchestrator.configure.plan.schema import LabVars
 from orchestrator.lab.topology import load_topology
 from orchestrator.paths import LABS
 
@@ -55,7 +55,7 @@ def test_every_shipped_labs_bier_passes_its_policy(name: str) -> None:
     """With the default (on), every BFR accepts what its BIER neighbours legitimately send it: a BFR
     forwarding or imposing (INA dissemination, network-BIER leaves) any header on a fabric port, a
     host imposing (host-BIER, replays, reliable DATA) with its own BFR-id to the whole domain.  ACKs
-    and AGG-ACKs are unicast UDP (aidcnet/agent/reliable_node.py), not BIER, so no policy sees them.
+    and AGG-ACKs are unicast UDP (aidcnet/agent/reliable/node.py), not BIER, so no policy sees them.
     The port is the one the Python dataplane derives from the source's subnet; the eBPF program sees
     the ingress port, the neighbour's interface itself."""
     cs = node_configs(build_plan(load_topology(LABS / f"{name}.clab.yml")))
@@ -101,7 +101,7 @@ def test_tenant_hosts_may_address_only_their_tenant() -> None:
     ],
 )
 def test_tenants_name_the_fault(tenants: dict, message: str) -> None:
-    from orchestrator.configure.plan.model import PlanError
+    from orchestrator.configure.plan.schema import PlanError
 
     with pytest.raises(PlanError, match=message) as err:
         configs({"bier": {"tenants": tenants}})

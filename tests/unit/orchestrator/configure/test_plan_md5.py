@@ -9,7 +9,7 @@ import yaml
 
 from aidcnet.config import parse_config
 from orchestrator.configure.plan import LabVars, PlanError, build_plan, dump_plan, node_config
-from orchestrator.configure.plan.model import LabPlan
+from orchestrator.configure.plan.schema import LabPlan
 from tests.unit.orchestrator.configure.test_plan import leaf_spine_doc, topo_of
 
 SECRET = "s3cret-Bgp!"

@@ -6,16 +6,28 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from aidcnet.timescale import MAX_SHAPED_BPS
 from orchestrator.configure.plan import PlanError, dump_plan
-from orchestrator.configure.plan.timescale import MAX_SHAPED_BPS
 from tests.unit.orchestrator.configure.test_plan import lab, leaf_spine_doc, plan_of
 
 
-def test_by_default_400g_is_shaped_to_20_mbit_with_four_mebibyte_queues():
+def test_by_default_the_scale_is_auto_and_configure_starts_400g_at_20_mbit_with_four_mebibyte_queues():
     plan = plan_of(leaf_spine_doc(1, 1, 1))
-    assert plan.time.scale == 20000
+    assert plan.time.scale == 20000 and plan.time.auto
     got = {(x.bandwidth_bps, x.shaped_bps, x.queue_bytes) for x in plan.links}
     assert got == {(400_000_000_000, 20_000_000, 4 << 20)}
+
+
+def test_a_pinned_scale_is_not_auto():
+    plan = plan_of(leaf_spine_doc(1, 1, 1), {"time": {"scale": 20000}})
+    assert plan.time.scale == 20000 and not plan.time.auto
+
+
+@pytest.mark.parametrize("value", [0, "fast", 1.5])
+def test_a_bad_scale_names_the_field(value: object) -> None:
+    # The vars model refuses it (a ValueError naming the field; the CLI adds the vars file's name).
+    with pytest.raises(ValueError, match=r"time\.scale"):
+        plan_of(leaf_spine_doc(1, 1, 1), {"time": {"scale": value}})
 
 
 def test_scale_off_leaves_links_unshaped():

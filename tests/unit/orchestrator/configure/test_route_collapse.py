@@ -11,8 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from orchestrator.configure.plan import read_plan, write_plan
-from orchestrator.configure.plan.model import PlanNextHop, PlanRoute
 from orchestrator.configure.plan.routes import collapsed
+from orchestrator.configure.plan.schema import PlanNextHop, PlanRoute
 
 HOPS = [
     [PlanNextHop(via="10.0.0.1", dev="eth1", neighbor="leaf1")],

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from aidcnet.ina.header import DType, Op
-from aidcnet.ina.worker import digest, exact_result, job_scale, reference, worker_array
-from orchestrator.configure.plan.model import PlanInaJob
+from aidcnet.ina.worker import digest, exact_result, job_fixed_point_scale, reference, worker_array
+from orchestrator.configure.plan.schema import PlanInaJob
 from orchestrator.experiment.modes.collective import check_supported, judge
 from orchestrator.experiment.session import ExperimentError as ReplayError
 
@@ -62,7 +62,7 @@ def test_float32_sum_needs_one_agreed_result_within_tolerance() -> None:
 
 
 def test_fixed32_is_bit_exact_and_within_tolerance() -> None:
-    s = job_scale(4)
+    s = job_fixed_point_scale(4)
     exact = exact_result(ARRAYS, Op.SUM, DType.FIXED32, s)
     assert exact is not None
     assert judge(ARRAYS, Op.SUM, DType.FIXED32, s, {"w1": reply(exact), "w2": reply(exact)})[0] == []
@@ -84,3 +84,16 @@ def test_the_driver_refuses_what_it_cannot_run_or_judge(mode, op, dtype, words) 
         check_supported(job(op, dtype), mode)
     check_supported(job("sum", dtype), mode)
     check_supported(job(op, "int32"), "ina")
+
+
+def test_an_allreduce_line_shows_fabric_time_or_labelled_wall_time() -> None:
+    """The issue's line: 16 MiB x 4 workers in 20.377 s was wall time at 1:20000 (1.02 ms of fabric)."""
+    from orchestrator.experiment.clock import Clock
+    from orchestrator.experiment.modes.collective import AllreduceRun, allreduce_line
+
+    replies = {w: {"finished": 120.377, "retransmits": 0} for w in ("h1", "h2", "h3", "h4")}
+    run = AllreduceRun(1, "ina", 4 << 20, "d", replies, start_at=100.0)
+    assert allreduce_line(run, Clock.of(20000)) == (
+        "allreduce job 1 ina: 16.00 MiB x 4 workers in 1.02 ms, 0 retransmits, exact on every worker"
+    )
+    assert "in 20.377 s (wall)," in allreduce_line(run, Clock.of(None))

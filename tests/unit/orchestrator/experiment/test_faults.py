@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from aidcnet.timescale import TimeScale
 from orchestrator.experiment.faults import (
     Fault,
     FaultRecord,
@@ -31,6 +32,9 @@ def test_the_forms_a_user_writes() -> None:
     restart = parse_fault("3 restart spine1")
     assert (restart.at_s, restart.kind, restart.node, restart.words) == (3.0, "restart", "spine1", ())
     assert parse_seconds(".5") == 0.5 and parse_seconds("250ms") == 0.25 and parse_seconds("4") == 4.0
+    # Fault times are fabric time: a microsecond is their natural unit.
+    assert parse_seconds("20us") == pytest.approx(20e-6) and parse_seconds("15µs") == pytest.approx(15e-6)
+    assert parse_seconds("1e-5s") == pytest.approx(1e-5) and parse_seconds("500ns") == pytest.approx(5e-7)
 
 
 @pytest.mark.parametrize(
@@ -75,12 +79,16 @@ def test_a_record_says_what_became_of_its_fault() -> None:
     never = FaultRecord(parse_fault("90 link leaf1:eth1 up"))
     assert done.problem() is None
     assert "failed: LinkSetError: no" in (failed.problem() or "")
-    assert "never happened: the run ended before 90 s" in (never.problem() or "")
+    assert "never happened: the run ended before 90.000 s of fabric time" in (never.problem() or "")
     assert done.to_dict()["fault"] == "1 restart spine1" and done.to_dict()["done_s"] == 2.5
-    lines = fault_lines([done, failed, never], scale=20000)
-    assert lines[0] == "fault restart spine1 at 1.002 s (= 50.1 µs fabric), done after 1498 ms"
+    lines = fault_lines([done, failed, never], TimeScale(20000))
+    assert lines[0] == "fault restart spine1 at 50.1 µs = 1.002 s (wall), done after 1.498 s (wall)"
     assert "failed" in lines[1] and "never happened" in lines[2]
-    assert "fabric" not in fault_lines([done], scale=None)[0]
+    assert lines[2].startswith("fault link leaf1:eth1 up at 90.000 s fabric: ")
+    # No fabric time without a time scale: the wall times alone, labelled.
+    assert fault_lines([done], TimeScale.unshaped()) == [
+        "fault restart spine1 at 1.002 s (wall), done after 1.498 s (wall)"
+    ]
 
 
 @given(

@@ -6,33 +6,32 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
+from aidcnet.timescale import TimeScale
 from orchestrator.experiment.fidelity import (
     MAX_READ_UNCERTAINTY_S,
+    Confirmation,
     CpuMeter,
     DrainMeter,
+    HeldMeter,
     LinkCounters,
     NodeCounters,
+    agent_late,
     agent_losses,
     agent_waits,
     bottleneck_bound,
-    fabric_time,
+    held_reason,
+    overlap,
+    pace_reason,
     verdict,
 )
-
-
-def test_fabric_time_is_wall_times_scale():
-    # 0.365 s on links shaped 10000 times slower is 36.5 µs on the real ones.
-    assert fabric_time(0.365, 10000) == pytest.approx(36.5e-6)
-    assert fabric_time(2.0, 1) == 2.0
-    with pytest.raises(ValueError, match="at least 1"):
-        fabric_time(1.0, 0)
+from orchestrator.experiment.records import BoundRecord, ConfirmationRecord, TimingRecord
 
 
 def test_bound_names_the_busiest_link_in_issue_12s_model_distribution():
     # h1 sends 4.25 MB up its 20 Mbit/s uplink; each receiver's downlink gets 1/7 of it.
     rates = {"h1:eth1": 20_000_000, **{f"leaf{i}:eth3": 20_000_000 for i in range(1, 8)}}
     sent = {"h1:eth1": 4_250_000, **{f"leaf{i}:eth3": 607_143 for i in range(1, 8)}}
-    bound = bottleneck_bound(sent, rates, scale=20_000)
+    bound = bottleneck_bound(sent, rates, TimeScale(20_000))
     assert bound.link == "h1:eth1"
     assert bound.wall_s == pytest.approx(1.7)
     # The same bytes over the real 400G link: 4.25 MB / 400 Gbit/s = 85 µs.
@@ -42,9 +41,9 @@ def test_bound_names_the_busiest_link_in_issue_12s_model_distribution():
 
 def test_bound_errors_name_the_link():
     with pytest.raises(ValueError, match="x:eth1 carried bytes but has no rate"):
-        bottleneck_bound({"x:eth1": 5}, {}, 1)
+        bottleneck_bound({"x:eth1": 5}, {}, TimeScale(1))
     with pytest.raises(ValueError, match="nothing to bound"):
-        bottleneck_bound({}, {}, 1)
+        bottleneck_bound({}, {}, TimeScale(1))
 
 
 @given(
@@ -58,7 +57,7 @@ def test_bound_errors_name_the_link():
 def test_bound_is_the_max_and_no_link_exceeds_it(links, scale):
     sent = {k: v[0] for k, v in links.items()}
     rates = {k: v[1] for k, v in links.items()}
-    bound = bottleneck_bound(sent, rates, scale)
+    bound = bottleneck_bound(sent, rates, TimeScale(scale))
     assert all(sent[k] * 8 / rates[k] <= bound.wall_s for k in links)
     assert bound.wall_s == sent[bound.link] * 8 / rates[bound.link]
     assert bound.fabric_s == pytest.approx(bound.wall_s / scale)
@@ -182,7 +181,7 @@ def test_every_reason_names_its_link_queue_or_node():
     assert "queue leaf2:eth3: the shaper dropped 2638 packets in a lossless run" in text
     assert "node leaf1: CPU saturated (97%" in text
     assert "node h2: 12 packets dropped at udp.rcvbuf" in text
-    assert "host: the lab used 1.90 of 2 cores" in text
+    assert "host: the machine was busy 1.90 of 2 cores" in text
     assert len(v.reasons) == 5
     assert any("leaf3:eth3: 40 packets dropped by the injected fault" in n for n in v.notes)
     assert any("leaf4:eth3: backlogged only 0.05 s" in n for n in v.notes)
@@ -216,6 +215,18 @@ def test_a_bfr_that_waited_is_a_note_naming_it():
     assert notes == ["node spine1: its BFR waited 13 times for room to send (bier.tx.waits)"]
 
 
+def test_a_reliable_transport_that_woke_late_is_a_reason_naming_its_node():
+    deltas = {
+        "h1": {"reliable.late-wakeups": 2, "reliable.late-us": 812_000},
+        "leaf1": {"reliable.late-wakeups": 0, "reliable.late-us": 0},
+    }
+    assert agent_late(deltas) == [
+        "node h1: its reliable transport woke 2 times later than a quarter of its least retransmission "
+        "timeout (812 ms late in all): paced by our software, not by its links"
+    ]
+    assert agent_late({"h1": {"reliable.sender.sent": 9}}) == []
+
+
 def test_a_short_busy_spell_above_the_rate_by_its_bucket_is_no_reason():
     # The demo's MoE unicast run: 0.22 s busy at 21.1 Mbit/s on a 20 Mbit/s shaper with a 19 KB bucket.
     rate, busy = 20_000_000, 0.22
@@ -226,3 +237,228 @@ def test_a_short_busy_spell_above_the_rate_by_its_bucket_is_no_reason():
     assert not verdict([LinkCounters("h3:eth1", rate, sent, busy, sent)], []).faithful
     slow = int(18e6 / 8 * busy)
     assert not verdict([LinkCounters("h3:eth1", rate, slow, busy, slow, burst_bytes=19_028)], []).faithful
+
+
+# -- the CPU check: any window, sliding, and runs shorter than one --------------------------------------
+def _cpu_trace(period: float, until: float, busy: tuple[float, float], share: float = 1.0):
+    """Samples every ``period`` of a node at ``share`` of a core during ``busy`` and idle otherwise."""
+    t, cpu, out = 0.0, 0.0, [(0.0, 0.0)]
+    while t < until - 1e-9:
+        nxt = round(t + period, 9)
+        cpu += share * overlap([busy], t, nxt)
+        out.append((nxt, cpu))
+        t = nxt
+    return out
+
+
+def test_a_run_shorter_than_the_window_is_judged_on_its_mean():
+    # Issue 35: a 0.4 s run at 100% of a core read a peak of 0.0.
+    m = CpuMeter(window_s=0.5)
+    for t, cpu in _cpu_trace(0.1, 0.4, (0.0, 0.4)):
+        m.sample(t, cpu)
+    assert m.peak == pytest.approx(1.0)
+    v = verdict([], [NodeCounters("h1", m.peak)])
+    assert not v.faithful and "node h1: CPU saturated" in v.reasons[0]
+
+
+def test_a_spell_straddling_back_to_back_windows_is_seen():
+    # Issue 35: 100% from 0.3 s to 0.9 s read 0.8 with windows [0, 0.5] and [0.5, 1.0].
+    m = CpuMeter(window_s=0.5)
+    for t, cpu in _cpu_trace(0.1, 1.5, (0.3, 0.9)):
+        m.sample(t, cpu)
+    assert m.peak == pytest.approx(1.0)
+
+
+def _reference_peak(samples, window):
+    """For every sample, the shortest window of at least ``window`` ending there (brute force)."""
+    best = 0.0
+    for j, (tj, cj) in enumerate(samples):
+        starts = [i for i in range(j) if tj - samples[i][0] >= window]
+        if starts:
+            ti, ci = samples[starts[-1]]
+            best = max(best, (cj - ci) / (tj - ti))
+    return best
+
+
+@given(
+    st.lists(st.tuples(st.floats(0.01, 0.3), st.floats(0, 1)), min_size=1, max_size=40),
+    st.floats(0.1, 1.0),
+)
+def test_the_sliding_peak_is_the_busiest_shortest_window(steps, window):
+    samples, t, cpu = [(0.0, 0.0)], 0.0, 0.0
+    for dt, share in steps:
+        t, cpu = t + dt, cpu + dt * share
+        samples.append((t, cpu))
+    m = CpuMeter(window_s=window)
+    for s in samples:
+        m.sample(*s)
+    if t < window:
+        assert m.peak == pytest.approx(cpu / t)
+    else:
+        assert m.peak == pytest.approx(_reference_peak(samples, window))
+        assert m.peak <= 1.0 + 1e-9
+
+
+# -- a node held back while its links could have carried its work ----------------------------------------
+RATE = 20_000_000
+PER_100MS = RATE // 8 // 10  # bytes a 20 Mbit/s end sends in 0.1 s
+
+
+def _held_meter(uses, rx=None):
+    m = HeldMeter("h1", {"h1:eth1": RATE})
+    sent = 0
+    m.sample(0.0, {"h1:eth1": 0}, (rx or [0])[0])
+    for i, use in enumerate(uses, start=1):
+        sent += int(PER_100MS * use)
+        m.sample(i / 10, {"h1:eth1": sent}, (rx or [0] * (len(uses) + 1))[i])
+    return m
+
+
+def test_a_frozen_source_is_held_for_its_pause():
+    # 1 s at its rate, frozen 0.7 s with data due, 1 s at its rate again: the op was due throughout.
+    uses = [1.0] * 10 + [0.0] * 7 + [1.0] * 10
+    m = _held_meter(uses)
+    held = m.held([(0.0, 2.7)])
+    assert held == pytest.approx((0.7, 0.7, 0.0), abs=1e-6)
+    why = held_reason("h1", held, run_s=2.7)
+    assert why is not None and "node h1: its links sat idle for 0.70 s" in why
+    assert "data due but not yet sent 0.70 s" in why and "paced by our software" in why
+    node = NodeCounters("h1", 0.1, held=held)
+    assert not verdict([], [node], run_s=2.7).faithful
+
+
+def test_a_throttled_source_is_held_for_the_rate_it_left_unused():
+    m = _held_meter([0.6] * 20)
+    total, due, rx = m.held([(0.0, 2.0)])
+    assert total == pytest.approx(0.8, rel=0.02) and due == total and rx == 0.0
+
+
+def test_idle_with_nothing_due_is_not_held():
+    # The host sends its op, then waits for the next one 1 s later: its link idles, nothing is due.
+    m = _held_meter([1.0] * 5 + [0.0] * 10 + [1.0] * 5)
+    assert m.held([(0.0, 0.5), (1.5, 2.0)])[0] == pytest.approx(0.0, abs=1e-9)
+
+
+def test_a_full_link_holds_nothing_however_much_waits():
+    m = _held_meter([1.0] * 20, rx=[10**6] * 21)
+    assert m.held([(0.0, 2.0)])[0] == pytest.approx(0.0, abs=1e-9)
+
+
+def test_bytes_left_unread_while_idle_are_held():
+    # A BFR's agent stopped for 0.3 s: what it received waits in its socket, its ports idle.
+    rx = [0] * 5 + [200_000] * 4 + [0] * 6
+    m = _held_meter([1.0] * 5 + [0.0] * 3 + [1.0] * 6, rx=rx)
+    total, due, from_rx = m.held()
+    assert total == pytest.approx(0.3, abs=1e-6) and from_rx == total and due == 0.0
+    assert held_reason("spine1", (total, due, from_rx), run_s=1.4) is not None
+
+
+def test_a_hiccup_of_one_sample_is_not_a_pace():
+    m = _held_meter([1.0] * 10 + [0.0] + [1.0] * 10)
+    held = m.held([(0.0, 2.1)])
+    assert held[0] == pytest.approx(0.1) and held_reason("h1", held, run_s=2.1) is None
+
+
+@given(
+    st.lists(st.floats(0, 1.5), min_size=1, max_size=30),
+    st.lists(st.tuples(st.floats(0, 3), st.floats(0, 3)), max_size=5),
+)
+def test_held_never_exceeds_the_time_anything_was_waiting(uses, spans):
+    spans = [(min(a, b), max(a, b)) for a, b in spans]
+    m = _held_meter(uses)
+    total, due, rx = m.held(spans)
+    run = len(uses) / 10
+    assert 0 <= total <= overlap(spans, 0.0, run) + 1e-9 and rx == 0.0 and due == pytest.approx(total)
+
+
+@given(st.lists(st.tuples(st.floats(-1, 5), st.floats(0, 3)), max_size=8), st.floats(0, 2), st.floats(0, 3))
+def test_overlap_counts_each_instant_once(spans, t0, length):
+    spans = [(a, a + d) for a, d in spans]
+    got = overlap(spans, t0, t0 + length)
+    assert 0 <= got <= length + 1e-9
+    assert got >= max((min(b, t0 + length) - max(a, t0) for a, b in spans), default=0.0) - 1e-9
+
+
+# -- pace against the prediction, and confirmation at a second scale --------------------------------------
+def test_a_run_far_from_its_prediction_needs_confirming():
+    assert pace_reason(21.3e-6, 18.2e-6, "the time model") is None  # 1.17x
+    why = pace_reason(144.2e-6, 10.7e-6, "the time model")
+    assert why is not None and why.startswith("completion 13.48x the time its links need")
+    assert "aidclab replay --confirm" in why
+
+
+def test_confirmation_holds_completion_and_bytes():
+    ok = Confirmation((20000, 40000), (88.1e-6, 89.0e-6), (4254496, 4254496), (30_000_000, 30_000_042))
+    assert ok.confirmed and ok.describe().startswith("confirmed at 1:40000")
+    slow = Confirmation((20000, 40000), (53.7e-6, 25.1e-6), (1, 1), (10, 10))
+    assert not slow.confirmed and "53.3% apart" in slow.describe()
+    lost = Confirmation((20000, 40000), (1e-6, 1e-6), (100, 99), (10, 10))
+    assert not lost.confirmed and "payload 100 B against 99 B" in lost.describe()
+
+
+def _timing(completion_wall: float, bound_wall: float) -> TimingRecord:
+    bound = BoundRecord(link="h1:eth1", bytes=1, rate_bps=1, wall_s=bound_wall, fabric_s=bound_wall / 20000)
+    return TimingRecord(scale=20000, faithful=True, bound=bound)
+
+
+def test_the_verdict_follows_the_prediction_then_the_confirmation():
+    t = _timing(1.0, 0.1).paced(1.0, 10e-6, "the time model")  # 50 µs against 10 µs: 5x
+    assert not t.faithful and t.pace is not None and t.pace.ratio == pytest.approx(5.0)
+    assert t.reasons == [t.pace.reason]
+    record = ConfirmationRecord(
+        scale=40000, completion_fabric_s=50.5e-6, off=0.01, same_bytes=True, confirmed=True, text="confirmed"
+    )
+    confirmed = t.confirmed_by(record)
+    assert confirmed.faithful and confirmed.reasons == [] and "confirmed" in confirmed.notes
+    assert confirmed.verdict_text == "faithful at time scale 20000, confirmed at 1:40000"
+    refuted = confirmed.confirmed_by(record.model_copy(update={"confirmed": False, "text": "apart"}))
+    assert not refuted.faithful and len(refuted.reasons) == 2 and "confirmed" not in refuted.notes
+    # Without a model's prediction the busiest link's bound stands in for it.
+    fallback = _timing(1.0, 0.9).paced(1.0, None, "")
+    assert fallback.faithful and fallback.pace is not None and fallback.pace.by == "the bound of h1:eth1"
+    # ... and where the links really carried more than the model gave them (an ECMP hash's unevenness),
+    # the measured bound is the longer, and the reference.
+    hashed = _timing(1.0, 0.9).paced(1.0, 30e-6, "the time model")
+    assert hashed.pace is not None and hashed.pace.by == "the bound of h1:eth1" and hashed.faithful
+
+
+def test_a_busy_machine_is_cleared_by_a_confirmation_and_back_when_refuted():
+    busy = "host: the machine was busy 1.85 of 2 cores at peak (limit 90%; ...): raise time.scale"
+    t = _timing(1.0, 0.9).model_copy(update={"faithful": False, "reasons": [busy]}).paced(1.0, 20e-6, "m")
+    assert t.pace is not None and t.pace.reason is None and t.reasons == [busy] and not t.faithful
+    record = ConfirmationRecord(
+        scale=40000, completion_fabric_s=50.5e-6, off=0.01, same_bytes=True, confirmed=True, text="confirmed"
+    )
+    confirmed = t.confirmed_by(record)
+    assert confirmed.faithful and confirmed.reasons == [] and any(n.startswith(busy) for n in confirmed.notes)
+    refuted = confirmed.confirmed_by(record.model_copy(update={"confirmed": False, "text": "apart"}))
+    assert not refuted.faithful and busy in refuted.reasons
+    assert not any(n.startswith(busy) for n in refuted.notes)
+    # Any other reason stands whatever a second scale says.
+    held = "node h1: its links sat idle for 1.61 s of 4.25 s (wall) while it had work waiting"
+    other = t.model_copy(update={"reasons": [busy, held]}).confirmed_by(record)
+    assert not other.faithful and other.reasons == [held]
+
+
+def test_a_membership_modes_links_may_differ_by_its_wall_clock_signalling():
+    from orchestrator.experiment.fidelity import CONFIRM_LINK_BYTES_MEMBERSHIP, Confirmation
+
+    runs = {"scales": (60000, 120000), "fabric_s": (18.4e-6, 18.3e-6), "payload_bytes": (6615344, 6615344)}
+    apart = Confirmation(**runs, link_bytes=(15319690, 15279854))  # 0.26%: more IGMP in the longer run
+    assert not apart.confirmed and "bytes differ" in apart.describe()
+    membership = Confirmation(
+        **runs, link_bytes=(15319690, 15279854), link_tolerance=CONFIRM_LINK_BYTES_MEMBERSHIP
+    )
+    assert membership.confirmed
+    lost = Confirmation(
+        **{**runs, "payload_bytes": (6615344, 6614000)}, link_bytes=(1, 1), link_tolerance=0.01
+    )
+    assert not lost.confirmed  # the payload is exact whatever the mode
+
+
+def test_a_hosts_unread_deliveries_are_not_held():
+    # Deliveries are timed by the kernel's receive stamp: a host slow to read them paces nothing.
+    m = HeldMeter("h2", {"h2:eth1": RATE}, forwards=False)
+    for i in range(6):
+        m.sample(i / 10, {"h2:eth1": 0}, 10**6)
+    assert m.held() == (0.0, 0.0, 0.0)

@@ -9,7 +9,6 @@ from hypothesis import strategies as st
 
 from aidcnet.igmp.codec import decode, encode
 from aidcnet.igmp.extensions import ProxyReport, proxy_report
-from orchestrator.experiment.groups import derive_groups
 from orchestrator.experiment.igmp_plan import (
     IPV4_RA_HEADER,
     Delivery,
@@ -20,6 +19,7 @@ from orchestrator.experiment.igmp_plan import (
     plan_reports,
     report_bytes,
 )
+from orchestrator.experiment.replay_groups import derive_groups
 from orchestrator.workloads.trace import TraceOp
 
 HOSTS = [f"G{i}" for i in range(1, 7)]

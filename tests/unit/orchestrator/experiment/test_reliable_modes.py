@@ -6,16 +6,16 @@ import pytest
 
 from aidcnet.ebpf.link_fault import FaultStats
 from aidcnet.modes import RELIABLE, Mode
-from orchestrator.configure.plan.timescale import MIN_QUEUE_BYTES
 from orchestrator.experiment.modes import mode_class, registered
 from orchestrator.experiment.modes.reliable import (
-    INFLIGHT_WALL_S,
     ISN,
     ReliableMode,
     feedback_lines,
     inflight_bytes,
     link_feedback,
     link_lines,
+    refuse_without_aggregation,
+    reliable_timers,
     run_number,
     source_totals,
 )
@@ -44,9 +44,10 @@ def test_ids_are_bfr_ids_when_all_have_one_else_numbered_by_name() -> None:
     mode.ids = mode._number(mixed)
     mode.run_number = 9
     mode.inflight = {"h1": None, "h2": 250_000}
-    fields = mode.first_load_fields(None, "h2")  # type: ignore[arg-type]
-    assert fields["reliable"]["self_id"] == 2 and fields["reliable"]["isn"] == ISN
-    assert fields["reliable"]["run"] == 9 and fields["reliable"]["inflight_bytes"] == 250_000
+    load = mode.host_load(None, "h2", [])  # type: ignore[arg-type]
+    assert load.mode == Mode.RELIABLE_UNICAST and load.reliable is not None
+    assert load.reliable["self_id"] == 2 and load.reliable["isn"] == ISN
+    assert load.reliable["run"] == 9 and load.reliable["inflight_bytes"] == 250_000
 
 
 def test_run_numbers_of_runs_a_second_apart_differ() -> None:
@@ -125,7 +126,9 @@ def test_link_lines_without_feedback_or_drops_say_so() -> None:
     assert "dropped 0 packets / 0 B" in only and "n/a (nothing dropped)" in only
 
 
-def test_the_send_budget_is_a_tenth_of_a_second_of_the_hosts_slowest_link() -> None:
+def test_the_send_budget_is_the_same_fabric_time_of_the_hosts_slowest_link_at_every_scale() -> None:
+    """0.1 s of the veth at the tuned 1:20000 (5 µs of the fabric's 400G): the same bytes at 1:40000, so a run
+    at twice the scale (replay --confirm) queues the same fabric time behind the source's link."""
     from orchestrator.configure.plan import LabVars, build_plan
     from orchestrator.lab.topology import load_topology
     from orchestrator.paths import LABS
@@ -135,7 +138,45 @@ def test_the_send_budget_is_a_tenth_of_a_second_of_the_hosts_slowest_link() -> N
     def plan(scale: object):
         return build_plan(topo, LabVars.model_validate({"time": {"scale": scale}}).with_source("x.vars.yml"))
 
-    # 400G / 20000 = 20 Mbit/s: 2.5 MB/s, 0.1 s of it
-    assert inflight_bytes(plan(20000), "h1") == 250_000 == int(2.5e6 * INFLIGHT_WALL_S)
-    assert inflight_bytes(plan(2_000_000), "h1") == MIN_QUEUE_BYTES  # 2500 B would not hold a jumbo frame
+    # 400G / 20000 = 20 Mbit/s: 2.5 MB/s, 0.1 s of it; 400G for 5 µs
+    assert inflight_bytes(plan(20000), "h1") == 250_000 == inflight_bytes(plan(40000), "h1")
+    assert inflight_bytes(plan(2_000_000), "h1") == 250_000
     assert inflight_bytes(plan("off"), "h1") is None
+
+
+def test_the_timers_are_fabric_time_on_a_shaped_lab_and_wall_time_unshaped() -> None:
+    from aidcnet.timescale import TimeScale
+
+    tuned, twice, unshaped = (
+        reliable_timers(s) for s in (TimeScale(20000), TimeScale(40000), TimeScale.unshaped())
+    )
+    assert tuned == twice, "a second run at twice the scale runs the same fabric timers"
+    assert tuned.initial_rto == pytest.approx(1.0 / 20000) and tuned.fail_after == pytest.approx(30.0 / 20000)
+    assert unshaped.initial_rto == 1.0 and unshaped.min_rto == 0.25  # the agents run on the wall clock
+    mode = mode_class(Mode.RELIABLE_HOST_BIER)()
+    assert isinstance(mode, ReliableMode)
+    mode.times = tuned
+    mode.ids, mode.run_number, mode.inflight = {"h1": 1}, 3, {"h1": None}
+    mode.hosts = {}
+    load = mode.host_load(None, "h1", [])  # type: ignore[arg-type]
+    assert load.reliable is not None
+    fields = load.reliable
+    assert (
+        fields["initial_rto"] == tuned.initial_rto and fields["nack_max_interval"] == tuned.nack_max_interval
+    )
+
+
+def test_a_hop_by_hop_mode_refuses_bfrs_that_cannot_see_the_data() -> None:
+    ok = {"forward": "ebpf", "impose": None, "why": None}
+    said = {"h1": None, "leaf1": ok, "spine1": ok}
+    refuse_without_aggregation("reliable-host-bier", "hop", said, ["h1"])  # hosts need not aggregate
+    refuse_without_aggregation("reliable-host-bier-e2e", "e2e", {"leaf1": None}, [])  # nothing to see
+    blind = {"forward": None, "impose": None, "why": "eBPF reports not started: rebuild the images"}
+    with pytest.raises(ExperimentError, match=r"spine1 \(eBPF reports not started"):
+        refuse_without_aggregation("reliable-host-bier", "hop", {**said, "spine1": blind}, ["h1"])
+    with pytest.raises(ExperimentError, match=r"leaf1 \(its agent does not say"):
+        refuse_without_aggregation("reliable-host-bier", "hop", {"leaf1": None}, [])
+    no_impose = {"forward": "ebpf", "impose": None, "why": None, "impose_why": "no ring buffer"}
+    refuse_without_aggregation("reliable-host-bier", "hop", {"leaf1": no_impose}, [])
+    with pytest.raises(ExperimentError, match=r"leaf1 \(no ring buffer"):
+        refuse_without_aggregation("reliable-net-bier", "net", {"leaf1": no_impose}, [])

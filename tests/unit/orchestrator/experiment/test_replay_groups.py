@@ -7,12 +7,14 @@ import ipaddress
 import socket
 import struct
 import time
+from dataclasses import replace
 
 import pytest
 
+from aidcnet.modes import Mode
 from aidcnet.replay import build_fragments
 from orchestrator.configure.plan import LabVars, build_plan, node_configs
-from orchestrator.experiment.groups import POOL, ReplayGroupsError, derive_groups, groups_received
+from orchestrator.experiment.replay_groups import POOL, ReplayGroupsError, derive_groups, groups_received
 from orchestrator.lab.topology import load_topology
 from orchestrator.paths import LABS as LABS_DIR
 from orchestrator.workloads.trace import TraceOp
@@ -101,22 +103,20 @@ def _free_udp_port() -> int:
 
 
 def test_joined_groups_reach_the_reassembly_once_across_several_sockets(monkeypatch) -> None:
-    from aidcnet.agent import replay_service as rs
+    from aidcnet.agent.replay import service as rs
+    from aidcnet.agent.replay.protocol import ReplayLoad
 
     port = _free_udp_port()
-    monkeypatch.setattr(rs, "ROCEV2_PORT", port)
     # Two joins per socket: three groups need two sockets, and neither may see the other's groups.
-    monkeypatch.setattr(rs, "_max_memberships", lambda: 2)
-    groups = ["239.100.0.0", "239.100.0.1", "239.100.0.2"]
+    monkeypatch.setattr(rs, "max_memberships", lambda: 2)
+    groups = ("239.100.0.0", "239.100.0.1", "239.100.0.2")
 
     async def run() -> dict:
-        svc = rs.ReplayService("127.0.0.1")
+        svc = rs.ReplayService("127.0.0.1", port=port)
         await svc.listen()
         try:
-            reply = svc.load(
-                {"mode": "net-bier", "ops": [], "receivers": {}, "interface": "lo", "groups": groups}
-            )
-            assert reply["groups"] == 3 and len(svc._group_socks) == 2
+            reply = svc.load(ReplayLoad(Mode.NET_BIER, interface="lo", groups=groups).to_wire())
+            assert reply["groups"] == 3 and len(svc._group_readers) == 2
             tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
             tx.setsockopt(
                 socket.IPPROTO_IP,
@@ -133,7 +133,7 @@ def test_joined_groups_reach_the_reassembly_once_across_several_sockets(monkeypa
             tx.close()
             await asyncio.sleep(0.3)
             out = svc.results()
-            assert svc.groups == [] and svc._group_socks == []  # results() after the run leaves them
+            assert svc.groups == [] and svc._group_readers == []  # results() after the run leaves them
             return out
         finally:
             svc.close()
@@ -145,18 +145,22 @@ def test_joined_groups_reach_the_reassembly_once_across_several_sockets(monkeypa
 
 
 def test_net_bier_load_needs_a_group_per_op_and_an_interface() -> None:
-    from aidcnet.agent.replay_service import ReplayService
+    from aidcnet.agent.replay.protocol import Receiver, ReplayLoad, ReplayOp
+    from aidcnet.agent.replay.service import ReplayService
 
     svc = ReplayService("127.0.0.1")
-    base = {"mode": "net-bier", "receivers": {"h2": ["10.0.0.2", None]}, "interface": "lo"}
-    with pytest.raises(ValueError, match="op 0 needs a multicast group"):
-        svc.load({**base, "ops": [[0, 0.0, 100, ["h2"]]]})
-    with pytest.raises(ValueError, match="op 0 needs a multicast group"):
-        svc.load({**base, "ops": [[0, 0.0, 100, ["h2"], "10.1.1.1"]]})
+    base = ReplayLoad(Mode.NET_BIER, receivers={"h2": Receiver("10.0.0.2")}, interface="lo")
+    op = ReplayOp(0, 0.0, 100, ("h2",), "239.100.0.0")
+    with pytest.raises(ValueError, match=r"net-bier op 0 needs its multicast group \(group\)"):
+        svc.load(replace(base, ops=(replace(op, group=None),)).to_wire())
+    with pytest.raises(ValueError, match=r"ops\.0\.group: '10\.1\.1\.1' is not an IPv4 multicast group"):
+        svc.load({**replace(base, ops=(op,)).to_wire(), "ops": [{**op.to_wire(), "group": "10.1.1.1"}]})
     with pytest.raises(ValueError, match="fabric interface"):
-        svc.load({**base, "interface": None, "ops": [[0, 0.0, 100, ["h2"], "239.100.0.0"]]})
+        svc.load(replace(base, interface=None, ops=(op,)).to_wire())
     with pytest.raises(ValueError, match="does not exist"):
-        svc.load({**base, "interface": "nope0", "ops": [[0, 0.0, 100, ["h2"], "239.100.0.0"]]})
-    reply = svc.load({**base, "ops": [[0, 0.0, 100, ["h2"], "239.100.0.0"]]})
+        svc.load(replace(base, interface="nope0", ops=(op,)).to_wire())
+    with pytest.raises(ValueError, match="receiver 'h3' is not in the request's receivers"):
+        svc.load(replace(base, ops=(replace(op, receivers=("h3",)),)).to_wire())
+    reply = svc.load(replace(base, ops=(op,)).to_wire())
     assert reply == {"ok": True, "ops": 1, "mode": "net-bier", "groups": 0}
-    assert svc.ops == [[0, 0.0, 100, ["h2"], "239.100.0.0"]]
+    assert svc.ops == [op]

@@ -292,6 +292,35 @@ def test_latest_experiment_takes_newest_of_each_mode_for_the_same_lab_and_trace(
     assert latest_experiment(tmp_path) == [uni, host, net]
 
 
+CLEAN = {"scale": 20000, "loss": {}, "down": [], "bandwidth_bps": {}}
+LOSSY = {**CLEAN, "loss": {"s5:eth1": 0.02}}
+
+
+def test_latest_keeps_the_newest_run_of_each_mode_under_each_conditions(tmp_path: Path) -> None:
+    """The AllReduce quick start: clean ina and ps, then ina again after 'link set ... loss 0.02'. The lossy
+    ina must not replace the clean one (and be compared with the clean ps)."""
+    t = datetime(2025, 5, 1, tzinfo=UTC)
+    topo = fx.topology()
+
+    def saved(mode: str, minutes: int, conditions: dict) -> Path:
+        rid = new_run_id("leaf-spine", mode, now=t + timedelta(minutes=minutes))
+        run = fx.run(mode, topo, fx.faithful(), run_id=rid, settings={"conditions": conditions})
+        return save_run(run, tmp_path) / "run.json"
+
+    saved("ina", 0, CLEAN)
+    ina = saved("ina", 1, CLEAN)
+    ps = saved("ps", 2, CLEAN)
+    saved("ina", 3, LOSSY)
+    lossy_ina = saved("ina", 4, LOSSY)
+    assert latest_experiment(tmp_path) == [ina, ps, lossy_ina]
+    # The same answer from run.json alone (runs saved before summary.json kept the conditions).
+    for path in tmp_path.glob("*/summary.json"):
+        doc = json.loads(path.read_text())
+        del doc["conditions"]
+        path.write_text(json.dumps(doc))
+    assert latest_experiment(tmp_path) == [ina, ps, lossy_ina]
+
+
 # ---------------------------------------------------------------------------------------------- environment
 
 

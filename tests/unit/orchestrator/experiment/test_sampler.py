@@ -61,6 +61,7 @@ def test_sampler_feeds_the_verdict_faithful_then_not(veth_pair):
     links = s.link_counters()
     v = verdict(links, s.node_counters())
     a_end = {x.name: x for x in links}["a:fab0"]
+    assert a_end.busy_s > 0, f"the deep queue never stood between two kept reads ({a_end}): machine too busy?"
     drain = a_end.busy_bytes * 8 / a_end.busy_s
     print(
         f"sampler: {s.samples} samples, a:fab0 busy {a_end.busy_s:.2f} s at {drain / 1e6:.2f} Mbit/s "
@@ -106,14 +107,25 @@ class _StallingHandle:
 def test_reads_that_stall_do_not_make_the_shaper_look_fast(veth_pair, monkeypatch):
     """Stamped where it asked rather than where the kernel answered, this sampler read the 20 Mbit/s
     shaper at 35 Mbit/s: the verdict blamed a link that was fine."""
-    monkeypatch.setattr(sampler, "open_netns", lambda netns: _StallingHandle(open_netns(netns)))
+    handles: list[_StallingHandle] = []
+
+    def stalling(netns: str) -> _StallingHandle:
+        handles.append(_StallingHandle(open_netns(netns)))
+        return handles[-1]
+
+    monkeypatch.setattr(sampler, "open_netns", stalling)
     s, _average, _frames = _deep_run(veth_pair)
     links = s.link_counters()
     a_end = {x.name: x for x in links}["a:fab0"]
+    assert a_end.busy_s > 0, f"the deep queue never stood between two kept reads ({a_end}): machine too busy?"
     drain = a_end.busy_bytes * 8 / a_end.busy_s
     v = verdict(links, s.node_counters())
     print(f"stalled reads: a:fab0 busy {a_end.busy_s:.2f} s at {drain / 1e6:.2f} Mbit/s; {v.notes}")
-    assert a_end.skipped_readings >= 5, "the stalls were not seen: did the sampler stop using open_netns?"
+    # How many reads a run makes depends on the machine's load (every fourth one stalls): the stalls
+    # must have happened and been seen as skipped readings, not read as a fast shaper.
+    stalls = sum(h.dumps // 4 for h in handles)
+    assert stalls >= 2, "the sampler did not read through open_netns"
+    assert a_end.skipped_readings >= 1, "the stalls were not seen"
     assert any("stalled" in n and "a:fab0" in n for n in v.notes), v.notes
     # A skipped read leaves an interval too long for the backlog to cover: less busy time, still judged.
     assert a_end.busy_s >= MIN_BUSY_S and drain <= RATE * 1.05

@@ -8,8 +8,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from orchestrator.configure.plan.model import TimeVars
-from orchestrator.lab.fabric import ETH_HEADER, EndShaper, Fabric, FabricError, fabric_from_plan, tbf_burst
+from orchestrator.configure.plan.schema import TimeVars
+from orchestrator.lab.fabric import (
+    ETH_HEADER,
+    EndShaper,
+    Fabric,
+    FabricError,
+    conditions_label,
+    fabric_from_plan,
+    tbf_burst,
+)
 from tests.unit.orchestrator.configure.test_plan import leaf_spine_doc, plan_of
 
 
@@ -107,3 +115,32 @@ def test_apply_fabric_shapes_attaches_and_reads_counters(veth_pair, tmp_path):
     again = apply_fabric(Fabric("fab", 1000, ends), tmp_path, containers.__getitem__)
     assert again.faults == {"a:fab0": LinkFault.independent(1.0).to_dict()}
     assert link_counters(again, containers.__getitem__)["a:fab0"]["injected_drops"] == 50
+
+
+def test_delay_goes_to_both_ends_or_one_and_round_trips():
+    from orchestrator.lab.delay import LinkDelay
+
+    fabric = fabric_from_plan(plan_of(leaf_spine_doc(2, 2, 1), {"time": {"scale": 1000}}))
+    assert fabric.delayed_ends() == {}
+    both, changed = fabric.with_delay("leaf1:eth1", LinkDelay(0.002, 1e-4))
+    assert {e.name for e in changed} == {"leaf1:eth1", "spine1:eth1"}
+    assert set(both.delayed_ends()) == {"leaf1:eth1", "spine1:eth1"}
+    one, changed = fabric.with_delay("leaf1:eth1", LinkDelay(1e-6), one_way=True)
+    assert [e.name for e in changed] == ["leaf1:eth1"] and set(one.delayed_ends()) == {"leaf1:eth1"}
+    again = Fabric.from_json(both.to_json())
+    assert again == both and again.end("spine1:eth1").delay == LinkDelay(0.002, 1e-4)
+    assert both.conditions()["delay_s"] == {"leaf1:eth1": 0.002, "spine1:eth1": 0.002}
+    assert "delay_s" not in fabric.conditions()  # runs from before delays keep their conditions
+    assert conditions_label(one.conditions()) == "1:1000, leaf1:eth1 delay 1 µs"
+    # A delay survives a rescale; its wall time is the relay's business (delay x scale).
+    assert both.with_scale(2000).end("leaf1:eth1").delay_s == 0.002
+
+
+def test_a_fabric_file_from_before_delays_reads_as_undelayed():
+    fabric = fabric_from_plan(plan_of(leaf_spine_doc(1, 1, 1), {"time": {"scale": 1000}}))
+    doc = json.loads(fabric.to_json())
+    for end in doc["ends"].values():
+        del end["delay_s"], end["jitter_s"]
+    del doc["delay_set"]
+    old = Fabric.from_json(json.dumps(doc))
+    assert old.delayed_ends() == {} and old.delay_set == {}

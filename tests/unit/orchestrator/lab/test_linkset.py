@@ -265,3 +265,54 @@ def test_cli_takes_loss_words_and_one_way():
     args = parser.parse_args(["link", "set", "--one-way", "s5:eth1", "loss", "5%", "burst", "4"])
     got = (args.endpoint, args.action, args.value, args.one_way)
     assert got == ("s5:eth1", "loss", ["5%", "burst", "4"], True)
+
+
+class FakeRelay:
+    def __init__(self, fail: str | None = None) -> None:
+        self.synced: list[dict[str, float]] = []
+        self.fail = fail
+
+    def sync(self, lab_dir, fabric):
+        from orchestrator.lab.relay import RelayError
+
+        if self.fail:
+            raise RelayError(self.fail)
+        self.synced.append({name: end.delay_s for name, end in fabric.delayed_ends().items()})
+        return f"delay relay holds {len(self.synced[-1])} link end(s)"
+
+
+def test_delay_is_recorded_for_both_ends_and_the_relay_follows(lab_dir):
+    relay = FakeRelay()
+    lines = link_set(FakeRuntime(), lab_dir, "leaf1:eth1", "delay", ["2ms", "jitter", "100us"],
+                     fabric_io=fake_io([]), relay_io=relay)  # fmt: skip
+    assert lines == [
+        "leaf1:eth1 -> spine1:eth1: delay 2 ms ± 100 µs (never reordered)",
+        "spine1:eth1 -> leaf1:eth1: delay 2 ms ± 100 µs (never reordered)",
+        "delay relay holds 2 link end(s)",
+    ]
+    assert relay.synced == [{"leaf1:eth1": 0.002, "spine1:eth1": 0.002}]
+    recorded = shaping.load_fabric(lab_dir)
+    assert recorded.end("spine1:eth1").jitter_s == 0.0001
+    assert recorded.conditions()["delay_s"] == {"leaf1:eth1": 0.002, "spine1:eth1": 0.002}
+    link_set(FakeRuntime(), lab_dir, "spine1:eth1", "delay", ["0"], one_way=True, fabric_io=fake_io([]),
+             relay_io=relay)  # fmt: skip
+    assert relay.synced[-1] == {"leaf1:eth1": 0.002}
+
+
+@pytest.mark.parametrize(
+    ("words", "match"),
+    [([], "want delay D"), (["2"], "give a unit"), (["1us", "jitter", "2us"], "above the delay")],
+)
+def test_bad_delays_are_refused_before_anything_changes(lab_dir, words, match):
+    before = (lab_dir / "fabric.json").read_text()
+    relay = FakeRelay()
+    with pytest.raises(LinkSetError, match=match):
+        link_set(FakeRuntime(), lab_dir, "h1:eth1", "delay", words, fabric_io=fake_io([]), relay_io=relay)
+    assert relay.synced == [] and (lab_dir / "fabric.json").read_text() == before
+
+
+def test_a_relay_that_cannot_follow_is_an_error_naming_the_link(lab_dir):
+    needle = r"h1:eth1: fabric\.json has the delay, the relay did not follow: no tun"
+    with pytest.raises(LinkSetError, match=needle):
+        link_set(FakeRuntime(), lab_dir, "h1:eth1", "delay", ["1us"], fabric_io=fake_io([]),
+                 relay_io=FakeRelay("no tun"))  # fmt: skip

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from orchestrator.configure.plan import PlanError, addressing, build_plan
-from orchestrator.configure.plan.model import LabVars
+from orchestrator.configure.plan.schema import LabVars
 from orchestrator.lab import deploy as deploy_mod
 from orchestrator.lab import labdir
 from orchestrator.lab.runtime.docker import ContainerSpec, DockerError, DockerRuntime, stale_endpoints

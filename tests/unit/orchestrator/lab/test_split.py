@@ -132,3 +132,26 @@ def test_inspect_lists_the_vxlan_ends_of_every_part(topo, tmp_path, capsys):
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 8
     assert "leaf-spine-b: leaf3:eth1 -> vxlan 198.18.0.1 vni 1004 port 14789 mtu 9450 (+50 bytes" in lines[4]
+
+
+def test_local_parts_name_their_underlay_namespaces_in_the_manifest(topo, tmp_path):
+    from orchestrator.lab.vxlan import local_netns
+
+    plan = plan_split(topo, ["a", "b"], local=True)
+    split = load_split(write_split(plan, tmp_path)[-1])
+    assert split.local_underlay == "aidclab-leaf-spine"
+    assert {p["host"]: p["underlay-netns"] for p in split.parts} == {
+        "a": local_netns("aidclab-leaf-spine", "a"), "b": local_netns("aidclab-leaf-spine", "b"),
+    }  # fmt: skip
+    assert [p["underlay"] for p in split.parts] == ["198.18.0.1", "198.18.0.2"]
+    # without --local the parts are on hosts of their own: no namespace
+    plain = load_split(write_split(plan_split(topo, ["a", "b"]), tmp_path / "plain")[-1])
+    assert plain.local_underlay == "" and all("underlay-netns" not in p for p in plain.parts)
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{"underlay": {"a": "10.0.0.1"}}, {"docker_hosts": {"b": "ssh://root@10.0.0.2"}}]
+)
+def test_local_parts_take_no_remote_host_or_underlay_address(topo, kwargs):
+    with pytest.raises(SplitError, match="--local puts every part on this machine"):
+        plan_split(topo, ["a", "b"], local=True, **kwargs)

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from aidcnet.replay import fragment_sizes
 from orchestrator.configure.plan import build_plan
-from orchestrator.configure.plan.model import LabVars
+from orchestrator.configure.plan.schema import LabVars
 from orchestrator.model import clos
 from orchestrator.model.clos import ClosModel, OpArrays, fragments, unique
 from orchestrator.model.exact import PlanModel

@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from orchestrator.configure.plan import build_plan
-from orchestrator.configure.plan.model import LabVars
+from orchestrator.configure.plan.schema import LabVars
 from orchestrator.lab.topology import load_topology, resolve_lab
 from orchestrator.model.exact import PlanModel
 from orchestrator.workloads.trace import TraceOp
@@ -65,3 +65,20 @@ def test_a_signed_plan_read_back_from_plan_yml_models_the_same_weights(superpod_
     model = PlanModel(signed)
     assert {dev: w for dev, _nbr, w in model.fare_routes["G1"]["G2"]} == CASES[0][2]
     assert model.bier_tables("G1") is not None  # node configs again, for the BIER tables
+
+
+def test_the_readme_says_the_weights_the_kernel_gets_for_a_halved_y_cable(superpod_bgp) -> None:
+    """The README's FARE quick start halves G2's plane-2 Y-cable and says what G1's route to G2 becomes:
+    the same numbers as the agents' own RIB code gives (the kernel shows them as ``weight N``)."""
+    import re
+
+    from orchestrator.paths import ROOT
+
+    readme = (ROOT / "README.md").read_text().splitlines()
+    line = next(ln for ln in readme if "link set superpod G2:eth2 bandwidth 400G" in ln)
+    said = re.search(r"weights (\d(?: \d)*) become (\d(?: \d)*)", line)
+    assert said, f"README no longer says which weights the halved Y-cable gives: {line}"
+    for words, bandwidth in ((said[1], {}), (said[2], {"G2:eth2": 400e9})):
+        model = PlanModel(superpod_bgp, bandwidth=bandwidth)
+        weights = {dev: w for dev, _nbr, w in model.fare_routes["G1"]["G2"]}
+        assert words.split() == [str(weights[f"eth{p}"]) for p in range(1, 5)], (words, weights)

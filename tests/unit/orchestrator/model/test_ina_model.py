@@ -74,3 +74,14 @@ def test_allreduce_without_a_job_is_refused(fig1: PlanModel) -> None:
     op = TraceOp(t=0.0, op="allreduce", src="w1", dst=["w5"], bytes=64, id=0)
     with pytest.raises(ModelError, match="no INA job"):
         fig1.run([op], "ina")
+
+
+def test_the_plan_model_counts_the_modelled_and_collective_families_and_refuses_the_rest(
+    fig1: PlanModel,
+) -> None:
+    from aidcnet.modes import COLLECTIVE, MODELLED, RELIABLE, Mode
+
+    assert set(fig1.engines()) == MODELLED | COLLECTIVE
+    for mode in (*RELIABLE, Mode.IGMP):
+        with pytest.raises(ModelError, match=f"mode '{mode}': the plan model knows unicast, host-bier"):
+            fig1.run([], mode)

@@ -195,10 +195,10 @@ def test_blank_lines_are_skipped_but_counted(tmp_path: Path) -> None:
 
 def test_unsupported_version_names_the_supported_ones(tmp_path: Path) -> None:
     # A future header may carry fields we do not know; the version must be what we complain about.
-    first = json.dumps({"format": "aidclab-trace", "version": 2, "generator": "x", "hosts": ["a"], "new": 1})
+    first = json.dumps({"format": "aidclab-trace", "version": 3, "generator": "x", "hosts": ["a"], "new": 1})
     with pytest.raises(TraceError) as exc:
         _read_all(tmp_path, first + "\n")
-    assert str(exc.value).startswith("trace.jsonl line 1: field 'version': unsupported version 2")
+    assert str(exc.value).startswith("trace.jsonl line 1: field 'version': unsupported version 3")
     assert f"supports version(s) {', '.join(map(str, SUPPORTED_VERSIONS))}" in str(exc.value)
 
 
@@ -354,6 +354,29 @@ def test_summary_counts_bytes_and_fanout() -> None:
     assert "3 ops" in s.one_line()
 
 
+def test_summary_of_allreduce_ops_speaks_of_workers_not_multicast() -> None:
+    """`workload allreduce` printed "multicast saves 66.7%" for an AllReduce trace: it has no receivers to
+    copy to, so no multicast saving; its line says what an AllReduce is (size, workers)."""
+    ar = [
+        TraceOp(t=0.0, op="allreduce", src="h1", dst=["h2", "h3", "h4"], bytes=1 << 20, id=i)
+        for i in range(2)
+    ]
+    s = summarize(io.StringIO(dumps_trace(header(), ar)))
+    line = s.one_line()
+    assert "multicast" not in line and "fan-out" not in line
+    assert "AllReduce 2.0 MiB in total (1.0 MiB per op), 4 workers per op" in line
+    assert s.multicast_saving == 0.0
+
+
+def test_summary_of_a_mixed_trace_counts_the_saving_over_its_messages_only() -> None:
+    ar = TraceOp(t=0.3, op="allreduce", src="h1", dst=["h2", "h3", "h4"], bytes=1000, id=6)
+    s = summarize(io.StringIO(dumps_trace(header(), [*ops(), ar])))
+    assert s.multicast_saving == pytest.approx(1 - 160 / 370)  # as without the AllReduce op
+    line = s.one_line()
+    assert "160 B sent, 370 B delivered, fan-out mean 2.00, multicast saves 56.8%" in line
+    assert "AllReduce 1000 B in total (1000 B per op), 4 workers per op" in line
+
+
 def test_summary_streams_too() -> None:
     def bounded() -> Iterator[str]:
         for n, line in enumerate(endless_trace()):
@@ -379,3 +402,75 @@ def test_non_finite_time_is_rejected(tmp_path: Path) -> None:
         )
     with pytest.raises(ValidationError):
         TraceOp(t=math.nan, op="unicast", src="h1", dst=["h2"], bytes=1, id=0)
+
+
+# ---------------------------------------------------------------------------------------------- version 2
+
+
+def v2_text(*lines: str) -> str:
+    head = header(version=2).model_dump(mode="json")
+    return "\n".join([json.dumps(head, separators=(",", ":")), *lines]) + "\n"
+
+
+def test_version_2_reads_dependencies_and_compute_and_writes_them_back() -> None:
+    from orchestrator.workloads.trace import ComputeOp, closed_loop, message_ops, transfers
+
+    text = v2_text(
+        '{"t":0.0,"op":"compute","src":"h1","seconds":2.5e-05,"tag":"L0 attention","id":0}',
+        '{"t":0.0,"op":"multicast","src":"h1","dst":["h2","h3"],"bytes":100,"after":[0],"id":1}',
+        '{"t":0.0,"op":"compute","src":"h2","seconds":1e-05,"after":[1],"id":2}',
+        '{"t":0.0,"op":"allreduce","src":"h1","dst":["h2"],"bytes":64,"after":[0,2],"id":3}',
+    )
+    got = list(TraceReader(io.StringIO(text)))
+    assert isinstance(got[0], ComputeOp) and got[0].seconds == 2.5e-05 and got[0].dst == []
+    assert got[1].after == [0] and got[3].after == [0, 2]
+    assert closed_loop(got) and not closed_loop(ops())
+    assert [o.id for o in transfers(got)] == [1, 3] and [o.id for o in message_ops(got)] == [1]
+    assert dumps_trace(header(version=2), got) == text
+    s = summarize(io.StringIO(text))
+    assert s.ops == 4 and s.ops_by_kind["compute"] == 2 and s.compute_seconds == pytest.approx(3.5e-05)
+    assert s.dependencies == 4 and s.bytes == 164 and s.fanout_mean == pytest.approx(1.5)
+    assert "closed loop: 4 dependencies" in s.one_line()
+
+
+def test_version_1_reads_as_before_and_writes_nothing_new() -> None:
+    # An open-loop trace is a valid version-2 trace too, read the same way.
+    again = list(TraceReader(io.StringIO(v2_text(*sample_text().splitlines()[1:]))))
+    assert again == ops()
+    assert '"after"' not in sample_text()
+
+
+@pytest.mark.parametrize(
+    "version,line,field,words",
+    [
+        (1, '{"t":0.0,"op":"unicast","src":"h1","dst":["h2"],"bytes":1,"after":[0],"id":9}', "after",
+         "'after' needs trace version 2 (the header says 1)"),
+        (1, '{"t":0.0,"op":"compute","src":"h1","seconds":1,"id":9}', "op", "must be"),
+        (2, '{"t":0.0,"op":"unicast","src":"h1","dst":["h2"],"bytes":1,"after":[7],"id":9}', "after",
+         "op 7 is not an op above this one"),
+        (2, '{"t":0.0,"op":"unicast","src":"h4","dst":["h2"],"bytes":1,"after":[1],"id":9}', "after",
+         "op 1 involves h1, h2, not h4"),
+        (2, '{"t":0.0,"op":"compute","src":"h1","seconds":-1,"id":9}', "seconds", "must be >= 0"),
+        (2, '{"t":0.0,"op":"compute","src":"h1","seconds":1,"dst":["h2"],"id":9}', "dst", "unknown field"),
+        (2, '{"t":0.0,"op":"unicast","src":"h1","dst":["h2"],"bytes":1,"after":[0,0],"id":9}', "after",
+         "op 0 is listed twice"),
+    ],
+)
+def test_version_2_errors_name_the_line_and_field(tmp_path: Path, version, line, field, words) -> None:
+    first = '{"t":0.0,"op":"unicast","src":"h1","dst":["h2"],"bytes":1,"id":0}'
+    second = '{"t":0.0,"op":"unicast","src":"h2","dst":["h1"],"bytes":1,"id":1}'
+    head = json.dumps(header(version=version).model_dump(mode="json"))
+    with pytest.raises(TraceError) as exc:
+        _read_all(tmp_path, "\n".join([head, first, second, line]) + "\n")
+    assert exc.value.line == 4 and exc.value.field == field and words in str(exc.value), str(exc.value)
+
+
+def test_an_allreduce_waits_only_for_what_concerns_one_of_its_workers(tmp_path: Path) -> None:
+    ok = v2_text(
+        '{"t":0.0,"op":"compute","src":"h3","seconds":1,"id":0}',
+        '{"t":0.0,"op":"allreduce","src":"h1","dst":["h3"],"bytes":4,"after":[0],"id":1}',
+    )
+    assert len(list(TraceReader(io.StringIO(ok)))) == 2
+    bad = ok.replace('"src":"h3","seconds"', '"src":"h4","seconds"')
+    with pytest.raises(TraceError, match="op 0 involves h4, not h1 or h3"):
+        _read_all(tmp_path, bad)

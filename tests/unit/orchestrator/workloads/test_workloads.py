@@ -189,7 +189,8 @@ def test_moe_invariants(
 
 
 def test_ops_group_one_sources_tokens_by_receiver_set() -> None:
-    got = ops_of(moe.generate(moe.MoEParams(hosts=H8, steps=3, tokens_per_host=64, seed=4)))
+    params = moe.MoEParams(hosts=H8, steps=3, tokens_per_host=64, seed=4, step_interval=0.001)
+    got = ops_of(moe.generate(params))
     keys = [(o.tag, o.src, tuple(o.dst)) for o in got]
     assert len(keys) == len(set(keys))  # one op per (step, source, receiver set)
     assert any(o.bytes > 7408 for o in got)  # and grouping really merged tokens

@@ -1,0 +1,403 @@
+"""Predicted time: how long a replay of a trace takes on the fabric the lab plan describes, in fabric seconds
+(the real links at the plan's bandwidths; no time scale enters here). docs/scale.md "Predicted time".
+
+The bytes come from the scale model itself (``orchestrator.model.exact.PlanModel``), so every path,
+BIER replication tree, ECMP or FARE share is the nodes' own: a unicast copy is one flow along its
+path (each member of an ECMP group carries its expected share); a host-BIER or network-BIER op is one
+flow over its whole replication tree; an AllReduce is the packets its workers, switches and parameter
+server send one another, released as their own windows and aggregators release them
+(``orchestrator.model.timing_collectives``). The flows share every link direction at max-min fair
+rates (``orchestrator.model.fluid``), and a flow's last packet is stored and forwarded at every hop after
+its bottleneck.
+
+Pure: no files, no containers, no clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from aidcnet.modes import COLLECTIVE, MODELLED, STEP_MESSAGES, Mode, StepModes, in_order
+from orchestrator.model.counts import Tally
+from orchestrator.model.exact import ModelError, PlanModel
+from orchestrator.model.fluid import Flow, FluidError, FluidNetwork, FluidRun
+from orchestrator.workloads.step import StepTimes
+from orchestrator.workloads.step_metrics import StepMetrics, analyse
+from orchestrator.workloads.trace import AnyOp, TraceOp, closed_loop
+
+# Why a path can cross a link that is down, for the error that says so.
+DOWN = (
+    " (static routes and BIFTs do not avoid a link that is down; on a lab with bgp.enabled unicast "
+    "follows FARE's routes)"
+)
+
+
+@dataclass(frozen=True)
+class LinkConditions:
+    """Links as a run found them: bandwidths set by ``aidclab link set ... bandwidth`` (bits/s, by either
+    end of the link: a link has one speed) and ends taken down. ``loss`` (mean loss per end) is only
+    noted: the model assumes nothing is lost."""
+
+    bandwidth_bps: Mapping[str, int] = field(default_factory=dict)
+    down: tuple[str, ...] = ()
+    loss: Mapping[str, float] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, conditions: Mapping[str, Any] | None) -> LinkConditions:
+        """From a run's recorded ``settings.conditions`` (``orchestrator.lab.fabric.Fabric.conditions``)."""
+        conditions = conditions or {}
+        return cls(
+            bandwidth_bps={str(k): int(v) for k, v in (conditions.get("bandwidth_bps") or {}).items()},
+            down=tuple(str(n) for n in conditions.get("down") or ()),
+            loss={str(k): float(v) for k, v in (conditions.get("loss") or {}).items() if v},
+        )
+
+
+class Links:
+    """The plan's link directions as the time model sees them: direction ``2i`` is link ``i`` from its a
+    end, ``2i+1`` back (as ``orchestrator.model.counts``), each named by the end that transmits on it,
+    with its capacity in bytes per fabric second (0 when the link is down)."""
+
+    def __init__(self, model: PlanModel, conditions: LinkConditions):
+        plan = model.plan
+        self.nodes = list(plan.nodes)
+        self.node_index = {n: i for i, n in enumerate(self.nodes)}
+        self.names: list[str] = []
+        self.receiver: list[str] = []
+        bps: list[float] = []
+        for link in plan.links:
+            for here, there in ((link.a, link.b), (link.b, link.a)):
+                self.names.append(str(here))
+                self.receiver.append(there.node)
+                bps.append(link.bandwidth_bps)
+        self.sender = [name.split(":", 1)[0] for name in self.names]
+        index = {name: d for d, name in enumerate(self.names)}
+        for end, value in conditions.bandwidth_bps.items():
+            d = self._direction(index, end, plan.lab)
+            bps[d] = bps[d ^ 1] = value
+        for d, b in enumerate(bps):
+            if b <= 0:
+                raise ModelError(f"lab {plan.lab}: link end {self.names[d]} has no bandwidth in the plan")
+        for end in conditions.down:
+            d = self._direction(index, end, plan.lab)
+            bps[d] = bps[d ^ 1] = 0
+        self.capacity = np.asarray(bps, dtype=np.float64) / 8
+        self.out: dict[str, list[int]] = {}
+        for d, node in enumerate(self.sender):
+            self.out.setdefault(node, []).append(d)
+
+    @staticmethod
+    def _direction(index: Mapping[str, int], end: str, lab: str) -> int:
+        if end not in index:
+            raise ModelError(
+                f"link end {end!r} is not in lab {lab}: name it NODE:IF as `aidclab link set` does"
+            )
+        return index[end]
+
+    def network(self) -> FluidNetwork:
+        sender = np.asarray([self.node_index[n] for n in self.sender], dtype=np.int64)
+        receiver = np.asarray([self.node_index[n] for n in self.receiver], dtype=np.int64)
+        return FluidNetwork(self.capacity, sender, receiver, len(self.nodes), self.names)
+
+    def flow(self, key: Any, source: str, tally: Tally, tag: Any = None, queue: Any = None) -> Flow:
+        """The flow of what ``tally`` counted, sent by ``source``."""
+        nbytes, packets = tally.bytes(), tally.packets()
+        dirs = np.flatnonzero(nbytes)
+        if not len(dirs):
+            raise ModelError(f"{key!r} from {source} crosses no link")
+        latency = self.latency(source, dirs, nbytes, packets)
+        return Flow(key, dirs, nbytes[dirs], packets[dirs], latency, tag, queue)
+
+    def latency(self, source: str, dirs: np.ndarray, nbytes: np.ndarray, packets: np.ndarray) -> float:
+        """Store and forward: after its bottleneck hop the last packet still crosses every other hop of its
+        path, one mean-size packet at that hop's rate. The longest such path from ``source``."""
+        onward: dict[str, list[tuple[str, float]]] = {}
+        for d in dirs.tolist():
+            rate = self.capacity[d] or np.inf  # a link that is down: the network refuses the flow
+            onward.setdefault(self.sender[d], []).append((self.receiver[d], nbytes[d] / packets[d] / rate))
+        best = 0.0
+        # Paths are loop-free (routes, replication trees); the depth limit only guards a broken input.
+        stack = [(source, 0.0, 0.0, 0)]
+        while stack:
+            node, total, slowest, depth = stack.pop()
+            nxt = onward.get(node) if depth < len(dirs) else None
+            if not nxt:
+                best = max(best, total - slowest)
+                continue
+            for there, hop in nxt:
+                stack.append((there, total + hop, max(slowest, hop), depth + 1))
+        return float(best)
+
+
+@dataclass
+class OpTime:
+    start: float  # fabric seconds
+    finish: float  # its last receiver holds all of it
+
+
+@dataclass
+class NodeLoad:
+    """Packets a node sends (a host) or sends on (a switch, each copy) per fabric second: its most over any
+    window of ``window_s`` (:meth:`Prediction.peak_pps`) and its mean over the run; and the same for the
+    packets it receives."""
+
+    peak_pps: float
+    mean_pps: float
+    packets: float
+    received_peak_pps: float
+    received_mean_pps: float
+    window_s: float
+
+
+@dataclass
+class Prediction:
+    """A trace's completion in one mode, in fabric seconds, and what set its pace."""
+
+    lab: str
+    mode: str
+    completion_s: float
+    ops: dict[int, OpTime]
+    pace: str | None  # the link end (direction) that was full for longest
+    pace_to: str | None  # the node it sends to
+    pace_full_s: float  # fabric seconds it was full
+    pace_utilisation: float  # its bytes over what it could have carried in completion_s
+    bound_s: float  # the single-link bound: max over directions of bytes / bandwidth
+    bound_end: str | None
+    utilisation: dict[str, float]  # per link end that carried bytes
+    clock: np.ndarray = field(repr=False)  # fabric seconds at which rates changed
+    sent: np.ndarray = field(repr=False)  # [moment, node]: packets each node had sent by then
+    received: np.ndarray = field(repr=False)  # [moment, node]: packets each node had received by then
+    node_names: list[str] = field(repr=False)
+    notes: list[str] = field(default_factory=list)
+    # A closed-loop step (docs/training.md): each host's times and what they cost its GPU.
+    step_times: StepTimes | None = field(default=None, repr=False)
+    step: StepMetrics | None = None
+
+    def peak_pps(self, window_s: float, received: bool = False) -> dict[str, float]:
+        """Per node that sends (or with ``received``, that receives), the most packets per fabric second
+        over any window of ``window_s`` (a run shorter than the window: its mean). A scale choice reads it
+        at the window its CPU check uses."""
+        t, count = self.clock, self.received if received else self.sent
+        window = min(window_s, t[-1] - t[0]) if len(t) > 1 else 0.0
+        if window <= 0:
+            return {n: 0.0 for n, total in zip(self.node_names, count[-1], strict=True) if total > 0}
+        begin = np.clip(np.concatenate([t, t - window]), t[0], t[-1] - window)
+        ahead = _at(t, count, begin + window) - _at(t, count, begin)
+        peak = ahead.max(axis=0) / window
+        return {n: float(peak[i]) for i, n in enumerate(self.node_names) if count[-1, i] > 0}
+
+    def nodes(self, window_s: float | None = None) -> dict[str, NodeLoad]:
+        """Each node's load, sending and receiving; peaks over windows of ``window_s`` (default: a tenth
+        of the run)."""
+        window = self.completion_s / 10 if window_s is None else window_s
+        sent, got = self.peak_pps(window), self.peak_pps(window, received=True)
+        out = {}
+        for i, n in enumerate(self.node_names):
+            total, received = float(self.sent[-1, i]), float(self.received[-1, i])
+            if total or received:
+                out[n] = NodeLoad(
+                    sent.get(n, 0.0), total / self.completion_s, total,
+                    got.get(n, 0.0), received / self.completion_s, window,
+                )  # fmt: skip
+        return out
+
+    def describe(self) -> str:
+        line = f"{self.mode} on {self.lab}: predicted {self.completion_s * 1e6:.4g} µs fabric"
+        if self.bound_end is not None and self.bound_s > 0:
+            line += f" ({self.completion_s / self.bound_s:.2f}× the bound of {self.bound_end})"
+        if self.pace is not None:
+            full = self.pace_full_s / self.completion_s if self.completion_s else 0.0
+            line += (
+                f", paced by {self.pace} -> {self.pace_to} (full {full:.0%} of the time, "
+                f"{self.pace_utilisation:.0%} used)"
+            )
+        nodes = self.nodes() if self.completion_s > 0 else {}
+        if nodes:
+            node, load = max(nodes.items(), key=lambda kv: (kv[1].peak_pps, kv[0]))
+            line += f", busiest node {node} {load.peak_pps / 1e6:.1f} Mpps ({load.mean_pps / 1e6:.1f} mean)"
+        if self.step is not None:
+            step = self.step
+            line += (
+                f"; the step {step.step_s * 1e6:.4g} µs, GPU utilisation {step.mean_share('compute'):.0%}, "
+                f"exposed communication {step.exposed_s * 1e6:.4g} µs"
+            )
+        return line
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "lab": self.lab,
+            "mode": self.mode,
+            "completion_s": self.completion_s,
+            "pace": self.pace,
+            "pace_to": self.pace_to,
+            "pace_full_s": self.pace_full_s,
+            "pace_utilisation": self.pace_utilisation,
+            "bound_s": self.bound_s,
+            "bound_end": self.bound_end,
+            "ops": {str(k): [v.start, v.finish] for k, v in self.ops.items()},
+            "utilisation": self.utilisation,
+            "nodes": {n: v.__dict__ for n, v in self.nodes().items()} if self.completion_s > 0 else {},
+            "notes": self.notes,
+        } | ({} if self.step is None else {"step": self.step.to_dict()})
+
+
+def _at(t: np.ndarray, sent: np.ndarray, when: np.ndarray) -> np.ndarray:
+    """Packets sent by ``when`` (rows) per node (columns): linear between the moments of ``t``."""
+    i = np.clip(np.searchsorted(t, when, side="right") - 1, 0, len(t) - 2)
+    span = t[i + 1] - t[i]
+    frac = np.divide(when - t[i], span, out=np.zeros_like(when), where=span > 0)
+    return sent[i] + (sent[i + 1] - sent[i]) * np.clip(frac, 0.0, 1.0)[:, None]
+
+
+class TimeModel:
+    """Predicts a trace's completion on one lab plan under given link conditions."""
+
+    def __init__(self, model: PlanModel, conditions: LinkConditions | None = None):
+        self.model = model
+        self.conditions = conditions or LinkConditions()
+        self.links = Links(model, self.conditions)
+
+    @classmethod
+    def for_plan(cls, plan: Any, conditions: LinkConditions | None = None) -> TimeModel:
+        """With a PlanModel under the same conditions (on a BGP lab they move FARE's weights)."""
+        conditions = conditions or LinkConditions()
+        bandwidth = {k: float(v) for k, v in conditions.bandwidth_bps.items()}
+        return cls(PlanModel(plan, bandwidth=bandwidth, down=list(conditions.down)), conditions)
+
+    def predict(
+        self,
+        ops: Sequence[AnyOp],
+        mode: str | StepModes,
+        starts: Mapping[int, float] | None = None,
+        ps_host: str | None = None,
+    ) -> Prediction:
+        """``starts``: op id -> fabric seconds it is issued at; by default its ``t``, which a trace gives
+        in fabric seconds (docs/trace-format.md), shifted by nothing. A closed-loop step (ops that wait
+        for others, compute phases) is run as one (``mode``: its :class:`StepModes`, or the one mode its
+        ops all travel in); ``starts`` is then not read: each op starts when its inputs are there."""
+        ops = list(ops)
+        if not ops:
+            raise ModelError("the trace has no ops: nothing to predict")
+        if isinstance(mode, StepModes) or closed_loop(ops):
+            return self.predict_step(ops, mode, ps_host)
+        starts = dict(starts) if starts is not None else {op.id: op.t for op in ops}
+        net = self.links.network()
+        try:
+            if mode in COLLECTIVE:
+                from orchestrator.model.timing_collectives import run_collectives
+
+                run, spans = run_collectives(self, net, ops, mode, starts, ps_host)
+                op_times = {i: OpTime(start, finish) for i, (start, finish) in spans.items()}
+            elif mode in MODELLED:
+                run, op_times = self._run_messages(net, ops, mode, starts)
+            else:
+                known = ", ".join(in_order(MODELLED | COLLECTIVE))
+                raise ModelError(f"mode {mode}: the time model knows {known}")
+        except ModelError:
+            raise
+        except ValueError as exc:  # the collectives' own refusals, a flow over a link that is down
+            raise ModelError(f"lab {self.model.plan.lab}, mode {mode}: {exc}") from exc
+        return self._prediction(mode, run, op_times)
+
+    def predict_step(self, ops: list[AnyOp], mode: str | StepModes, ps_host: str | None) -> Prediction:
+        """A closed-loop step (``orchestrator.model.timing_step``): its completion as a replay measures
+        it (first message issued to last byte or AllReduce result in), and the step's own times."""
+        from orchestrator.model.timing_step import StepModel
+
+        if not isinstance(mode, StepModes):
+            plain = Mode(mode)
+            mode = StepModes(plain, None) if plain in STEP_MESSAGES else StepModes(None, plain)
+        step = StepModel(self, self.links.network(), ops, mode, ps_host)
+        try:
+            run = step.run()
+        except ValueError as exc:  # the collectives' own refusals
+            if isinstance(exc, ModelError):
+                raise
+            raise ModelError(f"lab {self.model.plan.lab}, step in {mode}: {exc}") from exc
+        spans = step.spans()
+        if not spans:
+            raise ModelError("the step moves no bytes: nothing for the time model to predict")
+        prediction = self._prediction(str(mode), run, {i: OpTime(a, b) for i, (a, b) in spans.items()})
+        prediction.step_times = step.times
+        prediction.step = analyse(ops, step.times)
+        return prediction
+
+    # -- the message modes ----------------------------------------------------------------------
+    def _run_messages(
+        self, net: FluidNetwork, ops: list[TraceOp], mode: str, starts: Mapping[int, float]
+    ) -> tuple[FluidRun, dict[int, OpTime]]:
+        keys: dict[int, list[Any]] = {}
+        groups = self.model.net_bier_groups(ops) if mode == Mode.NET_BIER else {}
+        for op in ops:
+            for flow in self.message_flows(op, mode, groups.get(op.id)):
+                try:
+                    net.start(flow, starts[op.id])
+                except FluidError as exc:
+                    where = f"lab {self.model.plan.lab}, {mode} op {op.id} from {op.src}"
+                    raise ModelError(f"{where}: {exc}{DOWN}") from None
+                keys.setdefault(op.id, []).append(flow.key)
+        run = net.run()
+        return run, {
+            op.id: OpTime(starts[op.id], max(run.flows[k].delivered for k in keys[op.id])) for op in ops
+        }
+
+    def message_flows(self, op: TraceOp, mode: str, group: str | None = None) -> list[Flow]:
+        """A unicast op is one flow per receiver; a BIER op one flow over its replication tree
+        (network-BIER: in ``group``, the one the replay gives it over the whole trace)."""
+        if mode == Mode.UNICAST:
+            return [self._unicast_flow(op, dst) for dst in op.dst]
+        tally = Tally(len(self.model.plan.links))
+        stats: dict[str, Any] = {"payload_bytes": 0, "header_bytes": 0}
+        if mode == Mode.HOST_BIER:
+            self.model._host_bier(op, tally, stats)
+        else:
+            assert group is not None, "network-BIER needs the op's group (PlanModel.net_bier_groups)"
+            self.model.net_bier_op(op, group, tally, stats)
+        return [self.links.flow(op.id, op.src, tally)]
+
+    def _unicast_flow(self, op: TraceOp, dst: str) -> Flow:
+        frags, nbytes = self.model.unicast_message(op.bytes)
+        shares = self.model.unicast_flow(op.src, dst)
+        dirs = np.fromiter(shares, dtype=np.int64, count=len(shares))
+        part = np.fromiter((float(s) for s in shares.values()), dtype=np.float64, count=len(shares))
+        full_bytes, full_packets = np.zeros(len(self.links.names)), np.zeros(len(self.links.names))
+        full_bytes[dirs], full_packets[dirs] = part * nbytes, part * len(frags)
+        latency = self.links.latency(op.src, dirs, full_bytes, full_packets)
+        return Flow((op.id, dst), dirs, part * nbytes, part * len(frags), latency)
+
+    # -- the answer -----------------------------------------------------------------------------
+    def _prediction(self, mode: str, run: FluidRun, op_times: dict[int, OpTime]) -> Prediction:
+        links = self.links
+        first = min(t.start for t in op_times.values())
+        completion = max(t.finish for t in op_times.values()) - first
+        capacity = np.where(links.capacity > 0, links.capacity, np.inf)
+        need = run.carried / capacity
+        bound_d = int(np.argmax(need))
+        used = run.carried / (capacity * completion) if completion > 0 else np.zeros_like(need)
+        pace_d = int(np.argmax(run.saturated_s)) if run.saturated_s.max() > 0 else None
+        notes = [
+            f"loss {p:.2%} set on {end}: the model assumes nothing is lost"
+            for end, p in self.conditions.loss.items()
+        ]
+        return Prediction(
+            lab=self.model.plan.lab,
+            mode=str(mode),
+            completion_s=completion,
+            ops=op_times,
+            pace=None if pace_d is None else links.names[pace_d],
+            pace_to=None if pace_d is None else links.receiver[pace_d],
+            pace_full_s=0.0 if pace_d is None else float(run.saturated_s[pace_d]),
+            pace_utilisation=0.0 if pace_d is None else float(used[pace_d]),
+            bound_s=float(need[bound_d]),
+            bound_end=links.names[bound_d] if need[bound_d] > 0 else None,
+            utilisation={links.names[d]: float(used[d]) for d in np.flatnonzero(run.carried)},
+            clock=run.clock,
+            sent=run.sent,
+            received=run.received,
+            node_names=links.nodes,
+            notes=notes,
+        )

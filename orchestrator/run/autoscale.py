@@ -1,0 +1,161 @@
+"""The time scale a lab and trace need on this machine (``time.scale: auto``): pure choice, no I/O.
+
+A run is faithful when the links, not our software, set its pace (docs/time-and-fidelity.md). Our software
+costs CPU per packet: a host agent's Python per datagram it sends or receives, a BFR per copy it forwards,
+and the kernel per link hop. At time scale ``s`` a trace whose packets the fabric carries in ``T`` seconds
+of fabric time is carried in ``s × T`` seconds of wall time, so every node's packets-per-wall-second, and
+the CPU they cost, shrink as ``1 / s``. The smallest scale at which
+
+* every node's agent stays within :data:`HEADROOM` of the one core it can use,
+* the whole lab stays within :data:`HEADROOM` of the machine's cores, and
+* the run lasts at least :data:`MIN_WALL_S` of wall time (long enough for the verdict's counters to see
+  a node held back; a shorter run can only be judged on invariance),
+
+is the one to use. The per-packet costs come from a calibration of this machine on this lab
+(:class:`Calibration`, ``clab-<lab>/calibration.json``, :mod:`orchestrator.run.calibrate`); the
+packets and the fabric time come from the time model's prediction of the trace (:class:`Demand`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from aidcnet.roles import Role
+from aidcnet.timescale import TimeScale
+
+# A node's agent, or the whole machine, may use at most this share of its cores: the rest absorbs bursts
+# (a MoE step's sends all come at once) and the sampling, Docker and the orchestrator itself.
+HEADROOM = 0.5
+# A run shorter than this (wall) is too short for the verdict's counters (0.1 s samples, a 0.5 s CPU
+# window) to see a node held back.
+MIN_WALL_S = 1.0
+# Scales are rounded up to 1, 1.25, 1.5, 2, 2.5, 3, 4, 5, 6 or 8 times a power of ten: a user reads
+# 1:25000, not 1:23817, and a scale a little above the need costs a little wall time only.
+NICE = (1.0, 1.25, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0)
+CALIBRATION_FILE = "calibration.json"
+CALIBRATION_VERSION = 1
+
+
+class Calibration(BaseModel):
+    """What this machine's software costs per packet on one lab, measured by a calibration run."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    version: int = CALIBRATION_VERSION
+    lab: str
+    measured: str  # ISO time of the calibration run
+    dataplane: str  # the BFRs' dataplane when measured (ebpf, python): a BFR's cost depends on it
+    cores: int = Field(ge=1)
+    # CPU seconds (wall clock, one core = 1 s/s) per packet: a host agent per datagram it sends or
+    # receives; a BFR's agent per copy it forwards (near 0 on eBPF: the kernel forwards); all the lab's
+    # nodes together per packet on a link (agents and the kernel's forwarding charged to them).
+    host_cpu_per_packet_s: float = Field(ge=0)
+    bfr_cpu_per_packet_s: float = Field(ge=0)
+    machine_cpu_per_hop_s: float = Field(ge=0)
+    run_id: str | None = None  # the calibration run, for the record
+
+    def describe(self) -> str:
+        return (
+            f"calibrated {self.measured} on {self.lab} ({self.dataplane} BFRs, {self.cores} cores): a host "
+            f"agent {self.host_cpu_per_packet_s * 1e6:.1f} µs of CPU per datagram, a BFR "
+            f"{self.bfr_cpu_per_packet_s * 1e6:.1f} µs per copy, the whole lab "
+            f"{self.machine_cpu_per_hop_s * 1e6:.1f} µs per packet on a link"
+        )
+
+
+@dataclass(frozen=True)
+class Demand:
+    """What a trace asks of the lab, from the time model: its completion in fabric time, the packets each
+    node's software handles (hosts: sent + received datagrams; BFRs: copies forwarded) and the packets on
+    all links together."""
+
+    fabric_s: float
+    host_packets: Mapping[str, int] = field(default_factory=dict)
+    bfr_packets: Mapping[str, int] = field(default_factory=dict)
+    link_packets: int = 0
+
+
+def demand_of(prediction: Any, roles: Mapping[str, str]) -> Demand:
+    """The demand of a trace from the time model's prediction of it
+    (:class:`orchestrator.model.timing.Prediction`): every host's datagrams sent and received, every
+    other agent's packets sent on (a BFR's or an INA switch's copies), every link's packets; ``roles``:
+    node -> its role."""
+    hosts: dict[str, int] = {}
+    bfrs: dict[str, int] = {}
+    links = 0
+    for node, load in prediction.nodes().items():
+        sent = round(load.packets)
+        received = round(load.received_mean_pps * prediction.completion_s)
+        links += sent
+        if roles.get(node) == Role.GPU_HOST:
+            hosts[node] = sent + received
+        elif sent:
+            bfrs[node] = sent
+    return Demand(prediction.completion_s, hosts, bfrs, links)
+
+
+@dataclass(frozen=True)
+class Choice:
+    time_scale: TimeScale
+    why: tuple[str, ...]  # every bound that was considered, the deciding one first
+
+    def describe(self) -> str:
+        return f"time scale auto: {self.time_scale.label} ({'; '.join(self.why)})"
+
+
+def nice_ceiling(x: float) -> int:
+    """The smallest 'nice' whole number (:data:`NICE` times a power of ten) at or above ``x``."""
+    if x <= 1:
+        return 1
+    power = 10 ** math.floor(math.log10(x))
+    for step in (*NICE, 10.0):
+        candidate = math.ceil(round(step * power, 9))
+        if candidate >= x - 1e-9:
+            return candidate
+    raise AssertionError("unreachable: 10 x power is above x")
+
+
+def choose_scale(demand: Demand, calibration: Calibration, floor: int = 1) -> Choice:
+    """The smallest nice scale that keeps every node and the machine within :data:`HEADROOM` and the run
+    at least :data:`MIN_WALL_S` long; ``floor``: the smallest the links allow (tc's TBF)."""
+    if demand.fabric_s <= 0:
+        raise ValueError("a trace predicted to take no fabric time has no scale to choose")
+    needs: list[tuple[float, str]] = [(float(floor), "tc's TBF must shape the fastest link")]
+    for role, packets, cost in (
+        ("host", demand.host_packets, calibration.host_cpu_per_packet_s),
+        ("BFR", demand.bfr_packets, calibration.bfr_cpu_per_packet_s),
+    ):
+        if packets and cost > 0:
+            node, n = max(packets.items(), key=lambda kv: (kv[1], kv[0]))
+            cpu_s = n * cost
+            needs.append(
+                (
+                    cpu_s / (HEADROOM * demand.fabric_s),
+                    f"{role} {node} handles {n} packets in {demand.fabric_s * 1e6:.1f} µs of fabric time, "
+                    f"{cpu_s:.3f} s of CPU here: at most {HEADROOM:.0%} of its core",
+                )
+            )
+    if demand.link_packets and calibration.machine_cpu_per_hop_s > 0:
+        cpu_s = demand.link_packets * calibration.machine_cpu_per_hop_s
+        needs.append(
+            (
+                cpu_s / (HEADROOM * calibration.cores * demand.fabric_s),
+                f"the lab moves {demand.link_packets} packets over its links, {cpu_s:.3f} s of CPU here: "
+                f"at most {HEADROOM:.0%} of {calibration.cores} cores",
+            )
+        )
+    needs.append(
+        (
+            MIN_WALL_S / demand.fabric_s,
+            f"a run of {demand.fabric_s * 1e6:.1f} µs of fabric time lasts at least {MIN_WALL_S:g} s (wall)",
+        )
+    )
+    needs.sort(key=lambda need: -need[0])
+    scale = max(floor, nice_ceiling(needs[0][0]))
+    why = tuple(f"{text} (from 1:{math.ceil(need)})" for need, text in needs)
+    return Choice(TimeScale(scale), why)

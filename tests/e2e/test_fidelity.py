@@ -1,0 +1,191 @@
+"""A verdict that a slow node cannot fool (issue 35): the same replay untouched is faithful; with its source
+host frozen (``docker pause``) or throttled (``docker update --cpus``) until it cannot keep its link busy,
+or with a BFR's agent stopped for 1.0 s on the Python dataplane, it is not, and the reason says why.
+
+Each run is the model-distribution sample (one source, seven receivers): the source's uplink sets the pace
+of an untouched run, so anything that holds the source or a BFR back shows as idle links with work waiting.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from aidcnet.timescale import TimeScale
+from orchestrator.experiment.modes.messages import START_LEAD_S
+from orchestrator.experiment.records import RunResult
+from orchestrator.experiment.results import list_runs, load_run
+from orchestrator.experiment.session import LabSession
+from orchestrator.lab.labdir import lab_dir
+from orchestrator.lab.rescale import at_scale
+from orchestrator.lab.runtime.docker import DockerRuntime
+from orchestrator.lab.topology import Topology
+from tests.e2e.conftest import ROOT, deployed, on_dataplane
+
+MODEL_DIST = ROOT / "workloads" / "model-dist-sample.jsonl"
+MOE = ROOT / "workloads" / "moe-sample.jsonl"
+SOURCE = "h1"
+
+
+@pytest.fixture(scope="module")
+def lab(runtime: DockerRuntime, tmp_path_factory) -> Iterator[tuple[Topology, Path]]:
+    tmp = tmp_path_factory.mktemp("fidelity")
+    with deployed(runtime, tmp, "leaf-spine", "fid", configured=True) as topo:
+        yield topo, tmp / "results"
+
+
+def replay(
+    lab: tuple[Topology, Path], mode: str, during: Callable[[], None] | None = None, trace: Path = MODEL_DIST
+) -> RunResult:
+    """One replay of ``trace``; ``during`` runs in a thread from the moment the run itself starts (the
+    replay's ``[run]`` step: what comes before it, the prepare and the automatic scale, takes a varying
+    time and is not timed)."""
+    topo, results = lab
+    before = set(list_runs(results)) if results.exists() else set()
+    args = ["replay", str(topo.path), str(trace), "--mode", mode, "--results-dir", str(results)]
+    meddler = threading.Thread(target=during, daemon=True) if during else None
+    with tempfile.TemporaryFile("w+") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "orchestrator.cli", *args], stdout=out, stderr=subprocess.PIPE, text=True
+        )
+        assert proc.stderr is not None
+        said = []
+        for line in proc.stderr:
+            said.append(line)
+            if meddler is not None and meddler.ident is None and " [run] " in line:
+                meddler.start()
+        proc.wait()
+        if meddler is not None:
+            assert meddler.ident is not None, "the replay never reached its run step:\n" + "".join(said)
+            meddler.join()
+        out.seek(0)
+        assert proc.returncode == 0, (
+            f"aidclab {' '.join(args)} exited {proc.returncode}:\n{out.read()}{''.join(said)}"
+        )
+    (new,) = set(list_runs(results)) - before
+    return load_run(new)
+
+
+def verdict(run: RunResult) -> tuple[bool | None, str]:
+    assert run.timing is not None and run.metrics is not None
+    pace = run.timing.pace
+    ratio = "no prediction" if pace is None else f"{pace.ratio:.2f}x its prediction by {pace.by}"
+    return run.timing.faithful, f"{run.mode}: {ratio}; reasons {run.timing.reasons}"
+
+
+def frozen(container: str, after_s: float, for_s: float) -> Callable[[], None]:
+    def meddle() -> None:
+        time.sleep(after_s)
+        subprocess.run(["docker", "pause", container], check=True)
+        try:
+            time.sleep(for_s)
+        finally:
+            subprocess.run(["docker", "unpause", container], check=True)
+
+    return meddle
+
+
+def held_reason(run: RunResult, node: str) -> str | None:
+    assert run.timing is not None
+    return next((r for r in run.timing.reasons if r.startswith(f"node {node}: its links sat idle")), None)
+
+
+@pytest.mark.parametrize("mode", ["unicast", "host-bier"])
+def test_an_untouched_run_is_faithful_near_its_prediction(lab, mode: str) -> None:
+    run = replay(lab, mode)
+    faithful, why = verdict(run)
+    print(why)
+    assert faithful, why
+    assert run.timing.pace is not None and run.timing.pace.ratio <= 1.1, why  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("mode", ["unicast", "host-bier"])
+def test_a_frozen_source_is_not_faithful(lab, mode: str) -> None:
+    topo, _ = lab
+    # Frozen from 0.5 s into the data for longer than the whole untouched run (which the automatic scale
+    # keeps at a second or more of wall time): the source's link idles with its data due.
+    run = replay(lab, mode, frozen(topo.container_name(SOURCE), START_LEAD_S + 0.5, 2.0))
+    faithful, why = verdict(run)
+    print(why)
+    assert faithful is False, why
+    assert held_reason(run, SOURCE) is not None, why
+    assert "data due but not yet sent" in (held_reason(run, SOURCE) or ""), why
+
+
+# Unicast sends the model-distribution sample seven times over: throttled it would take minutes, so the
+# unicast case throttles a MoE source instead (its sends, not its link, then set the pace). Both run at
+# the lab's configured scale with the automatic scale off: the automatic scale stretches a short trace to
+# a second of wall time, which left the MoE source needing under 2% of a core at 1:60000, so a throttle
+# to 2% did not hold it back at all (the run was faithful at 1.02x, and rightly so).
+THROTTLE_SCALE = TimeScale(20000)
+
+
+@pytest.mark.parametrize(("mode", "trace"), [("unicast", MOE), ("host-bier", MODEL_DIST)])
+def test_a_throttled_source_is_not_faithful(lab, runtime: DockerRuntime, mode: str, trace: Path) -> None:
+    from orchestrator.run.driver import run_experiment
+
+    topo, results = lab
+    container = topo.container_name(SOURCE)
+    session = LabSession.open(topo, runtime)
+    # A hundredth of a core (Docker's least): far below what its sender needs at 1:20000 to keep its
+    # link busy (a 0.15 CPU quota did not slow it at all).
+    subprocess.run(["docker", "update", "--cpus", "0.01", container], check=True, capture_output=True)
+    try:
+        with at_scale(lab_dir(topo), topo.container_name, session.agents, THROTTLE_SCALE):
+            run = run_experiment(
+                topo, trace, mode, runtime=runtime, results_dir=results, auto_scale=False
+            ).result
+    finally:
+        # Every core again (`--cpus 0` leaves the quota in place with this Docker).
+        cores = str(os.cpu_count() or 1)
+        subprocess.run(["docker", "update", "--cpus", cores, container], check=True, capture_output=True)
+    assert run.timing is not None and run.timing.scale == THROTTLE_SCALE.factor
+    faithful, why = verdict(run)
+    print(why)
+    assert faithful is False, why
+    assert held_reason(run, SOURCE) is not None, why
+
+
+def agent_pid(container: str) -> int:
+    """The host PID of the node's aidcnet agent (not the container's init)."""
+    out = subprocess.run(
+        ["docker", "top", container, "-eo", "pid,args"], capture_output=True, text=True, check=True
+    ).stdout
+    for line in out.splitlines()[1:]:
+        pid, _, args = line.strip().partition(" ")
+        # The agent's Python, not the container's init that started it (docker-init -- aidcnet agent).
+        if "aidcnet.cli agent" in args:
+            return int(pid)
+    raise AssertionError(f"no aidcnet agent in {container}:\n{out}")
+
+
+def test_a_stalled_bfr_agent_on_the_python_dataplane_is_not_faithful(lab, runtime: DockerRuntime) -> None:
+    topo, _ = lab
+    on_dataplane(runtime, topo, None, "python")
+    try:
+        pid = agent_pid(topo.container_name("leaf1"))  # the source's leaf: every copy passes it
+
+        def stall() -> None:
+            time.sleep(START_LEAD_S + 0.3)  # the data starts a lead after the run step
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                time.sleep(1.0)
+            finally:
+                os.kill(pid, signal.SIGCONT)
+
+        run = replay(lab, "host-bier", stall)
+    finally:
+        on_dataplane(runtime, topo, None, "ebpf")
+    faithful, why = verdict(run)
+    print(why)
+    assert faithful is False, why
+    assert "bytes received but not yet read" in (held_reason(run, "leaf1") or ""), why

@@ -1,0 +1,40 @@
+"""The agent's BIER tables come straight from the plan's node file: labels, neighbors and BIFTs."""
+
+from __future__ import annotations
+
+from aidcnet.agent.bier.service import build_tables, si_count
+from aidcnet.bier.forwarding import forward
+from orchestrator.configure.plan import build_plan, node_configs
+from orchestrator.configure.plan.schema import LabVars
+from orchestrator.lab.topology import load_topology
+from orchestrator.paths import LABS as LABS_DIR
+
+LABS = LABS_DIR
+
+
+def configs(lab: str, bsl: int | None = None):
+    topo = load_topology(LABS / f"{lab}.clab.yml")
+    lab_vars = LabVars.model_validate({"bier": {"bsl": bsl}} if bsl else {})
+    return node_configs(build_plan(topo, lab_vars))
+
+
+def test_leaf_tables_replicate_to_both_hosts_and_one_spine():
+    leaf1 = configs("leaf-spine")["leaf1"].bier
+    bifts, neighbors, local_labels = build_tables(leaf1)
+    assert neighbors["h1"][1] == "eth3" and local_labels == {(0, 256, 0): leaf1.label_base}
+    # BitString for h1, h2 and h3: h1 and h2 are direct neighbours, h3 sits behind a spine.
+    result = forward(bifts[0], 0b111, 64, entropy=7)
+    by_nbr = {nbr: bits for nbr, bits, _label in result.copies}
+    assert by_nbr["h1"] == 0b001 and by_nbr["h2"] == 0b010
+    spine = next(n for n in by_nbr if n.startswith("spine"))
+    assert by_nbr[spine] == 0b100
+    spine_cfg = configs("leaf-spine")[spine].bier
+    assert {label for _n, _b, label in result.copies if _n == spine} == {spine_cfg.label_base}
+
+
+def test_bsl_64_superpod_uses_two_sis():
+    gpu = configs("superpod", bsl=64)["G1"].bier
+    assert si_count(gpu) == 2
+    bifts, _neighbors, local_labels = build_tables(gpu)
+    assert set(bifts) == {0, 1}
+    assert local_labels == {(0, 64, 0): gpu.label_base, (0, 64, 1): gpu.label_base + 1}

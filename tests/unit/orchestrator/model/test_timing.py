@@ -1,0 +1,315 @@
+"""The time model (orchestrator/model/timing.py) on cases worked out by hand, in fabric seconds at the plan's
+400G (50 GB/s), and properties that any flow-level prediction must keep.
+
+Store and forward: a message crossing h hops of equal rate C takes bytes / C on its bottleneck plus one
+packet's serialisation on each of the other h - 1 hops."""
+
+from __future__ import annotations
+
+import tempfile
+from functools import cache
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from aidcnet.ina.header import DType, InaHeader, Op
+from aidcnet.ina.worker import DEFAULT_CHUNK_ELEMENTS, ack_for
+from aidcnet.modes import Mode
+from orchestrator.configure.plan import build_plan
+from orchestrator.lab.topology import load_topology, resolve_lab
+from orchestrator.model.exact import ModelError, PlanModel
+from orchestrator.model.timing import LinkConditions, TimeModel
+from orchestrator.model.wire import (
+    bier_frame_overhead,
+    replay_bier_frame_overhead,
+    replay_frame_overhead,
+    udp_frame_overhead,
+)
+from orchestrator.workloads.trace import TraceOp, TraceReader
+
+C = 400e9 / 8  # bytes per fabric second of a 400G link
+UDP = replay_frame_overhead()  # 54: Ethernet, IPv4, UDP and the RoCEv2 BTH
+BIER = replay_bier_frame_overhead(256)  # 126
+# The collectives' datagrams carry their own header, no BTH (docs/ina-header.md).
+UDP0 = udp_frame_overhead()  # 42
+BIER0 = bier_frame_overhead(256)  # 114
+HOSTS = [f"h{i}" for i in range(1, 9)]
+
+
+@cache
+def leaf_spine() -> PlanModel:
+    return PlanModel(build_plan(load_topology(resolve_lab("leaf-spine"))))
+
+
+def timer(conditions: LinkConditions | None = None) -> TimeModel:
+    return TimeModel(leaf_spine(), conditions)
+
+
+def lab(name: str, nodes: dict[str, str], links: list[tuple[str, str]], ina: list | None = None) -> PlanModel:
+    where = Path(tempfile.mkdtemp(prefix=f"timing-{name}-"))
+    doc = {
+        "name": name,
+        "topology": {
+            "defaults": {"kind": "linux"},
+            "nodes": {n: {"image": f"aidclab/{image}:latest"} for n, image in nodes.items()},
+            "links": [{"endpoints": [a, b]} for a, b in links],
+        },
+    }
+    (where / f"{name}.clab.yml").write_text(yaml.safe_dump(doc))
+    (where / f"{name}.vars.yml").write_text(yaml.safe_dump({"ina": {"jobs": ina}} if ina else {}))
+    return PlanModel(build_plan(load_topology(where / f"{name}.clab.yml")))
+
+
+def op(i: int, src: str, dst: list[str], size: int, t: float = 0.0) -> TraceOp:
+    return TraceOp(t=t, op="unicast" if len(dst) == 1 else "multicast", src=src, dst=dst, bytes=size, id=i)
+
+
+# -------------------------------------------------------------------------------------------- by hand
+
+
+def test_one_flow_over_one_link_takes_its_bytes_over_the_bandwidth() -> None:
+    pair = TimeModel(lab("pair", {"h1": "gpu-host", "h2": "gpu-host"}, [("h1:eth1", "h2:eth1")]))
+    p = pair.predict([op(0, "h1", ["h2"], 20000)], Mode.UNICAST)
+    # 20,000 bytes in three fragments of 6,667, 6,667 and 6,666, each in its 54 header bytes.
+    assert p.completion_s == pytest.approx((20000 + 3 * UDP) / C, rel=1e-9)
+    assert p.pace == "h1:eth1"
+
+
+def test_two_hops_add_one_packet_on_the_second() -> None:
+    p = timer().predict([op(0, "h1", ["h2"], 8000)], Mode.UNICAST)  # h1 -> leaf1 -> h2
+    assert p.completion_s == pytest.approx(2 * (8000 + UDP) / C, rel=1e-9)
+
+
+def test_two_flows_sharing_a_link_get_half_each() -> None:
+    # h3 and h4 (leaf2) both send to h2 (leaf1): four hops each, and they share leaf1 -> h2.
+    p = timer().predict([op(0, "h3", ["h2"], 8000), op(1, "h4", ["h2"], 8000)], Mode.UNICAST)
+    frame = 8000 + UDP
+    assert p.ops[0].finish == p.ops[1].finish == pytest.approx((2 * frame + 3 * frame) / C, rel=1e-9)
+    assert p.pace == "leaf1:eth4"
+
+
+def test_a_flow_bottlenecked_elsewhere_leaves_its_share_to_the_other() -> None:
+    # h1's own link runs at 100G: h1 -> h2 gets 100G, so h3 -> h2 gets the other 300G of leaf1 -> h2, and
+    # with three times the bytes both end together.
+    slow = timer(LinkConditions({"h1:eth1": 100_000_000_000}))
+    frame = 8000 + UDP
+    p = slow.predict([op(0, "h1", ["h2"], 8000), op(1, "h3", ["h2"], 24000)], Mode.UNICAST)
+    both = frame / (C / 4)
+    assert p.ops[0].finish == pytest.approx(both + frame / C, rel=1e-9)  # then leaf1 -> h2 at 400G
+    assert p.ops[1].finish == pytest.approx(both + 3 * frame / C, rel=1e-9)  # three more hops at 400G
+
+
+def test_a_multicast_tree_goes_at_the_pace_of_its_slowest_branch() -> None:
+    slow = timer(LinkConditions({"leaf2:eth3": 100_000_000_000}))  # h3's link
+    frame = 8000 + BIER
+    p = slow.predict([op(0, "h1", ["h2", "h3"], 8000)], Mode.HOST_BIER)
+    # One copy per tree edge at one rate: 100G. The last packet then crosses h1 -> leaf1 -> spine -> leaf2
+    # at 400G before its 100G hop.
+    assert p.completion_s == pytest.approx(frame / (C / 4) + 3 * frame / C, rel=1e-9)
+    assert p.pace == "leaf2:eth3"
+
+
+def test_model_distribution_unicast_is_bound_by_the_source_uplink_at_seven_times_the_bytes() -> None:
+    size = 1 << 20
+    one = [op(0, "h1", HOSTS[1:], size)]
+    frags = -(-size // 8000)
+    unicast = timer().predict(one, Mode.UNICAST)
+    bier = timer().predict(one, Mode.HOST_BIER)
+    copy, tree = size + frags * UDP, size + frags * BIER
+    # Seven copies share h1's uplink and end together; the last packets then cross three more hops.
+    assert unicast.completion_s == pytest.approx((7 * copy + 3 * copy / frags) / C, rel=1e-9)
+    assert unicast.pace == "h1:eth1"
+    assert bier.completion_s == pytest.approx((tree + 3 * tree / frags) / C, rel=1e-9)
+    # About seven times as long (the fan-out, less BIER's larger headers and the pipeline's last packets).
+    assert 6.5 < unicast.completion_s / bier.completion_s < 7
+
+
+@pytest.mark.parametrize("mode", [Mode.UNICAST, Mode.HOST_BIER, Mode.NET_BIER])
+def test_moe_sample_is_paced_by_the_busiest_downlink(mode: Mode) -> None:
+    with TraceReader(Path(resolve_lab("leaf-spine")).parent.parent / "workloads" / "moe-sample.jsonl") as r:
+        ops = list(r)
+    counts = leaf_spine().run(ops, mode)
+    busiest = max(
+        ((lk.b, lk.b_to_a_bytes) for lk in counts.links if lk.a_node.startswith("h")), key=lambda x: x[1]
+    )
+    p = timer().predict(ops, mode)
+    assert p.pace == busiest[0] == "leaf3:eth3"  # h5's downlink
+    assert 1.0 <= p.completion_s / (busiest[1] / C) <= 1.05
+
+
+# ------------------------------------------------------------------------------------- collectives
+
+
+def star(n: int) -> PlanModel:
+    """Workers w1..wn and a spare host p1 (the parameter server) on one INA switch s1, the job's root."""
+    hosts = [f"w{i}" for i in range(1, n + 1)] + ["p1"]
+    job = {"job": 1, "workers": hosts[:-1], "root": "s1", "abm": {"s1": hosts[:-1]}}
+    return lab(
+        f"star{n}",
+        {"s1": "ina-switch", **dict.fromkeys(hosts, "gpu-host")},
+        [(f"{h}:eth1", f"s1:eth{i}") for i, h in enumerate(hosts, 1)],
+        [job],
+    )
+
+
+def allreduce(n: int, elements: int) -> TraceOp:
+    return TraceOp(
+        t=0.0, op="allreduce", src="w1", dst=[f"w{i}" for i in range(2, n + 1)], bytes=4 * elements, id=0
+    )
+
+
+def chunk_frame(result: bool = False) -> tuple[int, int]:
+    hdr = InaHeader(
+        job_id=1, chunk=0, op=Op.SUM, dtype=DType.INT32, bsl=256, si=0, pbm=1,
+        payload=memoryview(bytes(4 * DEFAULT_CHUNK_ELEMENTS)),
+    )  # fmt: skip
+    return UDP0 + hdr.encoded_len, UDP0 + len(ack_for(hdr))
+
+
+@pytest.mark.parametrize("n", [2, 3, 5])
+def test_ring_steps_wait_for_each_other(n: int) -> None:
+    # One chunk: 2 (n - 1) messages around the ring, each two hops (w -> s1 -> w), each sent after the
+    # one before arrived; from the second on, it shares its sender's link with that sender's ACK of the
+    # one before (an ACK's frame more). The last receiver's ACK ends the AllReduce.
+    f, a = chunk_frame()
+    p = TimeModel(star(n)).predict([allreduce(n, DEFAULT_CHUNK_ELEMENTS)], Mode.RING)
+    steps = 2 * (n - 1)
+    assert p.completion_s == pytest.approx((steps * 2 * f + (steps - 1) * a + 2 * a) / C, rel=1e-9)
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_parameter_server_goes_up_then_down(n: int) -> None:
+    # One chunk: n uploads share s1 -> p1 and arrive together after n frames and one more hop; the
+    # server's n results leave its socket one after the other and the last crosses s1 -> w.
+    f, _ = chunk_frame()
+    p = TimeModel(star(n)).predict([allreduce(n, DEFAULT_CHUNK_ELEMENTS)], Mode.PS)
+    assert p.completion_s == pytest.approx((n * f + f + n * f + f) / C, rel=1e-9)
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_ina_aggregates_at_the_switch_and_disseminates_by_bier(n: int) -> None:
+    f, _ = chunk_frame()
+    result = BIER0 - UDP0 + f  # the result in BIER: the INA packet in its BIER encapsulation
+    p = TimeModel(star(n)).predict([allreduce(n, DEFAULT_CHUNK_ELEMENTS)], Mode.INA)
+    assert p.completion_s == pytest.approx((f + result) / C, rel=1e-9)
+
+
+def test_windows_keep_a_parameter_server_at_its_link_rate() -> None:
+    # 64 chunks: the PS's own link carries n times the data in, and n results out, at the same time.
+    n, chunks = 4, 64
+    p = TimeModel(star(n)).predict([allreduce(n, chunks * DEFAULT_CHUNK_ELEMENTS)], Mode.PS)
+    f, _ = chunk_frame()
+    assert p.pace in ("s1:eth5", "p1:eth1")
+    assert 1.0 <= p.completion_s / (n * chunks * f / C) <= 1.05
+
+
+# -------------------------------------------------------------------------------------- conditions
+
+
+def test_conditions_come_from_a_runs_record() -> None:
+    got = LinkConditions.of(
+        {"scale": 20000, "loss": {"h1:eth1": 0.01, "h2:eth1": 0.0}, "down": ["leaf1:eth1"],
+         "bandwidth_bps": {"leaf2:eth3": 100_000_000_000}}
+    )  # fmt: skip
+    assert got == LinkConditions({"leaf2:eth3": 100_000_000_000}, ("leaf1:eth1",), {"h1:eth1": 0.01})
+    p = TimeModel(leaf_spine(), got).predict([op(0, "h3", ["h4"], 8000)], Mode.UNICAST)
+    assert p.notes == ["loss 1.00% set on h1:eth1: the model assumes nothing is lost"]
+
+
+def test_a_path_over_a_link_that_is_down_is_an_error_naming_it() -> None:
+    down = TimeModel(leaf_spine(), LinkConditions(down=("h2:eth1",)))
+    with pytest.raises(ModelError, match="leaf1:eth4, which is down"):
+        down.predict([op(0, "h1", ["h2"], 8000)], Mode.UNICAST)
+
+
+def test_an_unknown_link_end_is_named() -> None:
+    with pytest.raises(ModelError, match="'h9:eth1' is not in lab leaf-spine"):
+        TimeModel(leaf_spine(), LinkConditions({"h9:eth1": 1}))
+
+
+def test_an_op_starts_at_its_t_in_fabric_time() -> None:
+    # A trace's t is fabric time (docs/trace-format.md): a message 1 ms after another starts 1 ms later.
+    ops = [op(0, "h1", ["h2"], 8000, t=0.0), op(1, "h1", ["h2"], 8000, t=0.001)]
+    p = timer().predict(ops, Mode.UNICAST)
+    assert p.ops[1].start == pytest.approx(0.001) and p.completion_s > 0.001
+
+
+def test_peak_packets_per_second_over_a_window() -> None:
+    # Two single-packet messages 1 µs apart: each takes 0.16 µs at h1's uplink.
+    ops = [op(0, "h1", ["h2"], 8000, t=0.0), op(1, "h1", ["h2"], 8000, t=1e-6)]
+    p = timer().predict(ops, Mode.UNICAST)
+    frame_s = (8000 + UDP) / C
+    assert p.peak_pps(frame_s)["h1"] == pytest.approx(1 / frame_s, rel=1e-6)
+    assert p.peak_pps(1e-6)["h1"] == pytest.approx(1e6, rel=1e-6)  # one whole packet in any 1 µs
+    assert p.nodes()["h1"].mean_pps == pytest.approx(2 / p.completion_s)
+    assert p.peak_pps(1e-6, received=True)["h2"] == pytest.approx(1e6, rel=1e-6)  # h2 receives them
+    assert p.nodes()["leaf1"].packets == pytest.approx(2)  # and leaf1 sends each on
+    assert "h2" not in p.peak_pps(1e-6)  # h2 sends nothing
+
+
+# -------------------------------------------------------------------------------------- properties
+
+op_lists = st.lists(
+    st.tuples(
+        st.sampled_from(HOSTS),
+        st.sets(st.sampled_from(HOSTS), min_size=1, max_size=4),
+        st.integers(40, 40_000),
+        st.sampled_from([0.0, 0.0, 1e-7, 5e-7, 2e-6]),
+    ),
+    min_size=1,
+    max_size=6,
+)
+
+
+def trace(raw: list[tuple[str, set[str], int, float]]) -> list[TraceOp]:
+    ops = []
+    for src, dst, size, t in sorted(raw, key=lambda x: x[3]):
+        dst = sorted(dst - {src}) or [HOSTS[HOSTS.index(src) - 1]]
+        ops.append(op(len(ops), src, dst, size, t))
+    return ops
+
+
+SETTINGS = settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+MESSAGE_MODES = st.sampled_from([Mode.UNICAST, Mode.HOST_BIER, Mode.NET_BIER])
+
+
+@SETTINGS
+@given(op_lists, MESSAGE_MODES)
+def test_completion_is_never_below_a_links_bytes_or_an_ops_own_serialisation(raw: list, mode: Mode) -> None:
+    ops = trace(raw)
+    p = timer().predict(ops, mode)
+    first = min(o.t for o in ops)
+    for lk in leaf_spine().run(ops, mode).links:
+        assert p.completion_s >= max(lk.a_to_b_bytes, lk.b_to_a_bytes) / C * (1 - 1e-9)
+    for o in ops:
+        own = max(max(lk.a_to_b_bytes, lk.b_to_a_bytes) for lk in leaf_spine().run([o], mode).links) / C
+        assert p.ops[o.id].finish >= o.t + own * (1 - 1e-9)
+        assert p.completion_s >= o.t - first + own * (1 - 1e-9)
+
+
+@SETTINGS
+# Not network-BIER: the replay numbers its groups over the whole trace (orchestrator.experiment.groups), so
+# an added op can move the others to other groups, Entropies and spines: that trace is not the old one
+# plus an op.
+@given(op_lists, op_lists, st.sampled_from([Mode.UNICAST, Mode.HOST_BIER]))
+def test_adding_ops_never_makes_completion_earlier(raw: list, more: list, mode: Mode) -> None:
+    ops = trace(raw)
+    extra = [o.model_copy(update={"id": o.id + len(ops)}) for o in trace(more)]
+    merged = sorted(ops + extra, key=lambda o: o.t)
+    before = timer().predict(ops, mode)
+    after = timer().predict(merged, mode)
+    end = max(t.finish for t in before.ops.values())
+    assert max(t.finish for t in after.ops.values()) >= end * (1 - 1e-9)
+
+
+@SETTINGS
+@given(op_lists, MESSAGE_MODES, st.sampled_from([2, 3, 0.5]))
+def test_k_times_the_bandwidth_takes_a_kth_of_the_time(raw: list, mode: Mode, k: float) -> None:
+    ops = trace(raw)
+    faster = LinkConditions({str(link.a): round(400e9 * k) for link in leaf_spine().plan.links})
+    base = timer().predict(ops, mode)
+    scaled = timer(faster).predict(ops, mode, {o.id: o.t / k for o in ops})
+    assert scaled.completion_s == pytest.approx(base.completion_s / k, rel=1e-6)

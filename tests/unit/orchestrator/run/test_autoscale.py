@@ -1,0 +1,91 @@
+"""The automatic time scale: the smallest nice scale that keeps every node and the machine within their
+CPU headroom and the run long enough to judge (pure)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from orchestrator.run.autoscale import (
+    HEADROOM,
+    MIN_WALL_S,
+    NICE,
+    Calibration,
+    Demand,
+    choose_scale,
+    nice_ceiling,
+)
+
+CAL = Calibration(
+    lab="leaf-spine",
+    measured="2026-12-02T01:00:00",
+    dataplane="ebpf",
+    cores=2,
+    host_cpu_per_packet_s=50e-6,
+    bfr_cpu_per_packet_s=0.0,
+    machine_cpu_per_hop_s=20e-6,
+)
+
+
+def test_nice_numbers() -> None:
+    assert [nice_ceiling(x) for x in (0.3, 1, 1.1, 19999, 20000, 20001, 23817, 79000, 81000)] == [
+        1, 1, 2, 20000, 20000, 25000, 25000, 80000, 100000,
+    ]  # fmt: skip
+
+
+@given(st.floats(1, 1e9))
+def test_a_nice_ceiling_is_at_or_just_above(x: float) -> None:
+    n = nice_ceiling(x)
+    # The widest step between nice numbers is 1.5 -> 2 (and 3 -> 4, 6 -> 8): a third.
+    assert x - 1e-6 <= n <= 4 / 3 * x + 1
+    mantissa = n / 10 ** (len(str(n)) - 1)
+    assert any(abs(mantissa - step) < 1e-9 for step in (*NICE, 10.0)) or n < 10
+
+
+def test_the_busiest_host_decides_when_it_needs_most() -> None:
+    # h1 sends 3,700 datagrams in 590 µs of fabric time: 0.185 s of CPU at 50 µs each, within half a
+    # core: 0.185 / (0.5 x 590e-6) = 627 -> the run-length bound (1 s / 590 µs = 1695) decides.
+    d = Demand(590e-6, host_packets={"h1": 3700, "h2": 530}, link_packets=3700 * 4)
+    c = choose_scale(d, CAL)
+    assert c.time_scale.factor == 2000
+    assert "lasts at least 1 s" in c.why[0]
+    # A host 100 times busier: its CPU decides.
+    c = choose_scale(Demand(590e-6, host_packets={"h1": 370_000}), CAL)
+    assert c.time_scale.factor == nice_ceiling(370_000 * 50e-6 / (HEADROOM * 590e-6))
+    assert c.why[0].startswith("host h1 handles 370000 packets")
+
+
+def test_the_machine_decides_for_a_big_lab() -> None:
+    hosts = {f"h{i}": 100 for i in range(256)}
+    d = Demand(144e-6, host_packets=hosts, link_packets=8163 * 40 * 4)
+    c = choose_scale(d, CAL)
+    need = 8163 * 40 * 4 * 20e-6 / (HEADROOM * 2 * 144e-6)
+    assert c.time_scale.factor == nice_ceiling(need) and "2 cores" in c.why[0]
+    assert "1:" in c.describe() and c.describe().startswith(f"time scale auto: {c.time_scale.label}")
+
+
+def test_the_tbf_floor_holds() -> None:
+    d = Demand(1.0, host_packets={"h1": 1})
+    # 24 is the floor; the nice number at or above it is 25.
+    assert choose_scale(d, CAL, floor=24).time_scale.factor == 25
+    assert choose_scale(d, CAL, floor=40).time_scale.factor == 40
+
+
+@given(
+    st.floats(1e-7, 1e-2),
+    st.dictionaries(st.sampled_from(["h1", "h2", "h3"]), st.integers(0, 10**6)),
+    st.integers(0, 10**7),
+)
+def test_at_the_chosen_scale_every_bound_holds(fabric_s: float, hosts: dict, links: int) -> None:
+    c = choose_scale(Demand(fabric_s, host_packets=hosts, link_packets=links), CAL)
+    wall = c.time_scale.wall_s(fabric_s)
+    assert wall >= MIN_WALL_S * (1 - 1e-9)
+    for n in hosts.values():
+        assert n * CAL.host_cpu_per_packet_s / wall <= HEADROOM * (1 + 1e-9)
+    assert links * CAL.machine_cpu_per_hop_s / wall <= HEADROOM * CAL.cores * (1 + 1e-9)
+
+
+def test_no_fabric_time_is_refused() -> None:
+    with pytest.raises(ValueError, match="no fabric time"):
+        choose_scale(Demand(0.0), CAL)
