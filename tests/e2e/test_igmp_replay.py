@@ -8,8 +8,9 @@ as the README runs them: its IGMP vars, each mode at its default lead (igmp's fr
 exact delivery (the command exits non-zero otherwise), no delivery outside a membership, membership
 latency without the lead, counted control overhead per mode, side by side in a report; then proxy with the
 BitString from the reports alone, and both modes with the README's modelled control plane, whose
-messages our agents must serve in time. Every run is judged once: an unfaithful one fails the test with
-its verdict's reasons. Written for the lead to run (it deploys a lab): a few minutes of lab time.
+messages our agents must serve in time. An unfaithful run fails the test with its verdict's reasons,
+unless the busy machine was its only one (then it goes again, up to three times). Written for the lead
+to run (it deploys a lab): a few minutes of lab time.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from orchestrator.experiment.fidelity import MACHINE_BUSY
 from orchestrator.experiment.membership import control_overhead
 from orchestrator.experiment.results import list_runs, load_run
 from orchestrator.workloads.trace import TraceReader
@@ -43,17 +45,29 @@ def ops():
         return list(reader)
 
 
+# Runs of a mode when the machine alone was the reason: the automatic scale does not yet count the
+# membership agents' CPU (a burst of IGMP work can take the whole machine for a moment), and CI shares it.
+BUSY_TRIES = 3
+
+
 def _replay(topo_path: Path, mode: str, results: Path):
-    """One run at the mode's default lead, judged once: the test fails with the verdict's reasons when it
-    was not faithful (no second try)."""
-    before = set(list_runs(results)) if results.exists() else set()
-    # check=True: exits non-zero unless every (message, receiver) arrived intact once and no packet came
-    # outside a membership (the mode's own verdict).
-    args = ["replay", str(topo_path), str(TRACE), "--mode", mode, "--results-dir", str(results)]
-    aidclab(*args)
-    (new,) = set(list_runs(results)) - before
-    run = load_run(new)
-    assert run.timing is not None and run.timing.faithful, (mode, run.timing and run.timing.reasons)
+    """One run at the mode's default lead; the test fails with the verdict's reasons when it was not
+    faithful. Only a verdict whose every reason is the busy machine earns another run (``BUSY_TRIES`` in
+    all): any other reason fails at once, and so does a machine busy every time."""
+    for attempt in range(1, BUSY_TRIES + 1):
+        before = set(list_runs(results)) if results.exists() else set()
+        # check=True: exits non-zero unless every (message, receiver) arrived intact once and no packet came
+        # outside a membership (the mode's own verdict).
+        args = ["replay", str(topo_path), str(TRACE), "--mode", mode, "--results-dir", str(results)]
+        aidclab(*args)
+        (new,) = set(list_runs(results)) - before
+        run = load_run(new)
+        assert run.timing is not None, mode
+        reasons = run.timing.reasons
+        if run.timing.faithful or not all(r.startswith(MACHINE_BUSY) for r in reasons):
+            break
+        print(f"{mode}: try {attempt} of {BUSY_TRIES} not faithful, the machine alone: {reasons}")
+    assert run.timing.faithful, (mode, reasons)
     return run
 
 

@@ -122,6 +122,19 @@ def bfr_counter(run, name: str) -> int:
     return sum(deltas.get(name, 0) for node, deltas in run.agents.items() if node not in HOSTS)
 
 
+def assert_no_timer_fired_without_loss(name: str, res: dict[str, Any]) -> None:
+    """Without loss no retransmission timer fires, when the links set the run's pace. A run whose verdict
+    names something else (the late-transport check: the agent's loop was held past its timers; a busy
+    machine) may have fired one for what was only late, which says nothing of the transport: then the count
+    is printed, not judged. A timer that fires in a run judged faithful fails the test."""
+    fired = res["sources"].get("sender.retransmitted", 0)
+    timing = res["outcome"].result.timing
+    if timing is not None and timing.faithful is False:
+        print(f"0% loss, {name}: {fired} retransmitted in a run not faithful ({'; '.join(timing.reasons)})")
+        return
+    assert fired == 0, (name, fired, timing and timing.notes)
+
+
 def check_exactly_once(topo, trace: Path, mode: Mode, res: dict[str, Any]) -> None:
     d = res["metrics"].delivery
     assert d.missing == 0 and d.duplicates == 0 and d.wrong_receivers == 0, (mode, d)
@@ -206,10 +219,10 @@ def test_aggregation_absorbs_the_ack_implosion_at_the_source(runtime, lab, trace
         f"ratio {e2e['acks_per_packet'] / max(agg['acks_per_packet'], 1e-9):.2f}"
     )
     assert e2e["acks_per_packet"] == e2e["fanout"]  # the implosion: every receiver, every packet
-    assert e2e["sources"].get("sender.retransmitted", 0) == 0  # no timer fired without loss
     first_hop_branches = 1
+    for name, res in (("aggregated", agg), ("network-BIER", net), ("end to end", e2e)):
+        assert_no_timer_fired_without_loss(name, res)
     for res in (agg, net):
-        assert res["sources"].get("sender.retransmitted", 0) == 0
         assert 0 < res["acks_per_packet"] <= first_hop_branches < e2e["acks_per_packet"]
         assert res["bfr_absorbed"] > 0
     assert e2e["bfr_absorbed"] == 0
