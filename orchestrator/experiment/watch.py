@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,6 +41,14 @@ FORWARDING_ROLES = frozenset({Role.BFR, Role.INA_SWITCH})
 # Before a run, how long to wait for the shapers' queues to drain of earlier traffic, and how often to look.
 QUIET_TIMEOUT_S = 10.0
 QUIET_POLL_S = 0.05
+# Before a run, the share of the machine's cores that work other than an idle lab may keep busy, the window
+# it is measured over and how long to wait for it to fall below. Measured on a 2-core machine: a lab just
+# destroyed keeps the kernel tearing down its namespaces and veths for some 20 s at half the machine, and
+# a source started into that was held back (10-55% slower than its links) where it kept pace a minute later;
+# an idle configured leaf-spine keeps 2-5% busy.
+SETTLE_BUSY_SHARE = 0.25
+SETTLE_WINDOW_S = 0.3
+SETTLE_TIMEOUT_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -65,6 +74,66 @@ class QuietWait:
                 f"drain from {len(self.found)} shaper queue(s)"
             )
         return None
+
+
+@dataclass(frozen=True)
+class MachineSettle:
+    """What :func:`wait_machine_settled` found: cores busy at first, the seconds it waited, and the cores
+    still busy when it gave up (None: the machine settled)."""
+
+    cores: int
+    busy_at_first: float
+    waited_s: float
+    left: float | None
+
+    def describe(self) -> str | None:
+        """A line for the user when there was something to wait for; None when the machine was quiet."""
+        if self.left is not None:
+            return (
+                f"after {self.waited_s:.0f} s the machine is still busy ({self.left:.2f} of {self.cores} "
+                "cores): the run starts anyway and its verdict will say whether that held it back; is "
+                "something else running on this machine?"
+            )
+        if self.waited_s > 0:
+            return (
+                f"waited {self.waited_s:.1f} s for the machine to settle ({self.busy_at_first:.2f} of "
+                f"{self.cores} cores busy at first, e.g. the kernel tearing down a lab just destroyed)"
+            )
+        return None
+
+
+def wait_machine_settled(
+    cores: int,
+    read_cpu_s: Callable[[], float],
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+    *,
+    share: float = SETTLE_BUSY_SHARE,
+    window_s: float = SETTLE_WINDOW_S,
+    timeout_s: float = SETTLE_TIMEOUT_S,
+) -> MachineSettle:
+    """Before a run: wait until the whole machine (``read_cpu_s``: its busy CPU seconds since boot) is
+    busier than ``share`` of its ``cores`` no more over a ``window_s`` window, for at most ``timeout_s``.
+    A run started on a machine busy with something else is paced by that, not by its links, and its
+    verdict would only say so afterwards."""
+
+    def busy_over_a_window() -> float:
+        cpu0, t0 = read_cpu_s(), clock()
+        sleep(window_s)
+        return (read_cpu_s() - cpu0) / max(clock() - t0, 1e-9)
+
+    # the one window every run looks through is no wait: waiting starts after it
+    first = busy_over_a_window()
+    if first < share * cores:
+        return MachineSettle(cores, first, 0.0, None)
+    started = clock()
+    while True:
+        busy = busy_over_a_window()
+        waited = clock() - started
+        if busy < share * cores:
+            return MachineSettle(cores, first, waited, None)
+        if waited >= timeout_s:
+            return MachineSettle(cores, first, waited, busy)
 
 
 def with_relay(judged: Verdict, fabric: Fabric, lab_dir: Path, lost: dict[str, int]) -> Verdict:

@@ -8,6 +8,7 @@ delivered) → save ``results/<run-id>/`` (docs/results-format.md).
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -40,11 +41,12 @@ from orchestrator.experiment.results import (
 )
 from orchestrator.experiment.scale_search import DEFAULT_MAX_RUNS, Trial, find_scale
 from orchestrator.experiment.session import ExperimentError, LabSession, Snapshot
-from orchestrator.experiment.watch import FabricWatch
+from orchestrator.experiment.watch import FabricWatch, wait_machine_settled
 from orchestrator.lab import labdir
 from orchestrator.lab.fabric import FABRIC_FILE
 from orchestrator.lab.rescale import at_scale, rescale
 from orchestrator.lab.runtime.docker import DockerRuntime
+from orchestrator.lab.shaping import machine_cpu_s
 from orchestrator.lab.topology import Topology
 from orchestrator.run.autoscale import Calibration
 from orchestrator.run.calibrate import (
@@ -122,6 +124,9 @@ def run_experiment(
         predicted = prediction_of(spec, session, ops, say)
         if auto_scale and session.plan.time.auto and predicted is not None:
             choose_time_scale(session, predicted, runtime, say)
+        # after the prepare and any calibration, just before the run: nothing else may pace it
+        if (line := wait_machine_settled(os.cpu_count() or 1, machine_cpu_s).describe()) is not None:
+            say(line)
         watch = FabricWatch(session)
         if (line := watch.wait_quiet().describe()) is not None:
             say(line)

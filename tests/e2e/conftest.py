@@ -13,7 +13,8 @@ import yaml
 
 from aidclab.pytest import deployed_lab, working_dir
 from aidcnet.agent.client import AgentClient
-from orchestrator.experiment.modes.base import RunOptions
+from orchestrator.experiment.modes.base import ModeOutcome, RunOptions
+from orchestrator.experiment.results import load_run
 from orchestrator.lab.runtime.docker import DockerRuntime
 from orchestrator.lab.topology import Topology
 from orchestrator.run.driver import RunOutcome, confirm, run_experiment
@@ -174,12 +175,31 @@ def faithful_run(
     runtime: DockerRuntime,
     results_dir: Path,
 ) -> RunOutcome:
-    """A run whose times a test may compare: the run at its automatic scale or, when that one was not
-    faithful (on a loaded CI machine something other than the links paced it), the same trace once more at
-    twice that scale as ``replay --confirm`` runs it: the two held to time dilation's test, which clears a
-    busy machine when they agree and counts against both when they do not. Returns the first of the two
-    that is faithful, else the second (both are saved); the caller still asserts the verdict."""
+    """A run whose times a test may compare: the run at its automatic scale, held to time dilation's test
+    when it was not faithful (:func:`confirmed_when_unfaithful`). The caller still asserts the verdict."""
     done = run_experiment(topo, trace, mode, options, runtime=runtime, results_dir=results_dir)
+    return confirmed_when_unfaithful(
+        topo, trace, mode, done, options, runtime=runtime, results_dir=results_dir
+    )
+
+
+def confirmed_when_unfaithful(
+    topo: Topology,
+    trace: Path,
+    mode: str,
+    done: RunOutcome | Path,
+    options: RunOptions | None = None,
+    *,
+    runtime: DockerRuntime | None = None,
+    results_dir: Path,
+) -> RunOutcome:
+    """``done`` (a run, or the directory a CLI replay saved it in) when it is faithful; when it is not (on a
+    loaded CI machine something other than the links paced it), the same trace once more at twice its
+    scale, as ``replay --confirm`` runs it (the second run saved under ``results_dir``): the two held to
+    time dilation's test, which clears a busy machine when they agree and counts against both when they
+    do not. Returns the first of the two that is faithful, else the second."""
+    if isinstance(done, Path):
+        done = RunOutcome(load_run(done), done, ModeOutcome(messages=[]))
     timing = done.result.timing
     if timing is None or timing.scale is None or timing.faithful is not False:
         return done

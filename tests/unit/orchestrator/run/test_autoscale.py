@@ -8,6 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from orchestrator.run.autoscale import (
+    AGENT_HEADROOM,
     HEADROOM,
     MIN_WALL_S,
     NICE,
@@ -44,15 +45,15 @@ def test_a_nice_ceiling_is_at_or_just_above(x: float) -> None:
 
 
 def test_the_busiest_host_decides_when_it_needs_most() -> None:
-    # h1 sends 3,700 datagrams in 590 µs of fabric time: 0.185 s of CPU at 50 µs each, within half a
-    # core: 0.185 / (0.5 x 590e-6) = 627 -> the run-length bound (1 s / 590 µs = 1695) decides.
+    # h1 sends 3,700 datagrams in 590 µs of fabric time: 0.185 s of CPU at 50 µs each, within a quarter
+    # of a core: 0.185 / (0.25 x 590e-6) = 1254 -> the run-length bound (1 s / 590 µs = 1695) decides.
     d = Demand(590e-6, host_packets={"h1": 3700, "h2": 530}, link_packets=3700 * 4)
     c = choose_scale(d, CAL)
     assert c.time_scale.factor == 2000
     assert "lasts at least 1 s" in c.why[0]
     # A host 100 times busier: its CPU decides.
     c = choose_scale(Demand(590e-6, host_packets={"h1": 370_000}), CAL)
-    assert c.time_scale.factor == nice_ceiling(370_000 * 50e-6 / (HEADROOM * 590e-6))
+    assert c.time_scale.factor == nice_ceiling(370_000 * 50e-6 / (AGENT_HEADROOM * 590e-6))
     assert c.why[0].startswith("host h1 handles 370000 packets")
 
 
@@ -82,7 +83,7 @@ def test_at_the_chosen_scale_every_bound_holds(fabric_s: float, hosts: dict, lin
     wall = c.time_scale.wall_s(fabric_s)
     assert wall >= MIN_WALL_S * (1 - 1e-9)
     for n in hosts.values():
-        assert n * CAL.host_cpu_per_packet_s / wall <= HEADROOM * (1 + 1e-9)
+        assert n * CAL.host_cpu_per_packet_s / wall <= AGENT_HEADROOM * (1 + 1e-9)
     assert links * CAL.machine_cpu_per_hop_s / wall <= HEADROOM * CAL.cores * (1 + 1e-9)
 
 
