@@ -35,8 +35,8 @@ HEADROOM = 0.5
 # Python sender must be on time, not only keep up on average: it shares the cores with every other agent
 # and the kernel, and a moment it waits for one is a moment its link idles. Measured on a 2-core machine
 # (model distribution's source, the lab using 42% of the machine): at 40% of its core (1:3000) the source
-# left its link idle 0.2-1.1 s of some 3.5 s in 2 of 11 runs on a quiet machine and in all 3 of one CI run;
-# at 20-24% (1:5000, 1:6000) in none of 4.
+# left its link idle 0.18-1.06 s of 3.4-4.5 s in 3 of 13 runs here, and in 3 runs of one CI; at 20-24%
+# (1:5000, 1:6000) in none of 4.
 AGENT_HEADROOM = 0.25
 # A run shorter than this (wall) is too short for the verdict's counters (0.1 s samples, a 0.5 s CPU
 # window) to see a node held back.
