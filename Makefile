@@ -98,6 +98,7 @@ bench: images
 	$(PY) bench/reliable_sim.py --fabric superpod --seeds 3 --losses 0,0.05
 	$(PY) bench/membership.py --search-lead --lead-runs 5 --max-runs 2 --lead-igmp 2000 --lead-proxy 4000
 	$(PY) bench/membership.py --search-lead --lead-runs 5 --max-runs 2 --lead-igmp 4000 --lead-proxy 4000 --control-cost 5 --control-cost-record 0.5
+	$(PY) bench/table1.py
 
 # The main job, from a fresh machine: everything is set up on the way. Deploy, check, configure, replay the
 # sample MoE dispatch and model-distribution traces under unicast and host-BIER on shaped links, destroy,

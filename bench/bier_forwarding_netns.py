@@ -188,7 +188,15 @@ def mroute() -> socket.socket:
     """One (S,G) entry: in on the source link, out on all eight sink links (kernel ipmr)."""
     with in_netns(DUT):
         s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_IGMP)
-        s.setsockopt(socket.IPPROTO_IP, MRT_INIT, 1)
+        try:
+            s.setsockopt(socket.IPPROTO_IP, MRT_INIT, 1)
+        except OSError as exc:
+            s.close()
+            raise SystemExit(
+                f"bench bier_forwarding_netns: the 1->8 baseline is the kernel's multicast forwarding, and "
+                f"this kernel has none (MRT_INIT: {exc.strerror}; CONFIG_IP_MROUTE, /proc/net/ip_mr_vif "
+                f"absent): run it on a kernel with IP multicast routing"
+            ) from None
         for vif in range(SINKS + 1):
             ifindex = socket.if_nametoindex(f"{PREFIX}bl{vif}")
             s.setsockopt(

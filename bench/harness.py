@@ -82,6 +82,15 @@ def set_vars(lab: Lab, lab_vars: Mapping[str, Any]) -> None:
     vars_path_for(lab.topo).write_text(yaml.safe_dump(dict(lab_vars)))
 
 
+def set_loss(lab: Lab, p: float) -> None:
+    """Loss ``p`` (0..1) on every link end of the lab, each direction on its own (``aidclab link set END
+    loss P``, one way): 0 clears it."""
+    from orchestrator.lab.shaping import load_fabric
+
+    for end in sorted(load_fabric(lab.lab_dir).ends):
+        lab.link_set(end, "loss", str(p), one_way=True)
+
+
 def workload(path: Path, kind: str, *args: str) -> Path:
     """``aidclab workload KIND ARGS -o PATH``: a generated trace, written to ``path``."""
     cmd = [sys.executable, "-m", "orchestrator.cli.workload", kind, *args, "-o", str(path)]

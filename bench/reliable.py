@@ -29,10 +29,9 @@ sys.path.insert(0, str(ROOT))
 
 from aidclab.pytest import Lab  # noqa: E402
 from aidcnet.modes import RELIABLE, Mode  # noqa: E402
-from bench.harness import bench_lab, bench_parser, shipped_vars, workload  # noqa: E402
+from bench.harness import bench_lab, bench_parser, set_loss, shipped_vars, workload  # noqa: E402
 from orchestrator.experiment.modes.reliable import ACK_KINDS, NACK_KINDS, link_feedback_packets  # noqa: E402
 from orchestrator.experiment.session import LabSession  # noqa: E402
-from orchestrator.lab.shaping import load_fabric  # noqa: E402
 from orchestrator.run.driver import timing_summary  # noqa: E402
 
 LOSSES = (0.0, 0.01, 0.05)
@@ -83,11 +82,6 @@ def lab_vars(shipped: str, scale: str | None, dataplane: str | None = None) -> d
     if scale is not None:
         lab_vars.setdefault("time", {})["scale"] = int(scale) if scale.isdigit() else scale
     return lab_vars
-
-
-def set_loss(lab: Lab, p: float) -> None:
-    for end in sorted(load_fabric(lab.lab_dir).ends):
-        lab.link_set(end, "loss", str(p), one_way=True)
 
 
 def one_run(lab: Lab, trace: Path, mode: Mode, p: float, timeout: float, hosts: set[str]) -> dict[str, Any]:

@@ -16,7 +16,7 @@ queries count them on the wall clock too.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from ipaddress import IPv4Address, IPv4Network
@@ -48,6 +48,23 @@ _ADDS: Final = frozenset(
 Sources = frozenset[IPv4Address]
 
 
+# The timers the 8-bit codes of a query carry (RFC 3376 §4.1.1 Max Resp Code in tenths of a second,
+# §4.1.7 QQIC in seconds): the field and the code's units per second.
+WIRE_TIMERS: Final = (
+    ("query_response_interval", 10),
+    ("last_member_query_interval", 10),
+    ("query_interval", 1),
+)
+
+
+def wire_scale_range(fabric_s: Mapping[str, float]) -> tuple[float, float]:
+    """The time scales at which every :data:`WIRE_TIMERS` timer, given in fabric seconds, fits its code on
+    the wall clock: (lowest, highest); none does when lowest > highest."""
+    lowest = max(1 / (unit * fabric_s[name]) for name, unit in WIRE_TIMERS)
+    highest = min(MAX_CODE_VALUE / (unit * fabric_s[name]) for name, unit in WIRE_TIMERS)
+    return lowest, highest
+
+
 class IgmpTimers(BaseModel):
     """RFC 3376 §8 values, in fabric seconds, with the RFC's defaults; derived ones follow §8."""
 
@@ -69,11 +86,8 @@ class IgmpTimers(BaseModel):
                 f"query_response_interval {self.query_response_interval} s must be below query_interval "
                 f"{self.query_interval} s (RFC 3376 §8.3)"
             )
-        for name, seconds, unit in (
-            ("query_response_interval", self.qri, 10),
-            ("last_member_query_interval", self.lmqi, 10),
-            ("query_interval", self.qi, 1),
-        ):
+        for name, unit in WIRE_TIMERS:
+            seconds = self.clock.wall_s(getattr(self, name))
             wire = seconds * unit
             if not 1 <= wire <= MAX_CODE_VALUE:
                 raise ValueError(

@@ -19,7 +19,7 @@ packets and the fabric time come from the time model's prediction of the trace (
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -115,6 +115,17 @@ class Choice:
         return f"time scale auto: {self.time_scale.label} ({'; '.join(self.why)})"
 
 
+def igmp_scales(timers_fabric_s: Mapping[str, float]) -> tuple[int, int, str]:
+    """The scales at which a lab's IGMP timers (fabric seconds, the plan's igmp section) fit their 8-bit
+    codes on the wall clock: (lowest, highest, why), whole numbers; none fits when lowest > highest."""
+    from aidcnet.igmp.router import WIRE_TIMERS, wire_scale_range
+
+    low, high = wire_scale_range(timers_fabric_s)
+    shown = ", ".join(f"{name} {timers_fabric_s[name] * 1e6:g} µs" for name, _unit in WIRE_TIMERS)
+    why = f"the IGMP timers ({shown} of fabric time) must fit their codes on the wall clock"
+    return math.ceil(low - 1e-9), math.floor(high + 1e-9), why
+
+
 def nice_ceiling(x: float) -> int:
     """The smallest 'nice' whole number (:data:`NICE` times a power of ten) at or above ``x``."""
     if x <= 1:
@@ -127,13 +138,16 @@ def nice_ceiling(x: float) -> int:
     raise AssertionError("unreachable: 10 x power is above x")
 
 
-def choose_scale(demand: Demand, calibration: Calibration, floor: int = 1) -> Choice:
+def choose_scale(
+    demand: Demand, calibration: Calibration, floor: int = 1, floors: Sequence[tuple[int, str]] = ()
+) -> Choice:
     """The smallest nice scale that keeps every node within :data:`AGENT_HEADROOM`, the machine within
     :data:`HEADROOM` and the run at least :data:`MIN_WALL_S` long; ``floor``: the smallest the links allow
-    (tc's TBF)."""
+    (tc's TBF); ``floors``: other smallest scales the lab needs, each with why (its IGMP timers' codes)."""
     if demand.fabric_s <= 0:
         raise ValueError("a trace predicted to take no fabric time has no scale to choose")
     needs: list[tuple[float, str]] = [(float(floor), "tc's TBF must shape the fastest link")]
+    needs += [(float(f), why) for f, why in floors]
     for role, packets, cost in (
         ("host", demand.host_packets, calibration.host_cpu_per_packet_s),
         ("BFR", demand.bfr_packets, calibration.bfr_cpu_per_packet_s),
@@ -164,6 +178,6 @@ def choose_scale(demand: Demand, calibration: Calibration, floor: int = 1) -> Ch
         )
     )
     needs.sort(key=lambda need: -need[0])
-    scale = max(floor, nice_ceiling(needs[0][0]))
+    scale = max(floor, *(f for f, _why in floors), nice_ceiling(needs[0][0]))
     why = tuple(f"{text} (from 1:{math.ceil(need)})" for need, text in needs)
     return Choice(TimeScale(scale), why)

@@ -201,7 +201,8 @@ def choose_time_scale(
 ) -> None:
     """``time.scale: auto``: the smallest scale at which this trace stays faithful on this machine, from
     the lab's calibration (measured first when there is none); links and agents are reshaped to it."""
-    from orchestrator.run.autoscale import choose_scale, demand_of
+    from aidcnet.igmp.router import WIRE_TIMERS
+    from orchestrator.run.autoscale import choose_scale, demand_of, igmp_scales
 
     topo = session.topo
     calibration = load_calibration(topo, session.plan.bier.dataplane)
@@ -210,8 +211,22 @@ def choose_time_scale(
         calibration = calibrate(topo, runtime, say=say)
     roles = {name: node.role for name, node in session.plan.nodes.items()}
     fastest = max(link.bandwidth_bps for link in session.plan.links)
-    choice = choose_scale(demand_of(predicted.prediction, roles), calibration, TimeScale.minimum_for(fastest))
+    floors, ceiling = [], None
+    igmp = session.plan.igmp
+    if igmp.enabled:
+        # The leaves' queries carry the timers in 8-bit codes of wall time: a scale outside this range
+        # is one the agents refuse to take.
+        low, ceiling, why = igmp_scales({name: getattr(igmp, name) for name, _unit in WIRE_TIMERS})
+        floors.append((low, why))
+    demand = demand_of(predicted.prediction, roles)
+    choice = choose_scale(demand, calibration, TimeScale.minimum_for(fastest), floors)
     say(choice.describe())
+    if ceiling is not None and choice.time_scale.factor > ceiling:
+        raise ExperimentError(
+            f"lab {topo.name}: time scale auto chose 1:{choice.time_scale.factor}, above the 1:{ceiling} at "
+            f"which its IGMP timers still fit their codes ({floors[0][1]}); set the igmp timers in the "
+            "vars so that they fit, or pin time.scale (docs/igmp.md)"
+        )
     if choice.time_scale != session.time_scale:
         rescale(labdir.lab_dir(topo), topo.container_name, session.agents, choice.time_scale)
         session.time_scale = choice.time_scale

@@ -151,6 +151,19 @@ def test_replay_unicast_and_host_bier(runtime: DockerRuntime, lab, moe_runs, ops
     md = (out / "report.md").read_text()
     assert "host-bier" in md and "unicast" in md
     assert (out / "report.html").stat().st_size > 1000
+    # Seed 001's requirement table from the same two runs: BIER carries fewer fabric bytes per byte
+    # delivered than ingress replication (docs/requirements.md).
+    assert "### Requirements (seed 001, Table 1)" in md
+    row = next(ln for ln in md.splitlines() if ln.startswith("| sparseness:"))
+    uni_cell, bier_cell = (float(c) for c in row.strip("| ").split(" | ")[1:])
+    fabric_per_byte = {
+        k: r.metrics.total_fabric_bytes / r.metrics.payload_delivered_bytes for k, r in runs.items()
+    }  # type: ignore[union-attr]
+    assert (uni_cell, bier_cell) == (
+        round(fabric_per_byte["unicast"], 2),
+        round(fabric_per_byte["host-bier"], 2),
+    )
+    assert bier_cell < uni_cell
 
 
 def test_replay_refuses_an_unconfigured_lab(runtime: DockerRuntime, tmp_path: Path) -> None:

@@ -3,9 +3,12 @@
 
 from __future__ import annotations
 
+import math
 from ipaddress import IPv4Address
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from aidcnet.igmp.codec import GroupRecord, Leave, LegacyReport, Query, RecordType, Report, decode, encode
@@ -222,3 +225,28 @@ def test_querier_election() -> None:
     assert iface.receive(rec(T.BLOCK_OLD_SOURCES, 1), A, 3.0) == []
     [q] = iface.tick(2.0 + oqpi)
     assert iface.is_querier and q.is_general
+
+
+@given(
+    st.floats(1e-7, 1e-3),
+    st.floats(1e-7, 1e-3),
+    st.floats(0.0, 1.0),
+    st.floats(0.0, 1.0),
+)
+def test_wire_scale_range_is_where_the_timers_fit(qri: float, lmqi: float, extra: float, at: float) -> None:
+    """Every whole scale inside wire_scale_range makes valid timers; one step outside, a timer overflows
+    its code (a time scale is a whole number)."""
+    from aidcnet.igmp.router import wire_scale_range
+
+    qi = qri * (1.5 + extra * 10)  # the query interval is above the response interval (§8.3)
+    fabric = {"query_interval": qi, "query_response_interval": qri, "last_member_query_interval": lmqi}
+    low, high = wire_scale_range(fabric)
+    lowest, highest = math.ceil(low * (1 + 1e-12)), math.floor(high * (1 - 1e-12))
+    if lowest > highest:
+        return
+    timers = {**fabric, "robustness": 2}
+    IgmpTimers(**timers, time_scale=round(lowest + (highest - lowest) * at))
+    for outside in (math.floor(low * (1 - 1e-12)), math.ceil(high * (1 + 1e-12))):
+        if outside >= 1 and not low <= outside <= high:
+            with pytest.raises(ValidationError):
+                IgmpTimers(**timers, time_scale=outside)

@@ -15,6 +15,7 @@ from orchestrator.run.autoscale import (
     Calibration,
     Demand,
     choose_scale,
+    igmp_scales,
     nice_ceiling,
 )
 
@@ -71,6 +72,26 @@ def test_the_tbf_floor_holds() -> None:
     # 24 is the floor; the nice number at or above it is 25.
     assert choose_scale(d, CAL, floor=24).time_scale.factor == 25
     assert choose_scale(d, CAL, floor=40).time_scale.factor == 40
+
+
+def test_a_lab_floor_holds_and_says_why() -> None:
+    # A short trace wants 1:20000 (1 s of wall time); an IGMP floor of 1:25000 wins and is named first.
+    d = Demand(50e-6)
+    assert choose_scale(d, CAL).time_scale.factor == 20000
+    c = choose_scale(d, CAL, floor=24, floors=[(25000, "the IGMP timers must fit")])
+    assert c.time_scale.factor == 25000 and c.why[0].startswith("the IGMP timers must fit (from 1:25000)")
+
+
+def test_igmp_scales_from_the_plan_timers() -> None:
+    # The lab's default wall timers at 1:20000 (igmp.yml): 20 s, 2 s and 0.2 s of wall time. Below
+    # 1:10000 the last member query interval is under 0.1 s, the shortest Max Resp Code.
+    timers = {"query_interval": 20 / 20000, "query_response_interval": 2 / 20000,
+              "last_member_query_interval": 0.2 / 20000}  # fmt: skip
+    low, high, why = igmp_scales(timers)
+    assert low == 10000
+    # The query interval reaches QQIC's 31744 s first: 1e-3 s of fabric time at 1:31,744,000.
+    assert high == 31_744_000
+    assert why.startswith("the IGMP timers (query_response_interval 100 µs, last_member_query_interval 10 µs")
 
 
 @given(
