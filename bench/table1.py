@@ -35,6 +35,7 @@ from orchestrator.experiment.report import write_report  # noqa: E402
 from orchestrator.experiment.report.document import groups_of  # noqa: E402
 from orchestrator.experiment.report.markdown import render_markdown  # noqa: E402
 from orchestrator.experiment.report.sections.requirements import Requirements  # noqa: E402
+from orchestrator.lab.kernel import NO_MULTICAST_ROUTING, has_multicast_routing  # noqa: E402
 
 TRACES = ("moe-sample", "model-dist-sample")
 CLEAN = (
@@ -51,8 +52,6 @@ STRESSED = (Mode.UNICAST, Mode.HOST_BIER, Mode.RELIABLE_HOST_BIER)
 # leaf1's uplink to spine1: every trace's sources behind leaf1 lose half their paths.
 FAULT_LINK = "leaf1:eth1"
 LAB_VARS = dict(igmp={"enabled": True, "proxy_hosts": "all"})
-# The kernel interface pimd needs (CONFIG_IP_MROUTE): present when the kernel has multicast routing.
-MROUTE_PROC = Path("/proc/net/ip_mr_vif")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -114,9 +113,8 @@ def runs_of(lab: Lab, trace: Path, args: argparse.Namespace, keep: Path) -> list
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     out_dir = args.out.resolve()
-    mroute = MROUTE_PROC.exists()
-    have = "present" if mroute else "absent"
-    print(f"bench table1: kernel multicast routing (for PIM): {have} ({MROUTE_PROC})")
+    pim = "present" if has_multicast_routing() else f"not measured: {NO_MULTICAST_ROUTING}"
+    print(f"bench table1: PIM-SM, PIM-SSM: {pim}")
     lab_vars = {**shipped_vars("leaf-spine"), **LAB_VARS}
     with bench_lab("leaf-spine", f"{args.name_prefix}table1", vars=lab_vars) as lab:
         for name in args.traces.split(","):

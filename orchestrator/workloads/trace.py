@@ -105,15 +105,30 @@ class TraceHeader(BaseModel):
         return v
 
 
-class TraceOp(BaseModel):
+class _Op(BaseModel):
+    """What every line after the header checks the same way: its source is a host of the header, and
+    ``after`` lists op ids. The fields are each kind's own (their order is the line's)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @field_validator("after", check_fields=False)
+    @classmethod
+    def _after(cls, v: list[int]) -> list[int]:
+        return _check_after(v)
+
+    @field_validator("src", check_fields=False)
+    @classmethod
+    def _src_known(cls, v: str, info: ValidationInfo) -> str:
+        return _known_host(v, info)
+
+
+class TraceOp(_Op):
     """One operation: at time ``t`` host ``src`` sends ``bytes`` bytes to every host in ``dst``.
 
     For ``multicast`` the same data goes to all of ``dst``, so a multicast fabric carries it once per
     link while unicast needs ``len(dst)`` copies. ``allreduce``: ``src`` and ``dst`` each contribute
     ``bytes`` and all receive the reduction (docs/trace-format.md, docs/allreduce.md).
     """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     t: float = Field(ge=0, allow_inf_nan=False)
     op: OpKind
@@ -124,16 +139,6 @@ class TraceOp(BaseModel):
     after: list[int] = Field(default_factory=list)
     tag: str | None = None
     id: int = Field(ge=0)
-
-    @field_validator("after")
-    @classmethod
-    def _after(cls, v: list[int]) -> list[int]:
-        return _check_after(v)
-
-    @field_validator("src")
-    @classmethod
-    def _src_known(cls, v: str, info: ValidationInfo) -> str:
-        return _known_host(v, info)
 
     @field_validator("dst")
     @classmethod
@@ -186,13 +191,11 @@ class TraceOp(BaseModel):
         return json.dumps(d, separators=(",", ":"))
 
 
-class ComputeOp(BaseModel):
+class ComputeOp(_Op):
     """Version 2: host ``src`` computes for ``seconds`` of fabric time once the ops it waits for
     (``after``) are done there; it moves no bytes. A host's compute ops run one at a time (one GPU), in
     the order they become ready. ``dst`` is empty and ``bytes`` 0, so code that sums an op stream's
     transfers may pass it by."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     t: float = Field(ge=0, allow_inf_nan=False)
     op: Literal["compute"]
@@ -201,16 +204,6 @@ class ComputeOp(BaseModel):
     after: list[int] = Field(default_factory=list)
     tag: str | None = None
     id: int = Field(ge=0)
-
-    @field_validator("src")
-    @classmethod
-    def _src_known(cls, v: str, info: ValidationInfo) -> str:
-        return _known_host(v, info)
-
-    @field_validator("after")
-    @classmethod
-    def _after(cls, v: list[int]) -> list[int]:
-        return _check_after(v)
 
     @property
     def dst(self) -> list[str]:

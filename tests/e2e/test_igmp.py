@@ -6,7 +6,8 @@
   exactly the named receivers' leaves (a BitString names BFERs; behind them, IGMP member ports);
 * a proxy report from a port the plan does not allow is dropped and counted;
 * FRR's pimd as a second querier on one link (an FRR node q1 on leaf4:eth9, with the lower address):
-  our leaf yields, and both tables agree with the kernel receiver's joins and leave.
+  our leaf yields, and both tables agree with the kernel receiver's joins and leave (FRR's table only on
+  a kernel with IP multicast routing, where pimd hears IGMP at all: skipped, and said, elsewhere).
 
 Timers: the plan's defaults, 20 s / 2 s / 0.2 s on the wall clock (QI / QRI / LMQI).
 """
@@ -22,6 +23,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+
+from orchestrator.lab.kernel import NO_MULTICAST_ROUTING, has_multicast_routing
 
 from .conftest import DATAPLANES, agent, deployed, on_dataplane
 
@@ -279,6 +282,10 @@ def test_frr_pimd_as_second_querier(runtime, deployed_lab):
         port, _ = until(ours, lambda p: set(p["groups"]) == want, 5.0)
         assert set(port["groups"]) == want, port
         assert port["groups"]["232.14.1.1"]["requested"] == ["10.14.0.1"]
+        if not has_multicast_routing():
+            # FRR's side needs the kernel: pimd takes IGMP from its mroute socket, so it lists no group
+            # and never asks Q(G) on the leave, which our non-querier leaf waits for.
+            pytest.skip(f"FRR's group table and the leave it queries are not checked: {NO_MULTICAST_ROUTING}")
         frr_groups, _ = until(
             lambda: vtysh(runtime, topo, "show ip igmp groups json"),
             lambda out: all(g in out for g in want),
