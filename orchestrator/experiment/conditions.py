@@ -141,10 +141,14 @@ class Conditions:
         return self.label.replace("shaped", _scale(self.scale), 1) if self.shaped else self.label
 
     @property
+    def changed(self) -> int:
+        """How many things differ from a clean fabric: link ends with loss, down or re-rated, and faults."""
+        return len(self.loss) + len(self.down) + len(self.bandwidth_bps) + len(self.faults)
+
+    @property
     def rank(self) -> tuple[int, int, int, str]:
         """Clean conditions first, then by how much was changed (a report's order of groups)."""
-        changed = len(self.loss) + len(self.down) + len(self.bandwidth_bps) + len(self.faults)
-        return (0 if self.recorded else 1, changed, self.scale or 0, self.label)
+        return (0 if self.recorded else 1, self.changed, self.scale or 0, self.label)
 
     def differences(self, other: Conditions) -> list[Difference]:
         """What differs from ``other``: each thing with its value here and there."""

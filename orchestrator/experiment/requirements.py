@@ -15,9 +15,9 @@ them. Here each word becomes a measurement:
 * sparseness: bytes on the fabric's links per payload byte delivered (header and replication together);
 * simplicity: control packets and bytes on the wire over the run (IGMP, proxy and overlay reports);
 * failure: the deliveries a run with a link fault missed, and how many receivers missed any (the
-  failure domain). When the
-  receivers had it again is not here: a run records when each message was sent and delivered, not each
-  packet, and a trace whose ops all start at once sends every message before a fault mid-transfer.
+  failure domain). When the receivers had data again is not here: a run records when each message was
+  sent and delivered, not each packet, and a trace whose ops all start at once sends every message
+  before a fault mid-transfer.
 
 Pure: built from :class:`RunResult` records; the report's ``requirements`` section renders it.
 """
@@ -81,7 +81,7 @@ class Column:
 
 
 def is_clean(c: Conditions) -> bool:
-    return not (c.loss or c.down or c.bandwidth_bps or c.faults)
+    return c.changed == 0
 
 
 def worst_loss(c: Conditions) -> float:
@@ -102,8 +102,7 @@ def interactivity(mode: Mode, run: RunResult | None) -> str:
     sent = int(src.get("sender.sent", 0))
     if not sent:
         return "no DATA sent"
-    got = {k: int(src.get(f"source.rx.{k}.packets", 0)) for k in FEEDBACK_KINDS}
-    per = sum(got.values()) / sent
+    per = sum(int(src.get(f"source.rx.{k}.packets", 0)) for k in FEEDBACK_KINDS) / sent
     return f"{per:.3f} ({RELIABLE[mode]} feedback, {sent} DATA packets)"
 
 

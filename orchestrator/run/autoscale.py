@@ -146,8 +146,8 @@ def choose_scale(
     (tc's TBF); ``floors``: other smallest scales the lab needs, each with why (its IGMP timers' codes)."""
     if demand.fabric_s <= 0:
         raise ValueError("a trace predicted to take no fabric time has no scale to choose")
-    needs: list[tuple[float, str]] = [(float(floor), "tc's TBF must shape the fastest link")]
-    needs += [(float(f), why) for f, why in floors]
+    floors = [(floor, "tc's TBF must shape the fastest link"), *floors]
+    needs: list[tuple[float, str]] = [(float(f), why) for f, why in floors]
     for role, packets, cost in (
         ("host", demand.host_packets, calibration.host_cpu_per_packet_s),
         ("BFR", demand.bfr_packets, calibration.bfr_cpu_per_packet_s),
@@ -178,6 +178,6 @@ def choose_scale(
         )
     )
     needs.sort(key=lambda need: -need[0])
-    scale = max(floor, *(f for f, _why in floors), nice_ceiling(needs[0][0]))
+    scale = max(*(f for f, _why in floors), nice_ceiling(needs[0][0]))
     why = tuple(f"{text} (from 1:{math.ceil(need)})" for need, text in needs)
     return Choice(TimeScale(scale), why)
