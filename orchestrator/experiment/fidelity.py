@@ -74,6 +74,9 @@ AGENT_WAIT_COUNTERS = ("bier.tx.waits",)
 # The reliable transport's wake-ups that came later than a quarter of its least retransmission timeout
 # with work pending, and by how much in all (aidcnet/agent/reliable/service.py, LATE_SHARE).
 AGENT_LATE_COUNTERS = ("reliable.late-wakeups", "reliable.late-us")
+# ... and the datagrams it took in later than that after the kernel received them (an ACK held in a busy
+# agent's socket: a sender's timer fired for it in a run the other checks held, at two scales).
+AGENT_LATE_ARRIVAL_COUNTERS = ("reliable.late-arrivals", "reliable.late-arrival-us")
 
 
 def pace_reason(completion_fabric_s: float, predicted_fabric_s: float, by: str) -> str | None:
@@ -143,16 +146,30 @@ def agent_waits(deltas: Mapping[str, Mapping[str, int]]) -> list[str]:
 
 def agent_late(deltas: Mapping[str, Mapping[str, int]]) -> list[str]:
     """Reasons: the nodes whose reliable transport ran late during the run. Its timers are in fabric
-    time, so a pass held back by our software (not by the links, which the sampler watches) times its
-    feedback by our Python's pace, and a timer may fire for an answer that was only late."""
+    time, so a pass held back by our software (not by the links, which the sampler watches), or a datagram
+    left waiting in its socket, times its feedback by our Python's pace, and a timer may fire for an answer
+    that was only late."""
     wakeups, late_us = AGENT_LATE_COUNTERS
-    return [
-        f"node {node}: its reliable transport woke {counters[wakeups]} times later than a quarter of its "
-        f"least retransmission timeout ({counters.get(late_us, 0) / 1e3:.0f} ms late in all): paced by our "
-        "software, not by its links"
-        for node, counters in sorted(deltas.items())
-        if counters.get(wakeups)
-    ]
+    arrivals, arrival_us = AGENT_LATE_ARRIVAL_COUNTERS
+    reasons = []
+    for node, counters in sorted(deltas.items()):
+        said = []
+        if counters.get(wakeups):
+            said.append(
+                f"woke {counters[wakeups]} times later than a quarter of its least retransmission timeout "
+                f"({counters.get(late_us, 0) / 1e3:.0f} ms late in all)"
+            )
+        if counters.get(arrivals):
+            said.append(
+                f"took in {counters[arrivals]} datagrams later than a quarter of its least retransmission "
+                f"timeout after they arrived ({counters.get(arrival_us, 0) / 1e3:.0f} ms late in all)"
+            )
+        if said:
+            reasons.append(
+                f"node {node}: its reliable transport {' and '.join(said)}: paced by our software, not by "
+                "its links"
+            )
+    return reasons
 
 
 def agent_losses(deltas: Mapping[str, Mapping[str, int]]) -> dict[str, dict[str, int]]:

@@ -184,6 +184,13 @@ class ReliableEndpoint:
         self.before_read: Callable[[], object] | None = None
         self.late_wakeups = 0
         self.late_us = 0
+        # Datagrams handed to the node later than the same share after the kernel received them: an ACK
+        # that sat in our socket while the loop was busy reaches its sender late, and the sender's timer
+        # may fire for it, with no pass of this node's own timer late (that counts only while one is due).
+        self.late_arrivals = 0
+        self.late_arrival_us = 0
+        # Every datagram stamped: what the late count is timed by.
+        self.enable_rx_stamps()
 
     def enable_rx_stamps(self) -> None:
         """Time what arrives by the kernel's receive stamp (:attr:`ReliableNode.rx_stamp_ns`): a host's
@@ -244,6 +251,7 @@ class ReliableEndpoint:
                 log.warning("reliable socket receive failed: %s", exc)
                 break
             self.node.rx_stamp_ns = rx_stamp_ns(anc) if space else 0
+            self.count_late_arrival(self.node.rx_stamp_ns)
             self.node.on_datagram(data, src, self.clock(), sport)
             n += 1
         return n
@@ -289,6 +297,16 @@ class ReliableEndpoint:
         if late > self._late_after:
             self.late_wakeups += 1
             self.late_us += int(late * 1e6)
+
+    def count_late_arrival(self, stamp_ns: int) -> None:
+        """Count a datagram handed to the node later than :data:`LATE_SHARE` of the least RTO after the
+        kernel stamped its arrival (``stamp_ns``, the realtime clock's ns; 0: no stamp, not counted)."""
+        if not stamp_ns:
+            return
+        late = (time.time_ns() - stamp_ns) / 1e9
+        if late > self._late_after:
+            self.late_arrivals += 1
+            self.late_arrival_us += int(late * 1e6)
 
     def _late_threshold(self) -> float:
         """:data:`LATE_SHARE` of the transport's least RTO, in wall seconds at the clock's scale."""
@@ -450,6 +468,7 @@ class ReliablePart(Service):
             return False
         service = self.bier.current
         self.endpoint.node.rx_stamp_ns = service.dataplane.rx_stamp_ns if service is not None else 0
+        self.endpoint.count_late_arrival(self.endpoint.node.rx_stamp_ns)
         self.endpoint.node.on_bier_delivery(datagram, self.endpoint.clock())
         self.endpoint.nudge()
         return True
@@ -556,6 +575,8 @@ class ReliablePart(Service):
         out["reliable.tx.overflow"] = self.endpoint.out.overflow
         out["reliable.late-wakeups"] = self.endpoint.late_wakeups
         out["reliable.late-us"] = self.endpoint.late_us
+        out["reliable.late-arrivals"] = self.endpoint.late_arrivals
+        out["reliable.late-arrival-us"] = self.endpoint.late_arrival_us
         return out
 
     def status(self) -> dict[str, Any]:

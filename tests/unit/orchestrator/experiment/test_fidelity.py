@@ -227,6 +227,25 @@ def test_a_reliable_transport_that_woke_late_is_a_reason_naming_its_node():
     assert agent_late({"h1": {"reliable.sender.sent": 9}}) == []
 
 
+def test_a_reliable_transport_that_took_datagrams_in_late_is_a_reason_naming_its_node():
+    # An aggregating leaf whose loop was busy while ACKs waited in its socket: its own timers were never
+    # late, and the source's fired for the ACKs it held.
+    deltas = {
+        "leaf1": {"reliable.late-arrivals": 3, "reliable.late-arrival-us": 1_500_000},
+        "h1": {"reliable.late-wakeups": 1, "reliable.late-us": 200_000, "reliable.late-arrivals": 2,
+               "reliable.late-arrival-us": 300_000},
+    }  # fmt: skip
+    assert agent_late(deltas) == [
+        "node h1: its reliable transport woke 1 times later than a quarter of its least retransmission "
+        "timeout (200 ms late in all) and took in 2 datagrams later than a quarter of its least "
+        "retransmission timeout after they arrived (300 ms late in all): paced by our software, not by its "
+        "links",
+        "node leaf1: its reliable transport took in 3 datagrams later than a quarter of its least "
+        "retransmission timeout after they arrived (1500 ms late in all): paced by our software, not by its "
+        "links",
+    ]
+
+
 def test_a_short_busy_spell_above_the_rate_by_its_bucket_is_no_reason():
     # The demo's MoE unicast run: 0.22 s busy at 21.1 Mbit/s on a 20 Mbit/s shaper with a 19 KB bucket.
     rate, busy = 20_000_000, 0.22

@@ -341,6 +341,28 @@ def test_a_pass_held_past_a_quarter_of_the_least_rto_is_counted_late_and_an_earl
         loop.close()
 
 
+def test_a_datagram_taken_in_a_quarter_of_the_least_rto_after_it_arrived_is_counted_late() -> None:
+    """An ACK that waited in a busy agent's socket: the kernel stamped it on arrival, the node got it late.
+    Counted by the endpoint's real socket, stamped by the kernel."""
+    import socket
+    import time
+
+    scale = TimeScale(50000)
+    ep = ReliableEndpoint(1, lambda _b: None, source="127.0.0.1", bind="127.0.0.1", port=0, scale=scale)
+    try:
+        assert ep._late_after == pytest.approx(0.15625)
+        ep.count_late_arrival(0)  # no stamp: not counted
+        ep.count_late_arrival(time.time_ns() - 100_000_000)  # 0.1 s: within the share
+        assert (ep.late_arrivals, ep.late_arrival_us) == (0, 0)
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as peer:
+            peer.sendto(b"not a reliable message", ep.rx.getsockname())
+            time.sleep(0.25)  # held past the quarter before the endpoint reads it
+            assert ep._read() == 1
+        assert ep.late_arrivals == 1 and ep.late_arrival_us >= 250_000
+    finally:
+        ep.close()
+
+
 def test_the_fabric_clock_runs_scale_times_slower_and_stays_continuous_when_rescaled() -> None:
     from aidcnet.agent.reliable.service import FabricClock
 
