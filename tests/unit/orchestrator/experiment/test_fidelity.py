@@ -210,6 +210,14 @@ def test_agent_losses_pick_our_softwares_drops_not_protocol_drops():
     assert not v.faithful and v.reasons == ["node leaf1: 119 packets dropped at agent net-bier.emit-errors"]
 
 
+def test_reports_the_fast_path_lost_for_a_slow_agent_spoil_the_run():
+    # The ring between the eBPF program and the agent was full: a window's aggregation state was never
+    # made, its ACKs went end to end, a behaviour no switch that keeps up would show.
+    got = agent_losses({"leaf2": {"bier.ebpf.report-lost": 3, "bier.ebpf.reported": 900}})
+    assert got == {"leaf2": {"agent bier.ebpf.report-lost": 3}}
+    assert not verdict([], [NodeCounters("leaf2", 0.1, got["leaf2"])]).faithful
+
+
 def test_a_bfr_that_waited_is_a_note_naming_it():
     notes = agent_waits({"spine1": {"bier.tx.waits": 13}, "leaf1": {"bier.tx.waits": 0}})
     assert notes == ["node spine1: its BFR waited 13 times for room to send (bier.tx.waits)"]
