@@ -152,21 +152,21 @@ def agent_late(deltas: Mapping[str, Mapping[str, int]]) -> list[str]:
     time, so a pass held back by our software (not by the links, which the sampler watches), or a datagram
     left waiting in its socket, times its feedback by our Python's pace, and a timer may fire for an answer
     that was only late."""
-    wakeups, late_us = AGENT_LATE_COUNTERS
-    arrivals, arrival_us = AGENT_LATE_ARRIVAL_COUNTERS
+    said_of = (
+        (AGENT_LATE_COUNTERS, "woke {} times later than a quarter of its least retransmission timeout"),
+        (
+            AGENT_LATE_ARRIVAL_COUNTERS,
+            "took in {} datagrams later than a quarter of its least retransmission timeout after they "
+            "arrived",
+        ),
+    )
     reasons = []
     for node, counters in sorted(deltas.items()):
-        said = []
-        if counters.get(wakeups):
-            said.append(
-                f"woke {counters[wakeups]} times later than a quarter of its least retransmission timeout "
-                f"({counters.get(late_us, 0) / 1e3:.0f} ms late in all)"
-            )
-        if counters.get(arrivals):
-            said.append(
-                f"took in {counters[arrivals]} datagrams later than a quarter of its least retransmission "
-                f"timeout after they arrived ({counters.get(arrival_us, 0) / 1e3:.0f} ms late in all)"
-            )
+        said = [
+            f"{text.format(counters[count])} ({counters.get(late_us, 0) / 1e3:.0f} ms late in all)"
+            for (count, late_us), text in said_of
+            if counters.get(count)
+        ]
         if said:
             reasons.append(
                 f"node {node}: its reliable transport {' and '.join(said)}: paced by our software, not by "

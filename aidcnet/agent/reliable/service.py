@@ -176,7 +176,6 @@ class ReliableEndpoint:
         self._timer: asyncio.TimerHandle | None = None
         self._kicked = float("-inf")
         self._idle = True
-        self._stamp_space = 0
         # The wall time the timer was set for while work was pending (None: idle), and how late it ran.
         self._due_wall: float | None = None
         self._late_after = self._late_threshold()
@@ -189,15 +188,9 @@ class ReliableEndpoint:
         # may fire for it, with no pass of this node's own timer late (that counts only while one is due).
         self.late_arrivals = 0
         self.late_arrival_us = 0
-        # Every datagram stamped: what the late count is timed by.
-        self.enable_rx_stamps()
-
-    def enable_rx_stamps(self) -> None:
-        """Time what arrives by the kernel's receive stamp (:attr:`ReliableNode.rx_stamp_ns`): a host's
-        deliveries to its replay are then timed as the network delivered them, not as we read them."""
-        if not self._stamp_space:
-            enable_rx_stamps(self.rx)
-            self._stamp_space = STAMP_SPACE
+        # Every datagram carries the kernel's receive stamp (:attr:`ReliableNode.rx_stamp_ns`): what the
+        # late count is timed by, and a host's deliveries to its replay, as the network delivered them.
+        enable_rx_stamps(self.rx)
 
     def _send(self, message: bytes, address: str) -> None:
         # A full buffer or queue keeps the datagram for later (in order); a refused one is counted
@@ -239,18 +232,17 @@ class ReliableEndpoint:
         """Hand the node every datagram waiting on the socket (at most :data:`READ_MAX`)."""
         if self.before_read is not None:
             self.before_read()
-        space = self._stamp_space
         n = 0
         while n < READ_MAX:
             try:
-                data, anc, _flags, (src, sport) = self.rx.recvmsg(RECV_SIZE, space)
+                data, anc, _flags, (src, sport) = self.rx.recvmsg(RECV_SIZE, STAMP_SPACE)
             except (BlockingIOError, InterruptedError):
                 break
             except OSError as exc:
                 self.node.counters["rx.errors"] += 1
                 log.warning("reliable socket receive failed: %s", exc)
                 break
-            self.node.rx_stamp_ns = rx_stamp_ns(anc) if space else 0
+            self.node.rx_stamp_ns = rx_stamp_ns(anc)
             self.count_late_arrival(self.node.rx_stamp_ns)
             self.node.on_datagram(data, src, self.clock(), sport)
             n += 1
@@ -406,12 +398,6 @@ class ReliablePart(Service):
     def close_multicast(self) -> None:
         if self.endpoint is not None:
             self.endpoint.close_multicast()
-
-    def enable_rx_stamps(self) -> None:
-        """Deliveries timed by the kernel's receive stamps on this transport's socket (host-BIER DATA comes
-        through the BIER dataplane, whose stamps the replay asks for)."""
-        if self.endpoint is not None:
-            self.endpoint.enable_rx_stamps()
 
     def toward(self, bfr_id: int) -> str | None:
         """The address of the BIER neighbor toward BFR-id ``bfr_id`` (the first alternative of its BIFT

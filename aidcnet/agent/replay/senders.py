@@ -299,7 +299,6 @@ class ReliableSender(Sender):
             payload, node.rx_stamp_ns or time.time_ns(), src=src
         )
         node.on_data_sent = self._data_sent
-        part.enable_rx_stamps()
 
     def open_transport(self, load: ReplayLoad) -> None:
         """What the flows travel on beyond the transport's own sockets (network-BIER: a multicast one)."""

@@ -116,7 +116,6 @@ def test_reliable_flow_over_bier_dataplanes(lab: Lab, feedback: str, see_data: b
     try:
         net = Net(lab, feedback, eps, see_data)
         sent = [b"m%03d" % i + bytes(500) for i in range(60)]
-        eps["A"].enable_rx_stamps()
         before = time.time_ns()
         eps["A"].node.open_bier_flow(21, RECEIVERS, sent, eps["A"].clock())
         net.run()

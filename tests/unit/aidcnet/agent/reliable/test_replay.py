@@ -53,9 +53,6 @@ class Part:
     def close_multicast(self) -> None:
         self._node.multicast = None
 
-    def enable_rx_stamps(self) -> None:
-        """Nothing arrives through sockets here: deliveries are timed when handed over."""
-
 
 class Wire:
     def __init__(self, loss: float, seed: int) -> None:
