@@ -44,8 +44,6 @@ from aidcnet.roles import AGENT_ROLES, Role
 log = logging.getLogger("aidcnet.agent")
 
 APPLIED_SUFFIX = ".applied"
-# How long a restart waits after its reply so the caller reads it before the control socket closes.
-RESTART_REPLY_S = 0.1
 
 
 def build_services(role: Role) -> list[Service]:
@@ -232,12 +230,23 @@ class Agent:
     async def restart(self, _request: dict[str, Any]) -> dict[str, Any]:
         """Restart in place, as a router's control process that crashed and came back: the services stop,
         then the same process execs a fresh agent, which starts from its node file with nothing of the
-        old state (BIFT, aggregation windows, BGP sessions). The reply goes out first."""
+        old state (BIFT, aggregation windows, BGP sessions). The reply goes out first, with the counters
+        as the old agent leaves them: a driver adds them to the new agent's, and nothing counted between
+        a separate read and the restart is lost."""
         if self._stop is None:
             raise ValueError("the agent is not serving yet")
         self._restart = True
-        asyncio.get_running_loop().call_later(RESTART_REPLY_S, self._stop.set)
-        return {"ok": True, "pid": os.getpid(), "uptime_s": round(time.time() - self.started, 3)}
+        counters = (await self.show_counters(_request))["counters"]
+        # The stop runs on the loop's next turn: the control server writes the reply to the socket as the
+        # handler returns (a write goes to the kernel at once), so the caller has it and the restart takes
+        # effect as it is answered, not a safety margin later (a fault's moment in a run).
+        asyncio.get_running_loop().call_soon(self._stop.set)
+        return {
+            "ok": True,
+            "pid": os.getpid(),
+            "uptime_s": round(time.time() - self.started, 3),
+            "counters": counters,
+        }
 
     def handlers(self) -> dict[Op, Handler]:
         table: dict[Op, Handler] = {

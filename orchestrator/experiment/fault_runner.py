@@ -16,6 +16,7 @@ from orchestrator.experiment.faults import (
     check_targets,
     counters_across_restarts,
     fault_lines,
+    late_faults,
 )
 from orchestrator.experiment.session import LabSession
 from orchestrator.lab.linkset import Runtime
@@ -41,6 +42,7 @@ class FaultRunner:
         self.lab_dir = lab_dir
         self.start_lead_s = start_lead_s  # from the run step's start to the run's zero (the mode's)
         self.zero = 0.0  # wall time of the run's zero, set as the run step begins (__enter__)
+        self.end_s: float | None = None  # the run step's end, seconds after the zero (__exit__)
         # node -> its agent's counters read just before each restart (the run's share spans restarts).
         self.segments: dict[str, list[dict[str, int]]] = {}
         self._cancel = threading.Event()
@@ -67,6 +69,7 @@ class FaultRunner:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.end_s = self._now()
         self._cancel.set()
         if self._thread.is_alive():
             self._thread.join()
@@ -81,25 +84,30 @@ class FaultRunner:
                 return  # the run is over: this fault and the later ones never happened
             record.started_s = self._now()
             try:
-                record.lines = self._apply(record.fault)
+                record.lines = self._apply(record)
                 record.done_s = self._now()
             except Exception as exc:  # recorded and judged by the run, never a crash of the driver
                 record.error = f"{type(exc).__name__}: {exc}"
 
-    def _apply(self, fault: Fault) -> list[str]:
+    def _apply(self, record: FaultRecord) -> list[str]:
+        fault = record.fault
         if fault.kind == "link":
             from orchestrator.lab.linkset import link_set
 
             action, *values = fault.words
-            return link_set(self.runtime, self.lab_dir, fault.target, action, values)
-        return self._restart(fault.node)
+            lines = link_set(self.runtime, self.lab_dir, fault.target, action, values)
+            record.effect_s = self._now()
+            return lines
+        return self._restart(record)
 
-    def _restart(self, node: str) -> list[str]:
+    def _restart(self, record: FaultRecord) -> list[str]:
+        node = record.fault.node
         agent = self.session.agent(node)
+        old = agent.restart()  # its counters come with the answer, as it stopped counting
+        record.effect_s = self._now()
         self.segments.setdefault(node, []).append(
-            {k: int(v) for k, v in agent.counters().items() if isinstance(v, int)}
+            {k: int(v) for k, v in old["counters"].items() if isinstance(v, int)}
         )
-        old = agent.restart()
         deadline = time.monotonic() + RESTART_TIMEOUT_S
         while time.monotonic() < deadline:
             time.sleep(HEALTH_POLL_S)
@@ -121,6 +129,13 @@ class FaultRunner:
             if node in out:
                 out[node] = counters_across_restarts(segments, out[node])
         return out
+
+    def late_reasons(self, time_scale: TimeScale) -> list[str]:
+        """Why the run is not faithful on account of its faults' timing: any that took effect late
+        (:func:`late_faults`); none before the run step has ended."""
+        if self.end_s is None:
+            return []
+        return late_faults(self.records, self.end_s, time_scale)
 
     def judge(self, outcome: ModeOutcome, time_scale: TimeScale) -> None:
         """The faults into the run's record (``settings.faults``), lines and verdict: a fault that failed or

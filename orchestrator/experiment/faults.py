@@ -118,25 +118,41 @@ def check_targets(faults: Iterable[Fault], roles: Mapping[str, str], lab: str) -
             )
 
 
+# A fault that took effect later than this share of the run (zero to end) after its time fell on other
+# traffic than the run asked for: the fault runner is one more thread of ours, and a busy machine can wake
+# it late. The same share of any run at any scale, as a node's held time is weighed (fidelity.py).
+FAULT_LATE_SHARE = 0.05
+
+
 @dataclass
 class FaultRecord:
-    """What became of one fault in a run (``settings.faults``); seconds after the run's zero."""
+    """What became of one fault in a run (``settings.faults``); wall seconds after the run's zero."""
 
     fault: Fault
     started_s: float | None = None
     done_s: float | None = None
     lines: list[str] = field(default_factory=list)
     error: str | None = None
+    # By when it had taken effect: a link's change made, a restarting agent told to go (its return is the
+    # recovery, done_s). Later than started_s by what it took to get there.
+    effect_s: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "fault": self.fault.text,
             "at_s": self.fault.at_s,
             "started_s": self.started_s,
+            "effect_s": self.effect_s,
             "done_s": self.done_s,
             "lines": self.lines,
             "error": self.error,
         }
+
+    def late_s(self, time_scale: TimeScale) -> float | None:
+        """Wall seconds between the fault's time and its taking effect; None if it never did."""
+        if self.effect_s is None:
+            return None
+        return self.effect_s - time_scale.wall_s(self.fault.at_s)
 
     def problem(self) -> str | None:
         """Why the run did not get the fault it asked for, or None."""
@@ -150,6 +166,23 @@ class FaultRecord:
         return None
 
 
+def late_faults(records: Iterable[FaultRecord], run_s: float, time_scale: TimeScale) -> list[str]:
+    """Reasons the run is not faithful: each fault that took effect more than FAULT_LATE_SHARE of the run
+    (``run_s``: wall seconds from its zero to its end) after its time, in fabric and wall time."""
+    clock = Clock(time_scale)
+    out = []
+    for r in records:
+        late = r.late_s(time_scale)
+        if late is None or late <= FAULT_LATE_SHARE * run_s:
+            continue
+        out.append(
+            f"fault {r.fault.describe()!r} took effect {clock.both(late)} after its time "
+            f"({format_seconds(r.fault.at_s)} fabric), more than {FAULT_LATE_SHARE:.0%} of the run "
+            f"({wall(run_s)}): the emulator applied it late, so it fell on other traffic than asked for"
+        )
+    return out
+
+
 def fault_lines(records: Iterable[FaultRecord], time_scale: TimeScale) -> list[str]:
     """One line per fault for the run's summary: when it took effect in fabric time at the scale the run's
     links were shaped to, beside the wall time that is, and how long applying it took on the
@@ -160,8 +193,10 @@ def fault_lines(records: Iterable[FaultRecord], time_scale: TimeScale) -> list[s
         if r.started_s is None or r.error is not None:
             out.append(f"fault {r.fault.describe()} at {format_seconds(r.fault.at_s)} fabric: {r.problem()}")
             continue
+        late = r.late_s(time_scale)
+        effect = "" if late is None else f", in effect {clock.both(late)} after its time"
         took = "" if r.done_s is None else f", done after {wall(r.done_s - r.started_s)}"
-        out.append(f"fault {r.fault.describe()} at {clock.both(r.started_s)}{took}")
+        out.append(f"fault {r.fault.describe()} at {clock.both(r.started_s)}{effect}{took}")
     return out
 
 

@@ -281,18 +281,20 @@ class FabricWatch:
         self,
         agent_deltas: dict[str, dict[str, int]],
         due_spans: dict[str, list[tuple[float, float]]] | None = None,
+        late: list[str] | None = None,
     ) -> TimingRecord | None:
         """The run's timing record, judged once the driver has the agents' counters over the run: a packet
         our software dropped spoils the timing as much as one the kernel dropped. ``due_spans``: per
         sending node, [(due, last datagram handed over)] of each op in wall-clock seconds, from the
-        agents' accounts (a node that held data due while its links idled set the pace). None after a
-        failed run."""
+        agents' accounts (a node that held data due while its links idled set the pace). ``late``: reasons
+        the driver found something of ours ran late (a fault that took effect late). None after a failed
+        run."""
         if self.sampler is None:
             self.record = TimingRecord(lossless=self.lossless)
         elif self._fabric_after is not None:
             judged = self._judge(agent_losses(agent_deltas), due_spans or {})
             update: dict[str, Any] = {"notes": [*judged.notes, *agent_waits(agent_deltas)]}
-            if judged.faithful is not None and (late := agent_late(agent_deltas)):
+            if judged.faithful is not None and (late := [*agent_late(agent_deltas), *(late or [])]):
                 update |= {"reasons": [*judged.reasons, *late], "faithful": False}
             self.record = judged.model_copy(update=update)
         return self.record

@@ -14,9 +14,9 @@
   time after the shaper, varied by up to ± J without reordering: the lab's delay relay
   (:mod:`orchestrator.lab.relay`) is started, told or stopped to match, and fabric.json records it.
 
-Down/up and the agents' view go through the node's own tools (``ip`` via docker exec, and the node's agent
-through its control socket);
-shapers and the fault program are set from the host into the node's namespace, so FRR nodes get them too.
+The agents' view goes through the node's agent (its control socket); down/up, the shapers and the fault
+program are set from the host into the node's namespace (netlink, tc, bpftool), so FRR nodes get them too
+and a fault's moment is not a ``docker exec``'s 100 ms or more.
 """
 
 from __future__ import annotations
@@ -103,6 +103,7 @@ class FabricIO(Protocol):
     def node_netns(self, container: str) -> str: ...
     def apply_shapers(self, netns: str, ends: list[EndShaper]) -> int: ...
     def set_link_fault(self, netns: str, interface: str, fault: LinkFault) -> None: ...
+    def set_link_state(self, netns: str, interface: str, up: bool) -> None: ...
 
 
 class RelayIO(Protocol):
@@ -142,9 +143,10 @@ def link_set(
         fabric_io = shaping  # type: ignore[assignment]
     assert fabric_io is not None
     if action in ("down", "up"):
-        code, out = runtime.exec(here.container, ["ip", "link", "set", "dev", interface, action])
-        if code != 0:
-            raise LinkSetError(f"{node}: ip link set {interface} {action} failed: {out.strip()}")
+        try:
+            fabric_io.set_link_state(fabric_io.node_netns(here.container), interface, action == "up")
+        except (RuntimeError, OSError) as exc:
+            raise LinkSetError(f"{node}: setting {interface} {action} failed: {exc}") from None
         lines = [f"{node}:{interface} {action} (peer {peer.node}:{peer.interface} sees carrier {action})"]
         # fabric.json records it, so the runs made while it is down say so (settings.conditions).
         try:

@@ -155,7 +155,9 @@ def run_experiment(
             links=link_deltas(links_before, links_after, link_pairs(topo)),
             agents=(agents := agent_deltas(agents_before, agents_after)),
             messages=outcome.messages,
-            timing=watch.finish(agents, due_spans(outcome, finished.timestamp())),
+            timing=watch.finish(
+                agents, due_spans(outcome, finished.timestamp()), faults.late_reasons(session.time_scale)
+            ),
         )
         run_dir = save_judged(result, predicted, outcome, watch, results_dir)
     done = RunOutcome(load_run(run_dir), run_dir, outcome)

@@ -165,25 +165,34 @@ def test_a_reliable_replay_survives_a_link_down_and_a_bfr_restart_mid_run(runtim
     topo, lab_dir = lab
     ids = bfr_ids(topo)
     remote_hosts = {ids[h] for h in ("h3", "h4", "h5", "h6", "h7", "h8")}
-    hops = bift_when(
-        runtime, topo, "leaf1", lambda h: all(h.get(i) == {"spine1", "spine2"} for i in remote_hosts)
-    )
-    assert all(hops.get(i) == {"spine1", "spine2"} for i in remote_hosts), hops
     trace = tmp_path / "model.jsonl"
     aidclab(
         "workload", "model-dist", "--hosts", ",".join(HOSTS), "--size", "2MiB", "--chunk-bytes", "256KiB",
         "-o", str(trace),
     )  # fmt: skip
     faults = schedule(["15us link leaf1:eth1 down", "30us restart spine2"])
-    try:
-        done = run_experiment(
-            topo, trace, "reliable-host-bier", RunOptions(faults=tuple(faults)), runtime=runtime,
-            results_dir=tmp_path / "results",
-        )  # fmt: skip
-    finally:
-        link_set(runtime, lab_dir, "leaf1:eth1", "up")
-    for line in done.mode.lines:
-        print(line)
+    # A run whose faults the emulator applied late says so in its verdict: it is not the run this test is
+    # about (the restart could fall after the last DATA), so it is made once more, and a second late run
+    # fails the test.
+    for attempt in (1, 2):
+        hops = bift_when(
+            runtime, topo, "leaf1", lambda h: all(h.get(i) == {"spine1", "spine2"} for i in remote_hosts)
+        )
+        assert all(hops.get(i) == {"spine1", "spine2"} for i in remote_hosts), hops
+        try:
+            done = run_experiment(
+                topo, trace, "reliable-host-bier", RunOptions(faults=tuple(faults)), runtime=runtime,
+                results_dir=tmp_path / f"results-{attempt}",
+            )  # fmt: skip
+        finally:
+            link_set(runtime, lab_dir, "leaf1:eth1", "up")
+        for line in done.mode.lines:
+            print(line)
+        late = [r for r in done.result.timing.reasons if r.startswith("fault ")] if done.result.timing else []
+        if not late:
+            break
+        print(f"attempt {attempt}: {late}")
+    assert not late, late
     records = done.result.meta.settings["faults"]
     assert [r["fault"] for r in records] == [f.text for f in faults]
     assert all(r["error"] is None and r["done_s"] is not None for r in records), records
@@ -193,7 +202,7 @@ def test_a_reliable_replay_survives_a_link_down_and_a_bfr_restart_mid_run(runtim
     assert sources.get("sender.receivers-failed", 0) == 0
     # The restart came while h1's link was still busy (2 MiB at 400G is 42 µs of fabric time): DATA through
     # spine2 was lost and had to be sent again.
-    assert done.result.metrics.completion_time > records[1]["started_s"]
+    assert done.result.metrics.completion_time > records[1]["effect_s"]
     assert sources.get("sender.retransmitted", 0) > 0, sources
     # The fabric is whole again for the next dataplane: ECMP over both spines at leaf1.
     hops = bift_when(

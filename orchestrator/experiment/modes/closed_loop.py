@@ -188,7 +188,7 @@ class ClosedLoop:
         self.start_ns, self.send_errors = start_and_wait(
             session, self.active, list(self.all_hosts), self.expected, len(self.messages),
             session.time_scale.wall_s(busiest), self.mode.options, say,
-            flight_s=flight_wall_s(session, self.messages),
+            flight_s=flight_wall_s(session, self.messages), quiet_s=self.mode.quiet_wall_s(session),
         )  # fmt: skip
 
     # -- collect ----------------------------------------------------------------------------------------

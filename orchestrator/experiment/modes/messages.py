@@ -48,6 +48,11 @@ class MessageMode(ExperimentMode):
         """One op of a host's schedule as the agent takes it (the IP-multicast modes add its group)."""
         return ReplayOp(op.id, op.t, op.bytes, tuple(op.dst))
 
+    def quiet_wall_s(self, session: LabSession) -> float:
+        """Wall seconds a live run of this mode may go with nothing changing at any host (beyond the
+        replay's ``--timeout``): none for a mode that sends on its schedule and is done."""
+        return 0.0
+
     def host_load(self, session: LabSession, host: str, ops: list[ReplayOp]) -> ReplayLoad:
         """What ``host`` is told for the run: its ops, the receivers they name, the run's knobs; a mode
         adds what it needs (``dataclasses.replace`` of its base's)."""
@@ -112,7 +117,7 @@ class MessageMode(ExperimentMode):
         duration = session.time_scale.wall_s(max((op.t for op in ops), default=0.0))
         self.start_ns, self.send_errors = start_and_wait(
             session, self.senders, self.all_hosts, self.expected, len(ops), duration, self.options, say,
-            flight_s=flight_wall_s(session, ops),
+            flight_s=flight_wall_s(session, ops), quiet_s=self.quiet_wall_s(session),
         )  # fmt: skip
 
     def results(self, session: LabSession) -> dict[str, dict[str, Any]]:

@@ -283,6 +283,11 @@ class ReliableMode(MessageMode):
         fields = ("fail_after", "initial_rto", "min_rto", "max_rto", "ack_delay", "nack_interval")
         return {name: getattr(self.times, name) for name in (*fields, "nack_max_interval")}
 
+    def quiet_wall_s(self, session: LabSession) -> float:
+        """A source owed something resends at least every largest RTO (fabric time), until its receivers
+        answer or it declares them failed."""
+        return session.time_scale.wall_s(self.times.max_rto)
+
     def run(self, session: LabSession, ops: list[TraceOp], say: Say) -> None:
         self.links_before = _fault_stats(session)
         super().run(session, ops, say)

@@ -5,6 +5,7 @@ hold: :func:`flight_wall_s`), each host's results, the judgement of every (messa
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -83,12 +84,17 @@ def start_and_wait(
     options: RunOptions,
     say: Say,
     flight_s: float = 0.0,
+    quiet_s: float = 0.0,
 ) -> tuple[int, dict[str, Any]]:
     """Start ``senders`` on one clock and poll every host until the senders are done and the ``expected``
-    (message, receiver) deliveries are in, or the drain or the deadline (``duration_s`` wall seconds of
-    schedule and ``options.timeout_s``) passes. Deliveries arrive up to a path's delay after the last send
-    (docs/delay.md): ``flight_s`` (:func:`flight_wall_s`) is waited for too, in the deadline and the
-    drain. Returns the start (wall ns) and the send errors."""
+    (message, receiver) deliveries are in, or the drain or the deadline passes. Deliveries arrive up to a
+    path's delay after the last send (docs/delay.md): ``flight_s`` (:func:`flight_wall_s`) is waited for
+    too, in the deadline and the drain. The deadline is ``duration_s`` wall seconds of schedule and
+    ``options.timeout_s``, and later while the hosts still make progress: a run gives up only once nothing
+    has changed in any host's status for ``options.timeout_s`` plus ``quiet_s``, the longest a live run of
+    the mode may legitimately show no change (a reliable source backing off to its largest RTO, fabric
+    time at the lab's scale: a recovery at 1:60000 runs for minutes of wall time). Returns the start
+    (wall ns) and the send errors."""
     lost = session.lost
     status: dict[str, dict[str, Any]] = {}
     start_ns = time.time_ns() + int(START_LEAD_S * 1e9)
@@ -97,6 +103,7 @@ def start_and_wait(
     deadline = time.monotonic() + START_LEAD_S + duration_s + flight_s + options.timeout_s
     drain_until: float | None = None
     last = ""
+    seen, changed_at = progress_of(status), time.monotonic()
     while True:
         for n in hosts:
             agent = session.agent(n)
@@ -114,13 +121,16 @@ def start_and_wait(
             say(line)
             last = line
         now = time.monotonic()
+        if (progress := progress_of(status)) != seen:
+            seen, changed_at = progress, now
         if done and drain_until is None:
             drain_until = now + options.drain_s + flight_s
         if done and delivered >= expected:
             # A short settle so late duplicates are counted too.
             time.sleep(min(0.3, options.drain_s))
             break
-        if (drain_until is not None and now > drain_until) or now > deadline:
+        stalled = now > deadline and now > changed_at + options.timeout_s + quiet_s
+        if (drain_until is not None and now > drain_until) or stalled:
             say(f"stopped waiting: {line}" + ("" if done else " (senders not done: timeout)"))
             break
         time.sleep(POLL_S)
@@ -128,6 +138,12 @@ def start_and_wait(
     if send_errors:
         say(f"send errors: {send_errors}")
     return start_ns, send_errors
+
+
+def progress_of(status: dict[str, dict[str, Any]]) -> str:
+    """What the hosts' replay statuses say has happened so far, as one comparable value: any op or
+    datagram sent, message received or reliable counter moved changes it."""
+    return json.dumps(status, sort_keys=True, default=str)
 
 
 def trace_propagation_s(session: LabSession, ops: list[TraceOp]) -> tuple[float, float]:

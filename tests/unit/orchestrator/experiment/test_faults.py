@@ -4,17 +4,19 @@ run keeps, and counters that survive an agent's restart."""
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from aidcnet.timescale import TimeScale
 from orchestrator.experiment.faults import (
+    FAULT_LATE_SHARE,
     Fault,
     FaultRecord,
     FaultSpecError,
     check_targets,
     counters_across_restarts,
     fault_lines,
+    late_faults,
     parse_fault,
     parse_seconds,
     schedule,
@@ -74,21 +76,55 @@ def test_targets_must_be_nodes_of_the_lab_and_restarts_forwarding_nodes() -> Non
 
 
 def test_a_record_says_what_became_of_its_fault() -> None:
-    done = FaultRecord(parse_fault("1 restart spine1"), started_s=1.002, done_s=2.5, lines=["spine1: ok"])
+    done = FaultRecord(
+        parse_fault("50us restart spine1"), started_s=1.002, effect_s=1.004, done_s=2.5, lines=["spine1: ok"]
+    )
     failed = FaultRecord(parse_fault("2 link leaf1:eth1 down"), started_s=2.0, error="LinkSetError: no")
     never = FaultRecord(parse_fault("90 link leaf1:eth1 up"))
     assert done.problem() is None
     assert "failed: LinkSetError: no" in (failed.problem() or "")
     assert "never happened: the run ended before 90.000 s of fabric time" in (never.problem() or "")
-    assert done.to_dict()["fault"] == "1 restart spine1" and done.to_dict()["done_s"] == 2.5
+    assert done.to_dict()["fault"] == "50us restart spine1" and done.to_dict()["done_s"] == 2.5
+    assert done.to_dict()["effect_s"] == 1.004
     lines = fault_lines([done, failed, never], TimeScale(20000))
-    assert lines[0] == "fault restart spine1 at 50.1 µs = 1.002 s (wall), done after 1.498 s (wall)"
+    assert lines[0] == (
+        "fault restart spine1 at 50.1 µs = 1.002 s (wall), in effect 200.0 ns = 4.00 ms (wall) after its "
+        "time, done after 1.498 s (wall)"
+    )
     assert "failed" in lines[1] and "never happened" in lines[2]
     assert lines[2].startswith("fault link leaf1:eth1 up at 90.000 s fabric: ")
     # No fabric time without a time scale: the wall times alone, labelled.
     assert fault_lines([done], TimeScale.unshaped()) == [
-        "fault restart spine1 at 1.002 s (wall), done after 1.498 s (wall)"
+        "fault restart spine1 at 1.002 s (wall), in effect 1.004 s (wall) after its time, "
+        "done after 1.498 s (wall)"
     ]
+
+
+def test_a_fault_that_took_effect_late_spoils_the_run_by_its_share_of_the_run() -> None:
+    """A fault due at 30 µs of fabric time (0.75 s of wall at 1:25000) that a busy machine woke late: by
+    more than 5% of the run, it fell on other traffic than asked for; within it, it did not; one that never
+    took effect is the run's failure (problem()), not a lateness."""
+    scale = TimeScale(25000)
+    due = scale.wall_s(30e-6)
+    fault = parse_fault("30us restart spine2")
+    late = FaultRecord(fault, started_s=due + 0.48, effect_s=due + 0.486)
+    on_time = FaultRecord(fault, started_s=due + 0.001, effect_s=due + 0.004)
+    assert late.late_s(scale) == pytest.approx(0.486)
+    (reason,) = late_faults([late, on_time, FaultRecord(fault)], run_s=1.5, time_scale=scale)
+    assert reason.startswith("fault 'restart spine2' took effect 19.4 µs = 486.00 ms (wall) after its time")
+    assert "more than 5% of the run (1.500 s (wall))" in reason
+    # The same lateness in a run twenty times as long is within its share.
+    assert late_faults([late], run_s=30.0, time_scale=scale) == []
+
+
+@given(
+    st.floats(1e-7, 1e-3), st.floats(0.0, 2.0), st.floats(0.1, 100.0), st.sampled_from([1000, 25000, 100000])
+)
+def test_lateness_is_judged_against_the_share_of_the_run_at_any_scale(at_s, late_s, run_s, n) -> None:
+    assume(abs(late_s - FAULT_LATE_SHARE * run_s) > 1e-6)
+    scale = TimeScale(n)
+    record = FaultRecord(parse_fault(f"{at_s!r} link leaf1:eth1 down"), effect_s=scale.wall_s(at_s) + late_s)
+    assert bool(late_faults([record], run_s, scale)) == (late_s > FAULT_LATE_SHARE * run_s)
 
 
 @given(

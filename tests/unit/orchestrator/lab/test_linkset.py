@@ -63,11 +63,17 @@ class FakeRuntime:
 
 
 def test_link_set_down_acts_at_the_named_end_only(tmp_path) -> None:
-    (tmp_path / "topology-data.json").write_text(json.dumps(TOPO_DATA))
-    rt = FakeRuntime()
-    lines = link_set(rt, tmp_path, "L1:eth1", "down")
-    assert rt.calls == [("clab-x-L1", ["ip", "link", "set", "dev", "eth1", "down"])]
+    lab_dir = lab_dir_with_fabric(tmp_path)
+    rt, io = FakeRuntime(), FakeFabricIO()
+    lines = link_set(rt, lab_dir, "L1:eth1", "down", fabric_io=io)
+    assert io.calls == [("state", shaping.node_netns("clab-x-L1"), "eth1", False)]
+    assert rt.calls == []  # nothing through the container: the host sets it over netlink
     assert "peer G1:eth1" in lines[0]
+    assert io.load_fabric(lab_dir).down == ("L1:eth1",)
+    io.calls.clear()
+    link_set(rt, lab_dir, "L1:eth1", "up", fabric_io=io)
+    assert io.calls == [("state", shaping.node_netns("clab-x-L1"), "eth1", True)]
+    assert io.load_fabric(lab_dir).down == ()
 
 
 def lab_dir_with_fabric(tmp_path):
@@ -95,6 +101,7 @@ class FakeFabricIO:
             shaping.node_netns,
         )
         self.calls: list[tuple] = []
+        self.fail = False
 
     def apply_shapers(self, netns, ends):
         self.calls.append(("shape", netns, [(e.name, e.rate_bps) for e in ends]))
@@ -102,6 +109,11 @@ class FakeFabricIO:
 
     def set_link_fault(self, netns, interface, fault):
         self.calls.append(("fault", netns, interface, fault.describe()))
+
+    def set_link_state(self, netns, interface, up):
+        self.calls.append(("state", netns, interface, up))
+        if self.fail:
+            raise shaping.FabricIOError(f"{netns}: no interface {interface}")
 
 
 def test_link_set_bandwidth_tells_both_agents_and_skips_frr(tmp_path) -> None:
@@ -155,8 +167,10 @@ def test_link_set_errors_name_the_problem(tmp_path, endpoint, action, value, nee
 
 def test_link_set_failure_in_the_node_is_reported(tmp_path) -> None:
     (tmp_path / "topology-data.json").write_text(json.dumps(TOPO_DATA))
-    with pytest.raises(LinkSetError, match="G1: ip link set eth1 down failed: boom"):
-        link_set(FakeRuntime(code=1), tmp_path, "G1:eth1", "down")
+    failing = FakeFabricIO()
+    failing.fail = True
+    with pytest.raises(LinkSetError, match=r"G1: setting eth1 down failed: .*no interface eth1"):
+        link_set(FakeRuntime(), tmp_path, "G1:eth1", "down", fabric_io=failing)
     with pytest.raises(LinkSetError, match=r"G1: bandwidth of eth1 to 400G: node clab-x-G1: bgp_link: boom"):
         link_set(FakeRuntime(code=1), lab_dir_with_fabric(tmp_path), "G1:eth1", "bandwidth", "400G")
     with pytest.raises(LinkSetError, match="is the lab deployed"):

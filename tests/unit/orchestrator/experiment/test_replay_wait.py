@@ -1,0 +1,78 @@
+"""How long the driver waits for a replay (``start_and_wait``): past the deadline while the hosts still
+make progress (a reliable recovery at a large time scale), and no longer than ``--timeout`` plus the mode's
+quiet time once nothing changes."""
+
+from __future__ import annotations
+
+import time
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from orchestrator.experiment.modes import replaying
+from orchestrator.experiment.modes.base import RunOptions
+
+
+class FakeSender:
+    """A host whose status moves (one more datagram) for ``moving`` polls, then stands still; done after
+    ``done_after`` polls (never when None)."""
+
+    def __init__(self, moving: int, done_after: int | None) -> None:
+        self.polls, self.moving, self.done_after = 0, moving, done_after
+
+    def replay_start(self, start_ns: int) -> dict[str, Any]:
+        return {"ok": True}
+
+    def replay_status(self, timeout: float | None = None) -> dict[str, Any]:
+        self.polls += 1
+        done = self.done_after is not None and self.polls >= self.done_after
+        return {
+            "sent_ops": 1,
+            "sent_datagrams": min(self.polls, self.moving),
+            "received_complete": 1 if done else 0,
+            "done": done,
+        }
+
+
+def session_of(sender: FakeSender) -> Any:
+    lost = SimpleNamespace(nodes=set(), call=lambda node, fn, patience_s=None: fn())
+    return SimpleNamespace(lost=lost, agent=lambda name: sender)
+
+
+@pytest.fixture(autouse=True)
+def quick(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(replaying, "START_LEAD_S", 0.0)
+    monkeypatch.setattr(replaying, "POLL_S", 0.01)
+
+
+def wait(sender: FakeSender, timeout_s: float, quiet_s: float = 0.0) -> float:
+    t0 = time.monotonic()
+    options = RunOptions(drain_s=0.0, timeout_s=timeout_s)
+    replaying.start_and_wait(
+        session_of(sender), ["h1"], ["h1"], 1, 1, 0.0, options, lambda _: None, quiet_s=quiet_s
+    )
+    return time.monotonic() - t0
+
+
+def test_a_run_that_still_makes_progress_is_waited_for_past_the_deadline() -> None:
+    """The deadline is 0.1 s; the host keeps sending for 60 polls (about 0.6 s) and is done at poll 60."""
+    sender = FakeSender(moving=60, done_after=60)
+    wait(sender, timeout_s=0.1)
+    assert sender.polls >= 60
+
+
+def test_a_run_that_stands_still_is_given_up_after_the_timeout_and_the_quiet_time() -> None:
+    sender = FakeSender(moving=5, done_after=None)
+    took = wait(sender, timeout_s=0.2)
+    assert 0.2 <= took < 1.5
+    sender = FakeSender(moving=5, done_after=None)
+    took_quiet = wait(sender, timeout_s=0.2, quiet_s=0.5)
+    assert took_quiet >= 0.7
+
+
+def test_progress_is_any_change_of_any_host_status() -> None:
+    a = {"h1": {"sent_datagrams": 3, "reliable": {"sender.retransmitted": 1}}}
+    b = {"h1": {"sent_datagrams": 3, "reliable": {"sender.retransmitted": 2}}}
+    assert replaying.progress_of(a) != replaying.progress_of(b)
+    assert replaying.progress_of(a) == replaying.progress_of({"h1": dict(reversed(list(a["h1"].items())))})
