@@ -78,32 +78,68 @@ class Calibration(BaseModel):
 @dataclass(frozen=True)
 class Demand:
     """What a trace asks of the lab, from the time model: its completion in fabric time, the packets each
-    node's software handles (hosts: sent + received datagrams; BFRs: copies forwarded) and the packets on
-    all links together."""
+    node's software handles (hosts: sent + received datagrams; BFRs: copies forwarded), the packets on
+    all links together, and the datagrams a reliable mode's feedback adds to each node's agent (in Python,
+    whatever the dataplane: :func:`feedback_datagrams`)."""
 
     fabric_s: float
     host_packets: Mapping[str, int] = field(default_factory=dict)
     bfr_packets: Mapping[str, int] = field(default_factory=dict)
     link_packets: int = 0
+    feedback_packets: Mapping[str, int] = field(default_factory=dict)
 
 
-def demand_of(prediction: Any, roles: Mapping[str, str]) -> Demand:
+def feedback_datagrams(
+    sent: Mapping[str, int], received: Mapping[str, int], copies: Mapping[str, int], feedback: str
+) -> dict[str, int]:
+    """The datagrams a reliable mode's feedback adds to each node's agent, as upper bounds, from the DATA
+    the model moves: ``sent`` and ``received`` per host, ``copies`` each BFR sends on. ``feedback`` as
+    :data:`aidcnet.modes.RELIABLE` names it: ``e2e`` (every receiver answers the source itself), ``hop``
+    or ``net`` (the BFRs aggregate).
+
+    * A receiver sends an ACK for each DATA it receives (measured end to end: 7.000 per packet for 7).
+    * End to end, a source takes in all the ACKs of its DATA: its share of them, by the DATA it sent.
+      Aggregated, at most one per DATA per first-hop branch (measured: 0.5 on leaf-spine), counted as one.
+    * Aggregated, a BFR's agent takes a report of each DATA it forwards (the eBPF fast path's, or its own
+      forwarding on the Python dataplane) and about one feedback datagram per copy it sent down: two per
+      copy. End to end, a BFR routes the ACKs in its kernel and its agent does nothing more.
+
+    The feedback's hops on the links are left out: the kernel forwards them, at a cost the calibration's
+    per-hop figure (mostly our agents' Python) would overstate many times over."""
+    out = dict(received)
+    total_sent, total_acks = sum(sent.values()), sum(received.values())
+    for host, n in sent.items():
+        if not n:
+            continue
+        taken = round(total_acks * n / total_sent) if feedback == "e2e" else n
+        out[host] = out.get(host, 0) + taken
+    if feedback != "e2e":
+        for bfr, n in copies.items():
+            out[bfr] = out.get(bfr, 0) + 2 * n
+    return {node: n for node, n in out.items() if n}
+
+
+def demand_of(prediction: Any, roles: Mapping[str, str], feedback: str | None = None) -> Demand:
     """The demand of a trace from the time model's prediction of it
     (:class:`orchestrator.model.timing.Prediction`): every host's datagrams sent and received, every
     other agent's packets sent on (a BFR's or an INA switch's copies), every link's packets; ``roles``:
-    node -> its role."""
-    hosts: dict[str, int] = {}
+    node -> its role; ``feedback``: a reliable mode's kind of feedback (:func:`feedback_datagrams`), which
+    the model leaves out."""
+    sent: dict[str, int] = {}
+    received: dict[str, int] = {}
     bfrs: dict[str, int] = {}
     links = 0
     for node, load in prediction.nodes().items():
-        sent = round(load.packets)
-        received = round(load.received_mean_pps * prediction.completion_s)
-        links += sent
+        out = round(load.packets)
+        links += out
         if roles.get(node) == Role.GPU_HOST:
-            hosts[node] = sent + received
-        elif sent:
-            bfrs[node] = sent
-    return Demand(prediction.completion_s, hosts, bfrs, links)
+            sent[node] = out
+            received[node] = round(load.received_mean_pps * prediction.completion_s)
+        elif out:
+            bfrs[node] = out
+    hosts = {node: sent[node] + received[node] for node in sent}
+    extra = feedback_datagrams(sent, received, bfrs, feedback) if feedback else {}
+    return Demand(prediction.completion_s, hosts, bfrs, links, extra)
 
 
 @dataclass(frozen=True)
@@ -152,23 +188,33 @@ def choose_scale(
         ("host", demand.host_packets, calibration.host_cpu_per_packet_s),
         ("BFR", demand.bfr_packets, calibration.bfr_cpu_per_packet_s),
     ):
-        if packets and cost > 0:
-            node, n = max(packets.items(), key=lambda kv: (kv[1], kv[0]))
-            cpu_s = n * cost
+        # A node's own packets at its role's cost, its feedback datagrams at a host agent's (Python).
+        cpu = {
+            node: n * cost + demand.feedback_packets.get(node, 0) * calibration.host_cpu_per_packet_s
+            for node, n in packets.items()
+        }
+        if cpu and max(cpu.values()) > 0:
+            node = max(cpu, key=lambda name: (cpu[name], name))
+            more = demand.feedback_packets.get(node, 0)
+            said = f"{packets[node]} packets" + (f" and {more} datagrams of feedback" if more else "")
             needs.append(
                 (
-                    cpu_s / (AGENT_HEADROOM * demand.fabric_s),
-                    f"{role} {node} handles {n} packets in {demand.fabric_s * 1e6:.1f} µs of fabric time, "
-                    f"{cpu_s:.3f} s of CPU here: at most {AGENT_HEADROOM:.0%} of its core",
+                    cpu[node] / (AGENT_HEADROOM * demand.fabric_s),
+                    f"{role} {node} handles {said} in {demand.fabric_s * 1e6:.1f} µs of fabric time, "
+                    f"{cpu[node]:.3f} s of CPU here: at most {AGENT_HEADROOM:.0%} of its core",
                 )
             )
-    if demand.link_packets and calibration.machine_cpu_per_hop_s > 0:
-        cpu_s = demand.link_packets * calibration.machine_cpu_per_hop_s
+    feedback = sum(demand.feedback_packets.values())
+    cpu_s = (
+        demand.link_packets * calibration.machine_cpu_per_hop_s + feedback * calibration.host_cpu_per_packet_s
+    )
+    if cpu_s > 0:
+        also = f" and its agents {feedback} datagrams of feedback" if feedback else ""
         needs.append(
             (
                 cpu_s / (HEADROOM * calibration.cores * demand.fabric_s),
-                f"the lab moves {demand.link_packets} packets over its links, {cpu_s:.3f} s of CPU here: "
-                f"at most {HEADROOM:.0%} of {calibration.cores} cores",
+                f"the lab moves {demand.link_packets} packets over its links{also}, {cpu_s:.3f} s of CPU "
+                f"here: at most {HEADROOM:.0%} of {calibration.cores} cores",
             )
         )
     needs.append(

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from aidcnet.modes import MEMBERSHIP, Mode
+from aidcnet.modes import MEMBERSHIP, RELIABLE, Mode
 from aidcnet.timescale import TimeScale
 from orchestrator.experiment.clock import format_seconds, wall
 from orchestrator.experiment.fault_runner import FaultRunner
@@ -123,7 +123,7 @@ def run_experiment(
         faults = FaultRunner.for_run(spec, session, topo, runtime)
         predicted = prediction_of(spec, session, ops, say)
         if auto_scale and session.plan.time.auto and predicted is not None:
-            choose_time_scale(session, predicted, runtime, say)
+            choose_time_scale(session, predicted, runtime, say, RELIABLE.get(spec.name))
         # after the prepare and any calibration, just before the run: nothing else may pace it
         if (line := wait_machine_settled(os.cpu_count() or 1, machine_cpu_s).describe()) is not None:
             say(line)
@@ -199,10 +199,16 @@ def save_judged(
 
 
 def choose_time_scale(
-    session: LabSession, predicted: Predicted, runtime: DockerRuntime | None, say: Callable[[str], None]
+    session: LabSession,
+    predicted: Predicted,
+    runtime: DockerRuntime | None,
+    say: Callable[[str], None],
+    feedback: str | None = None,
 ) -> None:
     """``time.scale: auto``: the smallest scale at which this trace stays faithful on this machine, from
-    the lab's calibration (measured first when there is none); links and agents are reshaped to it."""
+    the lab's calibration (measured first when there is none); links and agents are reshaped to it.
+    ``feedback``: a reliable mode's kind (:data:`aidcnet.modes.RELIABLE`), whose ACKs and DATA reports
+    the agents handle beside what the model predicts."""
     from aidcnet.igmp.router import WIRE_TIMERS
     from orchestrator.run.autoscale import choose_scale, demand_of, igmp_scales
 
@@ -220,7 +226,7 @@ def choose_time_scale(
         # is one the agents refuse to take.
         low, ceiling, why = igmp_scales({name: getattr(igmp, name) for name, _unit in WIRE_TIMERS})
         floors.append((low, why))
-    demand = demand_of(predicted.prediction, roles)
+    demand = demand_of(predicted.prediction, roles, feedback)
     choice = choose_scale(demand, calibration, TimeScale.minimum_for(fastest), floors)
     say(choice.describe())
     if ceiling is not None and choice.time_scale.factor > ceiling:
