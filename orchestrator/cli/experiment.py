@@ -201,6 +201,12 @@ def add_step_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
+TIMEOUT_HELP = (
+    "give up on a run once S seconds (wall) past the trace's duration have gone by with nothing sent or "
+    "received at any host (a reliable mode waits its largest RTO more)"
+)
+
+
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     from orchestrator.experiment.modes import registered
 
@@ -233,14 +239,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "(the default fits a 9500 MTU with BIER; docs/replay-payload.md)",
     )
     p.add_argument("--drain", type=float, default=5.0, metavar="S", help="wait after the last send")
-    p.add_argument(
-        "--timeout",
-        type=float,
-        default=60.0,
-        metavar="S",
-        help="give up on a run once S seconds (wall) past the trace's duration have gone by with nothing "
-        "sent or received at any host (a reliable mode waits its largest RTO more)",
-    )
+    p.add_argument("--timeout", type=float, default=60.0, metavar="S", help=TIMEOUT_HELP)
     p.add_argument(
         "--gap-us", type=float, default=0.0, metavar="US", help="pause between datagrams a host sends"
     )
