@@ -332,8 +332,18 @@ class Sender:
         times = [t for _asked, t in self._pending.values()]
         if self._slots and self._wake < float("inf"):
             times.append(self._wake)
-        times.extend(t + self.config.fail_after for b, t in self._heard.items() if b & self.alive)
+        # Only a receiver that owes something can be declared failed (_declare_failures): a caught-up
+        # one's silence is no deadline, and once past it would wake the timer at once, again and again.
+        owing = self._owing() & self.alive
+        times.extend(t + self.config.fail_after for b, t in self._heard.items() if b & owing)
         return min(times) if times else None
+
+    def _owing(self) -> int:
+        """The receivers that owe an acknowledgment of some sequence in flight."""
+        owing = 0
+        for slot in self._slots.values():
+            owing |= slot.owing
+        return owing
 
     def _may_send_new(self) -> bool:
         """The window, and the node's send budget, have room for the next queued message."""
@@ -639,10 +649,7 @@ class Sender:
             self.completed_at = now
 
     def _declare_failures(self, now: float) -> None:
-        owing = 0
-        for slot in self._slots.values():
-            owing |= slot.owing
-        for bit in _bits(owing & self.alive):
+        for bit in _bits(self._owing() & self.alive):
             heard = self._heard.get(bit)
             if heard is not None and now - heard > self.config.fail_after:
                 self.alive &= ~bit

@@ -108,6 +108,7 @@ class SimResult:
     failed: dict[int, float]
     aggregators: Counter[str]
     sender: Counter[str]
+    stale_deadlines: Counter[str]  # per kind of component: a deadline already past right after its poll
 
     @property
     def acks_per_packet(self) -> float:
@@ -245,6 +246,9 @@ class _Sim:
         ids = [net.bfr_id[h] for h in net.hosts[1:]]
         self.receivers = {r: Receiver(r, cfg.receiver, cfg.isn) for r in ids}
         self.delivered: dict[tuple[int, int], list[tuple[int, bytes]]] = {}
+        # Deadlines a component gave right after a poll that were already past: work it says is due but
+        # did not do, which in an agent wakes the timer at once, again and again (a core spent spinning).
+        self.stale_deadlines: Counter[str] = Counter()
         budget = SendBudget(cfg.inflight_bytes) if cfg.inflight_bytes is not None else None
         rtos = BranchRto(self._rto_policy)
         self.senders: dict[int, Sender] = {}
@@ -321,6 +325,13 @@ class _Sim:
             self.feedback_up(net.hosts[r - 1], [(None, m) for m in rx.poll(net.now)])
         for node, agg in net.aggs.items():
             self.feedback_up(node, agg.poll(net.now))
+        parts = [("sender", s) for s in self.senders.values()]
+        parts += [("receiver", x) for x in self.receivers.values()]
+        parts += [("aggregator", x) for x in net.aggs.values()]
+        for kind, part in parts:
+            deadline = part.next_deadline()
+            if deadline is not None and deadline < net.now:
+                self.stale_deadlines[kind] += 1
 
     def deadlines(self) -> list[float | None]:
         return [
@@ -393,6 +404,7 @@ class _Sim:
             failed=self._failed(),
             aggregators=agg_counters,
             sender=sender_counters,
+            stale_deadlines=self.stale_deadlines,
         )
 
 

@@ -180,9 +180,14 @@ def test_a_reliable_replay_survives_a_link_down_and_a_bfr_restart_mid_run(runtim
         )
         assert all(hops.get(i) == {"spine1", "spine2"} for i in remote_hosts), hops
         try:
+            # At the scale the lab was configured at, 1:20000: the automatic scale sizes a run by its
+            # prediction, which knows no fault, and this recovery lasts some 40 times longer (1.78 ms of
+            # fabric time at 1:60000 and at 1:80000 alike: 107 s and 142 s of wall time). What is checked
+            # here is delivery and recovery, which do not depend on the scale; the run's verdict says
+            # whether its times were faithful.
             done = run_experiment(
                 topo, trace, "reliable-host-bier", RunOptions(faults=tuple(faults)), runtime=runtime,
-                results_dir=tmp_path / f"results-{attempt}",
+                results_dir=tmp_path / f"results-{attempt}", auto_scale=False,
             )  # fmt: skip
         finally:
             link_set(runtime, lab_dir, "leaf1:eth1", "up")

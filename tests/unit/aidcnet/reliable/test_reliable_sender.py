@@ -385,3 +385,26 @@ def test_each_branch_has_its_round_trip_and_a_timer_waits_for_the_slowest_of_its
     later.poll(0.5)
     later.on_feedback(ack(2, 0, 1, ranges=[(0, 0)], nack=True), 0.51, "near")
     assert later.rto_of(id_mask([2])) == near
+
+
+def test_a_receiver_that_owes_nothing_sets_no_deadline_however_long_it_is_silent() -> None:
+    """Only a receiver that owes something can be declared failed, so only its silence is a deadline: a
+    caught-up receiver's last word plus fail_after, once past, had the agent's timer wake at once, again
+    and again (a source at 100% of a core while another receiver's repairs went on)."""
+    s = Sender(1, 7, RX, FixedRto(1.0), SenderConfig(window=8, fail_after=5.0), isn=ISN)
+    s.offer(b"a" * 10)
+    s.offer(b"b" * 10)  # no FIN: the flow stays open for more
+    s.poll(0.0)
+    for r in (2, 3):
+        s.on_feedback(ack(r, 2), 0.1)
+    s.on_feedback(ack(4, 1, 2, nack=True, ranges=[(1, 1)]), 0.1)  # 4 lost the second: under repair
+    for t in (3.0, 6.0, 9.0, 12.0):
+        s.on_feedback(ack(4, 1, 2, nack=True, ranges=[(1, 1)]), t)  # still missing it, still talking
+        s.poll(t)
+        deadline = s.next_deadline()
+        assert deadline is None or deadline > t, (t, deadline)
+    s.on_feedback(ack(4, 2), 14.0)
+    s.poll(14.0)
+    assert s.next_deadline() is None and s.failed == {}
+    s.poll(100.0)
+    assert s.next_deadline() is None and s.failed == {}

@@ -85,6 +85,8 @@ def test_dead_receiver_is_declared_failed_and_the_others_complete() -> None:
         if bfr_id != dead:
             assert [p for _, p in got] == EXPECTED[:100]
     assert res.completed_at is not None and res.completed_at >= CFG.sender.fail_after
+    # No part gave a deadline already past right after its poll (it would spin an agent's timer).
+    assert res.stale_deadlines == {}
 
 
 @settings(max_examples=12, deadline=None)
@@ -113,6 +115,7 @@ def test_any_seed_delivers_exactly_once(
     )
     res = simulate(cfg)
     assert res.failed == {}
+    assert res.stale_deadlines == {}
     for got in res.delivered.values():
         assert [p for _, p in got] == EXPECTED[:60]
         assert [s for s, _ in got] == [(isn + k) & 0xFFFFFFFF for k in range(60)]
@@ -174,6 +177,7 @@ def test_shaped_tail_drop_links_deliver_exactly_once(seed: int, loss: float, que
     )
     res = simulate(cfg)
     assert res.failed == {}
+    assert res.stale_deadlines == {}
     for got in res.delivered.values():
         assert [p for _, p in got] == EXPECTED[:60]
 
