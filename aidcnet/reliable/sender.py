@@ -250,6 +250,9 @@ class Sender:
         self._sample: float | None = None
         self._heard: dict[int, float] = {}  # receiver bit -> last feedback (or first send) time
         self._progress: dict[int, float] = {}  # receiver bit -> when it last acknowledged new data
+        # receiver bit -> (the sequence a timer last resent to it, when): once it answers, what it still
+        # owes from before that repair goes again at once (_go_back).
+        self._timed_out: dict[int, tuple[int, float]] = {}
         self.completed_at: float | None = None
         self.counters: Counter[str] = Counter()
         self.cwnd = float(self.config.initial_cwnd or self.config.window)
@@ -384,6 +387,8 @@ class Sender:
                         self.counters["timeouts-of-retransmissions"] += 1
                     self._congestion(seq, timeout=True)
                     out.append(self._send(seq, slot, due, now))
+                    for bit in _bits(due):
+                        self._timed_out[bit] = (seq, now)
                     due, later = 0, slot.deadline
                 wake = min(wake, later if not due else now)
                 hold_until = slot.last_sent + 2 * slot.rto
@@ -453,8 +458,37 @@ class Sender:
             return
         if self._sample is not None:
             self.rtos.policy(branch).observe(self._sample)
+        self._go_back(now)
         self._advance(now)
         self._timeouts(now, fire=False)  # which timer is the oldest now
+
+    def _go_back(self, now: float) -> None:
+        """After a timeout, as TCP does (RFC 5681 §3.1, RFC 6675 §5.1): once a receiver has acknowledged
+        the sequence a timer resent to it, whatever it still owes that was last sent before that repair
+        is lost too, since a flow's packets keep to one path in order and would have arrived first. It
+        goes again at once, instead of waiting for a timer of its own: a tail that no receiver saw a hole
+        in (a BFR restarted with it in flight) took one RTO per sequence."""
+        for bit, (seq, at) in list(self._timed_out.items()):
+            slot = self._slots.get(seq)
+            if slot is not None and slot.owing & bit:
+                continue  # the repair not answered yet
+            del self._timed_out[bit]
+            if not bit & self.alive:
+                continue
+            for q in self._in_flight():
+                owed = self._slots.get(q)
+                # Only what no receiver acknowledged since it was last sent: lost before the flow's paths
+                # part (the tail a failed link or BFR took). A sequence some receivers hold went through,
+                # and the others' NACKs name it; resent on this evidence it was mostly sent for nothing,
+                # and its own timer backed off the further.
+                if (
+                    owed is not None
+                    and owed.owing & bit
+                    and owed.last_sent < at
+                    and owed.owing & owed.last_bits == owed.last_bits & self.alive
+                ):
+                    self.counters["gone-back"] += 1
+                    self._request(q, bit, now, at_once=True)
 
     def _on_ack(self, msg: Ack, now: float) -> bool:
         """A receiver's ACK or NACK; False when it is not one of ours."""

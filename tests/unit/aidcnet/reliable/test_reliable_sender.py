@@ -408,3 +408,39 @@ def test_a_receiver_that_owes_nothing_sets_no_deadline_however_long_it_is_silent
     assert s.next_deadline() is None and s.failed == {}
     s.poll(100.0)
     assert s.next_deadline() is None and s.failed == {}
+
+
+def test_after_a_timeout_the_repair_answered_sends_the_rest_of_a_lost_tail_at_once() -> None:
+    """A tail lost to every receiver (a BFR restarted with sequences 2-9 in flight): no receiver sees a
+    hole, so no NACK comes; the oldest one's timer resends it, and once the receivers answer that repair,
+    what they still owe that was sent before it is lost too (one path per flow keeps order) and goes out
+    at once (RFC 5681 §3.1, RFC 6675 §5.1), not one RTO each (a recovery of 68 sequences took 68 RTOs)."""
+    s = sender(n=10, window=16)
+    assert len(s.poll(0.0)) == 10
+    for r in RX:
+        s.on_feedback(ack(r, 2), 0.1)
+    (timer,) = s.poll(1.1)  # one RTO after the last progress: the oldest owed, to everyone
+    assert timer.data.seq == serial.add(ISN, 2) and mask_ids(timer.bfers) == list(RX)
+    assert s.poll(1.15) == []
+    for r in RX:
+        s.on_feedback(ack(r, 3), 1.2)
+    rest = s.poll(1.2)
+    assert [serial.distance(ISN, t.data.seq) for t in rest] == list(range(3, 10))
+    assert all(t.data.retransmit and mask_ids(t.bfers) == list(RX) for t in rest)
+    for r in RX:
+        s.on_feedback(ack(r, 10), 1.3)
+    assert s.done and s.counters["timeouts"] == 1
+
+
+def test_a_receiver_that_holds_the_later_sequences_is_not_sent_them_again() -> None:
+    """Only what the answering receiver still owes goes back: one that selectively acknowledged 3-9 (only
+    2 was lost to it, and its NACK too) is sent nothing more after its repair."""
+    s = sender(n=10, window=16)
+    s.poll(0.0)
+    for r in RX:
+        s.on_feedback(ack(r, 2, 10, ranges=[(2, 2)]), 0.1)  # holds all but 2 (ranges: its gaps)
+    (timer,) = s.poll(1.1)
+    assert timer.data.seq == serial.add(ISN, 2)
+    for r in RX:
+        s.on_feedback(ack(r, 10), 1.2)
+    assert s.poll(1.2) == [] and s.done
