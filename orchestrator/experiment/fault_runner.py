@@ -43,7 +43,7 @@ class FaultRunner:
         self.start_lead_s = start_lead_s  # from the run step's start to the run's zero (the mode's)
         self.zero = 0.0  # wall time of the run's zero, set as the run step begins (__enter__)
         self.end_s: float | None = None  # the run step's end, seconds after the zero (__exit__)
-        # node -> its agent's counters read just before each restart (the run's share spans restarts).
+        # node -> the counters its agent answered each restart with (the run's share spans restarts).
         self.segments: dict[str, list[dict[str, int]]] = {}
         self._cancel = threading.Event()
         self._thread = threading.Thread(target=self._run, name="faults", daemon=True)
