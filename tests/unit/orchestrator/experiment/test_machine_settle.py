@@ -3,7 +3,7 @@ down its namespaces) to settle: watch.wait_machine_settled on a fake clock and C
 
 from __future__ import annotations
 
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from orchestrator.experiment.watch import MachineSettle, wait_machine_settled
@@ -67,6 +67,9 @@ def test_a_machine_that_stays_busy_is_given_up_on_and_named() -> None:
     share=st.floats(min_value=0.05, max_value=0.9),
 )
 def test_it_returns_at_the_first_window_below_the_share_or_at_the_timeout(loads: list[float], share: float):
+    # A load on the bar itself is measured back as a difference of summed CPU seconds, which rounds either
+    # way (0.1 core against a bar of 0.1 came back below it in the fourth window): not what this is about.
+    assume(all(abs(load - share * 2) > 1e-9 for load in loads))
     m = FakeMachine(loads)
     got = settle(m, window_s=0.5, timeout_s=10.0, share=share)
     quiet = [i for i, load in enumerate(loads) if load < share * 2]
