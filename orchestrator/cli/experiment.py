@@ -7,6 +7,7 @@ from typing import Any
 
 from aidcnet.replay import DEFAULT_MAX_DATAGRAM
 from orchestrator.cli.args import HelpFormatter, add_lab_argument, add_mode_argument
+from orchestrator.experiment.fidelity import CONFIRM_STEPS
 from orchestrator.experiment.results import DEFAULT_RESULTS_DIR
 
 DESCRIPTION = """\
@@ -117,16 +118,25 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def confirm_outcome(lab: Any, args: argparse.Namespace, options: Any, first: Any) -> Any:
-    """The run, confirmed (or not) by a second one at ``--confirm`` times its scale; prints the second
-    run's line and the comparison. Returns the first run with its amended verdict."""
+    """The run, confirmed (or not) by a run at ``--confirm`` times its scale, climbing up to
+    ``--confirm-steps`` comparisons while they disagree; prints each further run's line and the last
+    comparison. Returns the first run with its amended verdict."""
     from orchestrator.experiment.report import print_summary
-    from orchestrator.run.driver import confirm
+    from orchestrator.run.driver import confirm_rising
 
-    second, check = confirm(
-        lab, args.trace, args.mode, first, options, factor=args.confirm, results_dir=args.results_dir
+    runs, check = confirm_rising(
+        lab,
+        args.trace,
+        args.mode,
+        first,
+        options,
+        steps=args.confirm_steps,
+        factor=args.confirm,
+        results_dir=args.results_dir,
     )
-    if not second.mode.lines:
-        print_summary([second.result])
+    quiet = [run.result for run in runs[1:] if not run.mode.lines]
+    if quiet:
+        print_summary(quiet)
     if check is None:
         print("not confirmed: one of the two runs has no fabric completion (unshaped links?)")
     else:
@@ -261,6 +271,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "loses its state). The run records when each took effect; one that fails or never comes makes the "
         "command exit 1",
     )
+    add_fidelity_arguments(p)
+    p.set_defaults(func=cmd_replay)
+    return p
+
+
+def add_fidelity_arguments(p: argparse.ArgumentParser) -> None:
+    """The replay's checks of its own time: a confirmation at a second scale, or a scale search."""
     p.add_argument(
         "--confirm",
         type=float,
@@ -272,6 +289,16 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "1.25x its predicted time is faithful only when so confirmed (docs/time-and-fidelity.md)",
     )
     p.add_argument(
+        "--confirm-steps",
+        type=int,
+        default=CONFIRM_STEPS,
+        metavar="N",
+        help="with --confirm: while two runs disagree, hold the more dilated one to a run at FACTOR times "
+        "its own scale, up to N comparisons in all (default %(default)s). A disagreement means the less "
+        "dilated run was paced by something other than its links; it stays NOT confirmed, and the run the "
+        "climb confirms is saved beside it",
+    )
+    p.add_argument(
         "--find-scale",
         action="store_true",
         help="instead of one run, search for the smallest time scale at which this trace and mode stay "
@@ -281,5 +308,3 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument(
         "--max-runs", type=int, default=6, metavar="N", help="runs --find-scale may use (default 6)"
     )
-    p.set_defaults(func=cmd_replay)
-    return p

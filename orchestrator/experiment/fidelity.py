@@ -65,6 +65,8 @@ PREDICTED_LIMIT = 1.25
 CONFIRM_TOLERANCE = 0.05
 # ... and by default the second scale is this many times the first.
 CONFIRM_FACTOR = 2.0
+# A climbing confirmation (replay --confirm-steps) makes at most this many comparisons by default.
+CONFIRM_STEPS = 1
 # The same bytes: every payload byte delivered, and the links' bytes within this share (what runs on the
 # wall clock beside a replay, an ARP or an IGMP query, may fall in one run and not the other).
 CONFIRM_LINK_BYTES = 0.001

@@ -24,6 +24,7 @@ from orchestrator.experiment.fidelity import (
     CONFIRM_FACTOR,
     CONFIRM_LINK_BYTES,
     CONFIRM_LINK_BYTES_MEMBERSHIP,
+    CONFIRM_STEPS,
     Confirmation,
 )
 from orchestrator.experiment.metrics import agent_deltas, compute_metrics, link_deltas, link_pairs
@@ -336,7 +337,9 @@ def confirm(
     outcome (their run.json is amended); the lab is put back at its scale. Returns the second run and the
     comparison (None when either run has no fabric completion to compare)."""
     session = LabSession.open(topo, runtime)
-    scale = session.time_scale
+    # the run's own scale, which a climb (confirm_rising) leaves behind the lab's
+    first_timing = first.result.timing
+    scale = session.time_scale if first_timing is None else TimeScale.of(first_timing.scale)
     lab_dir = labdir.lab_dir(topo)
     second_scale = scale.times(factor)
     (progress or print)(f"confirming at {second_scale.label} (the run was at {scale.label})")
@@ -368,6 +371,47 @@ def confirm(
         )
         here.result = amend_timing(here.run_dir, timing.confirmed_by(record))  # type: ignore[union-attr]
     return second, check
+
+
+def confirm_rising(
+    topo: Topology,
+    trace: str | Path,
+    mode: str,
+    first: RunOutcome,
+    options: RunOptions | None = None,
+    *,
+    steps: int = CONFIRM_STEPS,
+    factor: float = CONFIRM_FACTOR,
+    runtime: DockerRuntime | None = None,
+    results_dir: str | Path = DEFAULT_RESULTS_DIR,
+    progress: Callable[[str], None] | None = None,
+) -> tuple[list[RunOutcome], Confirmation | None]:
+    """Time dilation's test, climbing: ``first`` held to a run at ``factor`` times its scale (:func:`confirm`)
+    and, when the two disagree, the more dilated one held in turn to a run at ``factor`` times *its* scale, up
+    to ``steps`` comparisons. A disagreement says the less dilated run was paced by something other than its
+    links (the software, a busy machine), so the more dilated one is the better account and the one worth
+    confirming; the refuted run stays refuted. Returns every run, ``first`` included, and the last
+    comparison (None when a run had no fabric completion to compare)."""
+    say = progress or print
+    runs, check = [first], None
+    for step in range(max(1, steps)):
+        if step:
+            say(f"{check.describe()}: climbing")  # type: ignore[union-attr]
+        second, check = confirm(
+            topo,
+            trace,
+            mode,
+            runs[-1],
+            options,
+            factor=factor,
+            runtime=runtime,
+            results_dir=results_dir,
+            progress=progress,
+        )
+        runs.append(second)
+        if check is None or check.confirmed:
+            break
+    return runs, check
 
 
 def _metric(result: RunResult, name: str) -> int:

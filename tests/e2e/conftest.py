@@ -17,7 +17,7 @@ from orchestrator.experiment.modes.base import ModeOutcome, RunOptions
 from orchestrator.experiment.results import load_run
 from orchestrator.lab.runtime.docker import DockerRuntime
 from orchestrator.lab.topology import Topology
-from orchestrator.run.driver import RunOutcome, confirm, run_experiment
+from orchestrator.run.driver import RunOutcome, confirm_rising, run_experiment
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -195,15 +195,18 @@ def confirmed_when_unfaithful(
 ) -> RunOutcome:
     """``done`` (a run, or the directory a CLI replay saved it in) when it is faithful; when it is not (on a
     loaded CI machine something other than the links paced it), the same trace once more at twice its
-    scale, as ``replay --confirm`` runs it (the second run saved under ``results_dir``): the two held to
-    time dilation's test, which clears a busy machine when they agree and counts against both when they
-    do not. Returns the first of the two that is faithful, else the second."""
+    scale, as ``replay --confirm --confirm-steps 2`` runs it (the further runs saved under ``results_dir``):
+    the two held to time dilation's test, which clears a busy machine when they agree and counts against
+    both when they do not; when they do not, the second is held in turn to a run at twice its scale.
+    Returns the first run that is faithful, else the last."""
     if isinstance(done, Path):
         done = RunOutcome(load_run(done), done, ModeOutcome(messages=[]))
     timing = done.result.timing
     if timing is None or timing.scale is None or timing.faithful is not False:
         return done
     print(f"{mode}: not faithful at 1:{timing.scale} ({'; '.join(timing.reasons)}): confirming at twice it")
-    second, check = confirm(topo, trace, mode, done, options, runtime=runtime, results_dir=results_dir)
+    runs, check = confirm_rising(
+        topo, trace, mode, done, options, steps=2, runtime=runtime, results_dir=results_dir
+    )
     print(f"{mode}: {check.describe() if check else 'nothing to compare'}")
-    return next((o for o in (done, second) if o.result.timing and o.result.timing.faithful), second)
+    return next((o for o in runs if o.result.timing and o.result.timing.faithful), runs[-1])
