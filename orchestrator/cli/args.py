@@ -123,3 +123,14 @@ def lab_name(lab: str | None) -> str:
             doc = yaml.safe_load(path.read_text()) or {}
             return str(doc.get("name") or path.name.split(".")[0])
     return Path(lab).name.split(".")[0]
+
+
+def at_least_one(text: str) -> int:
+    """An argparse type: a whole number of 1 or more (a count of runs, steps or tries)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number of 1 or more")
+    return value

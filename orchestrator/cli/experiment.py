@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from aidcnet.replay import DEFAULT_MAX_DATAGRAM
-from orchestrator.cli.args import HelpFormatter, add_lab_argument, add_mode_argument
+from orchestrator.cli.args import HelpFormatter, add_lab_argument, add_mode_argument, at_least_one
 from orchestrator.experiment.fidelity import CONFIRM_STEPS
 from orchestrator.experiment.results import DEFAULT_RESULTS_DIR
 
@@ -290,7 +290,7 @@ def add_fidelity_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--confirm-steps",
-        type=int,
+        type=at_least_one,
         default=CONFIRM_STEPS,
         metavar="N",
         help="with --confirm: while two runs disagree, hold the more dilated one to a run at FACTOR times "

@@ -392,11 +392,10 @@ def confirm_rising(
     links (the software, a busy machine), so the more dilated one is the better account and the one worth
     confirming; the refuted run stays refuted. Returns every run, ``first`` included, and the last
     comparison (None when a run had no fabric completion to compare)."""
-    say = progress or print
-    runs, check = [first], None
-    for step in range(max(1, steps)):
-        if step:
-            say(f"{check.describe()}: climbing")  # type: ignore[union-attr]
+    if steps < 1:
+        raise ValueError(f"confirm steps must be 1 or more, not {steps}")
+    runs: list[RunOutcome] = [first]
+    for step in range(steps):
         second, check = confirm(
             topo,
             trace,
@@ -411,6 +410,8 @@ def confirm_rising(
         runs.append(second)
         if check is None or check.confirmed:
             break
+        if step + 1 < steps:
+            (progress or print)(f"{check.describe()}: climbing")
     return runs, check
 
 

@@ -76,3 +76,16 @@ def test_it_never_makes_more_comparisons_than_its_steps(completions: list[float]
     # it stops early only on an agreement, and climbs only from the run the last comparison made
     assert check.confirmed or len(calls) == steps
     assert calls == list(range(len(calls)))
+
+
+def test_no_steps_is_refused_by_name() -> None:
+    import argparse
+
+    from orchestrator.cli.args import at_least_one
+
+    with pytest.raises(ValueError, match="confirm steps must be 1 or more, not 0"):
+        driver.confirm_rising(None, "t.jsonl", "unicast", SimpleNamespace(step=0), steps=0)
+    assert at_least_one("3") == 3
+    for bad in ("0", "-1", "two"):
+        with pytest.raises(argparse.ArgumentTypeError, match="a whole number of 1 or more"):
+            at_least_one(bad)
