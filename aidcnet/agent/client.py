@@ -124,6 +124,9 @@ class AgentClient:
     def replay_results(self, timeout: float | None = None) -> list[dict[str, Any]]:
         return self.call(Op.REPLAY_RESULTS, timeout)["records"]
 
+    def replay_stop(self, timeout: float | None = None) -> dict[str, Any]:
+        return self.call(Op.REPLAY_STOP, timeout)
+
     # -- INA ------------------------------------------------------------------------------------------
     def ina(self) -> dict[str, Any]:
         return self.call(Op.INA)
@@ -131,8 +134,8 @@ class AgentClient:
     def ina_reset(self, job: int) -> dict[str, Any]:
         return self.call(Op.INA_RESET, job=job)
 
-    def reliable_reset(self) -> dict[str, Any]:
-        return self.call(Op.RELIABLE_RESET)
+    def reliable_reset(self, round_trip_s: float = 0.0) -> dict[str, Any]:
+        return self.call(Op.RELIABLE_RESET, round_trip_s=round_trip_s)
 
     def allreduce(self, timeout: float | None = None, **fields: Any) -> dict[str, Any]:
         return self.call(Op.ALLREDUCE, timeout, **fields)

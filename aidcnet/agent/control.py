@@ -44,6 +44,7 @@ class Op(StrEnum):
     REPLAY_START = "replay_start"
     REPLAY_STATUS = "replay_status"
     REPLAY_RESULTS = "replay_results"
+    REPLAY_STOP = "replay_stop"
     INA = "ina"
     INA_RESET = "ina_reset"
     RELIABLE_RESET = "reliable_reset"

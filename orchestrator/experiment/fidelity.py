@@ -177,6 +177,17 @@ def agent_late(deltas: Mapping[str, Mapping[str, int]]) -> list[str]:
     return reasons
 
 
+def unresponsive_reasons(lost: Mapping[str, str]) -> list[str]:
+    """Reasons: the nodes whose agent stopped answering during the run (``LabSession.lost``). Their sends
+    and deliveries could not be accounted, nor whether they held work back, so nothing vouches for the
+    run's times: a node throttled or frozen past the polls' patience must not leave a faithful run."""
+    return [
+        f"node {node}: its agent stopped answering during the run ({why}): what it sent, received and "
+        "held back is unknown"
+        for node, why in sorted(lost.items())
+    ]
+
+
 def agent_losses(deltas: Mapping[str, Mapping[str, int]]) -> dict[str, dict[str, int]]:
     """node -> {"agent <counter>": n} of the :data:`AGENT_LOSS_COUNTERS` that moved during a run."""
     out: dict[str, dict[str, int]] = {}

@@ -287,7 +287,8 @@ class FabricWatch:
         our software dropped spoils the timing as much as one the kernel dropped. ``due_spans``: per
         sending node, [(due, last datagram handed over)] of each op in wall-clock seconds, from the
         agents' accounts (a node that held data due while its links idled set the pace). ``late``: reasons
-        the driver found something of ours ran late (a fault that took effect late). None after a failed
+        the driver found something of ours ran late or could not be accounted (a fault that took effect
+        late, a node that stopped answering). None after a failed
         run."""
         if self.sampler is None:
             self.record = TimingRecord(lossless=self.lossless)

@@ -26,6 +26,7 @@ from orchestrator.experiment.fidelity import (
     CONFIRM_LINK_BYTES_MEMBERSHIP,
     CONFIRM_STEPS,
     Confirmation,
+    unresponsive_reasons,
 )
 from orchestrator.experiment.metrics import agent_deltas, compute_metrics, link_deltas, link_pairs
 from orchestrator.experiment.modes import mode_class
@@ -142,6 +143,7 @@ def run_experiment(
         agents_before = {n: c for n, c in agents_before.items() if n in agents_after}
         outcome = spec.collect(session, ops)
         faults.judge(outcome, session.time_scale)
+        late = late_reasons(session, faults)
         result = RunResult(
             meta=new_meta(
                 run_id=new_run_id(topo.name, spec.name),
@@ -156,9 +158,7 @@ def run_experiment(
             links=link_deltas(links_before, links_after, link_pairs(topo)),
             agents=(agents := agent_deltas(agents_before, agents_after)),
             messages=outcome.messages,
-            timing=watch.finish(
-                agents, due_spans(outcome, finished.timestamp()), faults.late_reasons(session.time_scale)
-            ),
+            timing=watch.finish(agents, due_spans(outcome, finished.timestamp()), late),
         )
         run_dir = save_judged(result, predicted, outcome, watch, results_dir)
     done = RunOutcome(load_run(run_dir), run_dir, outcome)
@@ -262,6 +262,12 @@ def prediction_of(
     else:
         say(predicted.describe())
     return predicted
+
+
+def late_reasons(session: LabSession, faults: FaultRunner) -> list[str]:
+    """What the driver itself found spoils the run's times: a fault that took effect late, a node whose
+    agent stopped answering."""
+    return [*faults.late_reasons(session.time_scale), *unresponsive_reasons(session.lost.nodes)]
 
 
 def due_spans(outcome: ModeOutcome, run_end_s: float) -> dict[str, list[tuple[float, float]]]:

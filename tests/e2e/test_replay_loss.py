@@ -114,3 +114,9 @@ def test_replay_with_receiver_paused_reports_loss(runtime: DockerRuntime, tmp_pa
     lost = {(m.src, r) for m in run.messages for r in m.expected if r not in m.delivered}
     assert any(r == VICTIM for _src, r in lost), lost
     assert all(VICTIM in (src, r) for src, r in lost), sorted(lost)
+    # Paused past the polls' patience, the victim was given up; nothing vouches for the run's times then.
+    assert VICTIM in run.meta.settings.get("unresponsive", {}), run.meta.settings
+    assert run.timing is not None and run.timing.faithful is False, run.timing
+    assert any(r.startswith(f"node {VICTIM}: its agent stopped answering") for r in run.timing.reasons), (
+        run.timing.reasons
+    )

@@ -272,6 +272,16 @@ class ReplayService:
             {} if self.step is None else {"step_items": self.step.items, "step_errors": self.step.errors}
         )
 
+    def stop(self) -> dict[str, Any]:
+        """End a run the driver gave up on (its timeout passed with this host still sending): what is
+        left of its schedule is not sent, and the next ``replay_load`` is not refused on its account.
+        What was sent and received stays for ``replay_results``."""
+        running = self.task is not None and not self.task.done()
+        if running:
+            assert self.task is not None
+            self.task.cancel()
+        return {"ok": True, "stopped": running, "sent_ops": self.sent_ops, "ops": len(self.ops)}
+
     def results(self) -> dict[str, Any]:
         # The driver asks for results once the run is over: the groups are no longer needed (a net-bier
         # receiver has no task of its own whose end could leave them). The records stay.
@@ -421,6 +431,15 @@ class ReplayPart(Service):
     async def results(self, _request: dict[str, Any]) -> dict[str, Any]:
         return (await self._service()).results()
 
+    async def stop_run(self, _request: dict[str, Any]) -> dict[str, Any]:
+        service = await self._service()
+        reply = service.stop()
+        if service.task is not None and reply["stopped"]:
+            # Its own cleanup (sockets, finished_ns) runs before the reply: a load that follows finds the
+            # host idle.
+            await asyncio.wait([service.task])
+        return reply
+
     def counters(self) -> dict[str, int]:
         return {} if self.current is None else dict(self.current.counters)
 
@@ -430,4 +449,5 @@ class ReplayPart(Service):
             Op.REPLAY_START: self.start_run,
             Op.REPLAY_STATUS: self.status,
             Op.REPLAY_RESULTS: self.results,
+            Op.REPLAY_STOP: self.stop_run,
         }

@@ -134,10 +134,25 @@ def start_and_wait(
             say(f"stopped waiting: {line}" + ("" if done else " (senders not done: timeout)"))
             break
         time.sleep(POLL_S)
+    if not done:
+        stop_senders([n for n in senders if not status.get(n, {}).get("done")], session, say)
     send_errors = {n: s["send_errors"] for n, s in status.items() if s.get("send_errors")}
     if send_errors:
         say(f"send errors: {send_errors}")
     return start_ns, send_errors
+
+
+def stop_senders(names: list[str], session: LabSession, say: Say) -> None:
+    """End the schedules of senders the run gave up on: left running, a sender would load the next run's
+    links and refuse its ``replay_load``. What they sent stays theirs to report."""
+    stopped = []
+    for name in names:
+        agent = session.agent(name)
+        reply = session.lost.call(name, lambda agent=agent: agent.replay_stop(timeout=10.0))
+        if reply is not None and reply.get("stopped"):
+            stopped.append(f"{name} ({reply['sent_ops']}/{reply['ops']} ops sent)")
+    if stopped:
+        say(f"stopped the senders still sending: {', '.join(stopped)}")
 
 
 def progress_of(status: dict[str, dict[str, Any]]) -> str:

@@ -489,3 +489,12 @@ def test_a_hosts_unread_deliveries_are_not_held():
     for i in range(6):
         m.sample(i / 10, {"h2:eth1": 0}, 10**6)
     assert m.held() == (0.0, 0.0, 0.0)
+
+
+def test_every_node_that_stopped_answering_is_a_reason_naming_it() -> None:
+    from orchestrator.experiment.fidelity import unresponsive_reasons
+
+    assert unresponsive_reasons({}) == []
+    reasons = unresponsive_reasons({"h7": "timed out", "h1": "connection refused"})
+    assert [r.split(":")[0] for r in reasons] == ["node h1", "node h7"]
+    assert "timed out" in reasons[1] and "stopped answering" in reasons[0]

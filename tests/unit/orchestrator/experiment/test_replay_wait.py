@@ -20,9 +20,14 @@ class FakeSender:
 
     def __init__(self, moving: int, done_after: int | None) -> None:
         self.polls, self.moving, self.done_after = 0, moving, done_after
+        self.stopped = 0
 
     def replay_start(self, start_ns: int) -> dict[str, Any]:
         return {"ok": True}
+
+    def replay_stop(self, timeout: float | None = None) -> dict[str, Any]:
+        self.stopped += 1
+        return {"ok": True, "stopped": True, "sent_ops": 1, "ops": 2}
 
     def replay_status(self, timeout: float | None = None) -> dict[str, Any]:
         self.polls += 1
@@ -46,12 +51,11 @@ def quick(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(replaying, "POLL_S", 0.01)
 
 
-def wait(sender: FakeSender, timeout_s: float, quiet_s: float = 0.0) -> float:
+def wait(sender: FakeSender, timeout_s: float, quiet_s: float = 0.0, said: list[str] | None = None) -> float:
     t0 = time.monotonic()
     options = RunOptions(drain_s=0.0, timeout_s=timeout_s)
-    replaying.start_and_wait(
-        session_of(sender), ["h1"], ["h1"], 1, 1, 0.0, options, lambda _: None, quiet_s=quiet_s
-    )
+    say = (lambda _: None) if said is None else said.append
+    replaying.start_and_wait(session_of(sender), ["h1"], ["h1"], 1, 1, 0.0, options, say, quiet_s=quiet_s)
     return time.monotonic() - t0
 
 
@@ -76,3 +80,14 @@ def test_progress_is_any_change_of_any_host_status() -> None:
     b = {"h1": {"sent_datagrams": 3, "reliable": {"sender.retransmitted": 2}}}
     assert replaying.progress_of(a) != replaying.progress_of(b)
     assert replaying.progress_of(a) == replaying.progress_of({"h1": dict(reversed(list(a["h1"].items())))})
+
+
+def test_a_sender_given_up_on_is_stopped_and_one_that_finished_is_not() -> None:
+    """Left running, a sender given up on would refuse the next run's load and send into its links."""
+    given_up, said = FakeSender(moving=5, done_after=None), []
+    wait(given_up, timeout_s=0.1, said=said)
+    assert given_up.stopped == 1
+    assert "stopped the senders still sending: h1 (1/2 ops sent)" in said
+    finished = FakeSender(moving=3, done_after=3)
+    wait(finished, timeout_s=0.1)
+    assert finished.stopped == 0

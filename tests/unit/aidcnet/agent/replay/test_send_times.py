@@ -141,3 +141,36 @@ def test_host_bier_deliveries_carry_the_bier_dataplanes_receive_stamp(private_lo
         await part.stop()
 
     asyncio.run(run())
+
+
+def test_a_run_given_up_on_is_stopped_what_it_sent_stays_and_the_next_load_is_taken(private_lo) -> None:
+    """One op now, one a minute later: stopped between them, the host is idle again, the first op's times
+    and delivery stay, the second was never sent, and a new load is not refused as "a replay is running"."""
+    receivers = {"h2": Receiver("127.0.0.1")}
+    ops = (ReplayOp(0, 0.0, 5_000, ("h2",)), ReplayOp(1, 60.0, 5_000, ("h2",)))
+
+    async def run() -> tuple[dict, dict, dict, dict]:
+        svc = ReplayService("127.0.0.1", port=PORT)
+        await svc.listen()
+        try:
+            svc.load(ReplayLoad(Mode.UNICAST, ops, receivers).to_wire())
+            svc.start({"start_ns": time.time_ns()})
+            while svc.sent_ops < 1:
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.05)
+            idle = ReplayService("127.0.0.1", port=PORT + 1).stop()  # nothing ever ran there
+            stopped = svc.stop()
+            assert svc.task is not None
+            await asyncio.wait([svc.task], timeout=5.0)
+            status, results = svc.status(), svc.results()
+            svc.load(ReplayLoad(Mode.UNICAST, ops[:1], receivers).to_wire())
+            return idle, stopped, status, results
+        finally:
+            svc.close()
+
+    idle, stopped, status, results = asyncio.run(run())
+    assert idle == {"ok": True, "stopped": False, "sent_ops": 0, "ops": 0}
+    assert stopped == {"ok": True, "stopped": True, "sent_ops": 1, "ops": 2}
+    assert status["done"] and status["sent_ops"] == 1
+    assert [t["id"] for t in results["op_times"] if t["last_ns"] is not None] == [0]
+    assert [r["id"] for r in results["records"]] == [0]
