@@ -188,6 +188,15 @@ def unresponsive_reasons(lost: Mapping[str, str]) -> list[str]:
     ]
 
 
+def unfinished_reasons(unfinished: Mapping[str, str]) -> list[str]:
+    """Reasons: the senders still sending when the run gave up on them (``LabSession.unfinished``, node ->
+    what they had sent): the run did not end at its links' pace, and its completion is not a time."""
+    return [
+        f"node {node}: still sending when the run gave up on it ({what}): the run did not finish"
+        for node, what in sorted(unfinished.items())
+    ]
+
+
 def agent_losses(deltas: Mapping[str, Mapping[str, int]]) -> dict[str, dict[str, int]]:
     """node -> {"agent <counter>": n} of the :data:`AGENT_LOSS_COUNTERS` that moved during a run."""
     out: dict[str, dict[str, int]] = {}

@@ -140,6 +140,8 @@ class LabSession:
     agents: dict[str, AgentClient] = field(default_factory=dict)
     # Agents that stopped answering during the run: not asked again, their deliveries count as lost.
     lost: Unresponsive = field(default_factory=Unresponsive)
+    # Senders the run gave up on while they were still sending: node -> what they had sent ("3/16 ops").
+    unfinished: dict[str, str] = field(default_factory=dict)
     # The scale the links are shaped to now (fabric.json, which a scale search or the automatic scale
     # changes between runs): the one value every conversion of this run's times uses.
     time_scale: TimeScale = field(default_factory=TimeScale.unshaped)

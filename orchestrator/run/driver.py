@@ -26,6 +26,7 @@ from orchestrator.experiment.fidelity import (
     CONFIRM_LINK_BYTES_MEMBERSHIP,
     CONFIRM_STEPS,
     Confirmation,
+    unfinished_reasons,
     unresponsive_reasons,
 )
 from orchestrator.experiment.metrics import agent_deltas, compute_metrics, link_deltas, link_pairs
@@ -266,8 +267,12 @@ def prediction_of(
 
 def late_reasons(session: LabSession, faults: FaultRunner) -> list[str]:
     """What the driver itself found spoils the run's times: a fault that took effect late, a node whose
-    agent stopped answering."""
-    return [*faults.late_reasons(session.time_scale), *unresponsive_reasons(session.lost.nodes)]
+    agent stopped answering, a sender still sending when the run gave up."""
+    return [
+        *faults.late_reasons(session.time_scale),
+        *unresponsive_reasons(session.lost.nodes),
+        *unfinished_reasons(session.unfinished),
+    ]
 
 
 def due_spans(outcome: ModeOutcome, run_end_s: float) -> dict[str, list[tuple[float, float]]]:

@@ -144,15 +144,16 @@ def start_and_wait(
 
 def stop_senders(names: list[str], session: LabSession, say: Say) -> None:
     """End the schedules of senders the run gave up on: left running, a sender would load the next run's
-    links and refuse its ``replay_load``. What they sent stays theirs to report."""
-    stopped = []
+    links and refuse its ``replay_load``. What they sent stays theirs to report; the session keeps who
+    they were (``unfinished``: the run has no time to vouch for)."""
     for name in names:
         agent = session.agent(name)
         reply = session.lost.call(name, lambda agent=agent: agent.replay_stop(timeout=10.0))
         if reply is not None and reply.get("stopped"):
-            stopped.append(f"{name} ({reply['sent_ops']}/{reply['ops']} ops sent)")
-    if stopped:
-        say(f"stopped the senders still sending: {', '.join(stopped)}")
+            session.unfinished[name] = f"{reply['sent_ops']}/{reply['ops']} ops sent"
+    if session.unfinished:
+        said = ", ".join(f"{n} ({what})" for n, what in sorted(session.unfinished.items()))
+        say(f"stopped the senders still sending: {said}")
 
 
 def progress_of(status: dict[str, dict[str, Any]]) -> str:

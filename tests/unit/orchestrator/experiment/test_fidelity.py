@@ -498,3 +498,11 @@ def test_every_node_that_stopped_answering_is_a_reason_naming_it() -> None:
     reasons = unresponsive_reasons({"h7": "timed out", "h1": "connection refused"})
     assert [r.split(":")[0] for r in reasons] == ["node h1", "node h7"]
     assert "timed out" in reasons[1] and "stopped answering" in reasons[0]
+
+
+def test_every_sender_the_run_gave_up_on_is_a_reason_naming_it() -> None:
+    from orchestrator.experiment.fidelity import unfinished_reasons
+
+    assert unfinished_reasons({}) == []
+    (reason,) = unfinished_reasons({"h1": "3/16 ops sent"})
+    assert reason.startswith("node h1: still sending") and "3/16 ops sent" in reason

@@ -42,7 +42,7 @@ class FakeSender:
 
 def session_of(sender: FakeSender) -> Any:
     lost = SimpleNamespace(nodes=set(), call=lambda node, fn, patience_s=None: fn())
-    return SimpleNamespace(lost=lost, agent=lambda name: sender)
+    return SimpleNamespace(lost=lost, agent=lambda name: sender, unfinished={})
 
 
 @pytest.fixture(autouse=True)
@@ -52,10 +52,14 @@ def quick(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def wait(sender: FakeSender, timeout_s: float, quiet_s: float = 0.0, said: list[str] | None = None) -> float:
+    return wait_in(session_of(sender), timeout_s, quiet_s, said)
+
+
+def wait_in(session: Any, timeout_s: float, quiet_s: float = 0.0, said: list[str] | None = None) -> float:
     t0 = time.monotonic()
     options = RunOptions(drain_s=0.0, timeout_s=timeout_s)
     say = (lambda _: None) if said is None else said.append
-    replaying.start_and_wait(session_of(sender), ["h1"], ["h1"], 1, 1, 0.0, options, say, quiet_s=quiet_s)
+    replaying.start_and_wait(session, ["h1"], ["h1"], 1, 1, 0.0, options, say, quiet_s=quiet_s)
     return time.monotonic() - t0
 
 
@@ -85,9 +89,12 @@ def test_progress_is_any_change_of_any_host_status() -> None:
 def test_a_sender_given_up_on_is_stopped_and_one_that_finished_is_not() -> None:
     """Left running, a sender given up on would refuse the next run's load and send into its links."""
     given_up, said = FakeSender(moving=5, done_after=None), []
-    wait(given_up, timeout_s=0.1, said=said)
+    session = session_of(given_up)
+    wait_in(session, timeout_s=0.1, said=said)
     assert given_up.stopped == 1
     assert "stopped the senders still sending: h1 (1/2 ops sent)" in said
+    assert session.unfinished == {"h1": "1/2 ops sent"}  # the verdict's reason (unfinished_reasons)
     finished = FakeSender(moving=3, done_after=3)
-    wait(finished, timeout_s=0.1)
-    assert finished.stopped == 0
+    session = session_of(finished)
+    wait_in(session, timeout_s=0.1)
+    assert finished.stopped == 0 and session.unfinished == {}
