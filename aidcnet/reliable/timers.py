@@ -13,12 +13,18 @@ fabric times. On an unshaped lab (``time.scale: off``) there is no fabric clock:
 clock and the same numbers are wall seconds. They are first guesses and bounds: the round trips the senders
 and BFRs measure (RFC 6298 estimators, one per branch) set the timers in between.
 
+The tuned lab's links have no propagation delay, so the values hold none: a lab whose links are long (a
+DCI, a WAN: docs/delay.md) adds its round trip to every timer that waits for an answer across the path
+(:meth:`Timers.over`). Without it, over a 26 ms WAN round trip the RTO ceiling was 100 µs and the send
+budget 5 µs of the link: a source resent every window hundreds of times per round trip and had 0.02% of
+its link in flight.
+
 Pure: no clock is read here.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 from aidcnet.timescale import TimeScale
 
@@ -57,6 +63,33 @@ class Timers:
     # budget's queue (inflight) stays below the senders' RTO floor.
     report_max: float = 0.025
 
+    def over(self, round_trip_s: float) -> Timers:
+        """These timers over a path whose propagation round trip is ``round_trip_s`` (on the same clock).
+
+        The send budget (time of the slowest link) grows by one round trip, the path's bandwidth-delay
+        product. A source that fills it at once has a round trip of data queued behind its link, so the
+        first answers take up to two round trips: the RTO floor and a BFR's partial wait grow by two, the
+        first RTO by three (RFC 6298's first sample, R + 4 R/2), the ceiling by six (room to back off), and
+        a receiver is declared failed, or an aggregation entry forgotten, only after 60. A NACK is repeated
+        once a repair could have come back (one). A receiver's ACK delay and a BFR's AGG-ACK hold are
+        local and stay."""
+        if round_trip_s <= 0:
+            return self
+        rtt = round_trip_s
+        return replace(
+            self,
+            initial_rto=self.initial_rto + 3 * rtt,
+            min_rto=self.min_rto + 2 * rtt,
+            max_rto=self.max_rto + 6 * rtt,
+            fail_after=self.fail_after + 60 * rtt,
+            inflight=self.inflight + rtt,
+            nack_interval=self.nack_interval + rtt,
+            nack_max_interval=self.nack_max_interval + rtt,
+            partial_after=self.partial_after + 2 * rtt,
+            partial_floor=self.partial_floor + 2 * rtt,
+            lifetime=self.lifetime + 60 * rtt,
+        )
+
     def scaled(self, scale: TimeScale) -> Timers:
         """These timers (wall seconds at :data:`TUNED_AT`) on the clock of the agents at ``scale``: fabric
         seconds when the lab is shaped, whatever the factor; as they are when it is not."""
@@ -69,6 +102,7 @@ WALL = Timers()
 """As tuned: wall seconds on the shipped leaf-spine at :data:`TUNED_AT`."""
 
 
-def timers(scale: TimeScale) -> Timers:
-    """The reliable transport's timers on the clock its agents run on at ``scale``."""
-    return WALL.scaled(scale)
+def timers(scale: TimeScale, round_trip_s: float = 0.0) -> Timers:
+    """The reliable transport's timers on the clock its agents run on at ``scale``, over paths whose longest
+    propagation round trip is ``round_trip_s`` fabric seconds (0: the links have no delay)."""
+    return WALL.scaled(scale).over(round_trip_s)

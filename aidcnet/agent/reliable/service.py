@@ -150,8 +150,9 @@ class ReliableEndpoint:
         self.clock = FabricClock(scale, wall)
         self.source = source
         self.queue_bytes = queue_bytes
-        # The BFR timers follow the lab's clock unless given (tests).
+        # The BFR timers follow the lab's clock, and the run's round trip, unless given (tests).
         self._timed = aggregator is None
+        self.round_trip_s = 0.0
         self.node = ReliableNode(
             bfr_id, self._send, toward, aggregator=aggregator or bfr_aggregator(timers(scale))
         )
@@ -312,7 +313,14 @@ class ReliableEndpoint:
         self.clock.rescale(scale)
         self._late_after = self._late_threshold()
         if self._timed:
-            self.node.aggregator.config = bfr_aggregator(timers(scale))
+            self.node.aggregator.config = bfr_aggregator(timers(scale, self.round_trip_s))
+
+    def over_round_trip(self, round_trip_s: float) -> None:
+        """The run's paths are this long (their longest propagation round trip, fabric seconds): the BFR
+        timers wait for answers from that far (:meth:`aidcnet.reliable.timers.Timers.over`)."""
+        self.round_trip_s = round_trip_s
+        if self._timed:
+            self.node.aggregator.config = bfr_aggregator(timers(self.clock.scale, round_trip_s))
 
     def close(self) -> None:
         if self._timer is not None:
@@ -514,11 +522,25 @@ class ReliablePart(Service):
         self._port_hosts = (key, out)
         return out
 
-    async def reset(self, _request: dict[str, Any]) -> dict[str, Any]:
+    async def reset(self, request: dict[str, Any]) -> dict[str, Any]:
         """Forget the flows of earlier runs (:meth:`ReliableNode.forget_flows`); a node the reliable
-        transport does not run on has nothing to forget. Says too what this node's aggregation sees
-        (:meth:`aggregation`), so a run that needs it refuses to start where it is missing."""
-        forgotten = self.endpoint.node.forget_flows() if self.endpoint is not None else 0
+        transport does not run on has nothing to forget. ``round_trip_s``: the next run's longest
+        propagation round trip (fabric seconds; 0 or absent: links without delay), which the BFR timers
+        wait for. Says too what this node's aggregation sees (:meth:`aggregation`), so a run that needs it
+        refuses to start where it is missing."""
+        round_trip_s = request.get("round_trip_s", 0.0)
+        if (
+            isinstance(round_trip_s, bool)
+            or not isinstance(round_trip_s, int | float)
+            or not (0 <= round_trip_s < 3600)
+        ):
+            raise ValueError(
+                f"round_trip_s: {round_trip_s!r} is not a round trip in seconds (0 up to an hour)"
+            )
+        forgotten = 0
+        if self.endpoint is not None:
+            forgotten = self.endpoint.node.forget_flows()
+            self.endpoint.over_round_trip(float(round_trip_s))
         return {"ok": True, "forgotten": forgotten, "aggregation": self.aggregation()}
 
     def aggregation(self) -> dict[str, Any]:

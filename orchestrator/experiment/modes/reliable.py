@@ -39,6 +39,7 @@ from orchestrator.experiment.modes import register
 from orchestrator.experiment.modes.base import ModeOutcome, Say
 from orchestrator.experiment.modes.messages import MessageMode
 from orchestrator.experiment.modes.net_bier import NetBier
+from orchestrator.experiment.modes.replaying import trace_propagation_s
 from orchestrator.experiment.session import ExperimentError, HostInfo, LabSession
 from orchestrator.workloads.trace import TraceOp
 
@@ -75,14 +76,17 @@ def run_number(now_s: float) -> int:
     return int(now_s) % 256
 
 
-def forget_earlier_runs(session: LabSession, say: Say) -> dict[str, dict[str, Any]]:
+def forget_earlier_runs(
+    session: LabSession, say: Say, round_trip_s: float = 0.0
+) -> dict[str, dict[str, Any]]:
     """Every node forgets the reliable flows of earlier runs. A BFR's aggregation window left open by
     the last run (a lossy run leaves many, alive for the aggregator's lifetime) would go on sending
     partial AGG-ACKs toward its source during this run: bytes on this run's links and feedback of
     another run (before flow ids carried the run's number, the sources took it for this run's and
     retransmitted: NACKs and resent DATA at 0% loss right after a 5% run). Returns what each node said of
-    its aggregation (:func:`refuse_without_aggregation`)."""
-    replies = session.each_agent(lambda _node, agent: agent.reliable_reset())
+    its aggregation (:func:`refuse_without_aggregation`). ``round_trip_s``: the run's longest propagation
+    round trip (fabric seconds), which the BFRs' timers wait for."""
+    replies = session.each_agent(lambda _node, agent: agent.reliable_reset(round_trip_s))
     left = {node: r["forgotten"] for node, r in replies.items() if r.get("forgotten")}
     if left:
         nodes = ", ".join(sorted(left))
@@ -116,15 +120,18 @@ def refuse_without_aggregation(
         )
 
 
-def reliable_timers(scale: TimeScale) -> Timers:
-    """The reliable transport's timers on the agents' clock at ``scale`` (fabric seconds when shaped)."""
-    return timers(scale)
+def reliable_timers(scale: TimeScale, round_trip_s: float = 0.0) -> Timers:
+    """The reliable transport's timers on the agents' clock at ``scale`` (fabric seconds when shaped), over
+    paths whose longest propagation round trip is ``round_trip_s`` fabric seconds."""
+    return timers(scale, round_trip_s)
 
 
-def inflight_bytes(plan: LabPlan, host: str) -> int | None:
+def inflight_bytes(plan: LabPlan, host: str, round_trip_s: float = 0.0) -> int | None:
     """The send budget of ``host``: :class:`Timers`' ``inflight`` of its slowest link, in fabric time of
-    the link's bandwidth (so the same at every scale: at the tuned 1:20000 it is 0.1 s of the veth), at
-    least one jumbo frame; None on an unshaped lab, whose links have no queue to fill."""
+    the link's bandwidth (so the same at every scale: at the tuned 1:20000 it is 0.1 s of the veth), plus
+    the paths' longest propagation round trip (``round_trip_s``, fabric seconds: the bandwidth-delay
+    product, without which a source over a WAN has a sliver of its link in flight), at least one jumbo
+    frame; None on an unshaped lab, whose links have no queue to fill."""
     if not TimeScale.of(plan.time.scale).shaped:
         return None
     rates = [
@@ -132,7 +139,7 @@ def inflight_bytes(plan: LabPlan, host: str) -> int | None:
     ]
     if not rates:
         return None
-    fabric_s = timers(TUNED_AT).inflight
+    fabric_s = timers(TUNED_AT, round_trip_s).inflight
     return max(MIN_QUEUE_BYTES, int(min(rates) / 8 * fabric_s))
 
 
@@ -250,9 +257,11 @@ class ReliableMode(MessageMode):
     def prepare(self, session: LabSession, ops: list[TraceOp], say: Say) -> None:
         super().prepare(session, ops, say)
         self.ids = self._number(self.all_hosts)
-        self.inflight = {h: inflight_bytes(session.plan, h) for h in self.all_hosts}
-        self.times = reliable_timers(session.time_scale)
-        said = forget_earlier_runs(session, say)
+        # The links' length (docs/delay.md): the timers and send budget wait for answers from that far.
+        round_trip_s = trace_propagation_s(session, ops)[1]
+        self.inflight = {h: inflight_bytes(session.plan, h, round_trip_s) for h in self.all_hosts}
+        self.times = reliable_timers(session.time_scale, round_trip_s)
+        said = forget_earlier_runs(session, say, round_trip_s)
         refuse_without_aggregation(self.name, self.feedback, said, self.all_hosts)
         self.run_number = run_number(time.time())
 

@@ -91,6 +91,7 @@ def test_dead_receiver_is_declared_failed_and_the_others_complete() -> None:
 
 @settings(max_examples=12, deadline=None)
 @example(seed=3289, loss=0.05, aggregate=True, window=1, isn=0)  # above one ACK per packet, still exact
+@example(seed=26, loss=0.05, aggregate=True, window=4, isn=0)  # 1.2 per packet with windows of 4, still exact
 @given(
     seed=st.integers(0, 2**32 - 1),
     loss=st.sampled_from([0.02, 0.05, 0.1]),
@@ -119,12 +120,11 @@ def test_any_seed_delivers_exactly_once(
     for got in res.delivered.values():
         assert [p for _, p in got] == EXPECTED[:60]
         assert [s for s, _ in got] == [(isn + k) & 0xFFFFFFFF for k in range(60)]
-    if aggregate and loss <= 0.05 and window > 1:
-        # With windows of one sequence, one AGG-ACK per two of them without loss (the test above); in flows
-        # of 60 packets the repairs' AGG-ACKs and the partials still take a few seeds above one per packet
-        # at 5% (7 of about 140 random aggregated runs at 2-5%, at most 1.08, with delayed AGG-ACKs;
-        # 1.02-1.23 in 4 of 41 before them). Wider windows leave the room; at 10% loss partials push even
-        # them above one (1.63 at seed 0). Measured, reported in docs/reliability.md, not claimed.
+    if aggregate and loss <= 0.02 and window > 1:
+        # Windows of four sequences leave room under one ACK per first-hop branch per packet at 2% (400
+        # seeds: none above, at most 0.70). At 5% the repairs' AGG-ACKs and the partials take some seeds
+        # above it (42 of 400, up to 1.33: seed 26 gives 1.2), and windows of one sequence at any loss, so
+        # the bound is claimed at 2% only. Measured, reported in docs/reliability.md.
         assert res.acks_per_packet <= res.branches
 
 

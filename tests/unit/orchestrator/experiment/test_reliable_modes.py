@@ -142,6 +142,8 @@ def test_the_send_budget_is_the_same_fabric_time_of_the_hosts_slowest_link_at_ev
     assert inflight_bytes(plan(20000), "h1") == 250_000 == inflight_bytes(plan(40000), "h1")
     assert inflight_bytes(plan(2_000_000), "h1") == 250_000
     assert inflight_bytes(plan("off"), "h1") is None
+    # Over a 4 ms round trip (the interdc lab's DCI) the budget also covers 400G for 4 ms: 200 MB more.
+    assert inflight_bytes(plan(20000), "h1", 0.004) == 250_000 + 200_000_000
 
 
 def test_the_timers_are_fabric_time_on_a_shaped_lab_and_wall_time_unshaped() -> None:

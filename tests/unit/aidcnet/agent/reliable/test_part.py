@@ -163,6 +163,35 @@ def test_reset_forgets_the_aggregation_windows_of_earlier_runs() -> None:
     asyncio.run(main())
 
 
+def test_reset_gives_the_bfr_timers_the_runs_round_trip_and_refuses_one_that_is_not() -> None:
+    from aidcnet.agent.reliable.service import bfr_aggregator
+    from aidcnet.reliable.timers import timers
+    from aidcnet.timescale import TimeScale
+
+    async def main() -> None:
+        bier = FakeBierPart()
+        part = ReliablePart(bier)  # type: ignore[arg-type]
+        scale = TimeScale(1000)
+        ep = ReliableEndpoint(4, lambda _b: None, source="127.0.0.1", bind="127.0.0.1", port=0, scale=scale)
+        part.endpoint = ep
+        near = ep.node.aggregator.config
+        assert near == bfr_aggregator(timers(scale))
+        await part.reset({"round_trip_s": 0.004})  # the interdc lab's DCI, there and back
+        far = ep.node.aggregator.config
+        assert far == bfr_aggregator(timers(scale, 0.004)) and far.partial_after > near.partial_after + 0.004
+        ep.rescale(TimeScale(2000))  # a rescale keeps the round trip
+        assert ep.node.aggregator.config == bfr_aggregator(timers(TimeScale(2000), 0.004))
+        for bad in (-1.0, "4ms", True, float("nan")):
+            with pytest.raises(ValueError, match="round_trip_s"):
+                await part.reset({"round_trip_s": bad})
+        await part.reset({})  # a run over links without delay: back to the tuned timers
+        assert ep.node.aggregator.config == bfr_aggregator(timers(TimeScale(2000)))
+        ep.close()
+        bier.sock.close()
+
+    asyncio.run(main())
+
+
 def test_an_ack_finds_the_entry_its_datas_report_makes_though_both_wait_together() -> None:
     """The eBPF fast path reports a DATA before the DATA leaves the BFR, so its ACK comes back after; the
     two wait on their own fds, and a turn of the loop that served the socket first passed the ACK upstream
@@ -247,7 +276,9 @@ def test_an_idle_endpoint_sleeps_long_and_an_event_wakes_it_at_once():
     from aidcnet.agent.reliable.service import ReliableEndpoint
 
     loop = asyncio.new_event_loop()
-    ep = ReliableEndpoint(1, lambda _bfr: None, bind="127.0.0.1", port=0)
+    # The endpoint's wall clock stands still: "kicked just now" must not depend on how fast this machine
+    # gets from one line to the next (a loaded CI run took over MIN_KICK_S between two nudges).
+    ep = ReliableEndpoint(1, lambda _bfr: None, bind="127.0.0.1", port=0, wall=lambda: 1000.0)
     try:
         ep.attach(loop)  # nothing pending: one wake-up a second, not every 10 ms
         assert ep._idle and ep._timer.when() - loop.time() > reliable_service.MAX_SLEEP_S * 10
@@ -258,6 +289,9 @@ def test_an_idle_endpoint_sleeps_long_and_an_event_wakes_it_at_once():
         ep._idle = False
         ep.nudge()  # busy and kicked just now: the ≤10 ms timer covers it
         assert kicks == [1]
+        ep._kicked -= 2 * reliable_service.MIN_KICK_S
+        ep.nudge()  # busy, but the last kick was longer than MIN_KICK_S ago: kicked
+        assert kicks == [1, 1]
     finally:
         ep.close()
         loop.close()
