@@ -6,7 +6,9 @@ Runs on two namespaces joined by a veth (tests/unit/fabric_netns.py): root and i
 from __future__ import annotations
 
 import os
+import signal
 import time
+from dataclasses import replace
 
 import pytest
 from pyroute2 import NetNS
@@ -43,40 +45,59 @@ print(n)
 """
 
 
-def shaper(node: str, iface: str, peer: str, rate_bps: int, queue: int = 256 << 10) -> EndShaper:
-    return EndShaper(node, iface, peer, rate_bps * 10000, rate_bps, queue, tbf_burst(rate_bps, 1500), 1500)
+def shaper(
+    node: str, iface: str, peer: str, rate_bps: int, queue: int = 256 << 10, burst: int | None = None
+) -> EndShaper:
+    """An end at ``rate_bps`` with the lab's token bucket (fabric.tbf_burst) unless ``burst`` is given."""
+    burst = tbf_burst(rate_bps, 1500) if burst is None else burst
+    return EndShaper(node, iface, peer, rate_bps * 10000, rate_bps, queue, burst, 1500)
 
 
-def drain(pair: VethPair, seconds: float, rate_bps: int) -> tuple[float, int]:
-    """Saturate a's shaper for ``seconds``; its drain rate (bit/s) while backlogged, and its queue drops.
-    Only intervals whose starting queue could keep a ``rate_bps`` shaper busy to their end count: a sender
-    starved of CPU may let the queue run dry between two samples, and that is not the shaper's pace."""
+# The bucket of the rate test: 10 ms of tokens. The lab's bucket (two frames, 1.2 ms at 20 Mbit/s) loses
+# every token that comes due while the kernel's dequeue runs late, and on a loaded CI machine that held
+# the drain at 17.8-18.2 Mbit/s in three runs of three (19.98 quiet): the machine, which the fidelity
+# sampler judges in a lab (test_sampler.py), not the rate that apply_shapers set, which this test is about.
+# A deeper bucket cannot make the long-run drain faster than the rate: it only keeps tokens a late
+# dequeue would drop, and the drain meter counts only intervals that began with a full queue.
+RATE_TEST_BUCKET_S = 0.010
+
+
+def drain(pair: VethPair, busy_s: float, rate_bps: int) -> tuple[float, int]:
+    """Saturate a's shaper until its queue has been backlogged ``busy_s`` (at most 4x that in all); its
+    drain rate (bit/s) while backlogged, and its queue drops. Only intervals whose starting queue could
+    keep a ``rate_bps`` shaper busy to their end count: a sender starved of CPU lets the queue run dry
+    between two samples (1.3 s of 2 with both cores busy elsewhere), and that is not the shaper's pace,
+    so the sender runs on until the shaper has been measured long enough."""
     meter = DrainMeter(rate_bps)
     with NetNS(pair.a_path) as ns:
         before = read_qdisc_stats(ns, pair.a_path, [pair.a_if])[pair.a_if]
-        proc = pair.popen_in(pair.a, BLOCKING_SENDER, pair.b_ip, str(seconds))
+        proc = pair.popen_in(pair.a, BLOCKING_SENDER, pair.b_ip, str(4 * busy_s))
         while proc.poll() is None:
             st = read_qdisc_stats(ns, pair.a_path, [pair.a_if])[pair.a_if]
             meter.sample(st.read_at_s, st.bytes, st.backlog, st.read_within_s)
+            if meter.busy_s >= busy_s:
+                proc.terminate()
+                break
             time.sleep(0.02)
+        _out, err = proc.communicate()
         after = read_qdisc_stats(ns, pair.a_path, [pair.a_if])[pair.a_if]
-    _out, err = proc.communicate()
-    assert proc.returncode == 0, err
-    assert meter.busy_s > seconds * 0.7, f"queue was backlogged only {meter.busy_s:.2f} s of {seconds}"
+    assert proc.returncode in (0, -signal.SIGTERM), err
+    assert meter.busy_s >= busy_s, f"queue was backlogged only {meter.busy_s:.2f} s of {4 * busy_s} s"
     assert meter.drain_bps is not None
     return meter.drain_bps, after.drops - before.drops
 
 
 def test_tbf_drains_at_its_rate_and_a_bandwidth_change_halves_it(veth_pair):
     pair = veth_pair
-    a = shaper(pair.a, pair.a_if, f"{pair.b}:{pair.b_if}", 20_000_000)
-    b = shaper(pair.b, pair.b_if, f"{pair.a}:{pair.a_if}", 20_000_000)
+    bucket = int(20_000_000 * RATE_TEST_BUCKET_S / 8)
+    a = shaper(pair.a, pair.a_if, f"{pair.b}:{pair.b_if}", 20_000_000, burst=bucket)
+    b = shaper(pair.b, pair.b_if, f"{pair.a}:{pair.a_if}", 20_000_000, burst=bucket)
     assert apply_shapers(pair.a_path, [a]) == 1
     assert apply_shapers(pair.b_path, [b]) == 1
     st = qdisc_stats(pair.a_path, [pair.a_if])[pair.a_if]
     assert (st.kind, st.rate_bps) == ("tbf", 20_000_000)
 
-    rate, drops = paced_run(lambda: drain(pair, 2.0, 20_000_000), lambda r: r[0], 20_000_000)
+    rate, drops = paced_run(lambda: drain(pair, 1.5, 20_000_000), lambda r: r[0], 20_000_000)
     print(f"shaper 20 Mbit/s: drained at {rate / 1e6:.2f} Mbit/s, {drops} queue drops")
     assert rate == pytest.approx(20e6, rel=0.05)
     assert drops == 0
@@ -84,11 +105,12 @@ def test_tbf_drains_at_its_rate_and_a_bandwidth_change_halves_it(veth_pair):
     fabric = Fabric("fab", 10000, {a.name: a, b.name: b})
     fabric, changed = fabric.with_bandwidth(a.name, a.bandwidth_bps // 2)
     assert {c.name: c.rate_bps for c in changed} == {a.name: 10_000_000, b.name: 10_000_000}
-    apply_shapers(pair.a_path, [fabric.end(a.name)])
-    apply_shapers(pair.b_path, [fabric.end(b.name)])
+    halved_bucket = int(10_000_000 * RATE_TEST_BUCKET_S / 8)
+    apply_shapers(pair.a_path, [replace(fabric.end(a.name), burst_bytes=halved_bucket)])
+    apply_shapers(pair.b_path, [replace(fabric.end(b.name), burst_bytes=halved_bucket)])
     assert qdisc_stats(pair.b_path)[pair.b_if].rate_bps == 10_000_000
 
-    rate, drops = paced_run(lambda: drain(pair, 2.0, 10_000_000), lambda r: r[0], 10_000_000)
+    rate, drops = paced_run(lambda: drain(pair, 1.5, 10_000_000), lambda r: r[0], 10_000_000)
     print(f"after halving: drained at {rate / 1e6:.2f} Mbit/s, {drops} queue drops")
     assert rate == pytest.approx(10e6, rel=0.05)
     assert drops == 0
