@@ -231,10 +231,12 @@ class ReliableEndpoint:
 
     def _read(self) -> int:
         """Hand the node every datagram waiting on the socket (at most :data:`READ_MAX`)."""
-        if self.before_read is not None:
-            self.before_read()
         n = 0
         while n < READ_MAX:
+            # Before each datagram, not once per batch: an ACK read late in a long batch may answer DATA
+            # the fast path forwarded (and reported) after the batch began.
+            if self.before_read is not None:
+                self.before_read()
             try:
                 data, anc, _flags, (src, sport) = self.rx.recvmsg(RECV_SIZE, STAMP_SPACE)
             except (BlockingIOError, InterruptedError):
@@ -477,7 +479,8 @@ class ReliablePart(Service):
         their own fd, and one turn of the loop may serve the socket first. The ACK then found no entry
         and went upstream unaggregated (``agg.passed-no-entry``), and the entry the report made a moment
         later waited for it until its partial timer, past the source's RTO: 2 retransmissions on a timer
-        at 0% loss on leaf-spine, more on a busy machine."""
+        at 0% loss on leaf-spine, more on a busy machine. Called before each datagram, not each batch:
+        the fast path reports on while a late turn reads a long batch."""
         service = self.bier.current
         if service is not None and service.ebpf is not None:
             service.ebpf.poll_reports()
