@@ -25,19 +25,36 @@ from tests.unit.aidcnet.agent.bier.test_dataplane import EDGES, IDS, Lab, make_l
 
 RECEIVERS = [3, 4, 5]
 AGGREGATOR = AggregatorConfig(partial_after=0.5, lifetime=5.0)
+# The transport's clock advances this much per turn of :meth:`Net.run`, whatever the wall clock did: one
+# thread turns every node, and a busy CI machine held it for over 0.5 s (the RTO floor) once, so a timer
+# fired with nothing lost. On the turns' clock a timer fires only when the transport takes too many turns.
+TURN_S = 0.0005
+
+
+class TurnClock:
+    """The endpoints' wall clock: seconds of turns of the loop that drives them."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
 
 
 class Net:
-    def __init__(self, lab: Lab, feedback: str, eps: dict[str, ReliableEndpoint], see_data: bool) -> None:
+    def __init__(
+        self, lab: Lab, feedback: str, eps: dict[str, ReliableEndpoint], see_data: bool, clock: TurnClock
+    ) -> None:
         self.lab = lab
         self.eps = eps
+        self.clock = clock
         self.got: dict[str, list[bytes]] = {n: [] for n in eps}
         settings = ReliableSettings(
             feedback=feedback,
             isn=0xFFFF_FFFA,
             window=8,
-            # Generous timers: on loopback nothing is lost, so no timer should ever have to fire, even
-            # on a busy two-core machine; one that does shows as a retransmission the test refuses.
+            # Generous timers: on loopback nothing is lost, so no timer should ever have to fire (1,000
+            # turns of the loop); one that does shows as a retransmission the test refuses.
             initial_rto=0.5,
             min_rto=0.5,
             max_rto=2.0,
@@ -73,7 +90,8 @@ class Net:
                 ep._drain()
                 ep.node.poll(ep.clock())
             if not busy:
-                time.sleep(0.0005)
+                time.sleep(TURN_S)
+            self.clock.now += TURN_S
 
 
 def toward(lab: Lab, node: str) -> Callable[[int], str | None]:
@@ -94,13 +112,13 @@ def lab() -> Iterator[Lab]:
     lab.close()
 
 
-def endpoints(lab: Lab) -> dict[str, ReliableEndpoint]:
+def endpoints(lab: Lab, wall: Callable[[], float]) -> dict[str, ReliableEndpoint]:
     eps: dict[str, ReliableEndpoint] = {}
     try:
         for name, addr in lab.addrs.items():
             if name in lab.dps:
                 eps[name] = ReliableEndpoint(
-                    IDS.get(name), toward(lab, name), source=addr, bind=addr, aggregator=AGGREGATOR
+                    IDS.get(name), toward(lab, name), source=addr, bind=addr, aggregator=AGGREGATOR, wall=wall
                 )
     except BaseException:
         for ep in eps.values():
@@ -112,9 +130,10 @@ def endpoints(lab: Lab) -> dict[str, ReliableEndpoint]:
 @pytest.mark.parametrize("feedback", ["hop", "e2e"])
 @pytest.mark.parametrize("see_data", [True, False], ids=["python-dp", "no-data-at-bfrs"])
 def test_reliable_flow_over_bier_dataplanes(lab: Lab, feedback: str, see_data: bool) -> None:
-    eps = endpoints(lab)
+    clock = TurnClock()
+    eps = endpoints(lab, clock)
     try:
-        net = Net(lab, feedback, eps, see_data)
+        net = Net(lab, feedback, eps, see_data, clock)
         sent = [b"m%03d" % i + bytes(500) for i in range(60)]
         before = time.time_ns()
         eps["A"].node.open_bier_flow(21, RECEIVERS, sent, eps["A"].clock())
