@@ -36,6 +36,17 @@ NODE_CPU_SATURATED = 0.9
 # trace at a second scale taking the same fabric time (replay --confirm) shows the links set it anyway
 # (TimingRecord.confirmed_by keeps it as a note then).
 MACHINE_BUSY = "host: the machine was busy "
+# The reason of a link that drained below its shaper: the kernel's dequeue ran late and the tokens that
+# came due meanwhile were lost (a small bucket on a busy machine), the machine's doing as MACHINE_BUSY is.
+SHAPER_SLOW = "below its shaper's"
+
+
+def machine_reason(reason: str) -> bool:
+    """Whether ``reason`` is one the machine alone gives (busy, or a shaper it held back): a run spoiled
+    only by such reasons is worth running again, where one our software or the links spoiled is not."""
+    return reason.startswith(MACHINE_BUSY) or (reason.startswith("link ") and SHAPER_SLOW in reason)
+
+
 # The whole lab using this share of the machine's cores leaves the kernel no room to run the shapers.
 HOST_CPU_SATURATED = 0.9
 # Agent counters (as `show counters` names them) that mean our own software lost a packet: a send the
@@ -496,10 +507,10 @@ def verdict(
             # faster shaper, never as a slower one, so it widens the bar above the rate only.
             above = tolerance + link.burst_bytes * 8 / (link.rate_bps * link.busy_s)
             if off < -tolerance or off > above:
-                word = "below" if off < 0 else "above"
+                side = SHAPER_SLOW if off < 0 else "above its shaper's"
                 reasons.append(
                     f"link {link.name}: drained at {drain / 1e6:.3g} Mbit/s while backlogged for "
-                    f"{link.busy_s:.2f} s, {abs(off):.0%} {word} its shaper's {link.rate_bps / 1e6:g} Mbit/s"
+                    f"{link.busy_s:.2f} s, {abs(off):.0%} {side} {link.rate_bps / 1e6:g} Mbit/s"
                 )
         elif link.busy_s > 0:
             notes.append(f"link {link.name}: backlogged only {link.busy_s:.2f} s, too short to judge")

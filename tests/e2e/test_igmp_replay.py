@@ -15,13 +15,12 @@ to run (it deploys a lab): a few minutes of lab time.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
 import yaml
 
-from orchestrator.experiment.fidelity import MACHINE_BUSY
+from orchestrator.experiment.fidelity import machine_reason
 from orchestrator.experiment.membership import control_overhead
 from orchestrator.experiment.results import list_runs, load_run
 from orchestrator.workloads.trace import TraceReader
@@ -51,19 +50,11 @@ def ops():
 BUSY_TRIES = 3
 
 
-def _the_machines(reason: str) -> bool:
-    """A reason the machine alone gives: it was busy, or a link drained below its shaper (the kernel's
-    dequeue ran late and its tokens were lost: 8% below for 0.23 s in a CI run). A shaper that is wrong
-    drains below it every time and fails all the tries."""
-    return reason.startswith(MACHINE_BUSY) or bool(
-        re.match(r"link \S+: drained at .* below its shaper", reason)
-    )
-
-
 def _replay(topo_path: Path, mode: str, results: Path):
     """One run at the mode's default lead; the test fails with the verdict's reasons when it was not
-    faithful. Only a verdict whose every reason is the machine's (:func:`_the_machines`) earns another
-    run (``BUSY_TRIES`` in all): any other reason fails at once, and so does a machine busy every time."""
+    faithful. Only a verdict whose every reason is the machine's (``fidelity.machine_reason``: busy, or a
+    link drained below its shaper, 8% for 0.23 s in a CI run) earns another run (``BUSY_TRIES`` in all):
+    any other reason fails at once, and so does a machine busy every time (or a shaper that is wrong)."""
     for attempt in range(1, BUSY_TRIES + 1):
         before = set(list_runs(results)) if results.exists() else set()
         # check=True: exits non-zero unless every (message, receiver) arrived intact once and no packet came
@@ -74,7 +65,7 @@ def _replay(topo_path: Path, mode: str, results: Path):
         run = load_run(new)
         assert run.timing is not None, mode
         reasons = run.timing.reasons
-        if run.timing.faithful or not all(_the_machines(r) for r in reasons):
+        if run.timing.faithful or not all(machine_reason(r) for r in reasons):
             break
         print(f"{mode}: try {attempt} of {BUSY_TRIES} not faithful, the machine alone: {reasons}")
     assert run.timing.faithful, (mode, reasons)

@@ -20,6 +20,7 @@ from orchestrator.experiment.fidelity import (
     agent_waits,
     bottleneck_bound,
     held_reason,
+    machine_reason,
     overlap,
     pace_reason,
     verdict,
@@ -185,6 +186,10 @@ def test_every_reason_names_its_link_queue_or_node():
     assert len(v.reasons) == 5
     assert any("leaf3:eth3: 40 packets dropped by the injected fault" in n for n in v.notes)
     assert any("leaf4:eth3: backlogged only 0.05 s" in n for n in v.notes)
+    # The slow link and the busy machine are the machine's; the drops and the saturated node are not.
+    assert [machine_reason(r) for r in v.reasons] == [True, False, False, False, True]
+    fast = verdict([busy("a:eth1", 20_000_000, 25_000_000)], []).reasons
+    assert len(fast) == 1 and not machine_reason(fast[0])
 
 
 def test_congestion_loss_is_a_note_when_the_run_studies_it():
