@@ -215,6 +215,20 @@ class Lab:
 
         return link_set(self.runtime, self.lab_dir, endpoint, action, list(value), one_way=one_way)
 
+    @contextlib.contextmanager
+    def at_scale(self, scale: int) -> Iterator[None]:
+        """The lab at time scale 1:``scale`` for the body, links, delays and agents together, then back at
+        its own (as ``replay --confirm`` moves it): a short run is faithful only at a scale where the links,
+        not our software, set its pace (docs/time-and-fidelity.md)."""
+        from aidcnet.timescale import TimeScale
+        from orchestrator.experiment.session import LabSession
+        from orchestrator.lab import rescale
+
+        with working_dir(self.workdir):
+            session = LabSession.open(self.topo, self.runtime)
+        with rescale.at_scale(self.lab_dir, self.topo.container_name, session.agents, TimeScale(scale)):
+            yield
+
     def wait_routes(self, timeout: float = 180.0) -> None:
         """Until every node's kernel has a route to every destination its plan routes to: a BGP UPDATE
         takes each hop's delay x time scale of wall time on a delayed lab (docs/delay.md). LabError naming
@@ -326,9 +340,7 @@ def _start_tcpdump(
     return proc, reader
 
 
-def _stop_tcpdump(
-    proc: subprocess.Popen[str], reader: threading.Thread, cap: Capture, wait: float
-) -> None:
+def _stop_tcpdump(proc: subprocess.Popen[str], reader: threading.Thread, cap: Capture, wait: float) -> None:
     """Give tcpdump ``wait`` s (a counted capture ends by itself), then stop it as Ctrl-C would: it
     flushes the file and prints its count."""
     import signal

@@ -1,9 +1,10 @@
 """Times that hold at every size: each lab at its automatic time scale, against the time model, confirmed.
 
-For leaf-spine (the MoE sample and the model-distribution sample), the SuperPoD (a MoE dispatch over its
-64 GPUs) and bsl256 (a 1,024-expert MoE step over its 256 GPUs, 8 tokens per host), in unicast and
-host-BIER, and for ina-fig1 (the AllReduce sample) in ina, ring and ps: one replay at the scale
-``time.scale: auto`` picks for it on this machine (after the lab's calibration, ``aidclab calibrate``),
+For leaf-spine (the MoE sample and the model-distribution sample; leaf-spine-1us: the same with 1 µs of
+propagation delay on every link, a hop's switching and a few hundred metres), the SuperPoD (a MoE
+dispatch over its 64 GPUs) and bsl256 (a 1,024-expert MoE step over its 256 GPUs, 8 tokens per host),
+in unicast and host-BIER, and for ina-fig1 (the AllReduce sample) in ina, ring and ps: one replay at the
+scale ``time.scale: auto`` picks for it on this machine (after the lab's calibration, ``aidclab calibrate``),
 then the same trace at twice that scale (``replay --confirm``). Each line prints the scale chosen,
 completion against the time model's prediction (the baseline, computed in the same run), whether the
 verdict called it faithful, whether the second scale confirmed it, and the wall time the run took. A time
@@ -24,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 
 from aidclab.pytest import Lab  # noqa: E402
 from aidcnet.modes import COLLECTIVE, Mode, in_order  # noqa: E402
-from bench.harness import bench_lab, bench_parser, moe_trace  # noqa: E402
+from bench.harness import bench_lab, bench_parser, moe_trace, shipped_vars  # noqa: E402
 from orchestrator.experiment.modes.base import RunOptions  # noqa: E402
 from orchestrator.experiment.records import RunResult  # noqa: E402
 from orchestrator.experiment.session import LabSession  # noqa: E402
@@ -35,10 +36,15 @@ from orchestrator.run.driver import confirm, run_experiment  # noqa: E402
 COMPARED = (Mode.UNICAST, Mode.HOST_BIER)
 TRACES = {
     "leaf-spine": ("moe-sample", "model-dist-sample"),
+    "leaf-spine-1us": ("moe-sample", "model-dist-sample"),
     "ina-fig1": ("allreduce-sample",),
     "superpod": ("moe-64",),
     "bsl256": ("moe-1024",),
 }
+
+
+# Every link a hop's worth of length (docs/delay.md): what a leaf-spine fabric's completions gain.
+ONE_MICROSECOND = {"host": "1us", "fabric": "1us"}
 
 
 def trace_for(lab: Lab, name: str) -> Path:
@@ -60,6 +66,8 @@ def line(lab: str, trace: str, mode: str, first: RunResult, wall_s: float, confi
     if t.pace is not None:
         pace = f"{t.pace.ratio:.2f}x the {t.pace.predicted_fabric_s * 1e6:.2f} µs"
     fabric = "–" if m.completion_fabric_time is None else f"{m.completion_fabric_time * 1e6:.2f} µs"
+    if t.pace is not None and t.pace.propagation_s is not None:
+        pace += f" ({t.pace.propagation_s * 1e6:.2f} µs of it the links' delay)"
     verdict = "faithful" if t.faithful else "NOT faithful (" + "; ".join(t.reasons)[:300] + ")"
     return (
         f"  {lab} {trace} {mode}: 1:{t.scale}, completion {fabric} fabric = {pace} predicted; {verdict}; "
@@ -85,7 +93,9 @@ def measure(lab: Lab, shipped: str, trace_name: str, mode: Mode) -> bool:
 def parser() -> argparse.ArgumentParser:
     p = bench_parser(__doc__)
     p.add_argument(
-        "--labs", default="leaf-spine,ina-fig1,superpod,bsl256", help="comma-separated (default: all)"
+        "--labs",
+        default="leaf-spine,leaf-spine-1us,ina-fig1,superpod,bsl256",
+        help="comma-separated, of " + ", ".join(TRACES) + " (default: all)",
     )
     return p
 
@@ -96,7 +106,11 @@ def main(argv: list[str] | None = None) -> int:
     ok = True
     for shipped in args.labs.split(","):
         # The shipped vars: time.scale is auto by default, and each lab keeps its own bandwidths.
-        with bench_lab(shipped, f"{args.name_prefix}fid-{shipped}") as lab:
+        lab_vars = None
+        source = shipped
+        if shipped == "leaf-spine-1us":
+            source, lab_vars = "leaf-spine", {**shipped_vars("leaf-spine"), "delay": ONE_MICROSECOND}
+        with bench_lab(source, f"{args.name_prefix}fid-{shipped}", vars=lab_vars) as lab:
             for trace_name in TRACES[shipped]:
                 modes = in_order(COLLECTIVE) if trace_name.startswith("allreduce") else COMPARED
                 for mode in modes:

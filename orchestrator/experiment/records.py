@@ -298,6 +298,10 @@ class PaceRecord(_Model):
     # Set when the ratio is above fidelity.PREDICTED_LIMIT: the reason the run is not faithful unless a
     # run at a second scale confirms it.
     reason: str | None = None
+    # Of predicted_fabric_s, what the links' propagation delay accounts for (docs/delay.md): the time
+    # model's prediction less its prediction with every delay 0. None on a lab without delay, or when the
+    # busiest link's bound is what the run is set against.
+    propagation_s: float | None = Field(default=None, ge=0)
 
 
 class ConfirmationRecord(_Model):
@@ -350,12 +354,19 @@ class TimingRecord(_Model):
         """Fabric seconds of ``wall_s`` measured on the lab (None when unshaped or unknown)."""
         return self.time_scale.reported_s(wall_s)
 
-    def paced(self, completion_s: float | None, predicted_fabric_s: float | None, by: str) -> TimingRecord:
+    def paced(
+        self,
+        completion_s: float | None,
+        predicted_fabric_s: float | None,
+        by: str,
+        propagation_s: float | None = None,
+    ) -> TimingRecord:
         """This record judged against the time its links need: ``predicted_fabric_s`` from the time model
         (``by`` names it), or the busiest link's measured bound where that is longer (no schedule beats
         the bytes the links really carried: the model gives an ECMP group its expected shares, a kernel's
         hash may load one member more) or where the model does not cover the mode. A completion beyond
-        fidelity.PREDICTED_LIMIT times it is not faithful unless a second scale confirms it."""
+        fidelity.PREDICTED_LIMIT times it is not faithful unless a second scale confirms it.
+        ``propagation_s``: what of the prediction the links' delay accounts for."""
         from orchestrator.experiment.fidelity import pace_reason
 
         completion = self.fabric_s(completion_s)
@@ -364,6 +375,7 @@ class TimingRecord(_Model):
         bound = self.bound.fabric_s if self.bound is not None else 0.0
         if bound > (predicted_fabric_s or 0.0):
             predicted_fabric_s, by = bound, f"the bound of {self.bound.link}"  # type: ignore[union-attr]
+            propagation_s = None
         if predicted_fabric_s is None or predicted_fabric_s <= 0:
             return self
         pace = PaceRecord(
@@ -372,6 +384,7 @@ class TimingRecord(_Model):
             completion_fabric_s=completion,
             ratio=completion / predicted_fabric_s,
             reason=pace_reason(completion, predicted_fabric_s, by),
+            propagation_s=None if propagation_s is None else max(propagation_s, 0.0),
         )
         return self._rejudged(pace=pace, confirmation=self.confirmation)
 

@@ -8,7 +8,8 @@ flow over its whole replication tree; an AllReduce is the packets its workers, s
 server send one another, released as their own windows and aggregators release them
 (``orchestrator.model.timing_collectives``). The flows share every link direction at max-min fair
 rates (``orchestrator.model.fluid``), and a flow's last packet is stored and forwarded at every hop after
-its bottleneck.
+its bottleneck and propagates along every link's length (its delay: docs/delay.md), so an open-loop
+transfer ends one path delay after its last byte left and a window waits on its round trips.
 
 Pure: no files, no containers, no clock.
 """
@@ -22,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from aidcnet.modes import COLLECTIVE, MODELLED, STEP_MESSAGES, Mode, StepModes, in_order
+from orchestrator.lab.propagation import plan_delays
 from orchestrator.model.counts import Tally
 from orchestrator.model.exact import ModelError, PlanModel
 from orchestrator.model.fluid import Flow, FluidError, FluidNetwork, FluidRun
@@ -40,11 +42,13 @@ DOWN = (
 class LinkConditions:
     """Links as a run found them: bandwidths set by ``aidclab link set ... bandwidth`` (bits/s, by either
     end of the link: a link has one speed) and ends taken down. ``loss`` (mean loss per end) is only
-    noted: the model assumes nothing is lost."""
+    noted: the model assumes nothing is lost. ``delay_s``: the one-way propagation delay (fabric seconds)
+    of what an end sends, where it is not the plan's (``link set ... delay``, or a lab's live delays)."""
 
     bandwidth_bps: Mapping[str, int] = field(default_factory=dict)
     down: tuple[str, ...] = ()
     loss: Mapping[str, float] = field(default_factory=dict)
+    delay_s: Mapping[str, float] = field(default_factory=dict)
 
     @classmethod
     def of(cls, conditions: Mapping[str, Any] | None) -> LinkConditions:
@@ -54,13 +58,15 @@ class LinkConditions:
             bandwidth_bps={str(k): int(v) for k, v in (conditions.get("bandwidth_bps") or {}).items()},
             down=tuple(str(n) for n in conditions.get("down") or ()),
             loss={str(k): float(v) for k, v in (conditions.get("loss") or {}).items() if v},
+            delay_s={str(k): float(v) for k, v in (conditions.get("delay_s") or {}).items()},
         )
 
 
 class Links:
     """The plan's link directions as the time model sees them: direction ``2i`` is link ``i`` from its a
     end, ``2i+1`` back (as ``orchestrator.model.counts``), each named by the end that transmits on it,
-    with its capacity in bytes per fabric second (0 when the link is down)."""
+    with its capacity in bytes per fabric second (0 when the link is down) and its propagation delay in
+    fabric seconds (the plan's, jitter included: the latest a packet arrives; or the conditions')."""
 
     def __init__(self, model: PlanModel, conditions: LinkConditions):
         plan = model.plan
@@ -86,6 +92,10 @@ class Links:
             d = self._direction(index, end, plan.lab)
             bps[d] = bps[d ^ 1] = 0
         self.capacity = np.asarray(bps, dtype=np.float64) / 8
+        delays = {**plan_delays(plan), **conditions.delay_s}
+        for end in conditions.delay_s:
+            self._direction(index, end, plan.lab)
+        self.delay = np.asarray([delays.get(name, 0.0) for name in self.names], dtype=np.float64)
         self.out: dict[str, list[int]] = {}
         for d, node in enumerate(self.sender):
             self.out.setdefault(node, []).append(d)
@@ -114,22 +124,24 @@ class Links:
 
     def latency(self, source: str, dirs: np.ndarray, nbytes: np.ndarray, packets: np.ndarray) -> float:
         """Store and forward: after its bottleneck hop the last packet still crosses every other hop of its
-        path, one mean-size packet at that hop's rate. The longest such path from ``source``."""
-        onward: dict[str, list[tuple[str, float]]] = {}
+        path, one mean-size packet at that hop's rate; and every hop's length, its propagation delay. The
+        longest such path from ``source`` (a replication tree's farthest leaf)."""
+        onward: dict[str, list[tuple[str, float, float]]] = {}
         for d in dirs.tolist():
             rate = self.capacity[d] or np.inf  # a link that is down: the network refuses the flow
-            onward.setdefault(self.sender[d], []).append((self.receiver[d], nbytes[d] / packets[d] / rate))
+            hop = (self.receiver[d], nbytes[d] / packets[d] / rate, float(self.delay[d]))
+            onward.setdefault(self.sender[d], []).append(hop)
         best = 0.0
         # Paths are loop-free (routes, replication trees); the depth limit only guards a broken input.
-        stack = [(source, 0.0, 0.0, 0)]
+        stack = [(source, 0.0, 0.0, 0.0, 0)]
         while stack:
-            node, total, slowest, depth = stack.pop()
+            node, serialised, slowest, propagated, depth = stack.pop()
             nxt = onward.get(node) if depth < len(dirs) else None
             if not nxt:
-                best = max(best, total - slowest)
+                best = max(best, serialised - slowest + propagated)
                 continue
-            for there, hop in nxt:
-                stack.append((there, total + hop, max(slowest, hop), depth + 1))
+            for there, hop, delay in nxt:
+                stack.append((there, serialised + hop, max(slowest, hop), propagated + delay, depth + 1))
         return float(best)
 
 

@@ -190,6 +190,7 @@ def save_judged(
             metrics.completion_time,
             None if predicted is None else predicted.fabric_s,
             "" if predicted is None else predicted.by,
+            None if predicted is None else predicted.delay_s,
         )
     run_dir = save_run(result.model_copy(update={"metrics": metrics, "timing": timing}), results_dir)
     for name, text in outcome.files.items():
@@ -325,6 +326,8 @@ def timing_summary(result: RunResult) -> str:
     if timing.pace is not None:
         predicted = format_seconds(timing.pace.predicted_fabric_s)
         parts.append(f"{timing.pace.ratio:.2f}× the {predicted} predicted by {timing.pace.by}")
+        if timing.pace.propagation_s is not None:
+            parts.append(f"{format_seconds(timing.pace.propagation_s)} of it the links' delay")
     elif timing.bound is not None and m.bound_ratio is not None:
         parts.append(f"{m.bound_ratio:.2f}× the bound of {timing.bound.link}")
     parts.append(timing.verdict_text)

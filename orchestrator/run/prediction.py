@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.workloads.trace import AnyOp, TraceOp
@@ -24,17 +24,18 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Predicted:
-    """What the time model said of a run, and how long it took to say it. ``propagation_s``: the run's
-    completion with the links' propagation delay added (docs/delay.md), when the lab has delay."""
+    """What the time model said of a run, and how long it took to say it. ``delay_s``: how much of the
+    prediction the links' propagation delay accounts for (the same model with every delay 0 predicts
+    that much less); None on a lab without delay."""
 
     prediction: Prediction
     by: str  # "the time model", with what it leaves out
     took_s: float  # wall seconds the model took
-    propagation_s: float | None = None
+    delay_s: float | None = None
 
     @property
     def fabric_s(self) -> float:
-        return self.prediction.completion_s if self.propagation_s is None else self.propagation_s
+        return self.prediction.completion_s
 
     def describe(self) -> str:
         return f"predicted {self.fabric_s * 1e6:.2f} µs of fabric time by {self.by} (in {self.took_s:.1f} s)"
@@ -44,7 +45,9 @@ def predict_run(
     spec: ExperimentMode, session: LabSession, ops: list[TraceOp], conditions: dict[str, Any] | None
 ) -> Predicted | None:
     """The time model's completion of ``ops`` in ``spec``'s mode on the session's lab, under the link
-    ``conditions`` the run starts with; None when no model covers the mode."""
+    ``conditions`` the run starts with and the links' delays as the session found them (an open-loop
+    transfer ends a path delay after its last byte left; a window or a step's chain waits on each); None
+    when no model covers the mode."""
     from orchestrator.model.timing import LinkConditions, TimeModel
 
     carried = spec.predicted_as()
@@ -54,39 +57,25 @@ def predict_run(
     started = time.monotonic()
     delay = spec.data_delay_fabric_s(session)
     starts = {op.id: op.t + delay for op in ops}
-    model = TimeModel.for_plan(session.plan, LinkConditions.of(conditions))
-    prediction = model.predict(ops, mode, starts, spec.options.ps_host)
+    links = replace(LinkConditions.of(conditions), delay_s=dict(session.delays))
+    prediction = TimeModel.for_plan(session.plan, links).predict(ops, mode, starts, spec.options.ps_host)
     by = "the time model" if mode == spec.name else f"the time model, as {mode}"
     if leaves_out:
         by += f" ({leaves_out})"
-    propagation = with_propagation(prediction, session, ops, mode)
-    if propagation is not None:
+    delay_s = None
+    if any(session.delays.values()):
         by += ", with the links' propagation delay"
-    return Predicted(prediction, by, time.monotonic() - started, propagation)
-
-
-def with_propagation(
-    prediction: Prediction, session: LabSession, ops: list[TraceOp], mode: str | StepModes
-) -> float | None:
-    """The completion once every op's last byte has also crossed its path's length: its predicted finish
-    plus the longest one-way delay to any of its receivers (an open-loop sender's bytes arrive one path
-    delay after they leave; docs/delay.md). None on a lab without delay, for the collectives, whose
-    windows wait on round trips the flow model does not follow, and for a closed-loop step
-    (``StepModes``), whose delays add up along its chains of ops, which the step model does not follow."""
-    from aidcnet.modes import COLLECTIVE, StepModes
-    from orchestrator.lab.propagation import path_delays
-
-    if not any(session.delays.values()) or isinstance(mode, StepModes) or mode in COLLECTIVE:
-        return None
-    ends = []
-    for op in ops:
-        farthest = max((path_delays(session.plan, session.delays, op.src, d)[1] for d in op.dst), default=0.0)
-        ends.append(prediction.ops[op.id].finish + farthest)
-    return max(ends, default=prediction.completion_s)
+        short = replace(links, delay_s=dict.fromkeys(session.delays, 0.0))
+        delay_s = prediction.completion_s - (
+            TimeModel.for_plan(session.plan, short)
+            .predict(ops, mode, starts, spec.options.ps_host)
+            .completion_s
+        )
+    return Predicted(prediction, by, time.monotonic() - started, delay_s)
 
 
 def step_predictor(
-    session: Any, ops: Sequence[AnyOp], modes: StepModes, ps_host: str | None
+    session: LabSession, ops: Sequence[AnyOp], modes: StepModes, ps_host: str | None
 ) -> dict[str, Any]:
     """The time model's step for a run about to start (``RunOptions.predict_step``): on the session's plan
     under the link conditions its lab has now; ``settings.step.predicted`` of the run
@@ -98,7 +87,8 @@ def step_predictor(
     conditions = None
     if session.time_scale.shaped:
         conditions = load_fabric(labdir.lab_dir(session.topo)).conditions()
-    model = TimeModel.for_plan(session.plan, LinkConditions.of(conditions))
+    links = replace(LinkConditions.of(conditions), delay_s=dict(session.delays))
+    model = TimeModel.for_plan(session.plan, links)
     prediction = model.predict(list(ops), modes, None, ps_host)
     assert prediction.step is not None
     out = prediction.step.to_dict({op.id: op for op in ops})

@@ -26,6 +26,8 @@ LAB = "dl-regional"
 SCALE = 200
 RECEIVERS = ["h5", "h7", "h9", "h11"]  # one GPU in each edge site
 WAN_UPLINK = "b0:eth2<->c1:eth1"
+# One way from h1 to site 4: 1 ms to the core, 2 ms round the ring, 10 ms to the site (fabric seconds).
+FARTHEST_S = 13e-3
 LEFT_OUT = {"h2", "h3", "h4", "l2", "h6", "h8", "h10", "h12"}
 
 
@@ -78,6 +80,10 @@ def test_model_distribution_to_every_site_leaves_the_dc_once_with_bier(lab, tmp_
         assert outcome.result.metrics.delivery.duplicates == 0
         egress[mode] = wan_egress(outcome)
         completion = outcome.result.metrics.completion_time
+        # The run is set against a prediction that knows the WAN's length: site 4 is 13 ms away.
+        pace = outcome.result.timing.pace
+        assert pace is not None and pace.propagation_s == pytest.approx(FARTHEST_S, rel=0.01), pace
+        assert pace.predicted_fabric_s > FARTHEST_S and "propagation delay" in pace.by
         print(f"{mode}: WAN egress {egress[mode]} B, completion {completion:.3f} s (wall at 1:{SCALE})")
     ratio = egress["unicast"] / egress["host-bier"]
     print(f"WAN egress unicast / host-BIER = {ratio:.3f} (4 remote sites)")

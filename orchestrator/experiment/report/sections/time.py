@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from orchestrator.experiment.clock import Clock
+from orchestrator.experiment.clock import Clock, format_seconds
 from orchestrator.experiment.metrics import Column, Comparison, Ratios, delivery_problems
 from orchestrator.experiment.records import RunResult
 from orchestrator.experiment.report.blocks import Block, Bullets, Heading
@@ -48,6 +48,9 @@ def _run_sentence(col: Column) -> str | None:
     )
     if t.pace is not None:
         text += f" of fabric time, {t.pace.ratio:.2f}× the time its links need by {t.pace.by}"
+        if (delay := t.pace.propagation_s) is not None:
+            predicted = format_seconds(t.pace.predicted_fabric_s)
+            text += f" ({predicted}, {format_seconds(delay)} of it the links' delay)"
         if t.bound is not None and not t.pace.by.startswith("the bound"):
             text += f"; the busiest was {link_role(col.run, t.bound.link)}, {fmt_bytes(t.bound.bytes)}"
     elif t.bound is not None and m.bound_ratio is not None:

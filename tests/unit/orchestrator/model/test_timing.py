@@ -237,6 +237,68 @@ def test_an_op_starts_at_its_t_in_fabric_time() -> None:
     assert p.ops[1].start == pytest.approx(0.001) and p.completion_s > 0.001
 
 
+# ------------------------------------------------------------------------------------------- delay
+
+
+def every_end(model: PlanModel, delay_s: float) -> LinkConditions:
+    ends = [str(end) for link in model.plan.links for end in (link.a, link.b)]
+    return LinkConditions(delay_s=dict.fromkeys(ends, delay_s))
+
+
+def test_a_message_arrives_one_path_delay_after_its_last_byte_left() -> None:
+    # h1 -> leaf1 -> h2: what h1:eth1 and leaf1:eth4 send is delayed; h2:eth1 sends nothing of it.
+    delays = {"h1:eth1": 2e-6, "leaf1:eth4": 3e-6, "h2:eth1": 1.0}
+    p = timer(LinkConditions(delay_s=delays)).predict([op(0, "h1", ["h2"], 8000)], Mode.UNICAST)
+    assert p.completion_s == pytest.approx(2 * (8000 + UDP) / C + 5e-6, rel=1e-9)
+
+
+def test_a_tree_ends_when_its_farthest_leaf_has_it() -> None:
+    # host-BIER from h1 to h2 (same leaf) and h3 (over a spine): the far branch's length decides.
+    near = timer().predict([op(0, "h1", ["h2", "h3"], 8000)], Mode.HOST_BIER)
+    far = timer(every_end(leaf_spine(), 1e-6)).predict([op(0, "h1", ["h2", "h3"], 8000)], Mode.HOST_BIER)
+    assert far.completion_s == pytest.approx(near.completion_s + 4e-6, rel=1e-6)
+
+
+@pytest.mark.parametrize("mode", [Mode.PS, Mode.INA])
+def test_a_collective_waits_on_its_round_trip(mode: Mode) -> None:
+    # One chunk: up to the aggregation point and its result back, each hop 1 ms long. PS: w -> s1 -> p1
+    # and back (four hops); INA: w -> s1, the root, and back (two).
+    model = star(2)
+    still = TimeModel(model).predict([allreduce(2, DEFAULT_CHUNK_ELEMENTS)], mode)
+    long = TimeModel(model, every_end(model, 1e-3)).predict([allreduce(2, DEFAULT_CHUNK_ELEMENTS)], mode)
+    hops = 4 if mode == Mode.PS else 2
+    assert long.completion_s == pytest.approx(still.completion_s + hops * 1e-3, rel=1e-6)
+
+
+def test_a_window_smaller_than_the_update_waits_a_round_trip_per_window() -> None:
+    # 64 chunks through a window of 32: the second half leaves only as the first half's results return,
+    # so two round trips of 4 ms (w -> s1 -> p1 and back), and the bytes' own time besides.
+    model = star(2)
+    update = allreduce(2, 64 * DEFAULT_CHUNK_ELEMENTS)
+    still = TimeModel(model).predict([update], Mode.PS)
+    long = TimeModel(model, every_end(model, 1e-3)).predict([update], Mode.PS)
+    assert 2 * 4e-3 < long.completion_s <= 2 * 4e-3 + still.completion_s
+
+
+def test_a_plans_delays_are_its_links_and_a_runs_conditions_override_them() -> None:
+    # interdc: h1 (DC 1) to h5 (DC 2) crosses one 2 ms DCI link; inside a DC hops have no delay.
+    interdc = PlanModel(build_plan(load_topology(resolve_lab("interdc"))))
+    msg = [op(0, "h1", ["h5"], 8000)]
+    short = TimeModel(interdc, every_end(interdc, 0.0)).predict(msg, Mode.UNICAST).completion_s
+    assert TimeModel(interdc).predict(msg, Mode.UNICAST).completion_s == pytest.approx(short + 2e-3, rel=1e-9)
+    same_dc = [op(0, "h1", ["h2"], 8000)]
+    assert TimeModel(interdc).predict(same_dc, Mode.UNICAST).completion_s == pytest.approx(
+        TimeModel(interdc, every_end(interdc, 0.0)).predict(same_dc, Mode.UNICAST).completion_s, rel=1e-9
+    )
+    dci_ends = [str(e) for link in interdc.plan.links for e in (link.a, link.b) if link.delay_s]
+    assert dci_ends, "interdc's plan has no delayed link"
+    shorter = LinkConditions.of({"delay_s": dict.fromkeys(dci_ends, 5e-4)})
+    got = TimeModel(interdc, shorter).predict(msg, Mode.UNICAST).completion_s
+    assert got == pytest.approx(short + 5e-4, rel=1e-9)
+    with pytest.raises(ModelError, match="'x9:eth1' is not in lab interdc"):
+        TimeModel(interdc, LinkConditions(delay_s={"x9:eth1": 1e-3}))
+
+
 def test_peak_packets_per_second_over_a_window() -> None:
     # Two single-packet messages 1 µs apart: each takes 0.16 µs at h1's uplink.
     ops = [op(0, "h1", ["h2"], 8000, t=0.0), op(1, "h1", ["h2"], 8000, t=1e-6)]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 from orchestrator.experiment.metrics import compare_runs
-from orchestrator.experiment.records import BoundRecord, LinkCounters, RunResult, TimingRecord
+from orchestrator.experiment.records import BoundRecord, LinkCounters, PaceRecord, RunResult, TimingRecord
 from orchestrator.experiment.report import build_blocks
 from orchestrator.experiment.report.blocks import Bullets, Para, TableBlock
 from orchestrator.experiment.report.document import group_blocks, groups_of
@@ -120,3 +120,24 @@ def test_every_run_gets_its_time_sentence_even_without_a_bound() -> None:
         "ps: faithful at 1:20000; completed in 50.0 µs of fabric time (no bottleneck bound recorded).",
         "ina finished as fast as ps in fabric time.",
     ]
+
+
+def test_a_run_over_long_links_says_what_their_delay_adds_to_its_prediction() -> None:
+    """Issue 41: the report shows how much the delay added to each completion."""
+    pace = PaceRecord(
+        predicted_fabric_s=24e-6, by="the time model, with the links' propagation delay",
+        completion_fabric_s=25e-6, ratio=25 / 24, propagation_s=4e-6,
+    )  # fmt: skip
+    long = fx.run("unicast").model_copy(update={"timing": fx.faithful().model_copy(update={"pace": pace})})
+    (c,) = compare_runs([long])
+    (sentence,) = time_sentences(c)
+    assert "(24.0 µs, 4.0 µs of it the links' delay)" in sentence, sentence
+    short = fx.run("unicast").model_copy(
+        update={
+            "timing": fx.faithful().model_copy(
+                update={"pace": pace.model_copy(update={"propagation_s": None})}
+            )
+        }
+    )
+    (c,) = compare_runs([short])
+    assert "delay" not in time_sentences(c)[0].replace("propagation delay", "")
