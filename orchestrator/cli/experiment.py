@@ -166,7 +166,8 @@ def cmd_find_scale(args: argparse.Namespace, options: Any) -> int:
 CALIBRATE_DESCRIPTION = """\
 Measure what this machine's software costs per packet on a configured lab: two replays of a small MoE
 dispatch over every GPU host (unicast, then host-BIER) at the lab's own scale, from every node's CPU
-seconds and the packets its links counted. Keeps clab-<lab>/calibration.json, which time.scale: auto
+seconds and the packets its links counted (on a lab with delay, the delay relay's CPU per packet it held
+too, docs/delay.md). Keeps clab-<lab>/calibration.json, which time.scale: auto
 reads to choose the smallest scale at which a trace stays faithful (docs/time-and-fidelity.md). Run it
 again after changing the lab's dataplane or moving to another machine.
 """

@@ -117,6 +117,7 @@ class FluidRun:
     end: float
     saturated_s: np.ndarray  # per direction: fabric seconds it was full (a bottleneck of some flow)
     carried: np.ndarray  # per direction: bytes
+    carried_packets: np.ndarray  # per direction: packets
     clock: np.ndarray  # the moments rates changed, fabric seconds
     sent: np.ndarray  # [moment, node]: packets each node had sent by then (linear in between)
     received: np.ndarray  # [moment, node]: packets each node had received by then
@@ -195,6 +196,7 @@ class FluidNetwork:
             end=now,
             saturated_s=state.saturated_s,
             carried=state.carried,
+            carried_packets=state.carried_packets,
             clock=np.asarray(state.clock),
             sent=counts[:, : self.n_nodes],
             received=counts[:, self.n_nodes :],
@@ -227,6 +229,7 @@ class _Active:
         n_dirs = len(net.capacity)
         self.saturated_s = np.zeros(n_dirs)
         self.carried = np.zeros(n_dirs)
+        self.carried_packets = np.zeros(n_dirs)
         self.packets = np.zeros(2 * net.n_nodes)  # sent by each node, then received by each
         self.clock: list[float] = []
         self.curve: list[np.ndarray] = []
@@ -262,6 +265,7 @@ class _Active:
         self.dir_rate = np.bincount(self.inc_dir, weights=slot_rate * self.inc_w, minlength=len(capacity))
         n = self.net.n_nodes
         pps = slot_rate * self.inc_pw
+        self.dir_pps = np.bincount(self.inc_dir, weights=pps, minlength=len(capacity))
         self.node_pps = np.bincount(self.net.sender[self.inc_dir], weights=pps, minlength=2 * n)
         self.node_pps[n:] = np.bincount(self.net.receiver[self.inc_dir], weights=pps, minlength=n)
 
@@ -303,6 +307,7 @@ class _Active:
         self.left -= self.rate * dt
         self.saturated_s[self.full] += dt
         self.carried += self.dir_rate * dt
+        self.carried_packets += self.dir_pps * dt
         self.packets += self.node_pps * dt
 
     def mark(self, now: float) -> None:

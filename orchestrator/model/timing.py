@@ -180,6 +180,7 @@ class Prediction:
     bound_s: float  # the single-link bound: max over directions of bytes / bandwidth
     bound_end: str | None
     utilisation: dict[str, float]  # per link end that carried bytes
+    link_packets: dict[str, float]  # per link end that carried bytes: the packets it sent
     clock: np.ndarray = field(repr=False)  # fabric seconds at which rates changed
     sent: np.ndarray = field(repr=False)  # [moment, node]: packets each node had sent by then
     received: np.ndarray = field(repr=False)  # [moment, node]: packets each node had received by then
@@ -407,6 +408,7 @@ class TimeModel:
             bound_s=float(need[bound_d]),
             bound_end=links.names[bound_d] if need[bound_d] > 0 else None,
             utilisation={links.names[d]: float(used[d]) for d in np.flatnonzero(run.carried)},
+            link_packets={links.names[d]: float(run.carried_packets[d]) for d in np.flatnonzero(run.carried)},
             clock=run.clock,
             sent=run.sent,
             received=run.received,

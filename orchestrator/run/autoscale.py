@@ -6,7 +6,8 @@ and the kernel per link hop. At time scale ``s`` a trace whose packets the fabri
 of fabric time is carried in ``s × T`` seconds of wall time, so every node's packets-per-wall-second, and
 the CPU they cost, shrink as ``1 / s``. The smallest scale at which
 
-* every node's agent stays within :data:`AGENT_HEADROOM` of the one core it can use,
+* every node's agent stays within :data:`AGENT_HEADROOM` of the one core it can use, and so does the
+  lab's delay relay (one process holding every packet of every delayed link, docs/delay.md),
 * the whole lab stays within :data:`HEADROOM` of the machine's cores, and
 * the run lasts at least :data:`MIN_WALL_S` of wall time (long enough for the verdict's counters to see
   a node held back; a shorter run can only be judged on invariance),
@@ -64,14 +65,19 @@ class Calibration(BaseModel):
     host_cpu_per_packet_s: float = Field(ge=0)
     bfr_cpu_per_packet_s: float = Field(ge=0)
     machine_cpu_per_hop_s: float = Field(ge=0)
+    # The delay relay's CPU per packet it held (its own process, in no node's cgroup); None when the lab
+    # had no delayed link when calibrated.
+    relay_cpu_per_packet_s: float | None = Field(default=None, ge=0)
     run_id: str | None = None  # the calibration run, for the record
 
     def describe(self) -> str:
+        relay = self.relay_cpu_per_packet_s
         return (
             f"calibrated {self.measured} on {self.lab} ({self.dataplane} BFRs, {self.cores} cores): a host "
             f"agent {self.host_cpu_per_packet_s * 1e6:.1f} µs of CPU per datagram, a BFR "
             f"{self.bfr_cpu_per_packet_s * 1e6:.1f} µs per copy, the whole lab "
             f"{self.machine_cpu_per_hop_s * 1e6:.1f} µs per packet on a link"
+            + ("" if relay is None else f", the delay relay {relay * 1e6:.1f} µs per packet it holds")
         )
 
 
@@ -79,14 +85,16 @@ class Calibration(BaseModel):
 class Demand:
     """What a trace asks of the lab, from the time model: its completion in fabric time, the packets each
     node's software handles (hosts: sent + received datagrams; BFRs: copies forwarded), the packets on
-    all links together, and the datagrams a reliable mode's feedback adds to each node's agent (in Python,
-    whatever the dataplane: :func:`feedback_datagrams`)."""
+    all links together, the datagrams a reliable mode's feedback adds to each node's agent (in Python,
+    whatever the dataplane: :func:`feedback_datagrams`), and the packets the delay relay holds (those sent
+    on a delayed link end)."""
 
     fabric_s: float
     host_packets: Mapping[str, int] = field(default_factory=dict)
     bfr_packets: Mapping[str, int] = field(default_factory=dict)
     link_packets: int = 0
     feedback_packets: Mapping[str, int] = field(default_factory=dict)
+    relay_packets: int = 0
 
 
 def feedback_datagrams(
@@ -119,12 +127,18 @@ def feedback_datagrams(
     return {node: n for node, n in out.items() if n}
 
 
-def demand_of(prediction: Any, roles: Mapping[str, str], feedback: str | None = None) -> Demand:
+def demand_of(
+    prediction: Any,
+    roles: Mapping[str, str],
+    feedback: str | None = None,
+    delays: Mapping[str, float] | None = None,
+) -> Demand:
     """The demand of a trace from the time model's prediction of it
     (:class:`orchestrator.model.timing.Prediction`): every host's datagrams sent and received, every
     other agent's packets sent on (a BFR's or an INA switch's copies), every link's packets; ``roles``:
     node -> its role; ``feedback``: a reliable mode's kind of feedback (:func:`feedback_datagrams`), which
-    the model leaves out."""
+    the model leaves out; ``delays``: each link end's delay, whose packets the relay holds where it is
+    not 0."""
     sent: dict[str, int] = {}
     received: dict[str, int] = {}
     bfrs: dict[str, int] = {}
@@ -139,7 +153,10 @@ def demand_of(prediction: Any, roles: Mapping[str, str], feedback: str | None = 
             bfrs[node] = out
     hosts = {node: sent[node] + received[node] for node in sent}
     extra = feedback_datagrams(sent, received, bfrs, feedback) if feedback else {}
-    return Demand(prediction.completion_s, hosts, bfrs, links, extra)
+    held = 0
+    if delays and any(delays.values()):
+        held = round(sum(n for end, n in prediction.link_packets.items() if delays.get(end)))
+    return Demand(prediction.completion_s, hosts, bfrs, links, extra, held)
 
 
 @dataclass(frozen=True)
@@ -204,12 +221,24 @@ def choose_scale(
                     f"{cpu[node]:.3f} s of CPU here: at most {AGENT_HEADROOM:.0%} of its core",
                 )
             )
+    relay_s = demand.relay_packets * (calibration.relay_cpu_per_packet_s or 0.0)
+    if relay_s > 0:
+        needs.append(
+            (
+                relay_s / (AGENT_HEADROOM * demand.fabric_s),
+                f"the delay relay holds {demand.relay_packets} packets in {demand.fabric_s * 1e6:.1f} µs of "
+                f"fabric time, {relay_s:.3f} s of CPU here: at most {AGENT_HEADROOM:.0%} of its core",
+            )
+        )
     feedback = sum(demand.feedback_packets.values())
     cpu_s = (
-        demand.link_packets * calibration.machine_cpu_per_hop_s + feedback * calibration.host_cpu_per_packet_s
+        demand.link_packets * calibration.machine_cpu_per_hop_s
+        + feedback * calibration.host_cpu_per_packet_s
+        + relay_s
     )
     if cpu_s > 0:
         also = f" and its agents {feedback} datagrams of feedback" if feedback else ""
+        also += " and the relay's holding them" if relay_s > 0 else ""
         needs.append(
             (
                 cpu_s / (HEADROOM * calibration.cores * demand.fabric_s),

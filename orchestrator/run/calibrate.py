@@ -10,6 +10,9 @@ packets the links counted, three costs (:class:`orchestrator.run.autoscale.Calib
   mostly charged to the nodes whose packets it handles). Not the machine's busy time: whatever else runs
   on the machine would be counted as the lab's cost.
 
+On a lab with delayed links, a fourth: the delay relay's CPU per packet it held (its own process, in no
+node's cgroup; docs/delay.md), from its status before and after the runs.
+
 Idle CPU of the agents (timers, keepalives) is counted in: the costs err high, and a scale chosen from
 them errs long. The result is kept in ``clab-<lab>/calibration.json``; ``time.scale: auto`` reads it.
 """
@@ -100,8 +103,15 @@ def forwarded(result: RunResult) -> dict[str, int]:
     return out
 
 
-def costs(runs: list[RunResult], roles: dict[str, Role], lab: str, dataplane: str) -> Calibration:
-    """The three per-packet costs from calibration runs (pure: the runs' records only)."""
+def costs(
+    runs: list[RunResult],
+    roles: dict[str, Role],
+    lab: str,
+    dataplane: str,
+    relay_cpu_per_packet_s: float | None = None,
+) -> Calibration:
+    """The three per-packet costs from calibration runs (pure: the runs' records only), and the delay
+    relay's as measured over them (``orchestrator.lab.relayctl.cpu_per_packet_s``; None without one)."""
     host_cpu = host_pkts = bfr_cpu = bfr_pkts = machine_cpu = hops = 0.0
     cores = 1
     for run in runs:
@@ -132,6 +142,7 @@ def costs(runs: list[RunResult], roles: dict[str, Role], lab: str, dataplane: st
         host_cpu_per_packet_s=host_cpu / host_pkts,
         bfr_cpu_per_packet_s=bfr_cpu / bfr_pkts if bfr_pkts else 0.0,
         machine_cpu_per_hop_s=machine_cpu / hops,
+        relay_cpu_per_packet_s=relay_cpu_per_packet_s,
         run_id=runs[-1].run_id,
     )
 

@@ -45,7 +45,7 @@ from orchestrator.experiment.results import (
 from orchestrator.experiment.scale_search import DEFAULT_MAX_RUNS, Trial, find_scale
 from orchestrator.experiment.session import ExperimentError, LabSession, Snapshot
 from orchestrator.experiment.watch import FabricWatch, wait_machine_settled
-from orchestrator.lab import labdir
+from orchestrator.lab import labdir, relayctl
 from orchestrator.lab.fabric import FABRIC_FILE
 from orchestrator.lab.rescale import at_scale, rescale
 from orchestrator.lab.runtime.docker import DockerRuntime
@@ -217,8 +217,13 @@ def choose_time_scale(
 
     topo = session.topo
     calibration = load_calibration(topo, session.plan.bier.dataplane)
+    delayed = any(session.delays.values())
     if calibration is None:
         say(f"time scale auto: lab {topo.name} is not calibrated on this machine yet; calibrating first")
+        calibration = calibrate(topo, runtime, say=say)
+    elif delayed and calibration.relay_cpu_per_packet_s is None:
+        say(f"time scale auto: lab {topo.name} has delayed links, and its calibration has no cost of the "
+            "delay relay; calibrating again")  # fmt: skip
         calibration = calibrate(topo, runtime, say=say)
     roles = {name: node.role for name, node in session.plan.nodes.items()}
     fastest = max(link.bandwidth_bps for link in session.plan.links)
@@ -229,7 +234,7 @@ def choose_time_scale(
         # is one the agents refuse to take.
         low, ceiling, why = igmp_scales({name: getattr(igmp, name) for name, _unit in WIRE_TIMERS})
         floors.append((low, why))
-    demand = demand_of(predicted.prediction, roles, feedback)
+    demand = demand_of(predicted.prediction, roles, feedback, session.delays)
     choice = choose_scale(demand, calibration, TimeScale.minimum_for(fastest), floors)
     say(choice.describe())
     if ceiling is not None and choice.time_scale.factor > ceiling:
@@ -497,12 +502,19 @@ def calibrate(
     work.mkdir(parents=True, exist_ok=True)
     trace = calibration_trace(hosts, work / "trace.jsonl")
     runs = []
+    relay_before = relayctl.status(labdir.lab_dir(topo))
     for mode in (HOSTS_RUN, BFRS_RUN):
         say(f"calibration: {mode} replay of a {STEPS}-step MoE dispatch over {len(hosts)} hosts")
         done = run_experiment(topo, trace, mode, runtime=runtime, results_dir=work / "runs", auto_scale=False)
         runs.append(done.result)
+    relay_after = relayctl.status(labdir.lab_dir(topo))
+    relay = None
+    if relay_before and relay_after:
+        # A relay that held nothing here (no delayed link on the calibration's paths) costs nothing here;
+        # 0 rather than None, or every automatic run would calibrate again.
+        relay = relayctl.cpu_per_packet_s(relay_before, relay_after) or 0.0
     roles = {name: node.role for name, node in session.plan.nodes.items()}
-    result = costs(runs, roles, topo.name, session.plan.bier.dataplane)
+    result = costs(runs, roles, topo.name, session.plan.bier.dataplane, relay)
     save_calibration(topo, result)
     say(result.describe())
     return result

@@ -76,6 +76,13 @@ def test_one_flow_over_one_link_takes_its_bytes_over_the_bandwidth() -> None:
     # 20,000 bytes in three fragments of 6,667, 6,667 and 6,666, each in its 54 header bytes.
     assert p.completion_s == pytest.approx((20000 + 3 * UDP) / C, rel=1e-9)
     assert p.pace == "h1:eth1"
+    assert p.link_packets == {"h1:eth1": pytest.approx(3)}
+
+
+def test_every_link_end_counts_the_packets_it_sends() -> None:
+    # h1 -> leaf1 -> h2, in three fragments: three packets on each of the path's two ends.
+    p = timer().predict([op(0, "h1", ["h2"], 20000)], Mode.UNICAST)
+    assert p.link_packets == {"h1:eth1": pytest.approx(3), "leaf1:eth4": pytest.approx(3)}
 
 
 def test_two_hops_add_one_packet_on_the_second() -> None:

@@ -3,6 +3,8 @@ CPU headroom and the run long enough to judge (pure)."""
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -199,3 +201,45 @@ def test_at_the_chosen_scale_every_agent_keeps_up_with_its_feedback_too(fabric_s
         assert cpu / wall <= AGENT_HEADROOM * (1 + 1e-9)
     machine = 4000 * MEASURED.machine_cpu_per_hop_s + sum(extra.values()) * MEASURED.host_cpu_per_packet_s
     assert machine / wall <= HEADROOM * MEASURED.cores * (1 + 1e-9)
+
+
+# -------------------------------------------------------------------------------------- the delay relay
+
+RELAYED = MEASURED.model_copy(update={"relay_cpu_per_packet_s": 100e-6})
+
+
+class _DelayedPrediction(_Prediction):
+    # What each link end sent: h1's uplink and leaf1's port toward spine1 carry a delay, the rest not.
+    link_packets: ClassVar[dict[str, float]] = {"h1:eth1": 264.0, "leaf1:eth3": 500.0, "leaf2:eth1": 900.0}
+
+
+def test_the_relay_holds_what_the_delayed_ends_send() -> None:
+    delays = {"h1:eth1": 1e-6, "leaf1:eth3": 2e-3, "leaf2:eth1": 0.0, "h2:eth1": 1e-6}
+    assert demand_of(_DelayedPrediction(), ROLES, None, delays).relay_packets == 764
+    assert demand_of(_DelayedPrediction(), ROLES, None, dict.fromkeys(delays, 0.0)).relay_packets == 0
+    assert demand_of(_Prediction(), ROLES).relay_packets == 0  # no delays: the prediction is not asked
+
+
+def test_the_relay_is_one_process_and_keeps_to_a_share_of_its_core() -> None:
+    # 764 packets at 100 µs: 76.4 ms of the relay's CPU in 43.1 µs of fabric time, at most 25% of a core:
+    # 1:7090 and up; here the run-length bound (1:25000) still decides. Ten times the packets: the relay.
+    few = choose_scale(Demand(43.1e-6, relay_packets=764), RELAYED)
+    assert few.time_scale.factor == 25000 and any(w.startswith("the delay relay holds 764") for w in few.why)
+    many = choose_scale(Demand(43.1e-6, relay_packets=7640), RELAYED)
+    assert many.why[0].startswith("the delay relay holds 7640 packets") and many.time_scale.factor == 80000
+    # A calibration without the relay's cost (a lab without delay) adds no bound.
+    assert not any("relay" in w for w in choose_scale(Demand(43.1e-6, relay_packets=7640), MEASURED).why)
+
+
+@given(st.floats(1e-7, 1e-2), st.integers(0, 10**6), st.floats(0, 1e-3))
+def test_at_the_chosen_scale_the_relay_keeps_up(fabric_s: float, held: int, cost: float) -> None:
+    calibration = MEASURED.model_copy(update={"relay_cpu_per_packet_s": cost})
+    wall = choose_scale(Demand(fabric_s, relay_packets=held), calibration).time_scale.wall_s(fabric_s)
+    assert held * cost / wall <= AGENT_HEADROOM * (1 + 1e-9)
+
+
+def test_a_calibration_from_before_the_relay_reads_as_having_no_relay_cost() -> None:
+    old = MEASURED.model_dump(mode="json")
+    del old["relay_cpu_per_packet_s"]
+    assert Calibration.model_validate(old).relay_cpu_per_packet_s is None
+    assert "relay" not in MEASURED.describe() and "the delay relay 100.0 µs per packet" in RELAYED.describe()
