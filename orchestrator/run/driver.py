@@ -190,7 +190,7 @@ def save_judged(
             metrics.completion_time,
             None if predicted is None else predicted.fabric_s,
             "" if predicted is None else predicted.by,
-            None if predicted is None else predicted.delay_s,
+            None if predicted is None else predicted.propagation_s,
         )
     run_dir = save_run(result.model_copy(update={"metrics": metrics, "timing": timing}), results_dir)
     for name, text in outcome.files.items():

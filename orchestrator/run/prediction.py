@@ -24,14 +24,14 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Predicted:
-    """What the time model said of a run, and how long it took to say it. ``delay_s``: how much of the
+    """What the time model said of a run, and how long it took to say it. ``propagation_s``: how much of the
     prediction the links' propagation delay accounts for (the same model with every delay 0 predicts
     that much less); None on a lab without delay."""
 
     prediction: Prediction
     by: str  # "the time model", with what it leaves out
     took_s: float  # wall seconds the model took
-    delay_s: float | None = None
+    propagation_s: float | None = None
 
     @property
     def fabric_s(self) -> float:
@@ -62,16 +62,16 @@ def predict_run(
     by = "the time model" if mode == spec.name else f"the time model, as {mode}"
     if leaves_out:
         by += f" ({leaves_out})"
-    delay_s = None
+    propagation_s = None
     if any(session.delays.values()):
         by += ", with the links' propagation delay"
         short = replace(links, delay_s=dict.fromkeys(session.delays, 0.0))
-        delay_s = prediction.completion_s - (
+        propagation_s = prediction.completion_s - (
             TimeModel.for_plan(session.plan, short)
             .predict(ops, mode, starts, spec.options.ps_host)
             .completion_s
         )
-    return Predicted(prediction, by, time.monotonic() - started, delay_s)
+    return Predicted(prediction, by, time.monotonic() - started, propagation_s)
 
 
 def step_predictor(
