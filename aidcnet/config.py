@@ -202,7 +202,7 @@ class Igmp(_Model):
     query_interval: float = Field(gt=0)
     query_response_interval: float = Field(gt=0)
     last_member_query_interval: float = Field(gt=0)
-    time_scale: float | None = Field(default=None, gt=0)
+    time_scale: int | None = Field(default=None, ge=1)
     # BFR-ids this leaf reports its memberships to over BIER (the BFIRs); empty: it reports to no one.
     bfirs: list[int] = Field(default_factory=list)
     # Receiver address -> its BFER's BFR-id, for Receiver Proxy Reports (the plan's address table).

@@ -69,6 +69,17 @@ IP_MULTICAST: frozenset[Mode] = frozenset({Mode.NET_BIER, Mode.IGMP, Mode.PROXY,
 PER_RECEIVER: frozenset[Mode] = MESSAGE - HOST_BIER - IP_MULTICAST
 
 
+# The reliable modes whose ACKs go end to end: the baselines that aggregation in the network is measured
+# against.
+RELIABLE_END_TO_END: frozenset[Mode] = frozenset(m for m, feedback in RELIABLE.items() if feedback == "e2e")
+
+# -- the pairs the demo and the benches compare, the baseline first ----------------------------------------
+# Messages: one copy per receiver from the source against BIER imposed by the source host.
+MESSAGE_PAIR: tuple[Mode, Mode] = (Mode.UNICAST, Mode.HOST_BIER)
+# AllReduces: a parameter server on a host against aggregation in the INA switches.
+COLLECTIVE_PAIR: tuple[Mode, Mode] = (Mode.PS, Mode.INA)
+
+
 # A closed-loop step (trace version 2, docs/training.md): its messages travel in one of these message modes,
 # its AllReduces in a collective mode, each host starting an op once its inputs are there.
 STEP_MESSAGES: frozenset[Mode] = MODELLED

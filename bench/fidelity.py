@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from aidclab.pytest import Lab  # noqa: E402
-from aidcnet.modes import COLLECTIVE, Mode, in_order  # noqa: E402
+from aidcnet.modes import COLLECTIVE, MESSAGE_PAIR, Mode, in_order  # noqa: E402
 from bench.harness import bench_lab, bench_parser, moe_trace, shipped_vars  # noqa: E402
 from orchestrator.experiment.modes.base import RunOptions  # noqa: E402
 from orchestrator.experiment.records import RunResult  # noqa: E402
@@ -33,7 +33,7 @@ from orchestrator.run.driver import confirm, run_experiment  # noqa: E402
 
 # The pair the seeds compare for messages; each message trace runs in both, an AllReduce trace in every
 # collective mode.
-COMPARED = (Mode.UNICAST, Mode.HOST_BIER)
+COMPARED = MESSAGE_PAIR
 TRACES = {
     "leaf-spine": ("moe-sample", "model-dist-sample"),
     "leaf-spine-1us": ("moe-sample", "model-dist-sample"),

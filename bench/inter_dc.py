@@ -31,7 +31,16 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from aidclab.pytest import Lab  # noqa: E402
-from aidcnet.modes import Mode  # noqa: E402
+from aidcnet.modes import (  # noqa: E402
+    BASELINES,
+    COLLECTIVE_PAIR,
+    HOST_BIER,
+    MESSAGE_PAIR,
+    MODELLED,
+    RELIABLE,
+    Mode,
+    in_order,
+)
 from bench.harness import bench_lab, bench_parser, shipped_vars, workload  # noqa: E402
 from orchestrator.experiment.metrics import collective_load  # noqa: E402
 from orchestrator.experiment.modes.reliable import link_feedback_packets  # noqa: E402
@@ -100,7 +109,7 @@ def model_dist(lab: Lab, args: argparse.Namespace, tmp: Path) -> list[str]:
                      "--size", args.size, "--chunk-bytes", "256KiB", "--chunk-interval", "0")  # fmt: skip
     floor = floor_s(lab, SOURCE, SITES)
     egress, lines = {}, []
-    for mode in (Mode.UNICAST, Mode.HOST_BIER, Mode.NET_BIER):
+    for mode in in_order(MODELLED):
         relayctl.reset_peaks(lab.lab_dir)
         outcome = lab.replay(trace, mode, timeout_s=args.timeout)
         egress[mode] = wan_egress(outcome)
@@ -109,7 +118,7 @@ def model_dist(lab: Lab, args: argparse.Namespace, tmp: Path) -> list[str]:
             f"{fabric_s(outcome) * 1e3:.3f} ms fabric (floor {floor * 1e3:.3f} ms: farthest site's delay); "
             f"{peak_in_flight(lab)} B at most in flight on a WAN link{timing_summary(outcome.result)}"
         )
-    for mode in (Mode.HOST_BIER, Mode.NET_BIER):
+    for mode in in_order(MODELLED - BASELINES):
         lines.append(f"model-dist: WAN egress unicast / {mode} = {egress[Mode.UNICAST] / egress[mode]:.3f} "
                      f"({len(SITES)} remote sites; seed 000: 4x -> 1x)")  # fmt: skip
     return lines
@@ -143,10 +152,7 @@ def reliable_run(lab: Lab, trace: Path, mode: str, args: argparse.Namespace) -> 
 def reliable(lab: Lab, args: argparse.Namespace, tmp: Path) -> list[str]:
     trace = workload(tmp / "reliable-sites.jsonl", "model-dist", "--hosts", ",".join([SOURCE, *SITES]),
                      "--size", args.size, "--chunk-bytes", "256KiB", "--chunk-interval", "0")  # fmt: skip
-    runs = {
-        mode: reliable_run(lab, trace, mode, args)
-        for mode in (Mode.RELIABLE_HOST_BIER, Mode.RELIABLE_HOST_BIER_E2E)
-    }
+    runs = {mode: reliable_run(lab, trace, mode, args) for mode in in_order(HOST_BIER & RELIABLE.keys())}
     lines = [
         f"  {mode} at {args.loss:.0%} WAN loss: {r['once']}; ACKs per DATA packet {r['wan_acks']:.3f} across "
         f"the WAN, {r['source_acks']:.3f} at the source; {r['retx_per_drop']:.2f} retransmitted bytes per "
@@ -165,7 +171,7 @@ def federated(lab: Lab, args: argparse.Namespace, tmp: Path) -> list[str]:
         tmp / "federated.jsonl", "allreduce", "--hosts", ",".join(FED_WORKERS), "--size", args.update
     )
     loads, lines = {}, []
-    for mode in (Mode.PS, Mode.INA):
+    for mode in COLLECTIVE_PAIR:
         outcome = lab.replay(trace, mode, timeout_s=args.timeout)
         load = collective_load(outcome.result)
         loads[mode] = load.bytes_in if load else 0
@@ -187,7 +193,7 @@ def moe(lab: Lab, args: argparse.Namespace, _tmp: Path) -> list[str]:
         delay = parse_duration(text)
         for end in DCI:
             lab.link_set(end, "delay", text)
-        for mode in (Mode.UNICAST, Mode.HOST_BIER):
+        for mode in MESSAGE_PAIR:
             with lab.at_scale(args.zero_delay_scale) if delay == 0 else contextlib.nullcontext():
                 outcome = lab.replay(trace, mode, timeout_s=args.timeout)
             took = fabric_s(outcome)

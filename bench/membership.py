@@ -248,7 +248,7 @@ def report(args, trace: Trace, leads, first: dict[Mode, dict[str, Any]], best) -
     )
     for mode in MODES:
         mode_lines(mode, first[mode], best[mode], leads[mode])
-    pi, pp = (first[m]["member"].get("latency_p50_s") for m in (Mode.IGMP, Mode.PROXY))
+    pi, pp = (first[m]["member"].get("latency_p50_s") for m in in_order(MEMBERSHIP))
     bi, bp = best[Mode.IGMP], best[Mode.PROXY]
     if pi and pp:
         print(f"  ratio membership latency p50 igmp/proxy {pi / pp:.1f}x")

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from aidclab.pytest import Lab  # noqa: E402
-from aidcnet.modes import Mode  # noqa: E402
+from aidcnet.modes import MESSAGE_PAIR  # noqa: E402
 from aidcnet.roles import Role  # noqa: E402
 from bench.harness import bench_lab, bench_parser, moe_trace  # noqa: E402
 from orchestrator.lab.roles import role_of  # noqa: E402
@@ -171,7 +171,7 @@ def measure(lab: Lab, floor: int, args: argparse.Namespace) -> Memory:
     gap = max(abs(stats[n] - idle[n]) for n in checked)
     sampler.start()
     try:
-        for mode in (Mode.HOST_BIER, Mode.UNICAST):
+        for mode in reversed(MESSAGE_PAIR):
             lab.replay(trace, mode)
     finally:
         sampler.stop.set()

@@ -16,13 +16,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from aidcnet.modes import Mode  # noqa: E402
+from aidcnet.modes import MESSAGE_PAIR, Mode  # noqa: E402
 from bench.harness import bench_lab, bench_parser, moe_trace  # noqa: E402
 from orchestrator.run.driver import RunOutcome  # noqa: E402
 
 HOSTS = [f"h{i}" for i in range(1, 9)]
 # The pair this bench compares, the baseline first.
-COMPARED = (Mode.UNICAST, Mode.HOST_BIER)
+COMPARED = MESSAGE_PAIR
 Round = dict[Mode, dict[str, float]]
 
 

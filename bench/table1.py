@@ -27,28 +27,21 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from aidclab.pytest import Lab  # noqa: E402
-from aidcnet.modes import Mode  # noqa: E402
+from aidcnet.modes import MESSAGE, MESSAGE_PAIR, RELIABLE_END_TO_END, Mode, in_order  # noqa: E402
 from bench.harness import bench_lab, bench_parser, set_loss, shipped_vars  # noqa: E402
-from orchestrator.experiment.faults import schedule  # noqa: E402
 from orchestrator.experiment.records import RunResult  # noqa: E402
 from orchestrator.experiment.report import write_report  # noqa: E402
 from orchestrator.experiment.report.document import groups_of  # noqa: E402
 from orchestrator.experiment.report.markdown import render_markdown  # noqa: E402
 from orchestrator.experiment.report.sections.requirements import Requirements  # noqa: E402
+from orchestrator.lab.fault_spec import schedule  # noqa: E402
 from orchestrator.lab.kernel import NO_MULTICAST_ROUTING, has_multicast_routing  # noqa: E402
 
 TRACES = ("moe-sample", "model-dist-sample")
-CLEAN = (
-    Mode.UNICAST,
-    Mode.HOST_BIER,
-    Mode.NET_BIER,
-    Mode.IGMP,
-    Mode.PROXY,
-    Mode.RELIABLE_HOST_BIER,
-    Mode.RELIABLE_NET_BIER,
-)
+# Every way the project carries messages, reliable ones with their ACKs aggregated in the network.
+CLEAN = in_order(MESSAGE - RELIABLE_END_TO_END)
 # The modes that run under loss and with the link fault too: the baseline, BIER and reliable BIER.
-STRESSED = (Mode.UNICAST, Mode.HOST_BIER, Mode.RELIABLE_HOST_BIER)
+STRESSED = (*MESSAGE_PAIR, Mode.RELIABLE_HOST_BIER)
 # leaf1's uplink to spine1: every trace's sources behind leaf1 lose half their paths.
 FAULT_LINK = "leaf1:eth1"
 LAB_VARS = dict(igmp={"enabled": True, "proxy_hosts": "all"})

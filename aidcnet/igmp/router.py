@@ -77,7 +77,7 @@ class IgmpTimers(BaseModel):
     last_member_query_count: int | None = Field(None, ge=1, description="§8.9, default: robustness")
     startup_query_interval: float | None = Field(None, gt=0, description="§8.6, default: query_interval / 4")
     startup_query_count: int | None = Field(None, ge=1, description="§8.7, default: robustness")
-    time_scale: float | None = Field(None, gt=0, description="the lab's time.scale; None: unscaled")
+    time_scale: int | None = Field(None, ge=1, description="the lab's time.scale; None: unscaled")
 
     @model_validator(mode="after")
     def _fits_the_wire(self) -> IgmpTimers:
