@@ -95,12 +95,21 @@ class Agent:
         return summary
 
     async def _watch_links(self) -> None:
-        """When a data interface gets its carrier back (``aidclab link set NODE:IF up``), put back what the
-        kernel flushed while it was down (static routes via it): the running config again, as a diff."""
-        from aidcnet.agent.kernel import LinkWatch
+        """Tell every service which interfaces are down whenever that changes (a static BIFT forwards
+        around them). When a data interface gets its carrier back (``aidclab link set NODE:IF up``), put
+        back what the kernel flushed while it was down (static routes via it): the running config again, as
+        a diff."""
+        from aidcnet.agent.kernel import LinkWatch, dump_links
 
         watch = LinkWatch()
-        up: dict[str, bool] = {}
+        try:
+            up = {link.name: link.running for link in await asyncio.to_thread(dump_links)}
+        except OSError as exc:  # then only what changes from now on is known, as before the dump
+            log.warning("link watch: no dump of the links: %s", exc)
+            up = {}
+        down = frozenset(name for name, running in up.items() if not running)
+        for service in self.services:
+            service.links_down(down)
         try:
             while True:
                 try:
@@ -108,6 +117,11 @@ class Agent:
                     for link in await watch.changes():
                         came_up |= link.running and up.get(link.name) is False
                         up[link.name] = link.running
+                    now_down = frozenset(name for name, running in up.items() if not running)
+                    if now_down != down:
+                        down = now_down
+                        for service in self.services:
+                            service.links_down(down)
                     if came_up and self.config is not None:
                         async with self._reload_lock:
                             summary = await asyncio.to_thread(self._converge, self.config)

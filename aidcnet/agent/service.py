@@ -29,6 +29,10 @@ class Service:
     async def stop(self) -> None:
         """Release sockets, tasks and child processes; called once at exit."""
 
+    def links_down(self, down: frozenset[str]) -> None:
+        """The node's interfaces without carrier (or set down) changed: ``down`` names them all now. Called
+        on the event loop as the kernel announces it, before anything is re-applied."""
+
     def handlers(self) -> dict[Op, Handler]:
         return {}
 

@@ -115,6 +115,18 @@ def _normalize(bfr_id: int, next_hops: Sequence[str] | str) -> tuple[str, ...] |
     return tuple(dict.fromkeys(next_hops))
 
 
+def birt_around(birt: Mapping[int, Sequence[str]], unusable: set[str]) -> dict[int, list[str]]:
+    """The BIRT with the neighbors in ``unusable`` (their link down) left out of every row that has another
+    next hop: a static BIRT's equal-cost alternatives (RFC 8279 §6.7) take the traffic of a dead link at
+    once, without waiting for a routing protocol. A row whose every next hop is unusable keeps them: there
+    is no way around at this BFR, and its bits are lost there, as they were."""
+    out = {}
+    for bfr_id, hops in birt.items():
+        alive = [hop for hop in hops if hop not in unusable]
+        out[bfr_id] = alive or list(hops)
+    return out
+
+
 def build_bifts(
     birt: Birt,
     bsl: int,

@@ -173,6 +173,52 @@ def test_replay_refuses_an_unconfigured_lab(runtime: DockerRuntime, tmp_path: Pa
     assert "configured" in proc.stdout + proc.stderr
 
 
+def test_a_static_bift_forwards_around_a_dead_uplink(runtime: DockerRuntime, lab, moe_runs) -> None:
+    """leaf1's link to spine1 down: the model-distribution sample, whose source h1 hangs off leaf1, reaches
+    every receiver in host-BIER, because leaf1's static BIFT moved the rows that had spine1 as an equal-cost
+    next hop to spine2 (before, the flows that hashed to spine1 were lost there); link up, both again."""
+    import time
+
+    from orchestrator.lab.labdir import lab_dir
+    from orchestrator.lab.linkset import link_set
+
+    topo, results = lab
+    session = LabSession.open(topo, runtime)
+    (uplink,) = [
+        end.interface
+        for link in session.plan.links
+        if {link.a.node, link.b.node} == {"leaf1", "spine1"}
+        for end in (link.a, link.b)
+        if end.node == "leaf1"
+    ]
+
+    # The rows of the hosts behind the other leaves: both spines are equal-cost next hops for them (spine1's
+    # own row has no other, and keeps it).
+    far = {session.plan.nodes[f"h{i}"].bfr_id for i in range(3, 9)}
+
+    def settled_hops(want_spine1: bool) -> set[str]:
+        """leaf1's next hops toward the far hosts once its agent heard the carrier change (within moments)."""
+        deadline = time.monotonic() + 10
+        while True:
+            rows = session.agent("leaf1").bift()["bift"]["0"]
+            hops = {e["bfr_nbr"] for row in rows if row["bfr_id"] in far for e in row["entries"]}
+            if ("spine1" in hops) == want_spine1 or time.monotonic() > deadline:
+                return hops
+            time.sleep(0.1)
+
+    rerouted = session.agent("leaf1").counters()["bier.rerouted"]
+    link_set(runtime, lab_dir(topo), f"leaf1:{uplink}", "down")
+    try:
+        assert settled_hops(want_spine1=False) == {"spine2"}
+        # check=True: every (message, receiver) arrived intact once, or the command fails.
+        run = _replay(topo.path, "host-bier", results, MODEL_DIST)
+    finally:
+        link_set(runtime, lab_dir(topo), f"leaf1:{uplink}", "up")
+    assert run.metrics is not None and run.metrics.delivery.missing == 0
+    assert settled_hops(want_spine1=True) == {"spine1", "spine2"}
+    assert session.agent("leaf1").counters()["bier.rerouted"] >= rerouted + 2  # around it, and back
+
+
 def test_replay_net_bier_sends_one_copy_per_message_on_both_dataplanes(
     runtime: DockerRuntime, lab, moe_runs, ops
 ) -> None:

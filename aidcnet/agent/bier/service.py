@@ -23,7 +23,7 @@ from aidcnet.agent.control import Handler, Op
 from aidcnet.agent.service import Service
 from aidcnet.bgp.bier_attribute import BierAttribute
 from aidcnet.bgp.bier_routes import BgpBirt, BgpPath, bgp_paths, birt_from_bgp, loopback_attribute
-from aidcnet.bier.bift import SELF, Bift, LabelKey, build_bifts
+from aidcnet.bier.bift import SELF, Bift, LabelKey, birt_around, build_bifts
 from aidcnet.bier.bitstring import bfr_id_to_si_bit
 from aidcnet.bier.edge_policy import PortPolicy, from_config
 from aidcnet.bier.header import BierProto
@@ -93,6 +93,9 @@ class BierService:
         self.sndbuf = sndbuf
         # bift: bgp starts with only the own row; apply_bgp() fills the BIRT as best paths arrive.
         self.bgp_birt: BgpBirt | None = BgpBirt() if bier.bift == "bgp" else None
+        # bift: static: the node file's BIRT as forwarding uses it, around the links that are down.
+        self.static_birt: dict[int, list[str]] = dict(bier.birt)
+        self.rerouted = 0  # times the static BIFTs were rebuilt around a link going down or coming up
         bifts, neighbors, local_labels = build_tables(bier, {} if self.bgp_birt is not None else None)
         self.bifts = bifts
         self.dataplane = BierDataplane(
@@ -265,6 +268,24 @@ class BierService:
         self.bgp_birt = new
         return True
 
+    def links_down(self, down: frozenset[str]) -> bool:
+        """Static BIFT: forward around the neighbors behind the interfaces in ``down`` where a row has an
+        equal-cost alternative (:func:`aidcnet.bier.bift.birt_around`); True when the BIFTs changed. With
+        ``bift: bgp`` the BGP sessions over a dead link go down and :meth:`apply_bgp` reroutes."""
+        if self.bgp_birt is not None:
+            return False
+        unusable = {n.name for n in self.bier.neighbors if n.interface in down}
+        birt = birt_around(self.bier.birt, unusable)
+        if birt == self.static_birt:
+            return False
+        bifts, _neighbors, local_labels = build_tables(self.bier, birt)
+        self.dataplane.set_bifts(bifts, local_labels)
+        if self.ebpf is not None:
+            self.ebpf.write_tables()
+        self.bifts, self.static_birt = bifts, birt
+        self.rerouted += 1
+        return True
+
     def counters(self) -> dict[str, int]:
         """The dataplane counters, whichever dataplane forwarded (names as
         :mod:`aidcnet.agent.bier.dataplane` documents)."""
@@ -330,6 +351,7 @@ class BierPart(Service):
         self._report_listeners: list[Callable[[Reported], None]] = []
         self._report_port = 0
         self._edge_hooks: tuple[Callable[..., Any], Callable[..., Any], int] | None = None
+        self._down: frozenset[str] = frozenset()  # interfaces without carrier, as the agent last heard
 
     def set_edge_hooks(self, on_impose: Callable[..., Any], on_emit: Callable[..., Any], dport: int) -> None:
         """Network-BIER's edge hooks (``NetBierEdge.on_impose`` and ``on_emit``, for UDP to ``dport``) in
@@ -405,7 +427,13 @@ class BierPart(Service):
             service.edge.set_hooks(*self._edge_hooks)
         self._start_reports(service)
         service.attach(loop)
+        service.links_down(self._down)
         self.current = service
+
+    def links_down(self, down: frozenset[str]) -> None:
+        self._down = down
+        if self.current is not None and self.current.links_down(down):
+            log.info("static BIFTs rebuilt around %s", ", ".join(sorted(down)) or "no link down")
 
     async def stop(self) -> None:
         if self.current is not None:
@@ -429,6 +457,7 @@ class BierPart(Service):
             return {}
         out = {f"bier.{k}": v for k, v in self.current.counters().items()}
         out["bier.app-dropped"] = self.current.app_dropped
+        out["bier.rerouted"] = self.current.rerouted
         if self.current.edge is not None:
             edge = self.current.net_ebpf or self.current.edge
             out.update({f"net-bier.{k}": v for k, v in edge.counters().items()})

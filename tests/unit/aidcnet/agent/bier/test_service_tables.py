@@ -38,3 +38,36 @@ def test_bsl_64_superpod_uses_two_sis():
     bifts, _neighbors, local_labels = build_tables(gpu)
     assert set(bifts) == {0, 1}
     assert local_labels == {(0, 64, 0): gpu.label_base, (0, 64, 1): gpu.label_base + 1}
+
+
+def test_a_static_bift_forwards_around_a_dead_spine_link_and_back(monkeypatch):
+    import functools
+
+    import aidcnet.agent.bier.service as svc
+    from aidcnet.agent.bier.dataplane import BierDataplane
+
+    monkeypatch.setattr(svc, "BierDataplane", functools.partial(BierDataplane, bind_addr="127.0.0.1", port=0))
+    # leaf1 without host ports (no raw sockets here): rows toward other leaves' hosts keep both spines.
+    leaf1 = configs("leaf-spine")["leaf1"].bier.model_copy(
+        update={"host_ports": [], "edge_policy": {}, "dataplane": "python"}
+    )
+    service = svc.BierService(leaf1, host=False)
+    spine1_port = next(n.interface for n in leaf1.neighbors if n.name == "spine1")
+    everyone = (1 << 8) - 1  # h1..h8
+
+    def next_hops() -> set[str]:
+        """Where copies go over many flows' entropies."""
+        bift = service.dataplane.bifts[0]
+        return {nbr for e in range(32) for nbr, _b, _l in forward(bift, everyone, 64, entropy=e).copies}
+
+    try:
+        assert next_hops() == {"h1", "h2", "spine1", "spine2"}
+        assert service.links_down(frozenset({spine1_port})) is True
+        assert next_hops() == {"h1", "h2", "spine2"}
+        copies = forward(service.dataplane.bifts[0], everyone, 64, entropy=7).copies
+        assert sum(bin(bits).count("1") for _n, bits, _l in copies) == 8  # every host still gets its copy
+        assert service.links_down(frozenset({spine1_port})) is False  # the same state: nothing rebuilt
+        assert service.links_down(frozenset()) is True and service.static_birt == dict(leaf1.birt)
+        assert service.rerouted == 2
+    finally:
+        service.close()
