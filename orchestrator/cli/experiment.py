@@ -57,9 +57,9 @@ def modes_text() -> str:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     from orchestrator.cli.args import load_lab
-    from orchestrator.experiment.faults import FaultSpecError, schedule
     from orchestrator.experiment.modes.base import RunOptions
     from orchestrator.experiment.report import print_summary
+    from orchestrator.lab.fault_spec import FaultSpecError, schedule
     from orchestrator.progress import fail
     from orchestrator.run.driver import run_experiment
     from orchestrator.run.prediction import step_predictor

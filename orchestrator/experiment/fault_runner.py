@@ -1,4 +1,4 @@
-"""Applies a run's faults (``orchestrator.experiment.faults``) at their moments, from a thread beside the
+"""Applies a run's faults (``orchestrator.lab.fault_spec``) at their moments, from a thread beside the
 mode's run: ``aidclab link set`` for a link fault, the agent's ``restart`` for a node. Each is recorded with
 when it began and when it had taken effect (a restarted agent answering, configured, again)."""
 
@@ -11,14 +11,14 @@ from typing import TYPE_CHECKING
 
 from aidcnet.timescale import TimeScale
 from orchestrator.experiment.faults import (
-    Fault,
+    FailureDomain,
     FaultRecord,
-    check_targets,
     counters_across_restarts,
     fault_lines,
     late_faults,
 )
 from orchestrator.experiment.session import LabSession
+from orchestrator.lab.fault_spec import Fault, check_targets, schedule
 from orchestrator.lab.linkset import Runtime
 
 if TYPE_CHECKING:
@@ -52,11 +52,12 @@ class FaultRunner:
     def for_run(
         cls, spec: ExperimentMode, session: LabSession, topo: Topology, runtime: Runtime | None
     ) -> FaultRunner:
-        """The run's faults (``spec.options.faults``), checked against the lab before anything is loaded."""
+        """The run's faults: the lab's own (``faults:`` in its vars, through the plan) and the run's
+        (``spec.options.faults``), in time order, checked against the lab before anything is loaded."""
         from orchestrator.lab.labdir import lab_dir
         from orchestrator.lab.runtime.docker import DockerRuntime
 
-        faults = list(spec.options.faults)
+        faults = sorted([*schedule(session.plan.faults), *spec.options.faults], key=lambda f: f.at_s)
         check_targets(faults, {n: str(p.role) for n, p in session.plan.nodes.items()}, topo.name)
         if faults and runtime is None:
             runtime = DockerRuntime()
@@ -95,7 +96,7 @@ class FaultRunner:
             from orchestrator.lab.linkset import link_set
 
             action, *values = fault.words
-            lines = link_set(self.runtime, self.lab_dir, fault.target, action, values)
+            lines = link_set(self.runtime, self.lab_dir, fault.target, action, values, one_way=fault.one_way)
             record.effect_s = self._now()
             return lines
         return self._restart(record)
@@ -144,6 +145,10 @@ class FaultRunner:
             return
         outcome.settings["faults"] = [r.to_dict() for r in self.records]
         outcome.lines.extend(fault_lines(self.records, time_scale))
+        if outcome.messages:  # a run of messages: who the faults cost anything (an AllReduce is judged whole)
+            domain = FailureDomain.of(outcome.messages)
+            outcome.settings["failure_domain"] = domain.to_dict()
+            outcome.lines.append(domain.describe())
         problems = [p for r in self.records if (p := r.problem()) is not None]
         if problems and outcome.problem is None:
             outcome.problem = problems[0]

@@ -1,23 +1,13 @@
-"""Faults during a replay (``aidclab replay ... --fault "AT WHAT"``), pure: what a user wrote, checked, and
-the record a run keeps of each fault (docs/faults.md).
+"""What became of a run's faults (``settings.faults``), pure: the record of each, its lines in the run's
+summary and whether it took effect late enough to spoil the run (docs/faults.md). What a fault is, and
+how it is written, is ``orchestrator.lab.fault_spec``.
 
-A fault is a time and an action:
-
-* ``AT link NODE:IF down|up|bandwidth BW|loss ...``: ``aidclab link set`` at that moment (both ends,
-  as the command does);
-* ``AT restart NODE``: the node's agent restarts in place (the same process id, a fresh program): every
-  state it held is gone (BIFT, aggregation windows, BGP sessions) and comes back from its node file.
-
-AT is fabric time after the run's zero (``20us``, ``0.5ms``, ``1e-5s``; a bare number is seconds): the
-moment the senders start, which is the trace's ``t = 0`` (the driver's run step begins ``lead_s`` earlier),
-on the same clock as the trace's ops, so a fault falls at the same point of a run at any time scale. The
-run waits AT x scale of wall time, and records when each fault took effect on the wall clock and in fabric
-time.
+The run waits AT x scale of wall time for each fault, and records when it took effect on the wall clock
+and in fabric time.
 """
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -25,98 +15,8 @@ from typing import Any
 
 from aidcnet.timescale import TimeScale
 from orchestrator.experiment.clock import Clock, format_seconds, wall
-from orchestrator.lab.linkset import ACTIONS as LINK_ACTIONS
-from orchestrator.lab.linkset import parse_endpoint
-from orchestrator.lab.roles import ROLES, role_named
-
-FORMS = (
-    "AT link NODE:IF down|up|bandwidth BW|loss P ... or AT restart NODE (AT: fabric time, e.g. 20us or 0.5ms)"
-)
-_TIME = re.compile(r"^(?P<n>(?:\d+(?:\.\d*)?|\.\d+)(?:e-?\d+)?)(?P<unit>ns|us|µs|ms|s)?$")
-_UNIT_S = {None: 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
-
-
-class FaultSpecError(ValueError):
-    pass
-
-
-@dataclass(frozen=True)
-class Fault:
-    at_s: float
-    kind: str  # "link" or "restart"
-    target: str  # NODE:IF for link, NODE for restart
-    words: tuple[str, ...] = ()  # link: the action and its values, as `aidclab link set` takes them
-    text: str = ""
-
-    @property
-    def node(self) -> str:
-        return self.target.split(":", 1)[0]
-
-    def describe(self) -> str:
-        return " ".join((self.kind, self.target, *self.words))
-
-
-def parse_seconds(text: str) -> float:
-    """Fabric seconds from ``20us``, ``0.5ms``, ``1e-5s`` or a bare number of seconds."""
-    m = _TIME.match(text)
-    if m is None:
-        raise FaultSpecError(
-            f"{text!r} is not a time: fabric time after the run's zero, e.g. 20us, 0.5ms or 1e-5s"
-        )
-    return float(m["n"]) * _UNIT_S[m["unit"]]
-
-
-def parse_fault(text: str) -> Fault:
-    """One ``--fault`` value; FaultSpecError says what is wrong and shows the forms."""
-    words = text.split()
-    if len(words) < 3:
-        raise FaultSpecError(f"fault {text!r}: too short; want {FORMS}")
-    try:
-        at_s = parse_seconds(words[0])
-    except FaultSpecError as exc:
-        raise FaultSpecError(f"fault {text!r}: {exc}") from None
-    kind, target, rest = words[1], words[2], tuple(words[3:])
-    if kind == "restart":
-        if rest or ":" in target:
-            raise FaultSpecError(f"fault {text!r}: restart takes one node name; want AT restart NODE")
-        return Fault(at_s, kind, target, (), text)
-    if kind != "link":
-        raise FaultSpecError(f"fault {text!r}: {kind!r} is not a fault; want {FORMS}")
-    try:
-        parse_endpoint(target)
-    except ValueError as exc:
-        raise FaultSpecError(f"fault {text!r}: {exc}") from None
-    if not rest or rest[0] not in LINK_ACTIONS:
-        raise FaultSpecError(
-            f"fault {text!r}: a link fault is one of {', '.join(LINK_ACTIONS)} after NODE:IF"
-        )
-    if rest[0] in ("down", "up") and len(rest) > 1:
-        raise FaultSpecError(f"fault {text!r}: {rest[0]} takes no value")
-    if rest[0] in ("bandwidth", "loss") and len(rest) < 2:
-        raise FaultSpecError(f"fault {text!r}: {rest[0]} needs a value (see aidclab link set --help)")
-    return Fault(at_s, kind, target, rest, text)
-
-
-def schedule(texts: Iterable[str]) -> list[Fault]:
-    """Every ``--fault``, parsed, in time order (the order given among equal times)."""
-    faults = [parse_fault(t) for t in texts]
-    return sorted(faults, key=lambda f: f.at_s)
-
-
-def check_targets(faults: Iterable[Fault], roles: Mapping[str, str], lab: str) -> None:
-    """Every fault names a node of the lab (``roles``: node -> role), and a restart a forwarding node."""
-    for fault in faults:
-        role = roles.get(fault.node)
-        if role is None:
-            known = ", ".join(sorted(roles))
-            raise FaultSpecError(f"fault {fault.text!r}: lab {lab} has no node {fault.node} (it has {known})")
-        if fault.kind == "restart" and not role_named(role).restartable:
-            restartable = " or ".join(r.name for r in ROLES.values() if r.restartable)
-            raise FaultSpecError(
-                f"fault {fault.text!r}: {fault.node} is a {role}; only a {restartable} "
-                "restarts during a run (a GPU host's agent holds its part of the run)"
-            )
-
+from orchestrator.experiment.records import MessageResult
+from orchestrator.lab.fault_spec import Fault
 
 # A fault that took effect later than this share of the run (zero to end) after its time fell on other
 # traffic than the run asked for: the fault runner is one more thread of ours, and a busy machine can wake
@@ -208,3 +108,35 @@ def counters_across_restarts(segments: list[Mapping[str, int]], after: Mapping[s
     for segment in segments:
         total.update(segment)
     return dict(total)
+
+
+@dataclass(frozen=True)
+class FailureDomain:
+    """Who a run with faults failed (seed 001's minimal failure domain): of the receivers the trace names,
+    the messages each one missed (none missing: nothing was lost, whatever broke)."""
+
+    receivers: int
+    missed: Mapping[str, int]  # receiver -> messages it was owed and did not get whole
+    owed: Mapping[str, int]  # receiver -> messages the trace sends it
+
+    @classmethod
+    def of(cls, messages: Iterable[MessageResult]) -> FailureDomain:
+        owed: Counter[str] = Counter()
+        missed: Counter[str] = Counter()
+        for message in messages:
+            got = set(message.delivered)
+            for receiver in message.expected:
+                owed[receiver] += 1
+                missed[receiver] += receiver not in got
+        return cls(len(owed), {r: n for r, n in sorted(missed.items()) if n}, dict(sorted(owed.items())))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"receivers": self.receivers, "touched": len(self.missed), "missed": dict(self.missed)}
+
+    def describe(self) -> str:
+        if not self.missed:
+            return f"failure domain: none of the {self.receivers} receivers missed a message"
+        each = ", ".join(f"{r} {n} of {self.owed[r]}" for r, n in self.missed.items())
+        return (
+            f"failure domain: {len(self.missed)} of the {self.receivers} receivers missed messages ({each})"
+        )

@@ -157,8 +157,8 @@ def test_a_reliable_replay_survives_a_link_down_and_a_bfr_restart_mid_run(runtim
     agent restarts, the one path left: its BIFT, aggregation windows and BGP sessions are gone, and what
     was in flight through it is lost. BGP and the BIFTs re-converge, the source retransmits what was lost,
     and every receiver gets every message exactly once."""
-    from orchestrator.experiment.faults import schedule
     from orchestrator.experiment.modes.base import RunOptions
+    from orchestrator.lab.fault_spec import schedule
     from orchestrator.run.driver import run_experiment
     from tests.e2e.conftest import aidclab
 

@@ -25,6 +25,7 @@ from orchestrator.configure.plan import (
     ina,
     planes,
     routes,
+    scheduled_faults,
     tiers,
     timescale,
 )
@@ -61,7 +62,21 @@ __all__ = [
 
 # Order matters: tiers feed ASNs and BFR-ID order, addresses feed routes, planes read the tiers' graph,
 # the time scale divides the bandwidth.
-FEATURES = (tiers, addressing, bandwidth, timescale, delay, planes, asn, bier, routes, bgp, ina, igmp)
+FEATURES = (
+    tiers,
+    addressing,
+    bandwidth,
+    timescale,
+    delay,
+    planes,
+    asn,
+    bier,
+    routes,
+    bgp,
+    ina,
+    igmp,
+    scheduled_faults,
+)
 
 
 class _Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[misc]

@@ -258,6 +258,8 @@ class LabVars(_Vars):
     planes: PlanesSpec | None = None
     nodes: dict[str, NodeVars] = Field(default_factory=dict)
     links: dict[str, LinkVars] = Field(default_factory=dict)
+    # Faults every replay of the lab gets, as `aidclab replay --fault` takes them (docs/faults.md).
+    faults: list[str] = Field(default_factory=list)
     # Where these vars came from, for error messages; not a key of the file.
     _source: str = PrivateAttr(default="lab vars")
 
@@ -461,6 +463,7 @@ class LabPlan(_Plan):
     ina: list[PlanInaJob] = Field(default_factory=list)
     igmp: PlanIgmp | None = None
     unreachable: Unreachable = Field(default_factory=Unreachable)
+    faults: list[str] = Field(default_factory=list)  # the vars' faults: every replay applies them
 
     @model_validator(mode="before")
     @classmethod

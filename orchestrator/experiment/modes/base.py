@@ -23,7 +23,7 @@ from orchestrator.experiment.session import LabSession
 from orchestrator.workloads.trace import TraceOp
 
 if TYPE_CHECKING:
-    from orchestrator.experiment.faults import Fault
+    from orchestrator.lab.fault_spec import Fault
 
 Say = Callable[[str], None]
 
@@ -50,7 +50,7 @@ class RunOptions:
     # default, orchestrator/experiment/membership.py).
     lead_s: float | None = None
     seed: int = 1
-    # Faults during the run, in time order (orchestrator.experiment.faults.schedule).
+    # Faults during the run, in time order (orchestrator.lab.fault_spec.schedule).
     faults: tuple[Fault, ...] = ()
     # A closed-loop step (docs/training.md): the collective mode its AllReduce ops run in (a message
     # mode's run), and whether a compute phase is a wait or real work.

@@ -8,7 +8,8 @@ from types import SimpleNamespace
 
 from aidcnet.timescale import TimeScale
 from orchestrator.experiment.fault_runner import FaultRunner
-from orchestrator.experiment.faults import FaultRecord, parse_fault
+from orchestrator.experiment.faults import FaultRecord
+from orchestrator.lab.fault_spec import parse_fault
 
 SCALE = TimeScale(20000)  # 5 µs of fabric time is 0.1 s of wall time
 

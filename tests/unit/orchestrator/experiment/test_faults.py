@@ -10,14 +10,17 @@ from hypothesis import strategies as st
 from aidcnet.timescale import TimeScale
 from orchestrator.experiment.faults import (
     FAULT_LATE_SHARE,
-    Fault,
     FaultRecord,
-    FaultSpecError,
-    check_targets,
     counters_across_restarts,
     fault_lines,
     late_faults,
+)
+from orchestrator.lab.fault_spec import (
+    Fault,
+    FaultSpecError,
+    check_targets,
     parse_fault,
+    parse_faults,
     parse_seconds,
     schedule,
 )
@@ -47,7 +50,13 @@ def test_the_forms_a_user_writes() -> None:
         ("soon link leaf1:eth1 down", "'soon' is not a time"),
         ("-1 link leaf1:eth1 down", "is not a time"),
         ("1 link leaf1 down", "NODE:INTERFACE"),
-        ("1 link leaf1:eth1 flap", "one of down, up, bandwidth, loss"),
+        ("1 link leaf1:eth1 wobble", "one of down, up, bandwidth, loss"),
+        ("1 link leaf1:eth1 flap", "flap takes a duration and a count"),
+        ("1 link leaf1:eth1 flap 5us 0", "flap takes a duration and a count"),
+        ("1 link leaf1:eth1 flap 0us 2", "duration must be above zero"),
+        ("1 link leaf1:eth1 down one-way", "one-way applies to loss and delay"),
+        ("1 link leaf1:eth1 bandwidth 1G for 5us", "'for D' undoes down, loss or delay"),
+        ("1 link leaf1:eth1 down for soon", "'soon' is not a time"),
         ("1 link leaf1:eth1 down now", "down takes no value"),
         ("1 link leaf1:eth1 loss", "loss needs a value"),
         ("1 restart spine1 now", "restart takes one node name"),
@@ -58,6 +67,34 @@ def test_each_mistake_is_named_with_the_fault(text: str, says: str) -> None:
     with pytest.raises(FaultSpecError) as err:
         parse_fault(text)
     assert says in str(err.value) and text in str(err.value)
+
+
+def test_one_way_loss_is_a_gray_failure_at_the_named_end() -> None:
+    gray = parse_fault("8us link leaf1:eth1 loss 1 one-way")
+    assert (gray.words, gray.one_way) == (("loss", "1"), True)
+    assert gray.describe() == "link leaf1:eth1 loss 1 one-way"
+    assert parse_fault("8us link leaf1:eth1 loss 1").one_way is False
+
+
+def test_for_and_flap_expand_into_a_change_and_its_undoing() -> None:
+    down, up = parse_faults("8us link leaf1:eth1 down for 4us")
+    assert (down.words, up.words) == (("down",), ("up",))
+    assert (down.at_s, up.at_s) == (pytest.approx(8e-6), pytest.approx(12e-6))
+    lossy, clean = parse_faults("1ms link leaf1:eth1 loss 0.1 one-way for 2ms")
+    assert (lossy.words, clean.words, lossy.one_way, clean.one_way) == (
+        ("loss", "0.1"),
+        ("loss", "0"),
+        True,
+        True,
+    )
+    flaps = parse_faults("10us link spine1:eth2 flap 5us 3")
+    assert [f.words[0] for f in flaps] == ["down", "up"] * 3
+    assert [f.at_s * 1e6 for f in flaps] == pytest.approx([10, 15, 20, 25, 30, 35])
+    with pytest.raises(FaultSpecError, match="is 2 faults"):
+        parse_fault("8us link leaf1:eth1 down for 4us")
+    # Expanded faults keep their time order among the others.
+    faults = schedule(["12us restart spine1", "8us link leaf1:eth1 down for 6us"])
+    assert [f.words[0] if f.words else f.kind for f in faults] == ["down", "restart", "up"]
 
 
 def test_schedule_is_in_time_order_keeping_the_given_order_among_equal_times() -> None:
@@ -160,3 +197,24 @@ def test_the_cli_refuses_a_wrong_fault_before_touching_any_lab(capsys) -> None:
     assert code == 2
     err = capsys.readouterr()
     assert "'reboot' is not a fault" in err.err + err.out
+
+
+def test_the_failure_domain_names_each_receiver_that_missed_a_message() -> None:
+    from orchestrator.experiment.faults import FailureDomain
+    from orchestrator.experiment.records import MessageResult
+
+    def message(i: int, expected: list[str], delivered: list[str]) -> MessageResult:
+        return MessageResult(id=i, src="h1", expected=expected, delivered=delivered, bytes=8, sent_at=0.0)
+
+    domain = FailureDomain.of(
+        [
+            message(0, ["h2", "h3", "h4"], ["h2", "h4"]),
+            message(1, ["h3", "h4"], []),
+            message(2, ["h2"], ["h2"]),
+        ]
+    )
+    assert (domain.receivers, dict(domain.missed)) == (3, {"h3": 2, "h4": 1})
+    assert domain.describe() == "failure domain: 2 of the 3 receivers missed messages (h3 2 of 2, h4 1 of 2)"
+    assert domain.to_dict() == {"receivers": 3, "touched": 2, "missed": {"h3": 2, "h4": 1}}
+    whole = FailureDomain.of([message(0, ["h2", "h3"], ["h3", "h2"])])
+    assert whole.describe() == "failure domain: none of the 2 receivers missed a message"

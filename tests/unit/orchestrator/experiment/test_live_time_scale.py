@@ -11,9 +11,9 @@ import pytest
 
 from aidcnet.timescale import TimeScale
 from orchestrator.experiment.fault_runner import FaultRunner
-from orchestrator.experiment.faults import parse_fault
 from orchestrator.experiment.session import live_time_scale
 from orchestrator.lab.fabric import EndShaper, Fabric, tbf_burst
+from orchestrator.lab.fault_spec import parse_fault
 from orchestrator.lab.shaping import write_fabric
 
 PLAN_SCALE, TRIAL_SCALE = 20000, 40000
