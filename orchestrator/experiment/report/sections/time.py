@@ -90,7 +90,7 @@ def _pair_sentence(r: Ratios, mine_col: Column, base_col: Column) -> str | None:
         return f"{r.label} against {r.baseline}: completion times not compared: {r.time_note}."
     if r.completion_speedup is None:
         return None
-    mine_t, base_t = mine_col.metrics.completion_time, base_col.metrics.completion_time
+    mine_t, base_t = mine_col.metrics.completion_fabric_time, base_col.metrics.completion_fabric_time
     assert mine_t is not None and base_t is not None
     # Less time is faster: compare the baseline's time with this one's so "faster" reads as more speed.
     pace = times_phrase(base_t, mine_t, fewer="slower", greater="faster")

@@ -121,7 +121,12 @@ def test_faithful_runs_at_different_scales_are_compared() -> None:
     # group, and the times compare.
     (both,) = compare_runs([net, uni])
     assert both.labels == ["unicast", "net-bier"] and time_comparable(net, uni) is None
-    assert both.ratios[0].completion_speedup is not None
+    # ... in fabric time: at 1:10000 a run's wall time is half what it would be at 1:20000.
+    uni_m, net_m = compute_metrics(uni), compute_metrics(net)
+    assert uni_m.completion_fabric_time is not None and net_m.completion_fabric_time is not None
+    fabric = uni_m.completion_fabric_time / net_m.completion_fabric_time
+    assert both.ratios[0].completion_speedup == pytest.approx(fabric)
+    assert fabric != pytest.approx(uni_m.completion_time / net_m.completion_time)
     # Shaped against unshaped stays apart: an unshaped run's times are the emulator's.
     unshaped = fx.run("unicast", topo, None)
     assert len(compare_runs([net, unshaped])) == 2
