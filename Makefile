@@ -88,6 +88,7 @@ bench: images
 	$(PY) bench/fare_kernel.py
 	$(PY) bench/model.py
 	$(PY) bench/fidelity.py
+	$(PY) bench/training.py --labs leaf-spine,bsl256 --report results/bench-training
 	$(PY) bench/udp_backpressure.py
 	$(PY) bench/delay_relay.py
 	$(PY) bench/inter_dc.py

@@ -115,6 +115,51 @@ def topology_file(
     return path
 
 
+def ina_switches(doc: dict) -> None:
+    """An ``edit`` (:func:`topology_file`): every BFR of the lab becomes an INA switch, a BFR that also
+    aggregates AllReduce chunks, so the lab can hold INA jobs (docs/allreduce.md). Nothing else changes."""
+    from aidcnet.roles import Role
+    from orchestrator.lab.roles import role_named
+
+    bfr, ina = role_named(Role.BFR).image, role_named(Role.INA_SWITCH).image
+    topology = doc["topology"]
+    for node in [*topology.get("groups", {}).values(), *topology["nodes"].values()]:
+        if node and node.get("image") == bfr:
+            node["image"] = ina
+
+
+def ina_job_over_every_gpu(lab: str | Path, job: int = 1, root: str | None = None) -> dict[str, Any]:
+    """An ``ina.jobs`` entry (docs/allreduce.md) over every GPU host of a two-tier lab, in topology order:
+    each leaf aggregates the hosts on its ports, ``root`` (default: the first switch with no host, a spine)
+    the leaves' partials. Deploy it with :func:`ina_switches`. Raises LabError when a host hangs off no
+    switch or the lab has no switch without hosts to be the root."""
+    from aidcnet.roles import Role
+    from orchestrator.lab.roles import role_of
+    from orchestrator.lab.topology import load_topology, resolve_lab
+
+    topo = load_topology(resolve_lab(str(lab)))
+    hosts = [n for n, node in topo.nodes.items() if role_of(node).name == Role.GPU_HOST]
+    switches = [n for n, node in topo.nodes.items() if role_of(node).bfr and n not in hosts]
+    leaf_of = {}
+    for host in hosts:
+        ends = [there.node for _link, _here, there in topo.links_of(host) if there.node in switches]
+        if not ends:
+            raise LabError(
+                f"lab {topo.name}: GPU host {host} has no link to a switch, so no leaf aggregates it"
+            )
+        leaf_of[host] = ends[0]
+    abm: dict[str, list[str]] = {}
+    for host, leaf in leaf_of.items():
+        abm.setdefault(leaf, []).append(host)
+    spines = [s for s in switches if s not in abm]
+    if root is None and not spines:
+        raise LabError(
+            f"lab {topo.name}: every switch has hosts, so none is a spine to root the job; name root="
+        )
+    root = root or spines[0]
+    return {"job": job, "workers": hosts, "root": root, "abm": {**abm, root: hosts}}
+
+
 @dataclass
 class Capture:
     """A pcap being (or having been) written by :meth:`Lab.capture`; ``packets`` is tcpdump's own count,
@@ -250,7 +295,7 @@ class Lab:
     ) -> RunOutcome:
         """``aidclab replay``: the run's outcome (``.ok``, ``.missing``, ``.result.metrics``, ``.run_dir``).
         ``mode`` is a mode's name (``aidcnet.modes.Mode``); ``options`` are RunOptions fields (drain_s,
-        timeout_s, gap_us, qps, ps_host, ...); a relative ``trace`` is taken from :attr:`root`; runs go to
+        timeout_s, gap_us, qps, ps_host, allreduce for a training step's AllReduce mode, ...); a relative ``trace`` is taken from :attr:`root`; runs go to
         ``results/`` in the lab's work dir unless ``results_dir`` says where. ``confirm``: as ``replay
         --confirm``, the same trace at twice the scale too; the run's verdict says whether it held."""
         from aidcnet.modes import Mode
@@ -260,8 +305,10 @@ class Lab:
 
         try:
             mode = Mode(mode)  # checked here, where the name comes in, as the CLI checks --mode
-        except ValueError:
-            raise LabError(f"mode {mode!r} does not exist; one of {', '.join(Mode)}") from None
+            if options.get("allreduce") is not None:  # a step's AllReduce mode, as --allreduce
+                options["allreduce"] = Mode(options["allreduce"])
+        except ValueError as exc:
+            raise LabError(f"{exc}; a mode is one of {', '.join(Mode)}") from None
 
         trace = (self.root / trace).resolve()
         results = Path(results_dir).resolve() if results_dir else self.workdir / "results"

@@ -163,8 +163,9 @@ def test_a_lab_name_is_found_in_labs_under_the_rootdir(pytester, rec):
 
 
 def test_configure_false_deploys_without_configuring(pytester, rec):
-    pytester.makepyfile(test_a=module("lab = lab_fixture(LAB, name='raw', configure=False)\n"
-                                      "def test_x(lab):\n    pass\n"))
+    pytester.makepyfile(
+        test_a=module("lab = lab_fixture(LAB, name='raw', configure=False)\ndef test_x(lab):\n    pass\n")
+    )
     run(pytester).assert_outcomes(passed=1)
     assert rec.names() == [("deploy", "raw"), ("destroy", "raw")]
 
@@ -201,7 +202,8 @@ def test_sigterm_while_a_lab_is_up_stops_the_run_and_destroys(pytester, rec):
     import signal
 
     before = signal.getsignal(signal.SIGTERM)
-    pytester.makepyfile(test_a=module("""
+    pytester.makepyfile(
+        test_a=module("""
         import os, signal
 
         lab = lab_fixture(LAB, name='term')
@@ -211,7 +213,8 @@ def test_sigterm_while_a_lab_is_up_stops_the_run_and_destroys(pytester, rec):
 
         def test_never_runs(lab):
             pass
-    """))
+    """)
+    )
     reprec = pytester.inline_run(*ARGS, no_reraise_ctrlc=True)
     assert reprec.ret == pytest.ExitCode.INTERRUPTED
     assert rec.names()[-1] == ("destroy", "term")
@@ -242,7 +245,8 @@ def test_the_handle_forwards_to_the_project_functions(pytester, rec, tmp_path):
     trace = pytester.path / "t.jsonl"
     trace.write_text("")
     out = tmp_path / "calls.json"
-    pytester.makepyfile(test_a=module(f"""
+    pytester.makepyfile(
+        test_a=module(f"""
         import json
         from pathlib import Path
 
@@ -267,7 +271,8 @@ def test_the_handle_forwards_to_the_project_functions(pytester, rec, tmp_path):
             assert lab.agent("leaf2") == ("agent", "clab-fw-leaf2")
             where = {{"lab_dir": str(lab.lab_dir), "workdir": str(lab.workdir)}}
             Path({str(out)!r}).write_text(json.dumps(where))
-    """))
+    """)
+    )
     run(pytester).assert_outcomes(passed=1)
     where = json.loads(out.read_text())
     execs = [c for c in rec.calls if c[0] == "exec"]
@@ -315,7 +320,8 @@ def test_capture_is_armed_before_the_block_and_stopped_after_it(pytester, rec, t
 
     monkeypatch.setattr(capture, "capture_target", target)
     monkeypatch.setattr(capture, "tcpdump_command", command)
-    pytester.makepyfile(test_a=module("""
+    pytester.makepyfile(
+        test_a=module("""
         lab = lab_fixture(LAB, name="cap")
 
         def test_capture(lab):
@@ -323,7 +329,8 @@ def test_capture_is_armed_before_the_block_and_stopped_after_it(pytester, rec, t
                 assert cap.path.read_bytes() == b"pcap"  # armed: tcpdump said it listens
                 assert cap.packets is None
             assert cap.packets == 7 and cap.path.parent == lab.workdir
-    """))
+    """)
+    )
     run(pytester).assert_outcomes(passed=1)
     assert seen["target"][1] == "leaf1:eth1" and seen["target"][0].name == "clab-cap"
     assert seen["command"] == ("/run/netns/clab-cap-leaf1", "eth1", None, "leaf1-eth1-1.pcap")
@@ -337,7 +344,8 @@ def test_a_capture_that_cannot_start_says_why(pytester, rec, monkeypatch):
         capture, "tcpdump_command",
         lambda *a, **k: [sys.executable, "-c", "import sys; sys.exit('tcpdump: eth9: No such device')"],
     )  # fmt: skip
-    pytester.makepyfile(test_a=module("""
+    pytester.makepyfile(
+        test_a=module("""
         import pytest
         from aidclab.pytest import LabError
 
@@ -347,7 +355,8 @@ def test_a_capture_that_cannot_start_says_why(pytester, rec, monkeypatch):
             with pytest.raises(LabError, match="capture on h1:eth9 did not start: .*No such device"):
                 with lab.capture("h1:eth9", timeout=5):
                     pass
-    """))
+    """)
+    )
     run(pytester).assert_outcomes(passed=1)
 
 
@@ -453,3 +462,35 @@ def test_a_child_forked_while_a_lab_is_up_ends_on_sigterm_instead_of_raising():
                 os._exit(7)
         _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 128 + signal.SIGTERM
+
+
+def test_an_ina_job_over_every_gpu_has_each_leaf_aggregate_its_hosts_under_a_spine():
+    job = plugin.ina_job_over_every_gpu("leaf-spine")
+    hosts = [f"h{i}" for i in range(1, 9)]
+    assert job["workers"] == hosts and job["root"] == "spine1"
+    assert job["abm"] == {**{f"leaf{k}": hosts[2 * k - 2 : 2 * k] for k in range(1, 5)}, "spine1": hosts}
+    assert plugin.ina_job_over_every_gpu("leaf-spine", job=7, root="spine2")["abm"]["spine2"] == hosts
+
+
+def test_an_ina_job_needs_a_spine_and_every_host_on_a_switch(tmp_path):
+    flat = {"name": "flat", "topology": {"nodes": {
+        "leaf1": {"kind": "linux", "image": "aidclab/bfr:latest"},
+        "h1": {"kind": "linux", "image": "aidclab/gpu-host:latest"},
+        "h2": {"kind": "linux", "image": "aidclab/gpu-host:latest"},
+    }, "links": [{"endpoints": ["h1:eth1", "leaf1:eth1"]}]}}  # fmt: skip
+    (tmp_path / "flat.clab.yml").write_text(yaml.safe_dump(flat))
+    with pytest.raises(plugin.LabError, match="GPU host h2 has no link to a switch"):
+        plugin.ina_job_over_every_gpu(tmp_path / "flat.clab.yml")
+    flat["topology"]["links"].append({"endpoints": ["h2:eth1", "leaf1:eth2"]})
+    (tmp_path / "flat.clab.yml").write_text(yaml.safe_dump(flat))
+    with pytest.raises(plugin.LabError, match="none is a spine"):
+        plugin.ina_job_over_every_gpu(tmp_path / "flat.clab.yml")
+    assert plugin.ina_job_over_every_gpu(tmp_path / "flat.clab.yml", root="leaf1")["root"] == "leaf1"
+
+
+def test_ina_switches_turns_every_bfr_into_an_ina_switch_and_nothing_else():
+    doc = yaml.safe_load((ROOT / "labs" / "leaf-spine.clab.yml").read_text())
+    plugin.ina_switches(doc)
+    groups = doc["topology"]["groups"]
+    assert groups["spine"]["image"] == groups["leaf"]["image"] == "aidclab/ina-switch:latest"
+    assert groups["gpu"]["image"] == "aidclab/gpu-host:latest"
