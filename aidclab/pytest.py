@@ -295,9 +295,10 @@ class Lab:
     ) -> RunOutcome:
         """``aidclab replay``: the run's outcome (``.ok``, ``.missing``, ``.result.metrics``, ``.run_dir``).
         ``mode`` is a mode's name (``aidcnet.modes.Mode``); ``options`` are RunOptions fields (drain_s,
-        timeout_s, gap_us, qps, ps_host, allreduce for a training step's AllReduce mode, ...); a relative ``trace`` is taken from :attr:`root`; runs go to
-        ``results/`` in the lab's work dir unless ``results_dir`` says where. ``confirm``: as ``replay
-        --confirm``, the same trace at twice the scale too; the run's verdict says whether it held."""
+        timeout_s, gap_us, qps, ps_host, allreduce: a training step's AllReduce mode, ...); a relative
+        ``trace`` is taken from :attr:`root`; runs go to ``results/`` in the lab's work dir unless
+        ``results_dir`` says where. ``confirm``: as ``replay --confirm``, the same trace at twice the scale
+        too; the run's verdict says whether it held."""
         from aidcnet.modes import Mode
         from orchestrator.experiment.modes.base import RunOptions
         from orchestrator.run.driver import confirm as confirm_at_a_second_scale
