@@ -166,7 +166,6 @@ def test_the_architecture_page_names_the_imports() -> None:
     assert documented_imports() == package_imports(import_graph())
 
 
-
 def long_functions(source: str, name: str) -> list[str]:
     """``name:LINE function (N lines)`` for every function of ``source`` longer than MAX_FUNCTION_LINES."""
     long = []
