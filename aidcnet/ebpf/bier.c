@@ -136,6 +136,19 @@ struct direct_hdr {
 	__be16 sport, dport, ulen, ucheck;
 };
 
+/* State of the §6.5 loop. In the scratch map, not on the stack: kernels that verify a bpf_loop callback as a
+ * loop (6.8 and later) walk it again for every value a stack slot of the caller can hold, and past their
+ * million-instruction budget; the contents of a map value they do not track. */
+struct dctx {
+	__u64 bits[BIER_WORDS];
+	__u64 noentry[BIER_WORDS];
+	__u64 null[BIER_WORDS];
+	__u32 base;
+	__u32 hash;
+	__u32 overflow;
+};
+
+
 struct scratch {
 	struct copy copy[BIER_MAX_NBR];
 	/* in the map, not in struct dctx: a count on the stack would make the verifier walk the bpf_loop
@@ -161,6 +174,7 @@ struct scratch {
 	__be32 direct_w2;
 	struct direct_hdr direct;
 	struct bier_report rep; /* report()'s record, built here for the same reason */
+	struct dctx dc;         /* the §6.5 loop's state (struct dctx says why it is here) */
 };
 
 struct {
@@ -169,16 +183,6 @@ struct {
 	__type(key, __u32);
 	__type(value, struct scratch);
 } bier_scratch SEC(".maps");
-
-/* State of the §6.5 loop (bpf_loop callback argument). */
-struct dctx {
-	__u64 bits[BIER_WORDS];
-	__u64 noentry[BIER_WORDS];
-	__u64 null[BIER_WORDS];
-	__u32 base;
-	__u32 hash;
-	__u32 overflow;
-};
 
 static __always_inline void cnt(__u32 idx, __u64 v)
 {
@@ -418,9 +422,13 @@ static __always_inline __u16 copy_ip_csum(__be16 tot_len, __u8 ttl, __be32 saddr
  * null neighbour), BitString AND NOT F-BM.  Returns 1 when the BitString is empty. */
 static long step(__u32 i, void *data)
 {
-	struct dctx *c = data;
 	__u32 wi, bit, key, idx = 0, zero = 0;
 	__u64 w, low;
+	struct scratch *s = bpf_map_lookup_elem(&bier_scratch, &zero);
+
+	if (!s)
+		return 1; /* cannot happen (a one-slot array); the caller's overflow flag is in it too */
+	struct dctx *c = &s->dc;
 
 	if (c->bits[0]) {
 		wi = 0;
@@ -475,12 +483,6 @@ static long step(__u32 i, void *data)
 		for (int j = 0; j < BIER_WORDS; j++)
 			c->null[j] |= c->bits[j] & f->w[j];
 	} else {
-		struct scratch *s = bpf_map_lookup_elem(&bier_scratch, &zero);
-
-		if (!s) {
-			c->overflow = 1;
-			return 1;
-		}
 		__u32 n = s->ncopies, nidx = a.nbr;
 		struct bier_nbr *nb = bpf_map_lookup_elem(&bier_nbr, &nidx);
 
@@ -881,28 +883,30 @@ int bier_rx(struct __sk_buff *skb)
 	}
 	orig->w0 = be0;
 
-	struct dctx c = {};
+	struct dctx *c = &s->dc;
+
+	__builtin_memset(c, 0, sizeof(*c));
 	__u32 ttl = w0 & 0xFF, local = 0;
 	__u64 own[BIER_WORDS];
 
 	s->ncopies = 0;
-	from_wire(orig->raw, c.bits, nwords);
+	from_wire(orig->raw, c->bits, nwords);
 	if (policy_drop(s, skb->ingress_ifindex, saddr, rxn, len, bpf_ntohl(*(__be32 *)(data + BIER_OFF + 8)) & 0xFFFF,
-			tbl->si, c.bits))
+			tbl->si, c->bits))
 		return TC_ACT_SHOT;
-	own[0] = c.bits[0] & tbl->own[0];
-	own[1] = c.bits[1] & tbl->own[1];
-	own[2] = c.bits[2] & tbl->own[2];
-	own[3] = c.bits[3] & tbl->own[3];
+	own[0] = c->bits[0] & tbl->own[0];
+	own[1] = c->bits[1] & tbl->own[1];
+	own[2] = c->bits[2] & tbl->own[2];
+	own[3] = c->bits[3] & tbl->own[3];
 
 	/* aidcnet.bier.forwarding.forward: TTL 0, zero BitString, own bit, TTL 1, then §6.5 */
 	if (ttl == 0) {
 		rx_count(rxn, len);
-		cnt(C_BITS_TTL_EXPIRED, popcount(c.bits));
+		cnt(C_BITS_TTL_EXPIRED, popcount(c->bits));
 		cnt(C_DROPPED_TTL, 1);
 		return TC_ACT_SHOT;
 	}
-	if (!any(c.bits)) {
+	if (!any(c->bits)) {
 		rx_count(rxn, len);
 		cnt(C_DROPPED_ZERO_BITSTRING, 1);
 		return TC_ACT_SHOT;
@@ -911,28 +915,28 @@ int bier_rx(struct __sk_buff *skb)
 		local = 1;
 #pragma unroll
 		for (int j = 0; j < BIER_WORDS; j++)
-			c.bits[j] ^= own[j];
+			c->bits[j] ^= own[j];
 	}
-	if (any(c.bits) && ttl == 1) {
+	if (any(c->bits) && ttl == 1) {
 		rx_count(rxn, len);
-		cnt(C_BITS_TTL_EXPIRED, popcount(c.bits));
+		cnt(C_BITS_TTL_EXPIRED, popcount(c->bits));
 		if (!local) {
 			cnt(C_DROPPED_TTL, 1);
 			return TC_ACT_SHOT;
 		}
-		__builtin_memset(c.bits, 0, sizeof(c.bits));
+		__builtin_memset(c->bits, 0, sizeof(c->bits));
 	} else {
-		c.base = base;
-		c.hash = ((((w1 & 0xFFFFF) ^ tbl->ecmp_seed) * ECMP_GOLDEN) & 0xFFFFFFFF) >> 8;
-		bpf_loop(BIER_MAX_BSL + 1, step, &c, 0);
-		if (c.overflow) {
+		c->base = base;
+		c->hash = ((((w1 & 0xFFFFF) ^ tbl->ecmp_seed) * ECMP_GOLDEN) & 0xFFFFFFFF) >> 8;
+		bpf_loop(BIER_MAX_BSL + 1, step, NULL, 0);
+		if (c->overflow) {
 			cnt(C_PUNTED, 1);
 			return TC_ACT_OK;
 		}
 		rx_count(rxn, len);
 	}
 
-	__u32 noentry = popcount(c.noentry), null = popcount(c.null), n = s->ncopies;
+	__u32 noentry = popcount(c->noentry), null = popcount(c->null), n = s->ncopies;
 
 	if (noentry)
 		cnt(C_BITS_NO_ENTRY, noentry);
@@ -955,7 +959,7 @@ int bier_rx(struct __sk_buff *skb)
 			C->c[C_DELIVERED] += 1;
 	}
 	if (cfg->report_port)
-		report(skb, s, &c, tbl, ((__u32)cfg->report_port << 16) | (nwords << 1) | (ttl == 1 ? REPORT_EXPIRED : 0));
+		report(skb, s, c, tbl, ((__u32)cfg->report_port << 16) | (nwords << 1) | (ttl == 1 ? REPORT_EXPIRED : 0));
 
 	/* the copies: each rewritten from the previous one, then cloned out (the last one redirected) */
 	struct ectx e = {
@@ -1356,19 +1360,21 @@ int bier_impose(struct __sk_buff *skb)
 	__u32 entropy = flow_entropy(iph);
 
 	/* §6.5 through the SI's BIFT (aidcnet.bier.forwarding.impose: copies carry TTL 64) */
-	struct dctx c = {};
+	struct dctx *c = &s->dc;
+
+	__builtin_memset(c, 0, sizeof(*c));
 
 #pragma unroll
 	for (int j = 0; j < BIER_WORDS; j++)
-		c.bits[j] = fl->bits[j];
-	if (!any(c.bits) || (c.bits[0] & tbl->own[0]) | (c.bits[1] & tbl->own[1]) | (c.bits[2] & tbl->own[2]) |
-				    (c.bits[3] & tbl->own[3]))
+		c->bits[j] = fl->bits[j];
+	if (!any(c->bits) || (c->bits[0] & tbl->own[0]) | (c->bits[1] & tbl->own[1]) | (c->bits[2] & tbl->own[2]) |
+				    (c->bits[3] & tbl->own[3]))
 		goto punt; /* the agent installs neither: the Python edge handles them */
 	s->ncopies = 0;
-	c.base = base;
-	c.hash = ((((entropy) ^ tbl->ecmp_seed) * ECMP_GOLDEN) & 0xFFFFFFFF) >> 8;
-	bpf_loop(BIER_MAX_BSL + 1, step, &c, 0);
-	if (c.overflow)
+	c->base = base;
+	c->hash = ((((entropy) ^ tbl->ecmp_seed) * ECMP_GOLDEN) & 0xFFFFFFFF) >> 8;
+	bpf_loop(BIER_MAX_BSL + 1, step, NULL, 0);
+	if (c->overflow)
 		goto punt;
 
 	/* the inner UDP checksum: finished here if the sender left it to offload (the field holds the
@@ -1402,7 +1408,7 @@ int bier_impose(struct __sk_buff *skb)
 	}
 
 	/* counters, as NetBierEdge._ingress and BierDataplane.impose/_dispatch count */
-	__u32 noentry = popcount(c.noentry), null = popcount(c.null), n = s->ncopies;
+	__u32 noentry = popcount(c->noentry), null = popcount(c->null), n = s->ncopies;
 
 	ecnt(port, E_CAPTURED, 1);
 	ecnt(port, E_CAPTURED_BYTES, tot);
@@ -1426,7 +1432,7 @@ int bier_impose(struct __sk_buff *skb)
 #pragma unroll
 		for (int j = 0; j < BIER_WORDS; j++)
 			s->rep.bits[j] = fl->bits[j];
-		report(skb, s, &c, tbl, ((__u32)cfg->report_port << 16) | REPORT_IMPOSED);
+		report(skb, s, c, tbl, ((__u32)cfg->report_port << 16) | REPORT_IMPOSED);
 	}
 
 	/* room for outer IPv4, UDP and the BIER header between Ethernet and the inner packet */
