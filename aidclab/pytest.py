@@ -140,17 +140,14 @@ def ina_job_over_every_gpu(lab: str | Path, job: int = 1, root: str | None = Non
     topo = load_topology(resolve_lab(str(lab)))
     hosts = [n for n, node in topo.nodes.items() if role_of(node).name == Role.GPU_HOST]
     switches = [n for n, node in topo.nodes.items() if role_of(node).bfr and n not in hosts]
-    leaf_of = {}
+    abm: dict[str, list[str]] = {}
     for host in hosts:
         ends = [there.node for _link, _here, there in topo.links_of(host) if there.node in switches]
         if not ends:
             raise LabError(
                 f"lab {topo.name}: GPU host {host} has no link to a switch, so no leaf aggregates it"
             )
-        leaf_of[host] = ends[0]
-    abm: dict[str, list[str]] = {}
-    for host, leaf in leaf_of.items():
-        abm.setdefault(leaf, []).append(host)
+        abm.setdefault(ends[0], []).append(host)
     spines = [s for s in switches if s not in abm]
     if root is None and not spines:
         raise LabError(

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from aidcnet.modes import HOST_BIER, MEMBERSHIP, MESSAGE, PER_RECEIVER, RELIABLE, Mode
 from orchestrator.experiment.clock import format_seconds, wall
 from orchestrator.experiment.conditions import Conditions
+from orchestrator.experiment.faults import FailureDomain
 from orchestrator.experiment.membership import control_overhead
 from orchestrator.experiment.metrics import metrics_of
 from orchestrator.experiment.modes.reliable import FEEDBACK_KINDS
@@ -153,12 +154,10 @@ def failure(run: RunResult | None) -> str:
     if run is None:
         return "no run with a link fault"
     faults = link_faults(Conditions.of(run))
-    pairs = [(r, r in msg.delivered) for msg in run.messages for r in msg.expected]
-    receivers = {r for r, _got in pairs}
-    missed = [r for r, got in pairs if not got]
+    domain = FailureDomain.of(run.messages)
     return (
-        f"{len(missed)} of {len(pairs)} deliveries missed, by {len(set(missed))} of {len(receivers)} "
-        f"receivers ({faults[0][0]})"
+        f"{sum(domain.missed.values())} of {sum(domain.owed.values())} deliveries missed, by "
+        f"{len(domain.missed)} of {domain.receivers} receivers ({faults[0][0]})"
     )
 
 
