@@ -433,6 +433,26 @@ def _terminate_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+def clear_lab_left_by_a_killed_run(lab: str, runtime: DockerRuntime) -> list[dict[str, Any]]:
+    """Destroy ``lab`` when a test run that was killed left it (orchestrator.lab.owner), saying so; return
+    the lab's containers as they are after. Any other running lab is left alone for the caller to refuse."""
+    import warnings
+
+    from orchestrator.lab.deploy import destroy
+    from orchestrator.lab.owner import lab_dir_root, left_by_a_killed_run
+
+    running = runtime.lab_containers(lab)
+    if running and left_by_a_killed_run(running):
+        warnings.warn(
+            f"lab {lab!r}: {len(running)} container(s) left by a test run that was killed before it could "
+            "destroy them (their owner process is gone); destroyed them before deploying again",
+            stacklevel=2,
+        )
+        destroy(lab, runtime, cleanup=True, lab_dir_root=lab_dir_root(running), quiet=True)
+        running = runtime.lab_containers(lab)
+    return running
+
+
 @contextlib.contextmanager
 def deployed_lab(
     lab: str | Path,
@@ -450,6 +470,7 @@ def deployed_lab(
     test, KeyboardInterrupt, SIGTERM). See :func:`topology_file` for ``name``, ``vars`` and ``edit``; ``root``
     (default: the working directory) is where the handle finds relative trace paths."""
     from orchestrator.lab.deploy import deploy, destroy
+    from orchestrator.lab.owner import OWNER_LABEL, process_token
     from orchestrator.lab.runtime.docker import DockerRuntime
     from orchestrator.lab.topology import load_topology
 
@@ -458,14 +479,16 @@ def deployed_lab(
     path = topology_file(lab, workdir, name, vars, edit).resolve()
     topo = load_topology(path)
     runtime = runtime or DockerRuntime()
-    running = runtime.lab_containers(topo.name)
+    running = clear_lab_left_by_a_killed_run(topo.name, runtime)
     if running:
-        # Never ours to destroy: the user's own lab, or one a crashed run left (aidclab destroy clears it).
+        # Never ours to destroy: the user's own lab, or one a run that is still going deployed.
         raise LabError(
             f"lab {topo.name!r} already has {len(running)} container(s) running; the plugin does not touch "
             f"a lab it did not deploy: pass name= for a copy under another name, or `aidclab destroy "
             f"{topo.name}` first"
         )
+    for node in topo.nodes.values():
+        node.labels[OWNER_LABEL] = process_token(os.getpid()) or ""
     handle = Lab(topo, workdir, runtime, Path(root or Path.cwd()).resolve())
     try:
         with _terminate_as_interrupt():

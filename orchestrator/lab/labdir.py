@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 from pydantic import SecretStr
 
+from orchestrator.lab.owner import owner_labels
 from orchestrator.lab.roles import role_of
 from orchestrator.lab.topology import Topology
 
@@ -68,7 +69,7 @@ def container_labels(topo: Topology, node: str) -> dict[str, str]:
         "clab-owner": "aidclab",
         "aidclab-role": str(role_of(n).name),
     }
-    return {**n.labels, **labels}
+    return {**owner_labels(), **n.labels, **labels}
 
 
 # How Ansible reaches a node: as root, by entering the container's namespaces on this machine

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from orchestrator.lab.owner import OWNER_ENV, process_token
 from orchestrator.paths import ROOT
 from tests.docs.blocks import LabUse, ShellBlock
 
@@ -52,9 +53,9 @@ class DockerLabs:
         return self._runtime
 
     def ensure_absent(self, lab: str) -> None:
-        from aidclab.pytest import LabError
+        from aidclab.pytest import LabError, clear_lab_left_by_a_killed_run
 
-        running = self.runtime.lab_containers(lab)
+        running = clear_lab_left_by_a_killed_run(lab, self.runtime)
         if running:
             raise LabError(
                 f"lab {lab!r} already has {len(running)} container(s); the docs' blocks deploy it themselves "
@@ -130,6 +131,8 @@ class DocRun:
         env = {k: v for k, v in os.environ.items() if k not in _MAKE_ENV}
         env["PATH"] = f"{self.workdir / '.venv' / 'bin'}{os.pathsep}{env.get('PATH', '')}"
         env["PWD"] = str(self.workdir)
+        # A lab a block deploys names this run its owner: if the run is killed mid-doc, the next clears it.
+        env[OWNER_ENV] = process_token(os.getpid()) or ""
         return env
 
     def _prepare(self, block: ShellBlock) -> None:

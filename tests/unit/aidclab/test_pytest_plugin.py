@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 import aidclab.pytest as plugin
+from orchestrator.lab import owner
 from orchestrator.paths import ROOT
 
 pytest_plugins = ["pytester"]
@@ -31,7 +32,11 @@ class FakeRuntime:
         self.rec = rec
 
     def lab_containers(self, lab: str | None = None) -> list[dict]:
-        return [{"Names": [f"/clab-{lab}-n{i}"]} for i in range(self.rec.running.get(lab or "", 0))]
+        labels = self.rec.labels.get(lab or "", {})
+        return [
+            {"Names": [f"/clab-{lab}-n{i}"], "Labels": labels}
+            for i in range(self.rec.running.get(lab or "", 0))
+        ]
 
     def exec(self, container: str, cmd: list[str] | str, timeout: float | None = None) -> tuple[int, str]:
         self.rec.calls.append(("exec", container, cmd))
@@ -47,6 +52,8 @@ class FakeRuntime:
 class Recorder:
     calls: list[tuple] = field(default_factory=list)
     running: dict[str, int] = field(default_factory=dict)
+    labels: dict[str, dict[str, str]] = field(default_factory=dict)
+    owners: list[set[str]] = field(default_factory=list)
     replies: dict[str, tuple[int, str]] = field(default_factory=dict)
     fail: dict[str, BaseException] = field(default_factory=dict)
 
@@ -71,6 +78,7 @@ def rec(monkeypatch: pytest.MonkeyPatch) -> Recorder:
 
     def fake_deploy(topo, runtime=None, reconfigure=False, underlay_netns=None):
         step("deploy", topo.name, Path.cwd(), type(runtime).__name__)
+        rec.owners.append({n.labels.get(owner.OWNER_LABEL, "") for n in topo.nodes.values()})
         (Path.cwd() / topo.lab_dir_name).mkdir()
 
     def fake_configure(topo, check=False, extra_vars=None, extra_groups=None):
@@ -79,6 +87,7 @@ def rec(monkeypatch: pytest.MonkeyPatch) -> Recorder:
 
     def fake_destroy(lab, runtime=None, cleanup=False, lab_dir_root=None, quiet=False, underlay_netns=None):
         step("destroy", lab, lab_dir_root, cleanup)
+        rec.running.pop(lab, None)
 
     def fake_link_set(runtime, lab_dir, endpoint, action, value=None, one_way=False, fabric_io=None):
         rec.calls.append(("link_set", type(runtime).__name__, lab_dir, endpoint, action, value, one_way))
@@ -228,6 +237,49 @@ def test_a_lab_already_running_under_that_name_is_refused_and_never_touched(pyte
     result.assert_outcomes(errors=1)
     assert rec.names() == []  # neither deployed over nor destroyed
     result.stdout.fnmatch_lines(["*lab 'mine' already has 3 container(s) running*"])
+
+
+def test_every_node_deployed_names_this_run_as_its_owner(pytester, rec):
+    pytester.makepyfile(test_a=module("lab = lab_fixture(LAB, name='own')\ndef test_x(lab):\n    pass\n"))
+    run(pytester).assert_outcomes(passed=1)
+    assert rec.owners == [{owner.process_token(os.getpid())}]
+
+
+def test_a_lab_a_killed_run_left_is_destroyed_and_deployed_again(pytester, rec, tmp_path):
+    import subprocess
+
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    token = owner.process_token(child.pid)
+    child.communicate()  # the run that deployed the lab is gone now, killed or not
+    assert token is not None and owner.process_token(child.pid) is None
+    rec.running["left"] = 4
+    rec.labels["left"] = {owner.OWNER_LABEL: token, "clab-node-lab-dir": str(tmp_path / "clab-left" / "h1")}
+    pytester.makepyfile(test_a=module("lab = lab_fixture(LAB, name='left')\ndef test_x(lab):\n    pass\n"))
+    result = run(pytester)
+    result.assert_outcomes(passed=1)
+    assert rec.names()[0] == ("destroy", "left") and rec.names()[1][0] == "deploy"
+    first_destroy = next(c for c in rec.calls if c[0] == "destroy")
+    assert first_destroy[2] == tmp_path  # where the killed run kept its lab dir (and its delay relay)
+    result.stdout.fnmatch_lines(["*lab 'left': 4 container(s) left by a test run that was killed*"])
+
+
+@pytest.mark.parametrize(
+    "label",
+    [
+        pytest.param("self", id="a-live-run"),
+        pytest.param("", id="unlabelled"),
+        pytest.param("junk", id="garbled"),
+    ],
+)
+def test_a_lab_whose_owner_may_be_alive_is_never_touched(pytester, rec, label):
+    token = owner.process_token(os.getpid()) if label == "self" else label
+    rec.running["busy"] = 2
+    rec.labels["busy"] = {owner.OWNER_LABEL: token} if label else {}
+    pytester.makepyfile(test_a=module("lab = lab_fixture(LAB, name='busy')\ndef test_x(lab):\n    pass\n"))
+    result = run(pytester)
+    result.assert_outcomes(errors=1)
+    assert rec.names() == []
+    result.stdout.fnmatch_lines(["*lab 'busy' already has 2 container(s) running*"])
 
 
 def test_a_destroy_that_fails_is_an_error_naming_the_lab(pytester, rec):
