@@ -123,8 +123,6 @@ class BierPortPolicy(_Model):
     """RFC 8296 §6 ingress policy of one port (docs/bier.md "Edge policy")."""
 
     kind: Literal["host", "fabric"]
-    # The port's IPv4 prefix: the Python dataplane's one socket knows sources, not ingress interfaces.
-    subnet: ipaddress.IPv4Network
     hosts: dict[ipaddress.IPv4Address, BierHostBfir] = Field(default_factory=dict)  # host port
     neighbors: list[ipaddress.IPv4Address] = Field(default_factory=list)  # fabric port: BFR neighbors
 

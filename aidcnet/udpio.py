@@ -156,12 +156,26 @@ class BatchIO:
         self.stamps: list[int] = []
         """With :meth:`enable_stamps`, the kernel's receive stamp (wall-clock ns, 0 if missing) of each
         datagram the last :meth:`recv` returned, in the same order."""
+        self.ingress = False
+        self.ifindexes: list[int] = []
+        """With :meth:`enable_ingress`, the index of the interface each datagram the last :meth:`recv`
+        returned came in on (0 if the kernel said none), in the same order."""
 
     def enable_stamps(self) -> None:
         """Stamp received datagrams with the moment the kernel received them (:attr:`stamps`)."""
         enable_rx_stamps(self.sock)
         self.stamping = True
         self._rx = None  # the receive ring needs room for the control messages
+
+    def enable_ingress(self) -> None:
+        """Report the interface each received datagram came in on (:attr:`ifindexes`): one socket bound to
+        every address cannot tell its ports apart by the source address, which a sender chooses."""
+        self.sock.setsockopt(socket.IPPROTO_IP, IP_PKTINFO, 1)
+        self.ingress = True
+        self._rx = None
+
+    def _control_space(self) -> int:
+        return (STAMP_SPACE if self.stamping else 0) + (PKTINFO_SPACE if self.ingress else 0)
 
     # -- receive ----------------------------------------------------------------------------------
     def recv(self, max_msgs: int | None = None) -> list[Datagram]:
@@ -173,8 +187,8 @@ class BatchIO:
             return self._recv_loop(n)
         ring = self._rx
         if ring is None:
-            ring = self._rx = _Ring(self.max_msgs, self.bufsize, STAMP_SPACE if self.stamping else 0)
-        if self.stamping:
+            ring = self._rx = _Ring(self.max_msgs, self.bufsize, self._control_space())
+        if ring.control:
             ring.reset_control(n)
         got = _MMSG[0](self._fd, ring.msgs_addr, n, _MSG_DONTWAIT, None)  # type: ignore[index,operator]
         if got < 0:
@@ -191,11 +205,19 @@ class BatchIO:
         stamps: list[int] | None = None
         if self.stamping:
             stamps = self.stamps = []
+        ifindexes: list[int] | None = None
+        if self.ingress:
+            ifindexes = self.ifindexes = []
         for i, (flags, length) in enumerate(_FLAGS_LEN.iter_unpack(hdrs[: got * _MMSG_SIZE])):
             if flags & _MSG_TRUNC:
                 self.truncated += 1
                 continue
-            if stamps is not None:
+            if ifindexes is not None:
+                stamp, ifindex = ring.ancillary(i)
+                ifindexes.append(ifindex)
+                if stamps is not None:
+                    stamps.append(stamp)
+            elif stamps is not None:
                 stamps.append(ring.stamp(i))
             key = bytes(names[i * _SOCKADDR_IN_LEN + 2 : i * _SOCKADDR_IN_LEN + 8])
             addr = cache.get(key)
@@ -212,9 +234,11 @@ class BatchIO:
         # recvmsg rather than recvfrom: only it reports MSG_TRUNC, which the mmsg path honours too.
         recvmsg = self.sock.recvmsg
         bufsize = self.bufsize
-        space = STAMP_SPACE if self.stamping else 0
+        space = self._control_space()
         if self.stamping:
             self.stamps = []
+        if self.ingress:
+            self.ifindexes = []
         for _ in range(n):
             try:
                 data, anc, flags, addr = recvmsg(bufsize, space, _MSG_DONTWAIT)
@@ -227,8 +251,10 @@ class BatchIO:
             if flags & _MSG_TRUNC:
                 self.truncated += 1
                 continue
-            if space:
+            if self.stamping:
                 self.stamps.append(rx_stamp_ns(anc))
+            if self.ingress:
+                self.ifindexes.append(ingress_ifindex(anc))
             out.append((data, addr[:2]))
         return out
 
@@ -400,11 +426,32 @@ class _Ring:
             _SIZE_T.pack_into(self.hdrs_mv, i * _MMSG_SIZE + _CONTROLLEN_OFF, self.control)
 
     def stamp(self, i: int) -> int:
-        """Slot ``i``'s receive stamp (wall-clock ns), 0 if the kernel wrote none."""
+        """Slot ``i``'s receive stamp (wall-clock ns), 0 if the kernel wrote none: the fast path when the
+        stamp is the only control message asked for."""
         length, level, kind, sec, nsec = _STAMP_CMSG.unpack_from(self.control_mv, i * self.control)
         if length >= _STAMP_CMSG.size and level == socket.SOL_SOCKET and kind == SCM_TIMESTAMPNS:
             return sec * 1_000_000_000 + nsec
         return 0
+
+    def ancillary(self, i: int) -> tuple[int, int]:
+        """Slot ``i``'s (receive stamp, ingress ifindex), each 0 when the kernel wrote none: every control
+        message the kernel wrote, walked in the order it chose."""
+        base = i * self.control
+        (used,) = _SIZE_T.unpack_from(self.hdrs_mv, i * _MMSG_SIZE + _CONTROLLEN_OFF)
+        end = base + min(used, self.control)
+        stamp = ifindex = 0
+        off = base
+        while off + _CMSG_HDR.size <= end:
+            length, level, kind = _CMSG_HDR.unpack_from(self.control_mv, off)
+            if length < _CMSG_HDR.size or off + length > end:
+                break
+            if level == socket.SOL_SOCKET and kind == SCM_TIMESTAMPNS and length >= _STAMP_CMSG.size:
+                sec, nsec = _TIMESPEC.unpack_from(self.control_mv, off + _CMSG_HDR.size)
+                stamp = sec * 1_000_000_000 + nsec
+            elif level == socket.IPPROTO_IP and kind == IP_PKTINFO and length >= _CMSG_HDR.size + 4:
+                (ifindex,) = _IFINDEX.unpack_from(self.control_mv, off + _CMSG_HDR.size)
+            off += _cmsg_align(length)
+        return stamp, ifindex
 
 
 _ios: weakref.WeakKeyDictionary[socket.socket, BatchIO] = weakref.WeakKeyDictionary()
@@ -415,6 +462,38 @@ SCM_TIMESTAMPNS = SO_TIMESTAMPNS
 # One control message: cmsghdr (size_t len, int level, int type) then the timespec (two longs).
 _STAMP_CMSG = struct.Struct("@Nii2q")
 STAMP_SPACE = socket.CMSG_SPACE(16)
+_CMSG_HDR = struct.Struct("@Nii")
+_TIMESPEC = struct.Struct("@2q")
+# <linux/in.h>: the interface a datagram came in on, a struct in_pktinfo (int ifindex, two addresses).
+IP_PKTINFO = 8
+_IFINDEX = struct.Struct("@i")
+PKTINFO_SPACE = socket.CMSG_SPACE(12)
+
+
+def _cmsg_align(length: int) -> int:
+    """CMSG_ALIGN: control messages start on size_t boundaries."""
+    return (length + _SIZE_T.size - 1) & ~(_SIZE_T.size - 1)
+
+
+# <linux/sockios.h>: an interface's index by name, asked of a socket, so in the socket's network namespace.
+_SIOCGIFINDEX = 0x8933
+_IFREQ_INDEX = struct.Struct("16si20x")
+
+
+def interface_index(sock: socket.socket, ifname: str) -> int:
+    """The index of ``ifname`` in the network namespace ``sock`` lives in (OSError ENODEV if none)."""
+    import fcntl
+
+    req = _IFREQ_INDEX.pack(ifname.encode(), 0)
+    return _IFREQ_INDEX.unpack(fcntl.ioctl(sock.fileno(), _SIOCGIFINDEX, req))[1]
+
+
+def ingress_ifindex(ancdata: list[tuple[int, int, bytes]]) -> int:
+    """The interface index from ``recvmsg``'s IP_PKTINFO, 0 when there is none."""
+    for level, kind, data in ancdata:
+        if level == socket.IPPROTO_IP and kind == IP_PKTINFO and len(data) >= 4:
+            return _IFINDEX.unpack_from(data)[0]
+    return 0
 
 
 def enable_rx_stamps(sock: socket.socket) -> None:
@@ -595,4 +674,3 @@ def send_all(
             pause = backoff[0]
             select.select([], [sock], [], left)
     return sent
-

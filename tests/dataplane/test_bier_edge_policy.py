@@ -15,16 +15,20 @@ AIDCLAB_NETNS_PREFIX=<yours>- on a shared machine.
 from __future__ import annotations
 
 import functools
+import ipaddress
 import socket
+import struct
 from pathlib import Path
 
 import pytest
 
 from aidcnet.bier.bift import bifts_by_label, build_bifts
 from aidcnet.bier.edge_policy import FABRIC, HOST, HostBfir, PortPolicy, check
+from aidcnet.bier.forwarding import forward_packet
 from aidcnet.bier.header import BierHeader, parse_fields
 from aidcnet.bier.routing import compute_birts, undirected
-from tests.dataplane.netlab import NetLab, in_netns, udp_frame
+from aidcnet.ipv4 import checksum16
+from tests.dataplane.netlab import ETH_P_IP, NetLab, in_netns, udp_frame
 from tests.dataplane.test_bier_ebpf import CHUNK, Dut, _unpin, check_frames, check_payloads, expected
 from tests.unit.aidcnet.bier.test_bier_forwarding import FIG1_EDGES, FIG1_IDS
 
@@ -38,9 +42,9 @@ FABRIC_STRANGER = "10.77.1.77"
 WIDE_IDS = {"A": 250, "D": 1, "E": 130, "F": 70}
 
 
-def policy(lab: NetLab, bsl: int = BSL, ids=FIG1_IDS) -> tuple[dict[str, PortPolicy], dict[str, str]]:
-    """Policies and subnets per DUT interface, as BierService hands them to the dataplane; BFIR may
-    address D and E only."""
+def policy(lab: NetLab, bsl: int = BSL, ids=FIG1_IDS) -> dict[str, PortPolicy]:
+    """A policy per DUT interface, as BierService hands them to the dataplane; BFIR may address D and
+    E only."""
     host = PortPolicy(
         HOST, hosts={BFIR: HostBfir.reaching(9, [ids["D"], ids["E"]], bsl), WHOLE: HostBfir(10)}
     )
@@ -49,7 +53,7 @@ def policy(lab: NetLab, bsl: int = BSL, ids=FIG1_IDS) -> tuple[dict[str, PortPol
         lab.dut_if[1]: PortPolicy(FABRIC, neighbors=frozenset({lab.nbr_addr[1]})),
         lab.dut_if[2]: PortPolicy(FABRIC, neighbors=frozenset({lab.nbr_addr[2]})),
     }
-    return policies, {lab.dut_if[i]: f"{lab.dut_addr[i]}/24" for i in range(3)}
+    return policies
 
 
 def frame(bits: int, bfir: int, bsl: int = BSL) -> bytes:
@@ -125,7 +129,7 @@ def _tables(lab: NetLab, bsl: int = BSL, ids=FIG1_IDS):
 def test_edge_policy_same_drops_on_both_dataplanes(lab: NetLab, bier_obj: Path, bsl: int, ids) -> None:
     bifts, local_labels, tables = _tables(lab, bsl, ids)
     nbr_index = {n: i for i, n in enumerate(NAMES)}
-    policies, subnets = policy(lab, bsl, ids)
+    policies = policy(lab, bsl, ids)
     frames = traffic(lab, bsl, ids)
 
     # what the pure code says: the policy's verdict on the frame's port, then RFC 8279 §6.5 on the rest
@@ -155,7 +159,7 @@ def test_edge_policy_same_drops_on_both_dataplanes(lab: NetLab, bier_obj: Path, 
         for mode in ("ebpf", "python"):
             dut = Dut(lab, None, bsl, bifts, NAMES, local_labels)
             try:
-                dut.dp.set_edge_policy(policies, subnets)
+                dut.dp.set_edge_policy(policies)
                 if mode == "ebpf":
                     dut.start_ebpf(bier_obj)
                 got = senders.run(dut, frames)
@@ -181,27 +185,31 @@ def test_edge_policy_same_drops_on_both_dataplanes(lab: NetLab, bier_obj: Path, 
     assert py["rx.packets"] == len(frames)
 
 
+@pytest.mark.parametrize("mode", ["ebpf", "python"])
 @pytest.mark.parametrize("lab", [3], indirect=True)
-def test_ebpf_judges_by_the_ingress_port(lab: NetLab, bier_obj: Path) -> None:
-    """Only the program sees the ingress port: C's address arriving on the host port is no BFIR there
-    (the Python dataplane, which knows only the source, takes it for C).  A port without policy (link 2
-    here) accepts anything, as in the pure module."""
+def test_both_dataplanes_judge_by_the_ingress_port(lab: NetLab, bier_obj: Path, mode: str) -> None:
+    """C's address arriving on the host port is no BFIR there, and the host's arriving on C's fabric port
+    is no BFR neighbour: the port is where a packet came in, never what its source claims.  A port
+    without policy (link 2 here) accepts anything, as in the pure module."""
     bifts, local_labels, _ = _tables(lab)
-    policies, subnets = policy(lab)
-    del policies[lab.dut_if[2]], subnets[lab.dut_if[2]]
+    policies = policy(lab)
+    del policies[lab.dut_if[2]]
     dut = Dut(lab, None, BSL, bifts, NAMES, local_labels)
     senders = Senders(lab)
     try:
-        dut.dp.set_edge_policy(policies, subnets)
-        dut.start_ebpf(bier_obj)
+        dut.dp.set_edge_policy(policies)
+        if mode == "ebpf":
+            dut.start_ebpf(bier_obj)
         pkt = frame(0b1000, 2)  # to BFR-id 4, behind A
-        got = senders.run(dut, [(0, lab.nbr_addr[1], pkt), (1, lab.nbr_addr[1], pkt), (2, "10.77.2.99", pkt)])
+        spoofed = [(0, lab.nbr_addr[1], pkt), (1, BFIR, frame(0b1000, 9))]
+        got = senders.run(dut, [*spoofed, (1, lab.nbr_addr[1], pkt), (2, "10.77.2.99", pkt)])
         c = dut.counters()
     finally:
         senders.close()
         dut.close()
-    assert c[f"dropped-policy.{lab.dut_if[0]}.not-bfir"] == 1 and c["dropped-policy"] == 1
-    assert c["ebpf.punted"] == 0
+    assert c[f"dropped-policy.{lab.dut_if[0]}.not-bfir"] == 1
+    assert c[f"dropped-policy.{lab.dut_if[1]}.not-bfr-neighbor"] == 1 and c["dropped-policy"] == 2
+    assert c.get("ebpf.punted", 0) == 0
     assert len(got[0]) == 2  # C's copy from its own port and the stranger's on the open port reach A
 
 
@@ -209,21 +217,21 @@ def test_ebpf_judges_by_the_ingress_port(lab: NetLab, bier_obj: Path) -> None:
 def test_policy_rewritten_and_turned_off(lab: NetLab, bier_obj: Path) -> None:
     """write_policy replaces the whole policy (old sources gone) and an empty one accepts everything."""
     bifts, local_labels, _ = _tables(lab)
-    policies, subnets = policy(lab)
+    policies = policy(lab)
     dut = Dut(lab, None, BSL, bifts, NAMES, local_labels)
     senders = Senders(lab)
     try:
-        dut.dp.set_edge_policy(policies, subnets)
+        dut.dp.set_edge_policy(policies)
         dut.start_ebpf(bier_obj)
         assert dut.ebpf is not None and dut.ebpf.maps is not None
         pkt = frame(0b100, 9)  # to BFR-id 3 (behind E), in BFIR's set
         first = senders.run(dut, [(0, BFIR, pkt)])  # accepted
         narrowed = dict(policies)
         narrowed[lab.dut_if[0]] = PortPolicy(HOST, hosts={WHOLE: HostBfir(10)})
-        dut.dp.set_edge_policy(narrowed, subnets)
+        dut.dp.set_edge_policy(narrowed)
         dut.ebpf.write_policy()
         senders.run(dut, [(0, BFIR, pkt)])  # BFIR is no longer listed: not-bfir
-        dut.dp.set_edge_policy({}, {})
+        dut.dp.set_edge_policy({})
         dut.ebpf.write_policy()
         got = senders.run(dut, [(0, STRANGER, pkt)])  # policy off: forwarded
         c = dut.counters()
@@ -232,3 +240,108 @@ def test_policy_rewritten_and_turned_off(lab: NetLab, bier_obj: Path) -> None:
         dut.close()
     assert c[f"dropped-policy.{lab.dut_if[0]}.not-bfir"] == 1 and c["dropped-policy"] == 1
     assert len(first[2]) == 1 and len(got[2]) == 1 and c["ebpf.punted"] == 0
+
+
+# -- every path a packet can take ----------------------------------------------------------------
+def ipv4_frames(lab: NetLab, link: int, src: str, payload: bytes, shape: str, ident: int) -> list[bytes]:
+    """The Ethernet frames carrying one BIER-in-UDP datagram from ``src`` into the DUT on ``link``, in a
+    ``shape`` the program does not judge itself: ``options`` (IPv4 options, IHL 6) or ``fragments`` (two
+    IPv4 fragments the DUT's stack reassembles); ``plain`` is the shape it does judge."""
+    s, d = ipaddress.IPv4Address(src).packed, ipaddress.IPv4Address(lab.dut_addr[link]).packed
+    ulen = 8 + len(payload)
+    pseudo = s + d + struct.pack("!BBH", 0, 17, ulen)
+    csum = checksum16(pseudo + struct.pack("!HHHH", 6635, 6635, ulen, 0) + payload) or 0xFFFF
+    datagram = struct.pack("!HHHH", 6635, 6635, ulen, csum) + payload
+    options = b"\x01\x01\x01\x00" if shape == "options" else b""  # NOP NOP NOP, end of options
+    pieces = [(0, datagram, 0x4000)]  # DF
+    if shape == "fragments":
+        cut = 16  # a multiple of 8: the second fragment's offset is 2 units
+        pieces = [(0, datagram[:cut], 0x2000), (cut // 8, datagram[cut:], 0)]  # MF, then the last
+    frames = []
+    for offset, chunk, flags in pieces:
+        ihl = 5 + len(options) // 4
+        total = ihl * 4 + len(chunk)
+        ip = (
+            struct.pack("!BBHHHBBH4s4s", 0x40 | ihl, 0, total, ident, flags | offset, 64, 17, 0, s, d)
+            + options
+        )
+        ip = ip[:10] + struct.pack("!H", checksum16(ip)) + ip[12:]
+        frames.append(lab.dut_mac[link] + lab.nbr_mac[link] + struct.pack("!H", ETH_P_IP) + ip + chunk)
+    return frames
+
+
+SHAPES = ("plain", "options", "fragments")
+
+
+@pytest.mark.parametrize("mode", ["ebpf", "python"])
+@pytest.mark.parametrize("lab", [3], indirect=True)
+def test_no_copy_outside_the_policy_on_any_path(lab: NetLab, bier_obj: Path, mode: str) -> None:
+    """RFC 8296 §6 fuzzed from the host port (link 0) and C's fabric port (link 1): random sources (the
+    BFIR, a host that is no BFIR, a stranger, C's and E's own addresses), BFIR-ids and BitStrings, each in
+    every shape a packet can arrive in, IPv4 options and fragments among them (the program hands those
+    to the stack and the Python dataplane behind it judges them). Every datagram the pure policy refuses
+    yields no copy on any link, whichever path it took; every one it accepts (and the BIFT forwards)
+    yields one, so a shape the DUT never saw cannot pass for a refusal. GSO packets are not sent: a
+    neighbour's raw socket puts single frames on the wire."""
+    import random
+
+    rng = random.Random(8296)
+    bifts, local_labels, tables = _tables(lab)
+    policies = policy(lab)
+    order = sorted(FIG1_IDS.values())
+    sources = {
+        0: [BFIR, WHOLE, RECEIVER, STRANGER, lab.nbr_addr[1], lab.nbr_addr[2]],
+        1: [lab.nbr_addr[1], BFIR],
+    }
+    cases = []  # (link, source, tag, refused by the policy?, frames)
+    for n in range(150):
+        link = rng.choice((0, 0, 1))
+        src = rng.choice(sources[link])
+        bits = sum(1 << (b - 1) for b in order if rng.random() < 0.5) or 1 << (order[0] - 1)
+        bfir = rng.choice((9, 10, 2, 4))
+        tag = b"fuzz%04d." % n
+        payload = (
+            BierHeader(bift_id=500, bitstring=bits, bsl=BSL, ttl=64, entropy=n, bfir_id=bfir).encode() + tag
+        )
+        refused = check(policies[lab.dut_if[link]], src, 0, bits, bfir) is not None
+        forwarded = bool(forward_packet(payload, tables).copies)
+        shape = SHAPES[n % len(SHAPES)]
+        cases.append(
+            (link, src, tag, refused, forwarded, ipv4_frames(lab, link, src, payload, shape, 1000 + n))
+        )
+    assert sum(c[3] for c in cases) > 40 and sum(not c[3] and c[4] for c in cases) > 20  # both kinds, often
+
+    senders = Senders(lab)
+    dut = Dut(lab, None, BSL, bifts, NAMES, local_labels)
+    got: list[bytes] = []
+    try:
+        dut.dp.set_edge_policy(policies)
+        if mode == "ebpf":
+            dut.start_ebpf(bier_obj)
+        for link, _src, _tag, _refused, _forwarded, frames in cases:
+            for f in frames:
+                senders.socks[link].send(f)
+            for copies in lab.capture(settle=0.005, poll=dut.poll):
+                got += copies
+        c = dut.counters()
+    finally:
+        senders.close()
+        dut.close()
+    leaked = [
+        (link, src, tag)
+        for link, src, tag, refused, _f, _fr in cases
+        if refused and any(tag in g for g in got)
+    ]
+    assert not leaked, f"{mode}: copies of datagrams the policy refuses: {leaked}"
+    missing = [
+        (link, src, tag)
+        for link, src, tag, refused, fwd, _fr in cases
+        if not refused and fwd
+        if not any(tag in g for g in got)
+    ]
+    assert not missing, f"{mode}: accepted datagrams that were not forwarded: {missing}"
+    assert c["dropped-policy"] == sum(c_[3] for c_ in cases)
+    if mode == "ebpf":
+        # what went the stack's way: every datagram with options (a fragment the program lets by uncounted,
+        # as it does all UDP it cannot read to the BIER header)
+        assert c["ebpf.punted"] == sum(1 for n in range(len(cases)) if SHAPES[n % len(SHAPES)] == "options")

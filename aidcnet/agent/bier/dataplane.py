@@ -36,7 +36,6 @@ is unaffected, IP-underlay ECMP on the UDP source port is.
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import logging
 import select
 import selectors
@@ -53,8 +52,17 @@ from aidcnet.bier.forwarding import DROP_REASONS, ForwardResult, build_copies, f
 from aidcnet.bier.forwarding import impose as impose_decision
 from aidcnet.bier.header import DECODE_REASONS, BierDecodeError, BierHeader, BierProto, peek_bift_id
 from aidcnet.bier.mpls import MPLS_IN_UDP_PORT, encode_bier_udp_payload, parse_bier_udp_payload
-from aidcnet.udpio import DEFAULT_BATCH, BatchIO, Datagram, set_socket_buffer, size_send_buffer
+from aidcnet.udpio import (
+    DEFAULT_BATCH,
+    BatchIO,
+    Datagram,
+    interface_index,
+    set_socket_buffer,
+    size_send_buffer,
+)
 
+# An interface that is no data port of this BFR (management, loopback): nothing BIER may enter there.
+_UNKNOWN_PORT: tuple[str, PortPolicy | None] = ("unknown", None)
 log = logging.getLogger("aidcnet.bier.dataplane")
 
 DeliverFn = Callable[[bytes, int, int, bytes], None]
@@ -183,23 +191,36 @@ class BierDataplane:
         self._stop: threading.Event | None = None
         self._thread: threading.Thread | None = None
         self._policy: dict[str, PortPolicy] = {}
-        self._port_nets: list[tuple[ipaddress.IPv4Network, str]] = []
-        self._port_of: dict[str, str] = {}
+        # ingress ifindex -> the port's name and policy (None: a data port the policy leaves open)
+        self._ports: dict[int, tuple[str, PortPolicy | None]] = {}
+        self.missing_ports: list[str] = []
+        """Data ports the edge policy names that had no interface when it was set (see set_edge_policy)."""
         self._c["dropped-policy"] = 0
 
-    def set_edge_policy(self, policies: Mapping[str, PortPolicy], subnets: Mapping[str, str]) -> None:
-        """Enforce RFC 8296 §6 on received packets: ``policies`` per local ifname, ``subnets`` the
-        ifname's IPv4 prefix.  One UDP socket does not see the ingress interface, so the port is the
-        one whose subnet holds the source address; a source on none of them is dropped on port
-        ``unknown``.  An empty ``policies`` turns the check off."""
-        nets = [(ipaddress.IPv4Interface(net).network, ifname) for ifname, net in subnets.items()]
-        missing = sorted(set(policies) - set(subnets))
-        if missing:
-            raise ValueError(f"edge policy for {missing}: no subnet given for these interfaces")
+    def set_edge_policy(self, policies: Mapping[str, PortPolicy]) -> None:
+        """Enforce RFC 8296 §6 on received packets: ``policies`` per local ifname.  The port is the
+        interface the packet came in on (IP_PKTINFO), never its source address, which a sender picks.
+        A data port (one toward a BFR-NBR) without a policy accepts everything, as in the pure module;
+        any other interface (management, loopback) is port ``unknown``, where everything is dropped as
+        ``not-bfr-neighbor``.  An empty ``policies`` turns the check off.  An interface that does not
+        exist yet is left out (:attr:`missing_ports`, and a warning): nothing enters through it, and if it
+        appears later its packets meet port ``unknown``, so the policy fails closed."""
+        data_ports = {*policies, *(ifname for _addr, ifname in self.neighbors.values())}
+        ports: dict[int, tuple[str, PortPolicy | None]] = {}
+        missing: list[str] = []
+        for ifname in sorted(data_ports):
+            try:
+                ports[interface_index(self.sock, ifname)] = (ifname, policies.get(ifname))
+            except OSError:
+                missing.append(ifname)
+        if policies and missing:
+            log.warning("edge policy: no interface %s here; BIER arriving on it later is dropped", missing)
         with self._lock:
+            self.missing_ports = missing if policies else []
+            if policies and not self.io.ingress:
+                self.io.enable_ingress()
             self._policy = dict(policies)
-            self._port_nets = nets
-            self._port_of = {}
+            self._ports = ports
             for ifname in (*policies, "unknown"):
                 for reason in POLICY_REASONS:
                     self._c.setdefault(f"dropped-policy.{ifname}.{reason}", 0)
@@ -208,15 +229,6 @@ class BierDataplane:
     def edge_policies(self) -> dict[str, PortPolicy]:
         """The installed policy per ifname (empty: off); the eBPF fast path programs the same."""
         return self._policy
-
-    def _policy_port(self, src: str) -> str:
-        port = self._port_of.get(src)
-        if port is None:
-            addr = ipaddress.IPv4Address(src)
-            port = next((ifname for net, ifname in self._port_nets if addr in net), "unknown")
-            if len(self._port_of) < 4096:  # spoofed sources must not grow the cache without limit
-                self._port_of[src] = port
-        return port
 
     def _check_tables(
         self, neighbors: Mapping[str, tuple[str, str]], local_labels: Mapping[LabelKey, int]
@@ -288,6 +300,7 @@ class BierDataplane:
         c = self._c
         tables = self.tables
         stamps = self.io.stamps if self.io.stamping else None
+        ingress = self.io.ifindexes if self.io.ingress else None
         delivery_stamps: list[int] = []
         with self._lock:
             rx_bytes = 0
@@ -308,8 +321,7 @@ class BierDataplane:
                     c["dropped-malformed." + exc.reason] += 1  # preset: DECODE_REASONS is closed
                     continue
                 if self._policy:
-                    port = self._policy_port(src)
-                    policy = self._policy.get(port)
+                    port, policy = self._ports.get(ingress[i] if ingress else 0, _UNKNOWN_PORT)
                     reason = (
                         policy_check(policy, src, bift.si, f[12], f[11])
                         if port != "unknown"

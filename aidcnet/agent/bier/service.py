@@ -68,10 +68,9 @@ def build_tables(
     return bifts, neighbors, local_labels
 
 
-def edge_policies(bier: Bier) -> tuple[dict[str, PortPolicy], dict[str, str]]:
-    """The node file's ``bier.edge_policy`` as the dataplane takes it: policies and subnets per ifname."""
-    spec = bier.model_dump(mode="json")["edge_policy"]
-    return from_config(spec, bier.bsl), {ifname: p["subnet"] for ifname, p in spec.items()}
+def edge_policies(bier: Bier) -> dict[str, PortPolicy]:
+    """The node file's ``bier.edge_policy`` as the dataplane takes it: a policy per ingress ifname."""
+    return from_config(bier.model_dump(mode="json")["edge_policy"], bier.bsl)
 
 
 # Host-BIER wraps application data as IPv4/UDP from the host's loopback to this SSM group and RoCEv2's
@@ -111,7 +110,7 @@ class BierService:
         self.ebpf, self.ebpf_error = (None, None)
         self.report_error: str | None = None  # why the fast path does not report what it forwards
         if bier.edge_policy:
-            self.dataplane.set_edge_policy(*edge_policies(bier))
+            self.dataplane.set_edge_policy(edge_policies(bier))
         if bier.dataplane == "ebpf":
             # the tc program enforces the same policy (EbpfBier.write_policy); refused: Python checks it
             direct = None

@@ -145,7 +145,6 @@ HOST_APP_PORT = 4791
 def port_policy(
     role: str,
     peer: PlanNode,
-    local: ipaddress.IPv4Interface,
     peer_addr: ipaddress.IPv4Address,
     allowed: list[int] | None = None,
 ) -> BierPortPolicy:
@@ -154,9 +153,9 @@ def port_policy(
     only to a BFR neighbour (none if the peer is not a BFR)."""
     if role != Role.GPU_HOST and peer.role == Role.GPU_HOST and peer.bfr_id is not None:
         bfir = BierHostBfir(bfr_id=peer.bfr_id, allowed=allowed)
-        return BierPortPolicy(kind="host", subnet=local.network, hosts={peer_addr: bfir})
+        return BierPortPolicy(kind="host", hosts={peer_addr: bfir})
     nbrs = [peer_addr] if peer.bfr_id is not None and peer.bier_label_base is not None else []
-    return BierPortPolicy(kind="fabric", subnet=local.network, neighbors=nbrs)
+    return BierPortPolicy(kind="fabric", neighbors=nbrs)
 
 
 def tenant_ids(plan: LabPlan, host: str) -> list[int] | None:
@@ -181,7 +180,7 @@ def bier_config(plan: LabPlan, name: str) -> Bier | None:
             peer = plan.nodes[remote.node]
             if plan.bier.edge_policy and local.node == name and local.address and remote.address:
                 edge_policy[local.interface] = port_policy(
-                    node.role, peer, local.address, remote.address.ip, tenant_ids(plan, remote.node)
+                    node.role, peer, remote.address.ip, tenant_ids(plan, remote.node)
                 )
             if (
                 local.node != name

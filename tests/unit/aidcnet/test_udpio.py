@@ -56,9 +56,7 @@ def test_batch_between_several_sockets(socks: list[socket.socket], mmsg: bool) -
     got1 = recv_all(ios[r1], 6)
     got2 = recv_all(ios[r2], 6)
     src_a, src_b = a.getsockname(), b.getsockname()
-    assert sorted(got1) == sorted(
-        [(bytes(p), src_a) for p, d in msgs_a if d == d1] + [(b"b" * 1500, src_b)]
-    )
+    assert sorted(got1) == sorted([(bytes(p), src_a) for p, d in msgs_a if d == d1] + [(b"b" * 1500, src_b)])
     assert sorted(got2) == sorted([(bytes(p), src_a) for p, d in msgs_a if d == d2] + [(b"tail", src_b)])
     assert ios[r1].recv() == [] and ios[r2].recv() == []
 
@@ -190,7 +188,7 @@ def test_memoryview_is_only_valid_until_next_recv(socks: list[socket.socket]) ->
     tx, rx = BatchIO(socks[0], 1, 64), BatchIO(socks[1], 1, 64)
     dest = socks[1].getsockname()
     tx.send([(b"first", dest)])
-    (view, _), = recv_all_views(rx)
+    ((view, _),) = recv_all_views(rx)
     assert isinstance(view, memoryview) and bytes(view) == b"first"
     tx.send([(b"SECOND", dest)])
     recv_all_views(rx)
@@ -292,3 +290,35 @@ def test_rx_stamp_ns_reads_scm_timestampns_and_nothing_else() -> None:
     assert udpio.rx_stamp_ns([(socket.SOL_SOCKET, udpio.SCM_TIMESTAMPNS, stamp)]) == 12_000_000_345
     assert udpio.rx_stamp_ns([(socket.SOL_SOCKET, 29, stamp)]) == 0  # SCM_TIMESTAMP, microseconds
     assert udpio.rx_stamp_ns([]) == 0
+
+
+@pytest.mark.parametrize("stamps", [False, True], ids=["ingress", "ingress+stamps"])
+@pytest.mark.parametrize("mmsg", PATHS)
+def test_ingress_names_the_interface_each_datagram_came_in_on(
+    socks: list[socket.socket], mmsg: bool, stamps: bool
+) -> None:
+    """IP_PKTINFO per datagram, with or without receive stamps beside it in the control buffer (the
+    kernel writes both, in an order it chooses); a truncated datagram takes its ifindex with it."""
+    rx, tx = socks[0], socks[1]
+    io = BatchIO(rx, 8, bufsize=16, mmsg=mmsg)
+    if stamps:
+        io.enable_stamps()
+    io.enable_ingress()
+    before = time.time_ns()
+    for payload in (b"a", b"x" * 32, b"c", b"d"):
+        tx.sendto(payload, rx.getsockname())
+    time.sleep(0.05)
+    got = io.recv()
+    assert [bytes(d) for d, _a in got] == [b"a", b"c", b"d"]
+    assert io.ifindexes == [socket.if_nametoindex("lo")] * 3
+    if stamps:
+        assert len(io.stamps) == 3 and all(before <= s <= time.time_ns() for s in io.stamps)
+
+
+def test_interface_index_is_asked_in_the_sockets_namespace(socks: list[socket.socket]) -> None:
+    assert udpio.interface_index(socks[0], "lo") == socket.if_nametoindex("lo")
+    with pytest.raises(OSError, match="No such device"):
+        udpio.interface_index(socks[0], "nosuch9")
+    assert udpio.ingress_ifindex([(socket.IPPROTO_IP, udpio.IP_PKTINFO, bytes(12))]) == 0
+    assert udpio.ingress_ifindex([(socket.SOL_SOCKET, udpio.IP_PKTINFO, b"\x07" + bytes(11))]) == 0
+    assert udpio.ingress_ifindex([]) == 0
