@@ -72,9 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
     agent = sub.add_parser("agent", help="run the node agent (foreground)")
-    agent.add_argument(
-        "--role", required=True, choices=list(AGENT_ROLES), help="which node software to run"
-    )
+    agent.add_argument("--role", required=True, choices=list(AGENT_ROLES), help="which node software to run")
     agent.add_argument("--config", default=str(DEFAULT_CONFIG_PATH), help="node file to load and reload")
     ctl = sub.add_parser("ctl", help="talk to the running agent over its control socket")
     verbs = ctl.add_subparsers(dest="verb", required=True)
@@ -84,8 +82,10 @@ def build_parser() -> argparse.ArgumentParser:
     validate = verbs.add_parser("validate", help="check a node file without applying it")
     validate.add_argument("file")
     show = verbs.add_parser("show", help="print the running state")
-    show.add_argument("what", choices=[Op.CONFIG, Op.COUNTERS, Op.BIFT, Op.BGP, Op.IGMP])
-    show.add_argument("--json", action="store_true", help="bgp, bift: the agent's reply as JSON, not a table")
+    show.add_argument("what", choices=[Op.CONFIG, Op.COUNTERS, Op.BIFT, Op.BGP, Op.IGMP, Op.BFD])
+    show.add_argument(
+        "--json", action="store_true", help="bgp, bift, bfd: the agent's reply as JSON, not a table"
+    )
     link_bw = verbs.add_parser("link-bandwidth", help="FARE: set a BGP link's bandwidth (aidclab link set)")
     link_bw.add_argument("interface", help="the local interface, e.g. eth2")
     link_bw.add_argument("bandwidth", help="bits/s with an SI prefix, e.g. 400G")
@@ -138,9 +138,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.verb == "reload":
         return _ask(Op.RELOAD, **({"file": args.file} if args.file else {}))
     if args.verb == "show":
-        from aidcnet.show import format_bgp, format_bift
+        from aidcnet.show import format_bfd, format_bgp, format_bift
 
-        tables = {Op.BGP: format_bgp, Op.BIFT: format_bift}
+        tables = {Op.BGP: format_bgp, Op.BIFT: format_bift, Op.BFD: format_bfd}
         return _ask(Op(args.what), None if args.json else tables.get(Op(args.what)))
     if args.verb == "link-bandwidth":
         return _ask(Op.BGP_LINK, interface=args.interface, bandwidth=args.bandwidth)
@@ -163,7 +163,11 @@ def main(argv: list[str] | None = None) -> int:
         return _ask(Op.INA_RESET, job=args.job)
     if args.verb == "ina" and args.ina_verb == "allreduce":
         return _ask(
-            Op.ALLREDUCE, job=args.job, mode=args.mode, elements=args.elements, seed=args.seed,
+            Op.ALLREDUCE,
+            job=args.job,
+            mode=args.mode,
+            elements=args.elements,
+            seed=args.seed,
             chunk_base=args.chunk_base,
         )
     if args.verb == "ina":

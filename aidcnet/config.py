@@ -242,6 +242,34 @@ class Igmp(_Model):
         )
 
 
+class Bfd(_Model):
+    """Liveness of the data links (docs/bfd.md): a BFD session (RFC 5880, single hop as RFC 5881) on each
+    listed interface to the node at its other end, whose Down takes the link out of the node's forwarding
+    as a carrier loss does.
+
+    The BFD feature's knobs are declared here, once, with their types and bounds: the lab's vars and plan
+    take theirs from these fields (orchestrator.configure.plan.schema), and their defaults are the lab's
+    (orchestrator/configure/plan/bfd.yml). Times are fabric microseconds; the agent waits the node's
+    time_scale times longer on the wall clock."""
+
+    interval_us: float = Field(gt=0, description="fabric microseconds between control packets")
+    multiplier: int = Field(ge=1, le=255, description="missed intervals that take a session down")
+    # Down when more than this share of the peer's packets is missing over loss_window of its intervals;
+    # None: only the detection time (the peer silent for multiplier intervals) takes a session down.
+    loss_threshold: float | None = Field(default=None, gt=0, lt=1)
+    loss_window: int = Field(ge=2, le=1000)
+    interfaces: list[IfName] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _window_fits_threshold(self) -> Bfd:
+        if self.loss_threshold is not None and self.loss_threshold * self.loss_window < 2:
+            raise ValueError(
+                f"loss_threshold {self.loss_threshold} over loss_window {self.loss_window}: fewer than 2 "
+                "packets would take a session down; widen the window or raise the threshold"
+            )
+        return self
+
+
 class BgpNeighbor(_Model):
     """One eBGP session, over one link (RFC 7938: sessions on the link addresses)."""
 
@@ -390,6 +418,7 @@ class NodeConfig(_Model):
     bier: Bier | None = None
     ina: Ina | None = None
     igmp: Igmp | None = None
+    bfd: Bfd | None = None
     # The lab's time scale (docs/time-and-fidelity.md): every protocol timer the agent runs is written in
     # fabric seconds and waits this many times longer on the wall clock. None: the links are unshaped.
     # A run may change it without a new node file (the scale search, --confirm): Op.TIME_SCALE.
@@ -425,7 +454,7 @@ class NodeConfig(_Model):
     @model_validator(mode="after")
     def _agent_sections(self) -> NodeConfig:
         # BIER, INA and IGMP run in our agent: a file carrying them is for a node of the agent's roles.
-        sections = [name for name in ("bier", "ina", "igmp") if getattr(self, name) is not None]
+        sections = [name for name in ("bier", "ina", "igmp", "bfd") if getattr(self, name) is not None]
         if sections and self.role not in AGENT_ROLES:
             raise ValueError(
                 f"role: {self.role} is not one of the agent's roles ({', '.join(AGENT_ROLES)}); only their "
@@ -456,6 +485,13 @@ class NodeConfig(_Model):
                 raise ValueError(
                     f"bgp.neighbors.{i}.interface: {neighbor.interface} is not one of this node's interfaces "
                     f"({', '.join(sorted(known)) or 'none'})"
+                )
+        p2p = {i.name for i in self.interfaces if i.ipv4 is not None and i.ipv4.network.prefixlen == 31}
+        for i, ifname in enumerate(self.bfd.interfaces if self.bfd else []):
+            if ifname not in p2p:
+                raise ValueError(
+                    f"bfd.interfaces.{i}: {ifname} is not one of this node's point-to-point (/31) data "
+                    f"interfaces ({', '.join(sorted(p2p)) or 'none'})"
                 )
         if self.igmp is not None:
             if self.bier is None:

@@ -122,3 +122,29 @@ def format_bift(reply: dict[str, Any]) -> str:
     if reply.get("bgp_problems"):
         out += ["", "BGP problems: " + "; ".join(map(str, reply["bgp_problems"]))]
     return "\n".join(out)
+
+
+def format_bfd(reply: dict[str, Any]) -> str:
+    """``aidcnet ctl show bfd``: the sessions, then the changes the agent kept, oldest first."""
+    wall_ms = reply.get("wall_interval_s", 0) * 1e3
+    head = (
+        f"interval {reply.get('interval_us')} us of fabric time ({wall_ms:.1f} ms wall), "
+        f"multiplier {reply.get('multiplier')}, loss threshold {reply.get('loss_threshold')}"
+    )
+    sessions = [
+        [
+            s["interface"],
+            s["peer"],
+            s["state"],
+            s["remote_state"],
+            "-" if s["loss"] is None else f"{s['loss']:.0%}",
+        ]
+        for s in reply.get("sessions", [])
+    ]
+    events = [
+        [e["interface"], e["state"], e["reason"], e["at_ns"], f"{e['late_s'] * 1e3:.1f}"]
+        for e in reply.get("events", [])
+    ]
+    changes = table(["interface", "state", "reason", "at (wall ns)", "late (ms)"], events)
+    sessions_table = table(["interface", "peer", "state", "remote", "loss"], sessions)
+    return "\n".join([head, "", sessions_table, "", changes if events else "no changes yet"])

@@ -54,6 +54,7 @@ class Op(StrEnum):
     BGP_LINK = "bgp_link"
     FARE_SEND = "fare_send"
     IGMP = "igmp"
+    BFD = "bfd"
     TIME_SCALE = "time_scale"
 
 

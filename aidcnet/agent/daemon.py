@@ -5,8 +5,10 @@ are brought to it; if the kernel or any service refuses, the previous configurat
 stays the running one. A bad file never stops the agent.
 
 Features are services behind one interface (``aidcnet/agent/service.py``), built here once in the order
-they depend on each other: BIER, INA, reliable transport, replay, BGP. (Loss is the link's, not the agent's:
-``aidclab link set NODE:IF loss ...`` sets the link-fault tc program, docs/time-and-fidelity.md.)
+they depend on each other: BIER, INA, reliable transport, replay, BGP, BFD. The links without carrier and
+the links BFD takes down are told to every service as one set (``Service.links_down``). (Loss is the
+link's, not the agent's: ``aidclab link set NODE:IF loss ...`` sets the link-fault tc program,
+docs/time-and-fidelity.md.)
 """
 
 from __future__ import annotations
@@ -19,10 +21,12 @@ import socket
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from aidcnet.agent import control, metrics
+from aidcnet.agent.bfd.service import BfdPart
 from aidcnet.agent.bgp.service import BgpPart
 from aidcnet.agent.bier.service import BierPart
 from aidcnet.agent.control import Handler, Op
@@ -46,8 +50,9 @@ log = logging.getLogger("aidcnet.agent")
 APPLIED_SUFFIX = ".applied"
 
 
-def build_services(role: Role) -> list[Service]:
-    """The agent's services in reload order; each is handed the ones it depends on."""
+def build_services(role: Role, on_liveness: Callable[[frozenset[str]], None]) -> list[Service]:
+    """The agent's services in reload order; each is handed the ones it depends on. ``on_liveness`` hears
+    which links BFD takes down."""
     bier = BierPart(role)
     # INA before replay: an INA worker claims its BIER deliveries before the replay service looks.
     ina = InaPart(role, bier)
@@ -57,7 +62,7 @@ def build_services(role: Role) -> list[Service]:
     bgp = BgpPart(on_change=bier.apply_bgp)
     # IGMP after BIER: it feeds the running net-BIER edge its flows and member ports.
     igmp = IgmpPart(bier)
-    return [bier, igmp, ina, reliable, replay, bgp]
+    return [bier, igmp, ina, reliable, replay, bgp, BfdPart(on_change=on_liveness)]
 
 
 class Agent:
@@ -70,7 +75,11 @@ class Agent:
         self.config_loaded_at: float | None = None
         self.started = time.time()
         self.counters: Counter[str] = Counter()
-        self.services = build_services(self.role)
+        # What every service is told is down: links without carrier, and links BFD took down.
+        self._carrier_down: frozenset[str] = frozenset()
+        self._detected_down: frozenset[str] = frozenset()
+        self._announced: frozenset[str] | None = None
+        self.services = build_services(self.role, self._liveness_changed)
         self._reload_lock = asyncio.Lock()
         self._stop: asyncio.Event | None = None
         self._restart = False
@@ -108,8 +117,7 @@ class Agent:
             log.warning("link watch: no dump of the links: %s", exc)
             up = {}
         down = frozenset(name for name, running in up.items() if not running)
-        for service in self.services:
-            service.links_down(down)
+        self._carrier_changed(down)
         try:
             while True:
                 try:
@@ -120,8 +128,7 @@ class Agent:
                     now_down = frozenset(name for name, running in up.items() if not running)
                     if now_down != down:
                         down = now_down
-                        for service in self.services:
-                            service.links_down(down)
+                        self._carrier_changed(down)
                     if came_up and self.config is not None:
                         async with self._reload_lock:
                             summary = await asyncio.to_thread(self._converge, self.config)
@@ -135,6 +142,21 @@ class Agent:
                     await asyncio.sleep(0.1)
         finally:
             watch.close()
+
+    def _carrier_changed(self, down: frozenset[str]) -> None:
+        self._carrier_down = down
+        self._announce_links_down()
+
+    def _liveness_changed(self, down: frozenset[str]) -> None:
+        self._detected_down = down
+        self._announce_links_down()
+
+    def _announce_links_down(self) -> None:
+        down = self._carrier_down | self._detected_down
+        if down != self._announced:
+            self._announced = down
+            for service in self.services:
+                service.links_down(down)
 
     def _load_for_this_node(self, path: Path) -> NodeConfig:
         from aidcnet.config import ConfigError, load_config

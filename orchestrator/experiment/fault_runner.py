@@ -13,6 +13,7 @@ from aidcnet.timescale import TimeScale
 from orchestrator.experiment.faults import (
     FailureDomain,
     FaultRecord,
+    bfd_detections,
     counters_across_restarts,
     fault_lines,
     late_faults,
@@ -122,6 +123,35 @@ class FaultRunner:
         raise TimeoutError(f"{node}: the agent did not come back configured within {RESTART_TIMEOUT_S:g} s")
 
     # -- after the run ---------------------------------------------------------------------------------
+    def _detections(self) -> None:
+        """On a lab running BFD: what each link fault's two ends' sessions did (docs/bfd.md)."""
+        import json
+
+        from aidcnet.agent.control import Op
+        from orchestrator.lab.linkset import link_ends
+
+        bfd = self.session.plan.bfd
+        links = [r for r in self.records if r.fault.kind == "link" and r.started_s is not None]
+        if bfd is None or not bfd.enabled or not links:
+            return
+        data_path = self.lab_dir / "topology-data.json"
+        data = json.loads(data_path.read_text())
+        ends = {}
+        for r in links:
+            node, _, interface = r.fault.target.partition(":")
+            here, peer = link_ends(data, node, interface, str(data_path))
+            ends[id(r)] = [(e.node, e.interface) for e in (here, peer) if e.runs_agent]
+        events: dict[str, list] = {}
+        for node in {n for pairs in ends.values() for n, _i in pairs}:
+            try:
+                events[node] = self.session.agent(node).call(Op.BFD)["events"]
+            except Exception:  # a node without BFD (or gone) has nothing to say about it
+                events[node] = []
+        for k, r in enumerate(links):
+            later = [o.started_s for o in links[k + 1 :] if o.fault.target == r.fault.target]
+            until = later[0] if later else self.end_s
+            r.detections = bfd_detections(r, ends[id(r)], events, self.zero, until)
+
     def counters_after(self, after: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
         """The agents' counters after the run as the deltas need them: a restarted agent counted from zero
         again, so its counters before each restart are added back."""
@@ -143,6 +173,7 @@ class FaultRunner:
         never happened leaves the run other than the one asked for."""
         if not self.records:
             return
+        self._detections()
         outcome.settings["faults"] = [r.to_dict() for r in self.records]
         outcome.lines.extend(fault_lines(self.records, time_scale))
         if outcome.messages:  # a run of messages: who the faults cost anything (an AllReduce is judged whole)

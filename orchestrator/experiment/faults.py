@@ -36,6 +36,8 @@ class FaultRecord:
     # By when it had taken effect: a link's change made, a restarting agent told to go (its return is the
     # recovery, done_s). Later than started_s by what it took to get there.
     effect_s: float | None = None
+    # A link fault on a lab running BFD (docs/bfd.md): what each end's session did about it (Detection).
+    detections: list[Detection] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -46,6 +48,7 @@ class FaultRecord:
             "done_s": self.done_s,
             "lines": self.lines,
             "error": self.error,
+            **({"bfd": [d.to_dict() for d in self.detections]} if self.detections else {}),
         }
 
     def late_s(self, time_scale: TimeScale) -> float | None:
@@ -83,6 +86,82 @@ def late_faults(records: Iterable[FaultRecord], run_s: float, time_scale: TimeSc
     return out
 
 
+@dataclass(frozen=True)
+class Detection:
+    """One end's BFD session changing state after a link fault: ``after_s`` wall seconds from when the
+    fault began to be applied (the first moment it could have dropped anything) to the agent's decision."""
+
+    node: str
+    interface: str
+    state: str  # down, or up when the fault undid a change
+    reason: str
+    after_s: float
+    late_s: float  # how late the agent decided it after the protocol's own moment (our Python's share)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "node": self.node,
+            "interface": self.interface,
+            "state": self.state,
+            "reason": self.reason,
+            "after_s": self.after_s,
+            "late_s": self.late_s,
+        }
+
+
+def bfd_detections(
+    record: FaultRecord,
+    ends: Iterable[tuple[str, str]],
+    events: Mapping[str, Iterable[Mapping[str, Any]]],
+    zero: float,
+    until_s: float | None,
+) -> list[Detection]:
+    """The first state change of each end's session (``ends``: the link's (node, interface) pairs) after
+    the fault began (``record.started_s``, seconds after the run's ``zero``, a wall time) and before
+    ``until_s`` (the next fault on the link, or the run's end): a Down for a fault that takes the link
+    away, an Up for one that gives it back. ``events`` are each node's ``aidcnet ctl show bfd`` events."""
+    if record.started_s is None:
+        return []
+    out = []
+    for node, interface in ends:
+        for event in events.get(node, ()):
+            at_s = event["at_ns"] / 1e9 - zero
+            if (
+                event["interface"] != interface
+                or event["reason"] == "loss-cleared"
+                or at_s < record.started_s
+            ):
+                continue
+            if until_s is not None and at_s >= until_s:
+                break
+            if event["state"] in ("down", "up"):
+                out.append(
+                    Detection(
+                        node,
+                        interface,
+                        event["state"],
+                        event["reason"],
+                        at_s - record.started_s,
+                        event["late_s"],
+                    )
+                )
+                break
+    return out
+
+
+def detection_line(record: FaultRecord, time_scale: TimeScale) -> str | None:
+    """``fault ...: BFD took the link down at leaf1:eth1 after 7.4 µs (detection-time), ...``, in fabric
+    time beside wall time; None when no session changed."""
+    if not record.detections:
+        return None
+    clock = Clock(time_scale)
+    each = [
+        f"{d.state} at {d.node}:{d.interface} after {clock.both(d.after_s)} ({d.reason})"
+        for d in record.detections
+    ]
+    return f"fault {record.fault.describe()}: BFD saw it " + ", ".join(each)
+
+
 def fault_lines(records: Iterable[FaultRecord], time_scale: TimeScale) -> list[str]:
     """One line per fault for the run's summary: when it took effect in fabric time at the scale the run's
     links were shaped to, beside the wall time that is, and how long applying it took on the
@@ -97,6 +176,9 @@ def fault_lines(records: Iterable[FaultRecord], time_scale: TimeScale) -> list[s
         effect = "" if late is None else f", in effect {clock.both(late)} after its time"
         took = "" if r.done_s is None else f", done after {wall(r.done_s - r.started_s)}"
         out.append(f"fault {r.fault.describe()} at {clock.both(r.started_s)}{effect}{took}")
+        line = detection_line(r, time_scale)
+        if line is not None:
+            out.append(line)
     return out
 
 

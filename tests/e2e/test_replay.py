@@ -219,6 +219,95 @@ def test_a_static_bift_forwards_around_a_dead_uplink(runtime: DockerRuntime, lab
     assert session.agent("leaf1").counters()["bier.rerouted"] >= rerouted + 2  # around it, and back
 
 
+def test_bfd_sees_a_one_way_cut_that_leaves_the_carrier_up(runtime: DockerRuntime, lab, moe_runs) -> None:
+    """BFD on the leaf1--spine1 link (both node files reloaded with a ``bfd`` section, then put back):
+    everything leaf1 sends on it is dropped, one way, so the carrier stays and netlink says nothing. Both
+    ends take the link down within the detection time plus an interval, leaf1's static BIFT moves its far
+    rows to spine2, and when the loss is cleared the session and both next hops come back."""
+    import base64
+    import time
+
+    import yaml
+
+    from aidcnet.agent.control import Op
+    from aidcnet.paths import DEFAULT_CONFIG_PATH
+    from orchestrator.lab.labdir import lab_dir
+    from orchestrator.lab.linkset import link_set
+
+    topo, _results = lab
+    session = LabSession.open(topo, runtime)
+    ends = {
+        end.node: end.interface
+        for link in session.plan.links
+        if {link.a.node, link.b.node} == {"leaf1", "spine1"}
+        for end in (link.a, link.b)
+    }
+    far = {session.plan.nodes[f"h{i}"].bfr_id for i in range(3, 9)}
+    wall_interval_s, multiplier = 0.02, 3
+
+    def sessions(node: str) -> dict:
+        return session.agent(node).call(Op.BFD)
+
+    def wait(cond, what: str, timeout: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not cond():
+            assert time.monotonic() < deadline, f"{what}: {[sessions(n)['sessions'] for n in ends]}"
+            time.sleep(0.02)
+
+    def states() -> set[str]:
+        return {s["state"] for n in ends for s in sessions(n)["sessions"]}
+
+    def far_hops() -> set[str]:
+        rows = session.agent("leaf1").bift()["bift"]["0"]
+        return {e["bfr_nbr"] for row in rows if row["bfr_id"] in far for e in row["entries"]}
+
+    scale = None
+    for node, ifname in ends.items():
+        code, text = runtime.exec(topo.container_name(node), f"cat {DEFAULT_CONFIG_PATH}")
+        assert code == 0, text
+        config = yaml.safe_load(text)  # the node file itself: config() masks secrets
+        scale = config.get("time_scale") or 1
+        config["bfd"] = {
+            "interval_us": wall_interval_s / scale * 1e6,
+            "multiplier": multiplier,
+            "loss_threshold": 0.2,
+            "loss_window": 20,
+            "interfaces": [ifname],
+        }
+        encoded = base64.b64encode(yaml.safe_dump(config).encode()).decode()
+        code, out = runtime.exec(topo.container_name(node), f"echo {encoded} | base64 -d > /tmp/bfd-node.yml")
+        assert code == 0, out
+        reply = session.agent(node).reload("/tmp/bfd-node.yml")
+        assert reply["ok"], reply
+    uplink = f"leaf1:{ends['leaf1']}"
+    try:
+        wait(lambda: states() == {"up"}, "the sessions did not come up")
+        assert far_hops() == {"spine1", "spine2"}
+        cut_ns = time.time_ns()
+        link_set(runtime, lab_dir(topo), uplink, "loss", "1", one_way=True)
+        wait(lambda: "up" not in states(), "a one-way cut was not detected")
+        downs = {
+            n: next(e for e in sessions(n)["events"] if e["state"] == "down" and e["at_ns"] >= cut_ns)
+            for n in ends
+        }
+        wait(lambda: far_hops() == {"spine2"}, "leaf1 did not forward around the link BFD took down")
+        took = {n: (e["at_ns"] - cut_ns) / 1e9 for n, e in downs.items()}
+        print(f"BFD one-way cut at 1:{scale}: {downs}, detected after {took} s of wall time, "
+              f"{ {n: t / scale * 1e6 for n, t in took.items()} } us of fabric time")  # fmt: skip
+        assert downs["spine1"]["reason"] == "detection-time" and downs["leaf1"]["reason"] == "neighbor-down"
+        # the detection time from spine1's last packet heard, then an interval for leaf1 to hear of it, and
+        # the time the loss took to be written (a bpftool call) before it dropped anything
+        assert max(took.values()) <= (multiplier + 2) * wall_interval_s + 0.5, took
+        link_set(runtime, lab_dir(topo), uplink, "loss", "0", one_way=True)
+        wait(lambda: states() == {"up"}, "the sessions did not come back")
+        wait(lambda: far_hops() == {"spine1", "spine2"}, "leaf1 did not take spine1 back")
+        assert session.agent("leaf1").counters()["bfd.down"] >= 1
+    finally:
+        link_set(runtime, lab_dir(topo), uplink, "loss", "0", one_way=True)
+        for node in ends:
+            session.agent(node).reload()  # the configured node file, without bfd
+
+
 def test_replay_net_bier_sends_one_copy_per_message_on_both_dataplanes(
     runtime: DockerRuntime, lab, moe_runs, ops
 ) -> None:

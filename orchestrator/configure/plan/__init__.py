@@ -18,6 +18,7 @@ from orchestrator.configure.plan import (
     addressing,
     asn,
     bandwidth,
+    bfd,
     bgp,
     bier,
     delay,
@@ -75,6 +76,7 @@ FEATURES = (
     bgp,
     ina,
     igmp,
+    bfd,
     scheduled_faults,
 )
 

@@ -20,6 +20,7 @@ from aidcnet.config import (
     Route,
 )
 from aidcnet.roles import AGENT_ROLES, Role
+from orchestrator.configure.plan.bfd import bfd_config
 from orchestrator.configure.plan.context import natural_key
 from orchestrator.configure.plan.igmp import igmp_config
 from orchestrator.configure.plan.ina import ina_config
@@ -70,6 +71,7 @@ def node_config(plan: LabPlan, name: str) -> NodeConfig:
         bier=bier,
         ina=ina_config(plan, name),
         igmp=igmp_config(plan, name, bier.host_ports if bier else []),
+        bfd=bfd_config(plan, name),
         time_scale=plan.time.scale,
     )
 

@@ -29,7 +29,7 @@ from pydantic import (
     model_validator,
 )
 
-from aidcnet.config import Bgp, Bier, Igmp, InaDtype, InaJob, InaOp
+from aidcnet.config import Bfd, Bgp, Bier, Igmp, InaDtype, InaJob, InaOp
 
 PLAN_VERSION = 1
 MAX_ASN = 4294967295
@@ -78,6 +78,7 @@ IGMP_KNOBS = (
     "control_cost_record",
 )
 IGMP_TIMERS = ("query_interval", "query_response_interval", "last_member_query_interval")
+BFD_KNOBS = ("interval_us", "multiplier", "loss_threshold", "loss_window")
 BGP_KNOBS = ("mode", "link_bandwidth", "weights", "hold_time")
 BIER_KNOBS = ("sub_domain", "bift", "dataplane")
 INA_KNOBS = ("op", "dtype")
@@ -158,6 +159,14 @@ class IgmpVars(knobs_of(Igmp, IGMP_KNOBS, _Vars, optional=True)):  # type: ignor
     wall_timers: IgmpWallTimers = Field(default_factory=IgmpWallTimers)
     proxy_hosts: list[str] | Literal["all"] | None = None
     querier_off: list[str] | None = None
+
+
+class BfdVars(knobs_of(Bfd, BFD_KNOBS, _Vars, optional=True)):  # type: ignore[misc]
+    """Link liveness (docs/bfd.md); defaults in plan/bfd.yml. ``interval_us`` is fabric microseconds;
+    unset, it is ``wall_interval_ms`` divided by the time scale."""
+
+    enabled: bool | None = None
+    wall_interval_ms: float | None = Field(default=None, gt=0)
 
 
 class SecretRef(_Vars):
@@ -254,6 +263,7 @@ class LabVars(_Vars):
     bier: BierVars = Field(default_factory=BierVars)
     ina: InaVars = Field(default_factory=InaVars)
     igmp: IgmpVars = Field(default_factory=IgmpVars)
+    bfd: BfdVars = Field(default_factory=BfdVars)
     bgp: BgpVars = Field(default_factory=BgpVars)
     planes: PlanesSpec | None = None
     nodes: dict[str, NodeVars] = Field(default_factory=dict)
@@ -397,6 +407,12 @@ class PlanIgmp(knobs_of(Igmp, IGMP_KNOBS, _Plan)):  # type: ignore[misc]
     quiet_ports: dict[str, list[str]] = Field(default_factory=dict)
 
 
+class PlanBfd(knobs_of(Bfd, BFD_KNOBS, _Plan)):  # type: ignore[misc]
+    """``interval_us`` is fabric microseconds (the node files carry it with time_scale)."""
+
+    enabled: bool
+
+
 class PlanBgp(knobs_of(Bgp, BGP_KNOBS, _Plan)):  # type: ignore[misc]
     enabled: bool
     # RFC 5082 GTSM radius of the sessions (None: off); the links say which sessions have it.
@@ -462,6 +478,7 @@ class LabPlan(_Plan):
     planes: list[PlanPlane] = Field(default_factory=list)
     ina: list[PlanInaJob] = Field(default_factory=list)
     igmp: PlanIgmp | None = None
+    bfd: PlanBfd | None = None
     unreachable: Unreachable = Field(default_factory=Unreachable)
     faults: list[str] = Field(default_factory=list)  # the vars' faults: every replay applies them
 

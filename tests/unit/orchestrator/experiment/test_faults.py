@@ -218,3 +218,42 @@ def test_the_failure_domain_names_each_receiver_that_missed_a_message() -> None:
     assert domain.to_dict() == {"receivers": 3, "touched": 2, "missed": {"h3": 2, "h4": 1}}
     whole = FailureDomain.of([message(0, ["h2", "h3"], ["h3", "h2"])])
     assert whole.describe() == "failure domain: none of the 2 receivers missed a message"
+
+
+def test_bfd_detections_are_each_ends_first_change_after_the_fault_began() -> None:
+    from orchestrator.experiment.faults import bfd_detections, detection_line
+
+    zero = 1000.0
+    cut = FaultRecord(parse_fault("5us link leaf1:eth1 loss 1 one-way"), started_s=0.10, effect_s=0.12)
+
+    def event(interface: str, state: str, reason: str, at_s: float) -> dict:
+        return {"interface": interface, "state": state, "reason": reason, "at_ns": round((zero + at_s) * 1e9),
+                "late_s": 0.001}  # fmt: skip
+
+    events = {
+        "leaf1": [
+            event("eth1", "down", "detection-time", 0.05),  # before the fault: another story
+            event("eth2", "down", "detection-time", 0.15),  # another link of leaf1
+            event("eth1", "down", "neighbor-down", 0.19),
+            event("eth1", "up", "handshake", 0.40),
+        ],
+        "spine1": [
+            event("eth1", "down", "loss-cleared", 0.11),
+            event("eth1", "down", "detection-time", 0.17),
+        ],
+    }
+    got = bfd_detections(cut, [("leaf1", "eth1"), ("spine1", "eth1")], events, zero, until_s=0.30)
+    assert [(d.node, d.state, d.reason, round(d.after_s, 6)) for d in got] == [
+        ("leaf1", "down", "neighbor-down", 0.09),
+        ("spine1", "down", "detection-time", 0.07),
+    ]
+    cut.detections = got
+    assert cut.to_dict()["bfd"][1] == {
+        "node": "spine1", "interface": "eth1", "state": "down", "reason": "detection-time",
+        "after_s": pytest.approx(0.07), "late_s": 0.001,
+    }  # fmt: skip
+    line = detection_line(cut, TimeScale(20000))
+    assert line is not None and "down at spine1:eth1 after 3.5 µs" in line, line
+    # nothing before the next fault on the link, or the run's end: nothing to say
+    assert bfd_detections(cut, [("spine1", "eth1")], events, zero, until_s=0.16) == []
+    assert bfd_detections(FaultRecord(cut.fault), [("spine1", "eth1")], events, zero, None) == []

@@ -1,0 +1,1 @@
+"""The agent side of BFD: sockets and timers around :mod:`aidcnet.bfd`."""
