@@ -433,6 +433,12 @@ def _terminate_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+def containers_held(containers: Sequence[Mapping[str, Any]]) -> str:
+    """``14 container(s) (14 running)``, or ``(none running)``: a stopped lab is in the way just the same."""
+    up = sum(1 for c in containers if c.get("State") == "running")
+    return f"{len(containers)} container(s) ({up or 'none'} running)"
+
+
 def clear_lab_left_by_a_killed_run(lab: str, runtime: DockerRuntime) -> list[dict[str, Any]]:
     """Destroy ``lab`` when a test run that was killed left it (orchestrator.lab.owner), saying so; return
     the lab's containers as they are after. Any other running lab is left alone for the caller to refuse."""
@@ -479,13 +485,13 @@ def deployed_lab(
     path = topology_file(lab, workdir, name, vars, edit).resolve()
     topo = load_topology(path)
     runtime = runtime or DockerRuntime()
-    running = clear_lab_left_by_a_killed_run(topo.name, runtime)
-    if running:
+    existing = clear_lab_left_by_a_killed_run(topo.name, runtime)
+    if existing:
         # Never ours to destroy: the user's own lab, or one a run that is still going deployed.
         raise LabError(
-            f"lab {topo.name!r} already has {len(running)} container(s) running; the plugin does not touch "
-            f"a lab it did not deploy: pass name= for a copy under another name, or `aidclab destroy "
-            f"{topo.name}` first"
+            f"lab {topo.name!r} already has {containers_held(existing)}; the plugin does not touch a lab "
+            f"it did not deploy: pass name= for a copy under another name, or `aidclab destroy {topo.name}` "
+            "first"
         )
     for node in topo.nodes.values():
         node.labels[OWNER_LABEL] = process_token(os.getpid()) or ""

@@ -53,12 +53,12 @@ class DockerLabs:
         return self._runtime
 
     def ensure_absent(self, lab: str) -> None:
-        from aidclab.pytest import LabError, clear_lab_left_by_a_killed_run
+        from aidclab.pytest import LabError, clear_lab_left_by_a_killed_run, containers_held
 
-        running = clear_lab_left_by_a_killed_run(lab, self.runtime)
-        if running:
+        existing = clear_lab_left_by_a_killed_run(lab, self.runtime)
+        if existing:
             raise LabError(
-                f"lab {lab!r} already has {len(running)} container(s); the docs' blocks deploy it themselves "
+                f"lab {lab!r} already has {containers_held(existing)}; the docs' blocks deploy it themselves "
                 f"and never touch a lab they did not deploy: `aidclab destroy {lab}` first"
             )
 

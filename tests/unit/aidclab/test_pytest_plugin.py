@@ -236,7 +236,7 @@ def test_a_lab_already_running_under_that_name_is_refused_and_never_touched(pyte
     result = run(pytester)
     result.assert_outcomes(errors=1)
     assert rec.names() == []  # neither deployed over nor destroyed
-    result.stdout.fnmatch_lines(["*lab 'mine' already has 3 container(s) running*"])
+    result.stdout.fnmatch_lines(["*lab 'mine' already has 3 container(s) (none running)*"])
 
 
 def test_every_node_deployed_names_this_run_as_its_owner(pytester, rec):
@@ -279,7 +279,7 @@ def test_a_lab_whose_owner_may_be_alive_is_never_touched(pytester, rec, label):
     result = run(pytester)
     result.assert_outcomes(errors=1)
     assert rec.names() == []
-    result.stdout.fnmatch_lines(["*lab 'busy' already has 2 container(s) running*"])
+    result.stdout.fnmatch_lines(["*lab 'busy' already has 2 container(s) (none running)*"])
 
 
 def test_a_destroy_that_fails_is_an_error_naming_the_lab(pytester, rec):
