@@ -68,7 +68,8 @@ class Session:
         self.held_for_loss = False
         self.hold_until = 0.0
         self.loss_downs = 0
-        self._arrivals: deque[float] = deque(maxlen=loss_window + 1)
+        # two windows' worth: the oldest kept then says whether the peer was heard for a whole window
+        self._arrivals: deque[float] = deque(maxlen=2 * loss_window + 2)
 
     # -- what goes out -------------------------------------------------------------------------------
     def packet(self) -> ControlPacket:
@@ -82,6 +83,18 @@ class Session:
             detect_mult=self.multiplier,
             diag=self.diag,
         )
+
+    def rescale(self, tx_interval_s: float, now: float) -> None:
+        """Run at another interval (the lab's time scale changed) without a new handshake: the peer learns
+        it from the next packet, and the detection time running now is stretched to the new one, so that a
+        peer that changes before us and sends slower is not taken for gone."""
+        self.tx_interval_s = tx_interval_s
+        if self.deadline is not None:
+            self.deadline = max(
+                self.deadline, now + self.remote_mult * max(tx_interval_s, self.remote_tx_s or 0)
+            )
+        if self.remote_tx_s is not None:
+            self.remote_tx_s = max(self.remote_tx_s, tx_interval_s)  # until its next packet says otherwise
 
     def detection_time_s(self) -> float:
         """RFC 5880 §6.8.4: the peer's Detect Mult times the slower of what we accept and it sends."""
@@ -151,10 +164,13 @@ class Session:
 
     def _loss(self, now: float) -> float | None:
         """The share of the peer's packets missing from the last loss window before ``now``; None before
-        the peer said how often it sends."""
-        if self.remote_tx_s is None:
+        the peer said how often it sends, or before it has been heard for a whole window (a session that
+        just came up has no window to judge by)."""
+        if self.remote_tx_s is None or not self._arrivals:
             return None
         start = now - self._window_s()
+        if self._arrivals[0] > start:
+            return None
         heard = sum(1 for t in self._arrivals if start < t <= now)
         return max(0.0, 1.0 - heard / self.loss_window)
 

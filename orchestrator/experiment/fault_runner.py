@@ -17,6 +17,8 @@ from orchestrator.experiment.faults import (
     counters_across_restarts,
     fault_lines,
     late_faults,
+    unexplained_downs,
+    unexplained_line,
 )
 from orchestrator.experiment.session import LabSession
 from orchestrator.lab.fault_spec import Fault, check_targets, schedule
@@ -123,34 +125,47 @@ class FaultRunner:
         raise TimeoutError(f"{node}: the agent did not come back configured within {RESTART_TIMEOUT_S:g} s")
 
     # -- after the run ---------------------------------------------------------------------------------
-    def _detections(self) -> None:
-        """On a lab running BFD: what each link fault's two ends' sessions did (docs/bfd.md)."""
-        import json
-
+    def _bfd_events(self) -> dict[str, list[dict]] | None:
+        """Every BFD session change the agents kept, per node; None when the lab runs no BFD."""
         from aidcnet.agent.control import Op
-        from orchestrator.lab.linkset import link_ends
+        from aidcnet.roles import AGENT_ROLES
 
         bfd = self.session.plan.bfd
-        links = [r for r in self.records if r.fault.kind == "link" and r.started_s is not None]
-        if bfd is None or not bfd.enabled or not links:
-            return
-        data_path = self.lab_dir / "topology-data.json"
-        data = json.loads(data_path.read_text())
-        ends = {}
-        for r in links:
-            node, _, interface = r.fault.target.partition(":")
-            here, peer = link_ends(data, node, interface, str(data_path))
-            ends[id(r)] = [(e.node, e.interface) for e in (here, peer) if e.runs_agent]
-        events: dict[str, list] = {}
-        for node in {n for pairs in ends.values() for n, _i in pairs}:
+        if bfd is None or not bfd.enabled:
+            return None
+        events: dict[str, list[dict]] = {}
+        for node, plan_node in self.session.plan.nodes.items():
+            if plan_node.role not in AGENT_ROLES:
+                continue
             try:
                 events[node] = self.session.agent(node).call(Op.BFD)["events"]
-            except Exception:  # a node without BFD (or gone) has nothing to say about it
+            except Exception:  # a node without sessions (or gone) has nothing to say
                 events[node] = []
+        return events
+
+    def _detections(self, events: dict[str, list[dict]]) -> set[tuple[str, str]]:
+        """What each link fault's two ends' sessions did (docs/bfd.md); returns the ends they touched."""
+        import json
+
+        from orchestrator.lab.linkset import link_ends
+
+        links = [r for r in self.records if r.fault.kind == "link" and r.started_s is not None]
+        touched: set[tuple[str, str]] = set()
+        if not links:
+            return touched
+        data_path = self.lab_dir / "topology-data.json"
+        data = json.loads(data_path.read_text())
         for k, r in enumerate(links):
+            node, _, interface = r.fault.target.partition(":")
+            ends = [
+                (e.node, e.interface)
+                for e in link_ends(data, node, interface, str(data_path))
+                if e.runs_agent
+            ]
+            touched.update(ends)
             later = [o.started_s for o in links[k + 1 :] if o.fault.target == r.fault.target]
-            until = later[0] if later else self.end_s
-            r.detections = bfd_detections(r, ends[id(r)], events, self.zero, until)
+            r.detections = bfd_detections(r, ends, events, self.zero, later[0] if later else self.end_s)
+        return touched
 
     def counters_after(self, after: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
         """The agents' counters after the run as the deltas need them: a restarted agent counted from zero
@@ -171,9 +186,15 @@ class FaultRunner:
     def judge(self, outcome: ModeOutcome, time_scale: TimeScale) -> None:
         """The faults into the run's record (``settings.faults``), lines and verdict: a fault that failed or
         never happened leaves the run other than the one asked for."""
+        events = self._bfd_events()
+        touched = self._detections(events) if events is not None else set()
+        if events is not None:
+            downs = unexplained_downs(events, touched, self.zero, self.end_s)
+            if downs:
+                outcome.settings["bfd_unexplained"] = [d.to_dict() for d in downs]
+                outcome.lines.append(unexplained_line(downs, time_scale))
         if not self.records:
             return
-        self._detections()
         outcome.settings["faults"] = [r.to_dict() for r in self.records]
         outcome.lines.extend(fault_lines(self.records, time_scale))
         if outcome.messages:  # a run of messages: who the faults cost anything (an AllReduce is judged whole)

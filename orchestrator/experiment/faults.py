@@ -162,6 +162,35 @@ def detection_line(record: FaultRecord, time_scale: TimeScale) -> str | None:
     return f"fault {record.fault.describe()}: BFD saw it " + ", ".join(each)
 
 
+def unexplained_downs(
+    events: Mapping[str, Iterable[Mapping[str, Any]]],
+    touched: set[tuple[str, str]],
+    zero: float,
+    end_s: float | None,
+) -> list[Detection]:
+    """BFD Downs during the run (from its zero to ``end_s``) on links no fault touched: a session that went
+    down with nothing done to its link, e.g. its packets queued behind the run's data. ``after_s`` is
+    from the run's zero."""
+    out = []
+    for node, node_events in sorted(events.items()):
+        for e in node_events:
+            at_s = e["at_ns"] / 1e9 - zero
+            if e["state"] != "down" or e["reason"] == "loss-cleared" or (node, e["interface"]) in touched:
+                continue
+            if at_s >= 0 and (end_s is None or at_s <= end_s):
+                out.append(Detection(node, e["interface"], "down", e["reason"], at_s, e["late_s"]))
+    return out
+
+
+def unexplained_line(downs: Iterable[Detection], time_scale: TimeScale) -> str:
+    clock = Clock(time_scale)
+    each = ", ".join(f"{d.node}:{d.interface} at {clock.both(d.after_s)} ({d.reason})" for d in downs)
+    return (
+        f"BFD took down links no fault touched: {each}; each was out of forwarding until its session came "
+        "back (a link carrying more than its BFD packets can wait behind in the shaper's queue: docs/bfd.md)"
+    )
+
+
 def fault_lines(records: Iterable[FaultRecord], time_scale: TimeScale) -> list[str]:
     """One line per fault for the run's summary: when it took effect in fabric time at the scale the run's
     links were shaped to, beside the wall time that is, and how long applying it took on the

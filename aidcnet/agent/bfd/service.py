@@ -106,6 +106,16 @@ class BfdService:
         self._task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
+    def rescale(self, config: NodeConfig) -> None:
+        """The lab's time scale changed (a replay's automatic scale, a confirmation): the sessions stay Up
+        and send at the new wall interval (a rebuilt one would be down for a handshake at the run's start)."""
+        self.interval_s = config.clock.wall_s(self.bfd.interval_us * 1e-6)
+        now = time.time()
+        for end in self.ends.values():
+            end.session.rescale(self.interval_s, now)
+            end.next_tx = min(end.next_tx, now + self.interval_s)
+        self.c["rescaled"] += 1
+
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         now = time.time()
@@ -243,6 +253,15 @@ class BfdPart(Service):
         bfd = config.bfd if config else None
         key = (bfd, tuple(config.interfaces) if config else (), config.time_scale if config else None)
         if key == self._key:
+            return
+        if (
+            self.current is not None
+            and config is not None
+            and self._key is not None
+            and key[:2] == self._key[:2]
+        ):
+            self.current.rescale(config)  # only the time scale changed
+            self._key = key
             return
         await self.stop()
         if bfd is None or config is None or not bfd.interfaces:

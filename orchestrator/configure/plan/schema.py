@@ -163,7 +163,7 @@ class IgmpVars(knobs_of(Igmp, IGMP_KNOBS, _Vars, optional=True)):  # type: ignor
 
 class BfdVars(knobs_of(Bfd, BFD_KNOBS, _Vars, optional=True)):  # type: ignore[misc]
     """Link liveness (docs/bfd.md); defaults in plan/bfd.yml. ``interval_us`` is fabric microseconds;
-    unset, it is ``wall_interval_ms`` divided by the time scale."""
+    unset, it outlasts a full shaper queue and is at least ``wall_interval_ms`` of wall time."""
 
     enabled: bool | None = None
     wall_interval_ms: float | None = Field(default=None, gt=0)

@@ -24,6 +24,7 @@ class Link:
         self.drop_ab = self.drop_ba = lambda _t: False
         self.log: list[tuple[str, Transition]] = []
         self.now = 0.0
+        self.interval = {"a": INTERVAL, "b": INTERVAL}
 
     def run(self, until: float, step: float = 0.0005) -> None:
         inflight: list[tuple[float, str, bytes]] = []
@@ -47,7 +48,7 @@ class Link:
                         inflight.append(
                             (next_tx[name] + self.delay, "b" if name == "a" else "a", end.packet().encode())
                         )
-                    next_tx[name] += INTERVAL
+                    next_tx[name] += self.interval[name]
 
     def downs(self, end: str) -> list[Transition]:
         return [t for n, t in self.log if n == end and t.state == State.DOWN and t.reason != "loss-cleared"]
@@ -151,3 +152,32 @@ def test_any_cut_is_detected_within_the_detection_time(phase, delay, cut_at, mul
     for end in ("a", "b"):
         downs = link.downs(end)
         assert downs and downs[0].at - cut <= mult * INTERVAL + delay + 0.001, (end, downs)
+
+
+def test_a_session_just_up_has_no_window_to_judge_loss_by():
+    """Cut a moment after the handshake: the window reaches back before the peer was heard at all, so the
+    Down is the detection time's, not a loss (which would hold the link down once it is back)."""
+    link = Link(loss_threshold=0.2)
+    link.run(0.04)
+    assert link.a.state == link.b.state == State.UP
+    cut = link.now
+    link.drop_ab = link.drop_ba = lambda t: t >= cut
+    link.run(cut + 0.1)
+    assert [t.reason for t in link.downs("b")] == ["detection-time"]
+    assert not link.b.held_for_loss
+
+
+@pytest.mark.parametrize("factor", [0.25, 2, 4])
+def test_a_new_time_scale_keeps_the_session_up_whichever_end_changes_first(factor):
+    """Each end rescales on its own, 40 ms apart: the one still waiting at the old, shorter interval
+    stretches its detection time when it rescales, and until then hears the other at its new one."""
+    link = Link()
+    link.run(0.2)
+    link.a.rescale(INTERVAL * factor, link.now)
+    link.interval["a"] = INTERVAL * factor
+    link.run(link.now + 0.04)
+    link.b.rescale(INTERVAL * factor, link.now)
+    link.interval["b"] = INTERVAL * factor
+    link.run(link.now + 1.0)
+    assert link.downs("a") == link.downs("b") == [], link.log[-4:]
+    assert link.a.state == link.b.state == State.UP

@@ -257,3 +257,30 @@ def test_bfd_detections_are_each_ends_first_change_after_the_fault_began() -> No
     # nothing before the next fault on the link, or the run's end: nothing to say
     assert bfd_detections(cut, [("spine1", "eth1")], events, zero, until_s=0.16) == []
     assert bfd_detections(FaultRecord(cut.fault), [("spine1", "eth1")], events, zero, None) == []
+
+
+def test_bfd_downs_on_links_no_fault_touched_are_named() -> None:
+    from orchestrator.experiment.faults import unexplained_downs, unexplained_line
+
+    zero = 50.0
+
+    def event(interface: str, state: str, reason: str, at_s: float) -> dict:
+        return {"interface": interface, "state": state, "reason": reason, "at_ns": round((zero + at_s) * 1e9),
+                "late_s": 0.0}  # fmt: skip
+
+    events = {
+        "leaf1": [
+            event("eth1", "down", "neighbor-down", 0.3),  # the faulted link: explained
+            event("eth2", "down", "loss", 0.4),
+            event("eth2", "down", "loss-cleared", 0.9),
+            event("eth2", "up", "handshake", 1.0),
+        ],
+        "spine2": [
+            event("eth1", "down", "detection-time", -0.5),
+            event("eth1", "down", "detection-time", 9.0),
+        ],
+    }
+    downs = unexplained_downs(events, {("leaf1", "eth1"), ("spine1", "eth1")}, zero, end_s=2.0)
+    assert [(d.node, d.interface, d.reason) for d in downs] == [("leaf1", "eth2", "loss")]
+    line = unexplained_line(downs, TimeScale(10000))
+    assert line.startswith("BFD took down links no fault touched: leaf1:eth2 at 40.0 µs"), line
