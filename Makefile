@@ -81,6 +81,7 @@ bench: images
 	$(PY) bench/configure.py leaf-spine superpod bsl256
 	$(PY) bench/memory.py
 	$(PY) bench/bier_forwarding_netns.py
+	$(PY) bench/edge_policy.py
 	$(PY) bench/replay.py
 	$(PY) bench/allreduce.py
 	$(PY) bench/fare.py

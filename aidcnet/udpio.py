@@ -213,9 +213,11 @@ class BatchIO:
                 self.truncated += 1
                 continue
             if ifindexes is not None:
-                stamp, ifindex = ring.ancillary(i)
-                ifindexes.append(ifindex)
-                if stamps is not None:
+                if stamps is None:
+                    ifindexes.append(ring.ingress(i))
+                else:
+                    stamp, ifindex = ring.ancillary(i)
+                    ifindexes.append(ifindex)
                     stamps.append(stamp)
             elif stamps is not None:
                 stamps.append(ring.stamp(i))
@@ -433,11 +435,27 @@ class _Ring:
             return sec * 1_000_000_000 + nsec
         return 0
 
+    def ingress(self, i: int) -> int:
+        """Slot ``i``'s ingress ifindex when IP_PKTINFO is the only control message asked for (0: none)."""
+        (used,) = _SIZE_T.unpack_from(self.hdrs_mv, i * _MMSG_SIZE + _CONTROLLEN_OFF)
+        if used < _PKTINFO_CMSG.size:  # nothing written for this datagram: the slot holds an older one's
+            return 0
+        length, level, kind, ifindex = _PKTINFO_CMSG.unpack_from(self.control_mv, i * self.control)
+        if length >= _PKTINFO_CMSG.size and level == socket.IPPROTO_IP and kind == IP_PKTINFO:
+            return ifindex
+        return 0
+
     def ancillary(self, i: int) -> tuple[int, int]:
-        """Slot ``i``'s (receive stamp, ingress ifindex), each 0 when the kernel wrote none: every control
-        message the kernel wrote, walked in the order it chose."""
+        """Slot ``i``'s (receive stamp, ingress ifindex), each 0 when the kernel wrote none. The layout
+        Linux writes for UDP (the stamp, then IP_PKTINFO) is read in one go; any other is walked."""
         base = i * self.control
         (used,) = _SIZE_T.unpack_from(self.hdrs_mv, i * _MMSG_SIZE + _CONTROLLEN_OFF)
+        if used >= _BOTH_CMSGS.size:
+            _sl, slevel, skind, sec, nsec, _pl, plevel, pkind, ifindex = _BOTH_CMSGS.unpack_from(
+                self.control_mv, base
+            )
+            if (slevel, skind, plevel, pkind) == _BOTH_KINDS:
+                return sec * 1_000_000_000 + nsec, ifindex
         end = base + min(used, self.control)
         stamp = ifindex = 0
         off = base
@@ -468,6 +486,11 @@ _TIMESPEC = struct.Struct("@2q")
 IP_PKTINFO = 8
 _IFINDEX = struct.Struct("@i")
 PKTINFO_SPACE = socket.CMSG_SPACE(12)
+# IP_PKTINFO alone: cmsghdr, then in_pktinfo's ifindex (the two addresses after it are not read).
+_PKTINFO_CMSG = struct.Struct("@Niii")
+# Both, as Linux writes them for UDP: the stamp's message (padded to CMSG_SPACE), then IP_PKTINFO's.
+_BOTH_CMSGS = struct.Struct(f"@Nii2q{STAMP_SPACE - 32}xNiii")
+_BOTH_KINDS = (socket.SOL_SOCKET, SCM_TIMESTAMPNS, socket.IPPROTO_IP, IP_PKTINFO)
 
 
 def _cmsg_align(length: int) -> int:
