@@ -247,7 +247,6 @@ class BfdPart(Service):
         self.on_change = on_change
         self.current: BfdService | None = None
         self._key: tuple[Any, ...] | None = None
-        self._task = None
 
     async def reload(self, config: NodeConfig | None) -> None:
         bfd = config.bfd if config else None
