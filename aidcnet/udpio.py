@@ -511,6 +511,14 @@ def interface_index(sock: socket.socket, ifname: str) -> int:
     return _IFREQ_INDEX.unpack(fcntl.ioctl(sock.fileno(), _SIOCGIFINDEX, req))[1]
 
 
+def received_ttl(ancdata: list[tuple[int, int, bytes]]) -> int | None:
+    """The IPv4 TTL from ``recvmsg``'s ancillary data (IP_RECVTTL on), None when there is none."""
+    for level, kind, data in ancdata:
+        if level == socket.IPPROTO_IP and kind == socket.IP_TTL and len(data) >= 4:
+            return _IFINDEX.unpack_from(data)[0]  # an int, as in_pktinfo's ifindex
+    return None
+
+
 def ingress_ifindex(ancdata: list[tuple[int, int, bytes]]) -> int:
     """The interface index from ``recvmsg``'s IP_PKTINFO, 0 when there is none."""
     for level, kind, data in ancdata:

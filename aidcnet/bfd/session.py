@@ -26,6 +26,9 @@ from aidcnet.bfd.packet import ControlPacket, Diag, State
 # Why a transition happened (Transition.reason); a closed set, each counted by the agent.
 REASONS = ("handshake", "detection-time", "neighbor-down", "loss", "loss-cleared")
 
+# RFC 5880 §6.8.6: the peer's states that take a session in this state Up.
+_BRINGS_UP = {State.DOWN: (State.INIT,), State.INIT: (State.INIT, State.UP)}
+
 
 @dataclass(frozen=True)
 class Transition:
@@ -119,7 +122,7 @@ class Session:
         if self.state == State.DOWN and self.held_for_loss:
             if at < self.hold_until:
                 return None
-            loss = self._loss(at)
+            loss = self.loss(at)
             if loss is None or loss > self.loss_threshold / 2:  # type: ignore[operator]
                 self.hold_until = at + self._window_s()  # judged again one window on
                 return None
@@ -127,9 +130,7 @@ class Session:
             return self._go(State.DOWN, Diag.NONE, at, "loss-cleared")
         if self.state == State.DOWN and pkt.state == State.DOWN:
             return self._go(State.INIT, Diag.NONE, at, "handshake")
-        if self.state in (State.DOWN, State.INIT) and pkt.state in (
-            (State.INIT,) if self.state == State.DOWN else (State.INIT, State.UP)
-        ):
+        if pkt.state in _BRINGS_UP.get(self.state, ()):
             return self._go(State.UP, Diag.NONE, at, "handshake")
         return None
 
@@ -150,7 +151,7 @@ class Session:
         return None
 
     def _lossy(self, now: float) -> bool:
-        loss = self._loss(now) if self.loss_threshold is not None else None
+        loss = self.loss(now) if self.loss_threshold is not None else None
         return loss is not None and loss > self.loss_threshold  # type: ignore[operator]
 
     def _hold(self, now: float, late_s: float = 0.0) -> Transition:
@@ -162,7 +163,7 @@ class Session:
     def _window_s(self) -> float:
         return self.loss_window * (self.remote_tx_s or self.tx_interval_s)
 
-    def _loss(self, now: float) -> float | None:
+    def loss(self, now: float) -> float | None:
         """The share of the peer's packets missing from the last loss window before ``now``; None before
         the peer said how often it sends, or before it has been heard for a whole window (a session that
         just came up has no window to judge by)."""
@@ -180,7 +181,3 @@ class Session:
         if state == State.DOWN and reason != "loss-cleared":
             self.deadline = None
         return Transition(at, state, reason, max(0.0, late_s))
-
-    def loss(self, now: float) -> float | None:
-        """The loss over the last window, for ``aidcnet ctl bfd``."""
-        return self._loss(now)

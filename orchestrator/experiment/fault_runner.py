@@ -147,7 +147,7 @@ class FaultRunner:
         """What each link fault's two ends' sessions did (docs/bfd.md); returns the ends they touched."""
         import json
 
-        from orchestrator.lab.linkset import link_ends
+        from orchestrator.lab.linkset import link_ends, parse_endpoint
 
         links = [r for r in self.records if r.fault.kind == "link" and r.started_s is not None]
         touched: set[tuple[str, str]] = set()
@@ -156,7 +156,7 @@ class FaultRunner:
         data_path = self.lab_dir / "topology-data.json"
         data = json.loads(data_path.read_text())
         for k, r in enumerate(links):
-            node, _, interface = r.fault.target.partition(":")
+            node, interface = parse_endpoint(r.fault.target)
             ends = [
                 (e.node, e.interface)
                 for e in link_ends(data, node, interface, str(data_path))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from aidcnet.timescale import TimeScale
@@ -99,14 +99,7 @@ class Detection:
     late_s: float  # how late the agent decided it after the protocol's own moment (our Python's share)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "node": self.node,
-            "interface": self.interface,
-            "state": self.state,
-            "reason": self.reason,
-            "after_s": self.after_s,
-            "late_s": self.late_s,
-        }
+        return asdict(self)
 
 
 def bfd_detections(

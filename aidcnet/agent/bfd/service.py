@@ -16,7 +16,6 @@ import asyncio
 import contextlib
 import logging
 import socket
-import struct
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -27,7 +26,7 @@ from aidcnet.agent.service import Service
 from aidcnet.bfd.packet import BFD_PORT, SOURCE_PORT, BfdDecodeError, ControlPacket, State
 from aidcnet.bfd.session import Session, Transition
 from aidcnet.netstate import link_peers
-from aidcnet.udpio import STAMP_SPACE, enable_rx_stamps, rx_stamp_ns
+from aidcnet.udpio import STAMP_SPACE, enable_rx_stamps, received_ttl, rx_stamp_ns
 
 if TYPE_CHECKING:
     from aidcnet.config import Bfd, NodeConfig
@@ -43,13 +42,6 @@ MIN_WALL_INTERVAL_S = 0.005
 LATE_SHARE = 0.5
 EVENTS_KEPT = 1024
 _TTL_SPACE = socket.CMSG_SPACE(4)
-
-
-def _received_ttl(ancdata: list[tuple[int, int, bytes]]) -> int | None:
-    for level, kind, data in ancdata:
-        if level == socket.IPPROTO_IP and kind == socket.IP_TTL and len(data) >= 4:
-            return struct.unpack("@i", data[:4])[0]
-    return None
 
 
 class _End:
@@ -95,6 +87,8 @@ class BfdService:
             )  # fmt: skip
         peers = {ifname: (own, peer) for ifname, own, peer in link_peers(config) if ifname in bfd.interfaces}
         self.ends: dict[str, _End] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         try:
             for k, ifname in enumerate(bfd.interfaces):
                 own, peer = peers[ifname]
@@ -103,8 +97,6 @@ class BfdService:
         except BaseException:
             self.close()
             raise
-        self._task: asyncio.Task[None] | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
 
     def rescale(self, config: NodeConfig) -> None:
         """The lab's time scale changed (a replay's automatic scale, a confirmation): the sessions stay Up
@@ -138,7 +130,7 @@ class BfdService:
                 return
             stamp_ns = rx_stamp_ns(anc)
             at = stamp_ns / 1e9 if stamp_ns else time.time()
-            ttl = _received_ttl(anc)
+            ttl = received_ttl(anc)
             if ttl is not None and ttl != GTSM_TTL:
                 self.c["rx.dropped.ttl"] += 1  # RFC 5881 §5: not from the other end of this link
                 continue
@@ -232,7 +224,7 @@ class BfdService:
     def close(self) -> None:
         if self._task is not None:
             self._task.cancel()
-        for end in getattr(self, "ends", {}).values():
+        for end in self.ends.values():
             if self._loop is not None:
                 with contextlib.suppress(Exception):
                     self._loop.remove_reader(end.rx.fileno())
