@@ -127,6 +127,14 @@ class BierPortPolicy(_Model):
     neighbors: list[ipaddress.IPv4Address] = Field(default_factory=list)  # fabric port: BFR neighbors
 
 
+class BierBypass(_Model):
+    """A BIER-FRR bypass tunnel to one BFR-NBR (docs/bier.md, Fast reroute): the neighbour the tunnel leaves
+    through and the adjacency labels pushed above the BIER label, top first."""
+
+    via: str
+    labels: list[int] = Field(min_length=1)
+
+
 class Bier(_Model):
     """BIER settings and static forwarding state of a BFR (RFC 8279, RFC 8296).
 
@@ -155,10 +163,27 @@ class Bier(_Model):
     members: list[BierMembership] = Field(default_factory=list)
     # ifname -> ingress policy; empty: accept BIER from anyone (before issue 18).
     edge_policy: dict[IfName, BierPortPolicy] = Field(default_factory=dict)
+    # Fast reroute, link protection (aidcnet/bier/fast_reroute.py): our adjacency label per BFR-NBR (a
+    # bypass through us pops it and sends the rest to that neighbour), and a bypass per BFR-NBR, used while
+    # the link to it is down; both empty: off.
+    adjacency_labels: dict[str, int] = Field(default_factory=dict)
+    bypass: dict[str, BierBypass] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _consistent(self) -> Bier:
         names = {n.name for n in self.neighbors}
+        for nbr, label in self.adjacency_labels.items():
+            if nbr not in names:
+                raise ValueError(f"adjacency_labels.{nbr}: not in bier.neighbors")
+            if not 16 <= label <= 0xFFFFF:
+                raise ValueError(f"adjacency_labels.{nbr}: label {label} is not 16..1048575")
+        for nbr, bypass in self.bypass.items():
+            if nbr not in names or bypass.via not in names:
+                raise ValueError(
+                    f"bypass.{nbr}: {nbr} and its first hop {bypass.via} must be in bier.neighbors"
+                )
+            if bypass.via == nbr:
+                raise ValueError(f"bypass.{nbr}: a bypass cannot leave through the link it protects")
         for bfr_id, hops in self.birt.items():
             if not 1 <= bfr_id <= 65535:
                 raise ValueError(f"birt.{bfr_id}: BFR-id must be 1..65535")

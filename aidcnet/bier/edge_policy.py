@@ -80,6 +80,18 @@ def check(policy: PortPolicy | None, src: str, si: int, bitstring: int, bfir_id:
     return None
 
 
+def check_bypass(policy: PortPolicy | None, src: str) -> str | None:
+    """The reason to drop a fast-reroute bypass packet (a label stack, aidcnet/bier/fast_reroute.py) from
+    ``src`` on a port with ``policy``; None to pass it on. A bypass hands its BIER packet on as if from a
+    fabric port, so only a fabric port's BFR neighbour may send one: from a host port it would skip the
+    host checks."""
+    if policy is None:
+        return None
+    if policy.kind == FABRIC and src in policy.neighbors:
+        return None
+    return "not-bfr-neighbor"
+
+
 def from_config(ports: Mapping[str, Mapping[str, object]], bsl: int) -> dict[str, PortPolicy]:
     """The node file's ``bier.edge_policy`` -> ``{ifname: PortPolicy}``.
 

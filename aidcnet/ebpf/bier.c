@@ -49,6 +49,14 @@ struct {
 	__type(value, struct bier_table);
 } bier_table SEC(".maps");
 
+/* bier_adj[label] = 1: our fast-reroute adjacency labels (BierMaps.set_adjacency_labels) */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, BIER_MAX_NBR);
+	__type(key, __u32);
+	__type(value, __u32);
+} bier_adj SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, BIER_GENS * BIER_MAX_BIFT * BIER_MAX_BSL);
@@ -835,10 +843,16 @@ int bier_rx(struct __sk_buff *skb)
 		return TC_ACT_OK;
 	be0 = *(__be32 *)(data + BIER_OFF);
 	w0 = bpf_ntohl(be0);
-	__u32 base = 0;
-	struct bier_table *tbl = find_table(gen, w0 >> 12, &base);
+	__u32 base = 0, label = w0 >> 12;
+	struct bier_table *tbl = find_table(gen, label, &base);
 
 	if (!tbl) {
+		if (bpf_map_lookup_elem(&bier_adj, &label)) {
+			/* one of our adjacency labels: a fast-reroute bypass passing through
+			 * (aidcnet/bier/fast_reroute.py). The program pops no labels; the Python dataplane does. */
+			cnt(C_PUNTED, 1);
+			return TC_ACT_OK;
+		}
 		rx_count(rxn, len);
 		cnt(C_DROPPED_UNKNOWN_BIFT_ID, 1);
 		return TC_ACT_SHOT;

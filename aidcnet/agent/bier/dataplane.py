@@ -23,6 +23,9 @@ Counters (:meth:`BierDataplane.counters`, a flat JSON-ready dict), in packets un
   ``delivered`` (local deliveries), ``deliver-errors`` (the callback raised);
 * ``dropped-bits.<reason>``: BFERs (BitString bits) discarded for a reason, including bits
   dropped from packets that were otherwise forwarded (e.g. one unreachable BFER);
+* ``bypass.sent``: copies sent through a fast-reroute bypass (:mod:`aidcnet.bier.fast_reroute`; counted
+  in ``tx.nbr.*`` of the tunnel's first hop); ``bypass.passed``: bypass packets this BFR popped and
+  passed on (each also ``accepted``);
 * ``tx.packets``/``tx.bytes``/``tx.errors`` and ``tx.nbr.<nbr>.packets``/``.bytes``;
 * ``if.<ifname>.rx_packets``/``rx_bytes``/``tx_packets``/``tx_bytes``: the neighbor counters
   summed per local interface.
@@ -46,12 +49,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from aidcnet.bier.bift import Bift, LabelKey, bifts_by_label
 from aidcnet.bier.bitstring import bfr_id_to_si_bit, bitstrings_from_ids
-from aidcnet.bier.edge_policy import POLICY_REASONS, PortPolicy
+from aidcnet.bier.edge_policy import POLICY_REASONS, PortPolicy, check_bypass
 from aidcnet.bier.edge_policy import check as policy_check
+from aidcnet.bier.fast_reroute import push
 from aidcnet.bier.forwarding import DROP_REASONS, ForwardResult, build_copies, forward
 from aidcnet.bier.forwarding import impose as impose_decision
 from aidcnet.bier.header import DECODE_REASONS, BierDecodeError, BierHeader, BierProto, peek_bift_id
-from aidcnet.bier.mpls import MPLS_IN_UDP_PORT, encode_bier_udp_payload, parse_bier_udp_payload
+from aidcnet.bier.mpls import MPLS_IN_UDP_PORT, encode_bier_udp_payload, parse_bier_udp_payload, unpack_lse
 from aidcnet.udpio import (
     DEFAULT_BATCH,
     BatchIO,
@@ -105,6 +109,7 @@ def _fixed_counter_names() -> list[str]:
         *("rx.packets", "rx.bytes", "rx.errors", "rx.src.other.packets", "rx.src.other.bytes"),
         *("tx.packets", "tx.bytes", "tx.errors", "tx.waits"),
         *OUTCOME_COUNTERS,
+        *("bypass.sent", "bypass.passed"),
         *(f"dropped-malformed.{r}" for r in sorted(DECODE_REASONS)),
         *(f"dropped-bits.{r}" for r in sorted(DROP_REASONS)),
     ]
@@ -193,6 +198,10 @@ class BierDataplane:
         self._policy: dict[str, PortPolicy] = {}
         # ingress ifindex -> the port's name and policy (None: a data port the policy leaves open)
         self._ports: dict[int, tuple[str, PortPolicy | None]] = {}
+        # fast reroute (set_adjacency_labels, set_bypass): our adjacency labels; the neighbours whose
+        # copies take a tunnel
+        self._adjacency: dict[int, str] = {}
+        self._bypass: dict[str, tuple[str, bytes]] = {}
         self.missing_ports: list[str] = []
         """Data ports the edge policy names that had no interface when it was set (see set_edge_policy)."""
         self._c["dropped-policy"] = 0
@@ -311,9 +320,13 @@ class BierDataplane:
                 c[keys[0]] += 1
                 c[keys[1]] += size
                 try:
-                    bift = tables.get(peek_bift_id(buf))
+                    label = peek_bift_id(buf)
+                    bift = tables.get(label)
                     if bift is None:
-                        c["dropped-unknown-bift-id"] += 1
+                        if label in self._adjacency:
+                            self._pass_bypass(buf, src, label, ingress[i] if ingress else 0, out, out_nbrs)
+                        else:
+                            c["dropped-unknown-bift-id"] += 1
                         continue
                     f = parse_bier_udp_payload(buf, 0, bift.bsl)
                 except BierDecodeError as exc:
@@ -355,6 +368,73 @@ class BierDataplane:
         self._deliver_all(deliveries, delivery_stamps)
         return len(pkts)
 
+    def _pass_bypass(
+        self,
+        buf: bytes | bytearray | memoryview,
+        src: str,
+        label: int,
+        ifindex: int,
+        out: list[Datagram],
+        out_nbrs: list[str],
+    ) -> None:
+        """A fast-reroute bypass passing through: pop our adjacency label and send the rest to its
+        neighbour (aidcnet/bier/fast_reroute.py). Only a BFR neighbour on a fabric port may send one: a
+        bypass delivers a BIER packet to the next BFR as if from a fabric port, so from a host it would get
+        round the edge policy."""
+        c = self._c
+        if self._policy:
+            port, policy = self._ports.get(ifindex, _UNKNOWN_PORT)
+            reason = check_bypass(policy, src) if port != "unknown" else "not-bfr-neighbor"
+            if reason is not None:
+                c["dropped-policy"] += 1
+                c[f"dropped-policy.{port}.{reason}"] += 1
+                return
+        entry = unpack_lse(int.from_bytes(buf[:4], "big"))
+        if entry.s or len(buf) < 8:
+            # an adjacency label at the bottom of the stack has no packet below it to pass on
+            c["dropped-malformed"] += 1
+            c["dropped-malformed.truncated"] += 1
+            return
+        if entry.ttl <= 1:
+            c["dropped-ttl"] += 1
+            return
+        nbr = self._adjacency[label]
+        out.append((bytes(buf[4:]), self._dest[nbr]))
+        out_nbrs.append(nbr)
+        c["bypass.passed"] += 1
+        c["accepted"] += 1
+
+    def set_adjacency_labels(self, adjacency: Mapping[int, str]) -> None:
+        """Fast reroute: ``{our adjacency label: BFR-NBR}``, the labels a bypass through this BFR pops."""
+        unknown = sorted(nbr for nbr in adjacency.values() if nbr not in self._dest)
+        if unknown:
+            raise ValueError(f"adjacency labels name {unknown}, which are not BFR-NBRs here")
+        clash = sorted(set(adjacency) & set(self.tables))
+        if clash:
+            raise ValueError(f"adjacency labels {clash} are BIFT-ids of this BFR too")
+        with self._lock:
+            self._adjacency = dict(adjacency)
+
+    def set_bypass(self, bypass: Mapping[str, tuple[str, Sequence[int]]]) -> None:
+        """Send every copy for a BFR-NBR in ``bypass`` (``{nbr: (first hop, labels)}``) through its tunnel
+        instead of its link, from the next packet on; an empty mapping switches them all off."""
+        unknown = sorted({n for n, (via, _labels) in bypass.items() for n in (n, via)} - set(self._dest))
+        if unknown:
+            raise ValueError(f"bypass names {unknown}, which are not BFR-NBRs here")
+        active = {nbr: (via, push(labels)) for nbr, (via, labels) in bypass.items()}
+        with self._lock:
+            self._bypass = active
+
+    @property
+    def adjacency_labels(self) -> dict[int, str]:
+        """Our fast-reroute adjacency labels and the BFR-NBR each one sends to (set_adjacency_labels)."""
+        return self._adjacency
+
+    @property
+    def bypassed(self) -> list[str]:
+        """The BFR-NBRs whose copies take their bypass now."""
+        return sorted(self._bypass)
+
     def _rx_key_for(self, src: str) -> tuple[str, str]:
         # An unbounded set of spoofed sources must not grow the counters without limit.
         if len(self._rx_keys) >= len(self._nbr_by_addr) + 256:
@@ -381,7 +461,15 @@ class BierDataplane:
         if copies:
             res.bsl = bift.bsl
             dest = self._dest
+            bypass = self._bypass
             for nbr, pkt in build_copies(buf, res):
+                if bypass and nbr in bypass:
+                    # BIER fast reroute: the copy N would have had, carried to N around the dead link
+                    via, stack = bypass[nbr]
+                    out.append((stack + pkt, dest[via]))
+                    out_nbrs.append(via)
+                    c["bypass.sent"] += 1
+                    continue
                 out.append((pkt, dest[nbr]))
                 out_nbrs.append(nbr)
             c["forwarded"] += 1

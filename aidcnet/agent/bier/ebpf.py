@@ -39,7 +39,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -419,7 +419,7 @@ class BierMaps:
         self.bpf = libbpf or Libbpf()
         self.pin_dir = pin_dir
         self.fd = {name: self.bpf.obj_get(pin_dir / "maps" / name) for name in MAP_NAMES}
-        for name in (*EDGE_MAP_NAMES, *POL_MAP_NAMES, "bier_if", "bier_label", "bier_report"):
+        for name in (*EDGE_MAP_NAMES, *POL_MAP_NAMES, "bier_if", "bier_label", "bier_report", "bier_adj"):
             if (pin_dir / "maps" / name).exists():
                 self.fd[name] = self.bpf.obj_get(pin_dir / "maps" / name)
         # labels written per generation, so the next write of that generation can remove them
@@ -585,6 +585,14 @@ class BierMaps:
         for addr in addrs:
             self.bpf.update(self.fd["bier_local"], _addr_key(addr), ctypes.c_uint32(1))
             self._local.add(str(ipaddress.IPv4Address(addr)))
+
+    def set_adjacency_labels(self, labels: Iterable[int]) -> None:
+        """The fast-reroute adjacency labels the program hands to the Python dataplane, which pops them
+        (aidcnet/bier/fast_reroute.py); any other label that is no BIFT-id stays dropped."""
+        if "bier_adj" not in self.fd:
+            raise EbpfUnavailable("the eBPF object has no bier_adj map: rebuild it (aidcnet.ebpf.build)")
+        for label in labels:
+            self.bpf.update(self.fd["bier_adj"], ctypes.c_uint32(label), ctypes.c_uint32(1))
 
     def _percpu(self, name: str, n: int) -> list[int]:
         out = []
@@ -821,6 +829,9 @@ class EbpfBier:
             interfaces or {ifname for _addr, ifname in dataplane.neighbors.values()} | pol_ports
         )
         self.unresolved: list[str] = []
+        # BFR-NBRs whose copies the Python dataplane sends (their BIER-FRR bypass is on): see punt()
+        self.punted: frozenset[str] = frozenset()
+        self._nbr_args: dict[str, tuple[int, int, str, str, bytes, bytes | None]] = {}
         self.maps: BierMaps | None = None
         self.sock: socket.socket | None = None
         self._stamping = False
@@ -843,6 +854,8 @@ class EbpfBier:
             self.resolve_neighbors(solicit_missing=True)
             self.write_tables()
             self.write_policy()
+            if self.dp.adjacency_labels:
+                self.maps.set_adjacency_labels(self.dp.adjacency_labels)
             if self._bind_socket:
                 self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
                 self._stamping = False
@@ -905,11 +918,28 @@ class EbpfBier:
             dmac = view.macs.get((addr, ifname))
             if dmac is None:
                 missing.append(name)
-            self.maps.set_neighbor(idx, ifindex, view.source_for(addr, ifname, self.run), addr, smac, dmac)
+            self._nbr_args[name] = (idx, ifindex, view.source_for(addr, ifname, self.run), addr, smac, dmac)
+            self._write_neighbor(name)
         if missing and missing != self.unresolved:
             log.warning("eBPF BIER: no MAC yet for %s; their copies take the Python path", ", ".join(missing))
         self.unresolved = missing
         return missing
+
+    def _write_neighbor(self, name: str) -> None:
+        assert self.maps is not None
+        idx, ifindex, saddr, addr, smac, dmac = self._nbr_args[name]
+        self.maps.set_neighbor(idx, ifindex, saddr, addr, smac, None if name in self.punted else dmac)
+
+    def punt(self, names: Iterable[str]) -> None:
+        """Hand every packet that needs a copy to one of ``names`` to the Python dataplane, which sends
+        those copies through their BIER-FRR bypass (the program does not push MPLS labels); the others
+        go back to the fast path. Only the changed bier_nbr entries are written: this is the switch-over."""
+        new = frozenset(names)
+        changed = new ^ self.punted
+        self.punted = new
+        for name in sorted(changed):
+            if name in self._nbr_args:
+                self._write_neighbor(name)
 
     # delivery ----------------------------------------------------------------------------------
     def poll_deliveries(self, max_batch: int = 256) -> int:

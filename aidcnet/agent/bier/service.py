@@ -26,6 +26,7 @@ from aidcnet.bgp.bier_routes import BgpBirt, BgpPath, bgp_paths, birt_from_bgp, 
 from aidcnet.bier.bift import SELF, Bift, LabelKey, birt_around, build_bifts
 from aidcnet.bier.bitstring import bfr_id_to_si_bit
 from aidcnet.bier.edge_policy import PortPolicy, from_config
+from aidcnet.bier.fast_reroute import usable_bypasses
 from aidcnet.bier.header import BierProto
 from aidcnet.ipv4 import QP_PORT_BASE, ROCEV2_PORT, Ipv4DecodeError, UdpDatagram, build_udp, parse_udp
 from aidcnet.roles import Role
@@ -95,6 +96,12 @@ class BierService:
         # bift: static: the node file's BIRT as forwarding uses it, around the links that are down.
         self.static_birt: dict[int, list[str]] = dict(bier.birt)
         self.rerouted = 0  # times the static BIFTs were rebuilt around a link going down or coming up
+        # fast reroute (aidcnet/bier/fast_reroute.py): the bypass per BFR-NBR, the ones on now, and how often
+        # they changed
+        self.bypasses = {nbr: (b.via, tuple(b.labels)) for nbr, b in bier.bypass.items()}
+        self.active_bypass: dict[str, tuple[str, tuple[int, ...]]] = {}
+        self.bypass_switches = 0
+        self._down_nbrs: frozenset[str] = frozenset()
         bifts, neighbors, local_labels = build_tables(bier, {} if self.bgp_birt is not None else None)
         self.bifts = bifts
         self.dataplane = BierDataplane(
@@ -111,6 +118,8 @@ class BierService:
         self.report_error: str | None = None  # why the fast path does not report what it forwards
         if bier.edge_policy:
             self.dataplane.set_edge_policy(edge_policies(bier))
+        if bier.adjacency_labels:
+            self.dataplane.set_adjacency_labels({label: nbr for nbr, label in bier.adjacency_labels.items()})
         if bier.dataplane == "ebpf":
             # the tc program enforces the same policy (EbpfBier.write_policy); refused: Python checks it
             direct = None
@@ -265,24 +274,46 @@ class BierService:
             return False
         self.bifts = bifts
         self.bgp_birt = new
+        self.switch_bypasses()
         return True
 
     def links_down(self, down: frozenset[str]) -> bool:
-        """Static BIFT: forward around the neighbors behind the interfaces in ``down`` where a row has an
-        equal-cost alternative (:func:`aidcnet.bier.bift.birt_around`); True when the BIFTs changed. With
-        ``bift: bgp`` the BGP sessions over a dead link go down and :meth:`apply_bgp` reroutes."""
-        if self.bgp_birt is not None:
+        """Forward around the neighbors behind the interfaces in ``down``: a static BIFT drops them from every
+        row that has an equal-cost alternative (:func:`aidcnet.bier.bift.birt_around`), and where a row has
+        none, BIER-FRR sends their copies through their bypass (:meth:`switch_bypasses`). With ``bift: bgp``
+        the BIFTs wait for BGP (:meth:`apply_bgp`), and the bypasses carry the traffic until then. True when
+        anything changed."""
+        self._down_nbrs = frozenset(n.name for n in self.bier.neighbors if n.interface in down)
+        changed = False
+        if self.bgp_birt is None:
+            birt = birt_around(self.bier.birt, set(self._down_nbrs))
+            if birt != self.static_birt:
+                bifts, _neighbors, local_labels = build_tables(self.bier, birt)
+                self.dataplane.set_bifts(bifts, local_labels)
+                if self.ebpf is not None:
+                    self.ebpf.write_tables()
+                self.bifts, self.static_birt = bifts, birt
+                self.rerouted += 1
+                changed = True
+        return self.switch_bypasses() or changed
+
+    def switch_bypasses(self) -> bool:
+        """Turn on the bypass of every down neighbor the BIRT still forwards to, and off the others; True
+        when that changed. The eBPF program hands the packets that need one to the Python dataplane."""
+        birt = self.static_birt if self.bgp_birt is None else self.bgp_birt.birt
+        needed = {hop for hops in birt.values() for hop in hops}
+        bypass = usable_bypasses(needed, self.bypasses, self._down_nbrs)
+        if bypass == self.active_bypass:
             return False
-        unusable = {n.name for n in self.bier.neighbors if n.interface in down}
-        birt = birt_around(self.bier.birt, unusable)
-        if birt == self.static_birt:
-            return False
-        bifts, _neighbors, local_labels = build_tables(self.bier, birt)
-        self.dataplane.set_bifts(bifts, local_labels)
+        self.dataplane.set_bypass(bypass)
         if self.ebpf is not None:
-            self.ebpf.write_tables()
-        self.bifts, self.static_birt = bifts, birt
-        self.rerouted += 1
+            self.ebpf.punt(bypass)
+        self.active_bypass = bypass
+        self.bypass_switches += 1
+        log.info(
+            "BIER fast reroute: bypass on for %s",
+            ", ".join(f"{n} via {v}" for n, (v, _) in bypass.items()) or "none",
+        )
         return True
 
     def counters(self) -> dict[str, int]:
@@ -315,6 +346,11 @@ class BierService:
             "sub_domain": self.bier.sub_domain,
             "bsl": self.bier.bsl,
             "label_base": self.bier.label_base,
+            # BIER fast reroute: every bypass this BFR has, and the neighbours whose copies take theirs now
+            "fast_reroute": {
+                "bypass": {n: {"via": v, "labels": list(ls)} for n, (v, ls) in self.bypasses.items()},
+                "on": sorted(self.active_bypass),
+            },
             "bift": {
                 str(si): [
                     {
@@ -457,6 +493,7 @@ class BierPart(Service):
         out = {f"bier.{k}": v for k, v in self.current.counters().items()}
         out["bier.app-dropped"] = self.current.app_dropped
         out["bier.rerouted"] = self.current.rerouted
+        out["bier.bypass.switches"] = self.current.bypass_switches
         if self.current.edge is not None:
             edge = self.current.net_ebpf or self.current.edge
             out.update({f"net-bier.{k}": v for k, v in edge.counters().items()})

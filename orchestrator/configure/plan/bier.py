@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import ipaddress
 
+from aidcnet.bier.fast_reroute import adjacency_labels, bypass_path, tunnel
+from aidcnet.config import BierBypass
 from aidcnet.roles import Role
 from orchestrator.configure.plan.context import Context, Source, clash, natural_key, problem
 from orchestrator.configure.plan.schema import GroupVars, LabPlan, PlanBier, PlanError, PlanGroup
-from orchestrator.lab.roles import ROLES
+from orchestrator.lab.roles import ROLES, Place, role_named
 
 BSLS = (64, 128, 256, 512, 1024, 2048, 4096)
 # BFR-ID is a 16-bit field and 0 is reserved (RFC 8279 §2).
@@ -31,6 +33,7 @@ def apply(plan: LabPlan, ctx: Context) -> LabPlan:
     bift, _ = ctx.setting("bier.bift")
     dataplane, _ = ctx.setting("bier.dataplane")
     edge_policy, _ = ctx.setting("bier.edge_policy")
+    fast_reroute, _ = ctx.setting("bier.fast_reroute")
     tenants, tenants_src = ctx.setting("bier.tenants")
     tenant_of: dict[str, str] = {}
     for tenant, hosts in (tenants or {}).items():
@@ -54,6 +57,7 @@ def apply(plan: LabPlan, ctx: Context) -> LabPlan:
         bift=bift,
         dataplane=dataplane,
         edge_policy=edge_policy,
+        fast_reroute=fast_reroute,
         tenants={t: sorted(hosts, key=natural_key) for t, hosts in (tenants or {}).items()},
     )
 
@@ -159,3 +163,43 @@ def assign_labels(plan: LabPlan) -> None:
                 "the 20-bit label space; use a longer BSL (bier.bsl) or fewer, denser BFR-IDs"
             )
         node.bier_label_base = base
+
+
+def bier_adjacency(plan: LabPlan) -> dict[str, list[str]]:
+    """Every BFR's BFR-NBRs: the nodes at the other end of its links that are BFRs with an address there
+    (the neighbours :func:`orchestrator.configure.plan.configs.bier_config` writes), sorted."""
+    adjacency: dict[str, set[str]] = {
+        n.name: set() for n in plan.nodes.values() if n.bfr_id is not None and n.bier_label_base is not None
+    }
+    for link in plan.links:
+        a, b = link.a, link.b
+        if a.node in adjacency and b.node in adjacency and a.node != b.node and a.address and b.address:
+            adjacency[a.node].add(b.node)
+            adjacency[b.node].add(a.node)
+    return {name: sorted(nbrs, key=natural_key) for name, nbrs in adjacency.items()}
+
+
+def fast_reroute_config(plan: LabPlan, name: str) -> tuple[dict[str, int], dict[str, BierBypass]]:
+    """Fast reroute for BFR ``name`` (aidcnet/bier/fast_reroute.py): its adjacency label per BFR-NBR, and
+    a bypass per BFR-NBR that has one. Adjacency labels follow every BFR's BIER labels, one per directed
+    BFR adjacency of the lab; a bypass's inner nodes are switches."""
+    adjacency = bier_adjacency(plan)
+    ids = [n.bfr_id for n in plan.nodes.values() if n.bfr_id is not None]
+    first = FIRST_UNRESERVED_LABEL + (max(ids, default=0)) * plan.bier.si_count
+    try:
+        labels = adjacency_labels(adjacency, first)
+    except ValueError as exc:
+        raise PlanError(
+            f"{plan.topology}: BIER fast reroute: {exc}; turn bier.fast_reroute off or use fewer BFRs"
+        ) from exc
+
+    def transit(node: str) -> bool:
+        return role_named(plan.nodes[node].role).place is Place.SWITCH
+
+    bypass: dict[str, BierBypass] = {}
+    for nbr in adjacency.get(name, []):
+        path = bypass_path(adjacency, name, nbr, transit)
+        if path is not None:
+            via, stack = tunnel(path, labels)
+            bypass[nbr] = BierBypass(via=via, labels=stack)
+    return labels.get(name, {}), bypass

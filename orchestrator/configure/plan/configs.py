@@ -21,6 +21,7 @@ from aidcnet.config import (
 )
 from aidcnet.roles import AGENT_ROLES, Role
 from orchestrator.configure.plan.bfd import bfd_config
+from orchestrator.configure.plan.bier import fast_reroute_config
 from orchestrator.configure.plan.context import natural_key
 from orchestrator.configure.plan.igmp import igmp_config
 from orchestrator.configure.plan.ina import ina_config
@@ -224,6 +225,7 @@ def bier_config(plan: LabPlan, name: str) -> Bier | None:
             mine = sorted({port for leaf, port in g.receiver_ports.values() if leaf == name}, key=natural_key)
             if mine:
                 members.append(BierMembership(group=g.group, interfaces=mine))
+    adjacency_labels, bypass = fast_reroute_config(plan, name) if plan.bier.fast_reroute else ({}, {})
     return Bier(
         bfr_id=node.bfr_id,
         sub_domain=plan.bier.sub_domain,
@@ -239,6 +241,8 @@ def bier_config(plan: LabPlan, name: str) -> Bier | None:
         app_port=HOST_APP_PORT if node.role == Role.GPU_HOST else None,
         flows=flows,
         members=members,
+        adjacency_labels=adjacency_labels,
+        bypass=bypass,
     )
 
 

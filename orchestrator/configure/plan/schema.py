@@ -142,6 +142,7 @@ class BierVars(knobs_of(Bier, BIER_KNOBS, _Vars, optional=True)):  # type: ignor
     # Range and value set are checked by the bier feature so the message can cite RFC 8296.
     bsl: int | None = None
     edge_policy: bool | None = None
+    fast_reroute: bool | None = None
     # tenant -> its gpu hosts: under the edge policy each may address only its tenant's BFERs
     tenants: dict[str, list[str]] | None = None
     groups: list[GroupVars] = Field(default_factory=list)
@@ -389,6 +390,8 @@ class PlanBier(knobs_of(Bier, BIER_KNOBS, _Plan)):  # type: ignore[misc]
     bsl: int
     # RFC 8296 §6 ingress policy on every BFR port (docs/bier.md, Edge policy); bier.yml turns it on.
     edge_policy: bool
+    # BIER-FRR link protection (docs/bier.md, Fast reroute): adjacency labels and a bypass per BFR-NBR.
+    fast_reroute: bool
     # tenant -> its gpu hosts (sorted); a host in none may address the whole domain
     tenants: dict[str, list[str]]
     # How many SIs the BFR-ids use: (max BFR-id - 1) // BSL + 1; each BFR gets that many labels.

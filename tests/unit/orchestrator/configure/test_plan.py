@@ -212,6 +212,7 @@ def test_ina_fig1_workers_are_bits_1_to_8():
         "bift": "static",
         "dataplane": "ebpf",
         "edge_policy": True,
+        "fast_reroute": True,
         "tenants": {},
         "si_count": 1,
         "groups": [],
@@ -255,6 +256,7 @@ def test_bier_settings_from_vars():
     assert plan.bier.model_dump() == {
         **bier_vars,
         "edge_policy": True,
+        "fast_reroute": True,
         "tenants": {},
         "si_count": 1,
         "groups": [],
@@ -421,9 +423,7 @@ def test_every_node_config_validates(name):
         assert again.bgp is not None and again.bgp.router_id == plan.nodes[node].loopback.ip
         assert again.bier is not None and again.bier.bfr_id == plan.nodes[node].bfr_id
         # Collapsed: every planned destination keeps its next hops, and nothing else is routed.
-        routed = {
-            ip: [(str(h.via), h.dev) for h in r.nexthops] for r in again.routes for ip in r.prefix
-        }
+        routed = {ip: [(str(h.via), h.dev) for h in r.nexthops] for r in again.routes for ip in r.prefix}
         planned = {
             r.prefix.network_address: [(str(h.via), h.dev) for h in r.nexthops]
             for r in plan.nodes[node].routes

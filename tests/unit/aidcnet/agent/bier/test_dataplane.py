@@ -22,6 +22,7 @@ from aidcnet.agent.bier.dataplane import DROP_COUNTERS, BierDataplane
 from aidcnet.agent.bier.host import BierHost
 from aidcnet.bier.bift import build_bifts
 from aidcnet.bier.edge_policy import FABRIC, HOST, HostBfir, PortPolicy
+from aidcnet.bier.fast_reroute import adjacency_labels, bypass_path, push, tunnel
 from aidcnet.bier.header import BierHeader, BierProto
 from aidcnet.bier.routing import compute_birts, undirected
 
@@ -540,3 +541,101 @@ def test_a_delivery_carries_its_packets_kernel_receive_stamp(lab: Lab) -> None:
     t0 = time.time_ns()
     own.impose(b"self", [3], BierProto.IPV4)
     assert len(mine) == 1 and t0 <= mine[0] <= time.time_ns()
+
+
+# BIER fast reroute on a small Clos: leaves 1..3 are BFERs, spines transit. spine1's link to leaf1 is
+# taken as down at spine1 (loopback cannot cut it, so nothing goes over it once the bypass is on).
+CLOS_EDGES = [(leaf, spine) for leaf in ("L1", "L2", "L3") for spine in ("S1", "S2")]
+CLOS_IDS = {"L1": 1, "L2": 2, "L3": 3}
+
+
+def _with_fast_reroute(lab: Lab) -> dict[str, tuple[str, list[int]]]:
+    """Every BFR's adjacency labels (their own block) and S1's bypasses, as the plan writes them."""
+    labels = adjacency_labels(lab.adj, 5000)
+    for name, dp in lab.dps.items():
+        dp.set_adjacency_labels({label: nbr for nbr, label in labels[name].items()})
+    bypasses = {}
+    for nbr in lab.adj["S1"]:
+        path = bypass_path(lab.adj, "S1", nbr, lambda n: True)
+        assert path is not None
+        bypasses[nbr] = tunnel(path, labels)
+    return bypasses
+
+
+def test_a_bypass_carries_a_dead_links_copies_to_its_neighbour_exactly_once() -> None:
+    lab = make_lab(CLOS_EDGES, CLOS_IDS, nodes=("S1", "S2"))
+    try:
+        bypasses = _with_fast_reroute(lab)
+        assert bypasses["L1"] == ("L2", [lab_label(lab, "L2", "S2"), lab_label(lab, "S2", "L1")])
+        lab.dps["S1"].set_bypass({"L1": bypasses["L1"]})
+        assert lab.dps["S1"].bypassed == ["L1"]
+        for entropy in range(32):  # L2 and L3 pick S1 or S2 for L1 by entropy: S1's share takes the bypass
+            lab.dps["L2"].impose(b"from-l2-%d" % entropy, [1, 3], BierProto.IPV4, entropy)
+            lab.dps["L3"].impose(b"from-l3-%d" % entropy, [1], BierProto.IPV4, entropy)
+        lab.settle()
+        s1 = lab.dps["S1"].counters()
+        assert s1["tx.nbr.L1.packets"] == 0 and s1["bypass.sent"] > 0
+        expected = sorted([b"from-l2-%d" % e for e in range(32)] + [b"from-l3-%d" % e for e in range(32)])
+        assert sorted(p for p, *_ in lab.got["L1"]) == expected  # every one, once
+        passed = sum(dp.counters()["bypass.passed"] for dp in lab.dps.values())
+        assert passed == 2 * s1["bypass.sent"]  # a leaf, then a spine, popped one label each
+        for name, dp in lab.dps.items():
+            c = dp.counters()
+            assert c["rx.packets"] + c["imposed"] == c["accepted"] + sum(c[k] for k in WHOLE_DROPS), name
+        # switched off: straight to L1 again
+        lab.dps["S1"].set_bypass({})
+        lab.dps["L2"].impose(b"after", [1], BierProto.IPV4, 0)
+        lab.dps["L3"].impose(b"after", [1], BierProto.IPV4, 1)
+        lab.settle()
+        assert lab.dps["S1"].counters()["bypass.sent"] == s1["bypass.sent"]
+        assert [p for p, *_ in lab.got["L1"]].count(b"after") == 2
+    finally:
+        lab.close()
+
+
+def lab_label(lab: Lab, node: str, nbr: str) -> int:
+    return adjacency_labels(lab.adj, 5000)[node][nbr]
+
+
+def test_a_bypass_from_a_host_port_or_a_stranger_is_dropped_by_the_edge_policy() -> None:
+    """A bypass hands its packet to the next BFR as if from a fabric port: only a fabric port's BFR
+    neighbour may send one, or a host could get round its own port's checks."""
+    lab = make_lab(CLOS_EDGES, CLOS_IDS, nodes=("S1", "S2"))
+    try:
+        _with_fast_reroute(lab)
+        l2 = lab.dps["L2"]
+        inner = raw(lab.labels["S2"][(0, BSL, 0)], bitstring=0b1, bfir_id=1) + b"sneaked"
+        pkt = push([lab_label(lab, "L2", "S2")]) + inner
+        net = lab.addrs["L2"].rsplit(".", 1)[0]
+        host = f"{net}.200"
+        for policy in (
+            PortPolicy(HOST, hosts={host: HostBfir.reaching(1, [1], BSL)}),  # a host port
+            PortPolicy(FABRIC, neighbors=frozenset({lab.addrs["S1"]})),  # a fabric port, not its neighbour
+        ):
+            l2.set_edge_policy({"lo": policy})
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                s.bind((host, 0))
+                s.sendto(pkt, (lab.addrs["L2"], 6635))
+            lab.settle()
+        c = l2.counters()
+        assert c["dropped-policy.lo.not-bfr-neighbor"] == 2 and c["bypass.passed"] == 0
+        assert lab.got["L1"] == []
+        # from the fabric neighbour it names, the same packet passes
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.bind((lab.addrs["S1"], 0))
+            s.sendto(pkt, (lab.addrs["L2"], 6635))
+        lab.settle()
+        assert l2.counters()["bypass.passed"] == 1
+        assert [p for p, *_ in lab.got["L1"]] == [b"sneaked"]
+    finally:
+        lab.close()
+
+
+def test_bad_fast_reroute_tables_are_refused(lab: Lab) -> None:
+    b = lab.dps["B"]
+    with pytest.raises(ValueError, match="not BFR-NBRs"):
+        b.set_adjacency_labels({5000: "Z"})
+    with pytest.raises(ValueError, match="BIFT-ids of this BFR"):
+        b.set_adjacency_labels({lab.labels["B"][(0, BSL, 0)]: "A"})
+    with pytest.raises(ValueError, match="not BFR-NBRs"):
+        b.set_bypass({"C": ("Q", [5000])})

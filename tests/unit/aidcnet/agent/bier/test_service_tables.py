@@ -71,3 +71,57 @@ def test_a_static_bift_forwards_around_a_dead_spine_link_and_back(monkeypatch):
         assert service.rerouted == 2
     finally:
         service.close()
+
+
+def test_a_spine_with_no_way_around_switches_its_dead_links_copies_to_the_bypass(monkeypatch):
+    """spine1's only next hop toward the hosts of leaf1 is leaf1: with that link down, their rows have no
+    alternative, so fast reroute turns on the plan's bypass (over leaf2 and spine2) and they keep leaf1 (the
+    row of spine2, reached over every leaf, drops leaf1 as before)."""
+    import functools
+
+    import aidcnet.agent.bier.service as svc
+    from aidcnet.agent.bier.dataplane import BierDataplane
+
+    monkeypatch.setattr(svc, "BierDataplane", functools.partial(BierDataplane, bind_addr="127.0.0.1", port=0))
+    cfgs = configs("leaf-spine")
+    spine1 = cfgs["spine1"].bier.model_copy(update={"edge_policy": {}, "dataplane": "python"})
+    assert spine1.bypass["leaf1"].via == "leaf2"
+    assert spine1.bypass["leaf1"].labels == [
+        cfgs["leaf2"].bier.adjacency_labels["spine2"],
+        cfgs["spine2"].bier.adjacency_labels["leaf1"],
+    ]
+    port = next(n.interface for n in spine1.neighbors if n.name == "leaf1")
+    service = svc.BierService(spine1, host=False)
+    try:
+        h1, h2 = cfgs["h1"].bier.bfr_id, cfgs["h2"].bier.bfr_id
+        assert service.links_down(frozenset({port})) is True
+        assert service.dataplane.bypassed == ["leaf1"]
+        rows = dict(service.dataplane.bifts[0].rows())
+        assert [nbr for _fbm, nbr in rows[h1] + rows[h2]] == ["leaf1", "leaf1"]
+        assert "leaf1" not in {nbr for _fbm, nbr in rows[cfgs["spine2"].bier.bfr_id]}
+        assert service.bift_rows()["fast_reroute"]["on"] == ["leaf1"]
+        assert service.links_down(frozenset({port})) is False
+        assert service.links_down(frozenset()) is True and service.dataplane.bypassed == []
+        assert (service.bypass_switches, service.rerouted) == (2, 2)
+    finally:
+        service.close()
+    # off in the plan: no bypass, and the dead link's copies are lost as before
+    plain = spine1.model_copy(update={"bypass": {}, "adjacency_labels": {}})
+    service = svc.BierService(plain, host=False)
+    try:
+        service.links_down(frozenset({port}))
+        assert service.dataplane.bypassed == [] and service.bypass_switches == 0
+    finally:
+        service.close()
+
+
+def test_the_wire_format_docs_bypass_example_is_what_the_plan_gives_spine1():
+    """docs/bier-wire-format.md, "A fast-reroute bypass": the bytes it prints for spine1's bypass to leaf1."""
+    from aidcnet.bier.fast_reroute import push
+    from aidcnet.bier.mpls import encode_lse
+
+    cfgs = configs("leaf-spine")
+    bypass = cfgs["spine1"].bier.bypass["leaf1"]
+    assert (bypass.via, bypass.labels, cfgs["leaf1"].bier.label_base) == ("leaf2", [45, 58], 24)
+    assert push(bypass.labels).hex(" ") == "00 02 d0 40 00 03 a0 40"
+    assert encode_lse(24, 0, 1, 63).hex(" ") == "00 01 81 3f"

@@ -1,0 +1,104 @@
+"""BIER fast reroute with link protection (draft-ietf-bier-frr): a bypass tunnel to every BFR-NBR that
+goes around the link to it, precomputed, and used the moment that link is seen down.
+
+A BFR (the point of local repair, PLR) whose link to BFR-NBR N fails first tries what it already has: a
+BIRT row with another equal-cost next hop drops N (:func:`aidcnet.bier.bift.birt_around`); such a next
+hop is downstream of the PLR, so it is a loop-free alternate. Rows whose only next hop is N (a spine's
+rows for the BFERs behind one leaf, on a Clos) have no alternate at all: there, the PLR sends N's copy
+through N's bypass. The BitString and the BIER label stay the ones N would have received; the tunnel
+only carries them to N another way, so no BFER gets a copy twice (RFC 8279 §6.6 names such bypass
+tunnels; the draft calls it tunnel-based link protection).
+
+The tunnel is an explicit path of adjacency labels (an MPLS label stack, as RFC 8402's adjacency
+segments), not a route: every BFR gives each of its BFR-NBRs one label that means "pop me and send the
+rest to that neighbour". The PLR pushes the labels of the path's inner nodes above N's BIER label and
+sends the packet to the path's first hop. Each inner node pops one entry and passes the rest on; N sees
+its own BIER label, from a BFR neighbour, as any copy. An explicit path cannot loop back through the
+failed link, which a route toward N's loopback on a Clos does (every other leaf's route to N's BFERs has
+the PLR among its equal-cost next hops).
+
+The path is a shortest one around the protected link whose inner nodes are transit BFRs (switches:
+a GPU host is a path's end, never its middle), with neighbours taken in sorted order so every run builds
+the same tunnel. One failed link at a time is protected; a bypass whose first hop is down too is not
+used (:func:`usable_bypasses`).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Collection, Mapping, Sequence
+
+from aidcnet.bier.mpls import MAX_LABEL, encode_lse
+
+BYPASS_TTL = 64
+"""The TTL of every pushed adjacency entry (the pipe model: the BIER-TTL below is not touched)."""
+
+
+def bypass_path(
+    adjacency: Mapping[str, Sequence[str]], plr: str, nbr: str, transit: Callable[[str], bool]
+) -> list[str] | None:
+    """The shortest path ``[plr, ..., nbr]`` that does not use the link between them, through nodes
+    ``transit`` accepts; None when there is none (the link is a bridge of the transit graph)."""
+    if nbr not in adjacency.get(plr, ()):
+        raise ValueError(f"{nbr!r} is not a neighbour of {plr!r}")
+    parent: dict[str, str] = {plr: plr}
+    queue = deque([plr])
+    while queue:
+        here = queue.popleft()
+        for there in sorted(adjacency[here]):
+            if there in parent or (here == plr and there == nbr):
+                continue
+            parent[there] = here
+            if there == nbr:
+                path = [nbr]
+                while path[-1] != plr:
+                    path.append(parent[path[-1]])
+                return path[::-1]
+            if transit(there):
+                queue.append(there)
+    return None
+
+
+def adjacency_labels(adjacency: Mapping[str, Sequence[str]], first: int) -> dict[str, dict[str, int]]:
+    """``{node: {neighbour: label}}``: one label per directed adjacency from ``first`` on, nodes and
+    neighbours in sorted order, so a label names exactly one (node, neighbour) pair in the lab."""
+    out: dict[str, dict[str, int]] = {}
+    label = first
+    for node in sorted(adjacency):
+        out[node] = {}
+        for nbr in sorted(set(adjacency[node])):
+            out[node][nbr] = label
+            label += 1
+    if label - 1 > MAX_LABEL:
+        raise ValueError(
+            f"adjacency labels from {first} pass the 20-bit label space ({label - first} needed)"
+        )
+    return out
+
+
+def tunnel(path: Sequence[str], labels: Mapping[str, Mapping[str, int]]) -> tuple[str, list[int]]:
+    """``(first hop, labels to push, top first)`` for a bypass ``path`` from :func:`bypass_path`: the
+    first hop pops the top label and sends the rest to the next inner node, and so on; the last inner
+    node sends the packet to the protected neighbour with only its BIER label left."""
+    if len(path) < 3:
+        raise ValueError(f"a bypass needs at least one node between its ends, got {list(path)}")
+    return path[1], [labels[path[i]][path[i + 1]] for i in range(1, len(path) - 1)]
+
+
+def push(labels: Sequence[int]) -> bytes:
+    """The label stack entries a bypass puts in front of the BIER packet: S=0 on every one, because the
+    BIER label below them is the bottom of the stack (RFC 3032 §2.1)."""
+    return b"".join(encode_lse(label, 0, 0, BYPASS_TTL) for label in labels)
+
+
+def usable_bypasses(
+    needed: Collection[str], bypasses: Mapping[str, tuple[str, Sequence[int]]], down: Collection[str]
+) -> dict[str, tuple[str, Sequence[int]]]:
+    """The bypasses to switch on: for every neighbour in ``needed`` (still a next hop although its link is
+    ``down``), its tunnel, unless the tunnel's first hop is down too (a second failure it does not
+    survive)."""
+    return {
+        nbr: bypasses[nbr]
+        for nbr in sorted(needed)
+        if nbr in down and nbr in bypasses and bypasses[nbr][0] not in down
+    }

@@ -1,0 +1,124 @@
+"""BIER fast reroute on both dataplanes (aidcnet/bier/fast_reroute.py): the point of local repair sends
+a dead link's copies into their bypass tunnel, and a BFR on the tunnel pops its adjacency label and passes
+the rest on. The eBPF program pushes and pops no labels: it hands both to the Python dataplane (a
+punted neighbour, a label stack deeper than one entry), so the frames must be the same either way.
+
+The DUT is BFR-B of RFC 8279 Figure 1 (neighbours A, C, E). Needs root, clang, bpftool and tc (make
+setup), like test_bier_ebpf.py.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from aidcnet.bier.bift import bifts_by_label, build_bifts
+from aidcnet.bier.fast_reroute import push
+from aidcnet.bier.forwarding import build_copies, forward_packet
+from aidcnet.bier.header import BierHeader
+from aidcnet.bier.mpls import encode_lse
+from aidcnet.bier.routing import compute_birts, undirected
+from tests.dataplane.netlab import NetLab
+from tests.dataplane.test_bier_ebpf import Dut, _unpin, check_payloads
+from tests.unit.aidcnet.bier.test_bier_forwarding import FIG1_EDGES, FIG1_IDS
+
+__all__ = ["_unpin"]  # the autouse fixture that unpins the maps after each test
+
+NAMES = ["A", "C", "E"]
+BYPASS_TO_C = ("E", [7000, 7001])  # as if C were reached from B over E and one more BFR
+
+
+def _dut(lab: NetLab, obj: Path, mode: str, adjacency: dict[int, str] | None = None) -> tuple[Dut, dict]:
+    birt = compute_birts(undirected(FIG1_EDGES), FIG1_IDS)["B"]
+    nbr_labels = {n: {(0, 64, 0): 1000 + 100 * i} for i, n in enumerate(NAMES)}
+    bifts = build_bifts(birt, 64, nbr_labels)
+    local_labels = {(0, 64, si): 500 + si for si in bifts}
+    dut = Dut(lab, None, 64, bifts, NAMES, local_labels)
+    dut.dp.set_adjacency_labels(adjacency or {})
+    if mode == "ebpf":
+        dut.start_ebpf(obj)
+    return dut, bifts_by_label(bifts, local_labels)
+
+
+def _packets() -> list[bytes]:
+    return [
+        BierHeader(bift_id=500, bitstring=bits, bsl=64, ttl=64, entropy=bits, bfir_id=4).encode()
+        + b"pl%d" % bits
+        for bits in range(1, 16)
+    ]
+
+
+@pytest.mark.parametrize("mode", ["ebpf", "python"])
+@pytest.mark.parametrize("lab", [3], indirect=True)
+def test_a_dead_links_copies_take_the_bypass_and_come_back_when_it_is_off(
+    lab: NetLab, bier_obj: Path, mode: str
+) -> None:
+    dut, tables = _dut(lab, bier_obj, mode)
+    try:
+        packets = _packets()
+        via, labels = BYPASS_TO_C
+        want: list[list[bytes]] = [[] for _ in NAMES]
+        normal: list[list[bytes]] = [[] for _ in NAMES]
+        to_c = 0
+        for pkt in packets:
+            res = forward_packet(pkt, tables)
+            for nbr, copy in build_copies(pkt, res):
+                normal[NAMES.index(nbr)].append(lab.copy_frame(NAMES.index(nbr), bytes(copy)))
+                if nbr == "C":
+                    to_c += 1
+                    want[NAMES.index(via)].append(
+                        lab.copy_frame(NAMES.index(via), push(labels) + bytes(copy))
+                    )
+                else:
+                    want[NAMES.index(nbr)].append(lab.copy_frame(NAMES.index(nbr), bytes(copy)))
+        dut.dp.set_bypass({"C": BYPASS_TO_C})
+        if dut.ebpf is not None:
+            dut.ebpf.punt(["C"])
+        got = dut.run(packets)
+        if mode == "ebpf":
+            # the punted packets leave after the fast path's: the same frames, not in the same order
+            got, want = ([sorted(f, key=lambda x: x[42:]) for f in fs] for fs in (got, want))
+        check_payloads(got, want)
+        assert got[NAMES.index("C")] == []
+        c = dut.counters()
+        assert c["bypass.sent"] == to_c > 0
+        assert c["tx.nbr.E.packets"] == len(want[NAMES.index("E")])
+        if mode == "ebpf":  # only the packets with a copy for C left the fast path
+            assert c["ebpf.punted"] == to_c
+        # off again: C's link, from the fast path
+        dut.dp.set_bypass({})
+        if dut.ebpf is not None:
+            dut.ebpf.punt([])
+        check_payloads(dut.run(packets), normal)
+        assert dut.counters()["bypass.sent"] == to_c
+        if mode == "ebpf":
+            assert dut.counters()["ebpf.punted"] == to_c
+    finally:
+        dut.close()
+
+
+@pytest.mark.parametrize("mode", ["ebpf", "python"])
+@pytest.mark.parametrize("lab", [3], indirect=True)
+def test_a_bypass_passes_through_with_its_top_label_popped(lab: NetLab, bier_obj: Path, mode: str) -> None:
+    dut, _tables = _dut(lab, bier_obj, mode, adjacency={7000: "E", 7001: "C"})
+    try:
+        inner = [
+            BierHeader(bift_id=1200, bitstring=bits, bsl=64, ttl=9, bfir_id=4).encode() for bits in (1, 6)
+        ]
+        packets = [
+            push([7000]) + inner[0],
+            push([7001, 7005]) + inner[1],  # two labels left: C gets one still on top of its BIER label
+            push([7999]) + inner[0],  # not one of ours: dropped
+            encode_lse(7000, 0, 0, 1) + inner[0],  # its TTL runs out here
+        ]
+        want = [[], [lab.copy_frame(1, push([7005]) + inner[1])], [lab.copy_frame(2, inner[0])]]
+        got = dut.run(packets)
+        check_payloads(got, want)
+        c = dut.counters()
+        assert (c["bypass.passed"], c["dropped-unknown-bift-id"], c["dropped-ttl"]) == (2, 1, 1)
+        assert c["rx.packets"] == len(packets)
+        if mode == "ebpf":  # ours, popped by the Python dataplane; the stranger's label dropped in the kernel
+            assert c["ebpf.punted"] == len(packets) - 1
+    finally:
+        dut.close()

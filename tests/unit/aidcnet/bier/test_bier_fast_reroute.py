@@ -1,0 +1,142 @@
+"""BIER fast reroute's pure part (aidcnet/bier/fast_reroute.py): bypass paths, adjacency labels, the label
+stack."""
+
+from __future__ import annotations
+
+from collections import deque
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from aidcnet.bier.fast_reroute import (
+    BYPASS_TTL,
+    adjacency_labels,
+    bypass_path,
+    push,
+    tunnel,
+    usable_bypasses,
+)
+from aidcnet.bier.mpls import decode_lse
+from aidcnet.bier.routing import undirected
+
+# leaf-spine as the lab ships it, two hosts per leaf: hosts end paths, switches carry them
+LEAVES, SPINES = ["leaf1", "leaf2", "leaf3"], ["spine1", "spine2"]
+CLOS = undirected(
+    [(leaf, spine) for leaf in LEAVES for spine in SPINES]
+    + [("h1", "leaf1"), ("h2", "leaf1"), ("h3", "leaf2")]
+)
+
+
+def switch(node: str) -> bool:
+    return not node.startswith("h")
+
+
+def test_a_spine_reaches_its_leaf_over_another_leaf_and_spine() -> None:
+    # the case with no equal-cost alternative: every other leaf forwards to leaf1 over spine1 too
+    assert bypass_path(CLOS, "spine1", "leaf1", switch) == ["spine1", "leaf2", "spine2", "leaf1"]
+    assert bypass_path(CLOS, "leaf1", "spine1", switch) == ["leaf1", "spine2", "leaf2", "spine1"]
+
+
+def test_a_host_link_has_no_bypass_and_a_host_never_carries_one() -> None:
+    assert bypass_path(CLOS, "leaf1", "h1", switch) is None
+    assert bypass_path(CLOS, "h1", "leaf1", switch) is None
+    # h1 and h2 both hang off leaf1: a path through either would make a host forward
+    two_homed = undirected([*((a, b) for a, bs in CLOS.items() for b in bs), ("h1", "leaf2")])
+    assert "h1" not in (bypass_path(two_homed, "spine1", "leaf1", switch) or [])[1:-1]
+
+
+def test_not_a_neighbour_is_an_error() -> None:
+    with pytest.raises(ValueError, match="not a neighbour"):
+        bypass_path(CLOS, "spine1", "spine2", switch)
+
+
+def test_the_tunnel_pushes_the_inner_nodes_adjacency_labels() -> None:
+    labels = adjacency_labels(CLOS, 100)
+    via, stack = tunnel(["spine1", "leaf2", "spine2", "leaf1"], labels)
+    assert via == "leaf2"
+    assert stack == [labels["leaf2"]["spine2"], labels["spine2"]["leaf1"]]
+    with pytest.raises(ValueError, match="at least one node between"):
+        tunnel(["spine1", "leaf1"], labels)
+
+
+def test_adjacency_labels_are_one_per_directed_adjacency() -> None:
+    labels = adjacency_labels(CLOS, 16)
+    flat = [label for nbrs in labels.values() for label in nbrs.values()]
+    assert len(flat) == len(set(flat)) == sum(len(v) for v in CLOS.values())
+    assert min(flat) == 16 and max(flat) == 16 + len(flat) - 1
+    with pytest.raises(ValueError, match="20-bit"):
+        adjacency_labels(CLOS, (1 << 20) - 3)
+
+
+def test_pushed_entries_are_not_the_bottom_of_the_stack() -> None:
+    wire = push([70, 71])
+    assert len(wire) == 8
+    for i, label in enumerate((70, 71)):
+        entry = decode_lse(wire, 4 * i)
+        assert (entry.label, entry.s, entry.ttl) == (label, 0, BYPASS_TTL)
+
+
+def test_a_bypass_is_used_only_for_a_down_neighbour_the_birt_still_needs() -> None:
+    bypasses = {"leaf1": ("leaf2", (1, 2)), "leaf2": ("leaf1", (3, 4)), "leaf3": ("leaf1", (5, 6))}
+    assert usable_bypasses({"leaf1", "leaf3"}, bypasses, {"leaf1"}) == {"leaf1": ("leaf2", (1, 2))}
+    # not needed any more (the BIRT moved off it): off
+    assert usable_bypasses({"leaf3"}, bypasses, {"leaf1"}) == {}
+    # its first hop is down too: a second failure the bypass does not survive
+    assert usable_bypasses({"leaf2", "leaf3"}, bypasses, {"leaf1", "leaf3"}) == {}
+
+
+@st.composite
+def graphs(draw: st.DrawFn) -> tuple[dict[str, list[str]], set[str]]:
+    n = draw(st.integers(3, 9))
+    nodes = [f"n{i}" for i in range(n)]
+    pairs = [(a, b) for i, a in enumerate(nodes) for b in nodes[i + 1 :]]
+    edges = draw(st.lists(st.sampled_from(pairs), min_size=2, max_size=len(pairs), unique=True))
+    hosts = set(draw(st.lists(st.sampled_from(nodes), max_size=n // 2, unique=True)))
+    return undirected(edges), hosts
+
+
+def _shortest_without(adj: dict[str, list[str]], a: str, b: str, transit: set[str]) -> int | None:
+    dist = {a: 0}
+    queue = deque([a])
+    while queue:
+        u = queue.popleft()
+        if u != a and u not in transit:
+            continue
+        for v in adj[u]:
+            if {u, v} == {a, b} or v in dist:
+                continue
+            dist[v] = dist[u] + 1
+            queue.append(v)
+    return dist.get(b)
+
+
+@settings(max_examples=300, deadline=None)
+@given(graphs())
+def test_a_bypass_avoids_its_link_is_shortest_and_its_labels_lead_to_the_neighbour(
+    case: tuple[dict[str, list[str]], set[str]],
+) -> None:
+    adj, hosts = case
+    labels = adjacency_labels(adj, 16)
+    owner = {label: (node, nbr) for node, nbrs in labels.items() for nbr, label in nbrs.items()}
+    transit = set(adj) - hosts
+    for plr, nbrs in adj.items():
+        for nbr in nbrs:
+            path = bypass_path(adj, plr, nbr, lambda n: n in transit)
+            best = _shortest_without(adj, plr, nbr, transit)
+            if path is None:
+                assert best is None
+                continue
+            assert len(path) - 1 == best and path[0] == plr and path[-1] == nbr
+            assert all(path[i + 1] in adj[path[i]] for i in range(len(path) - 1))
+            assert all({path[i], path[i + 1]} != {plr, nbr} for i in range(len(path) - 1))
+            assert set(path[1:-1]) <= transit
+            # follow the packet: each node it reaches pops the top label, which names where it goes next
+            here, stack = tunnel(path, labels)
+            seen = [plr, here]
+            for label in stack:
+                node, nxt = owner[label]
+                assert node == here
+                here = nxt
+                seen.append(here)
+            assert seen == path
