@@ -102,3 +102,24 @@ def usable_bypasses(
         for nbr in sorted(needed)
         if nbr in down and nbr in bypasses and bypasses[nbr][0] not in down
     }
+
+
+def rows_kept_for_bypass(
+    birt: Mapping[int, Sequence[str]],
+    last_hops: Mapping[int, Sequence[str]],
+    down: Collection[str],
+    bypasses: Mapping[str, tuple[str, Sequence[int]]],
+) -> dict[int, list[str]]:
+    """The BIRT a routing underlay gives (``birt``) plus every row it lost to a link that is ``down``:
+    a BFR-id it has no row for whose last next hops (``last_hops``) include a down neighbour with a usable
+    bypass keeps those neighbours, so its copies go through their bypass until the underlay finds another
+    way. (On a Clos, BGP at a spine that loses a leaf has no other way at all: every path back through
+    another leaf meets the spines' own AS.) A row the underlay gives again replaces the kept one."""
+    out = {bfr_id: list(hops) for bfr_id, hops in birt.items()}
+    for bfr_id, hops in last_hops.items():
+        if bfr_id in out:
+            continue
+        kept = [hop for hop in hops if hop in down and hop in bypasses and bypasses[hop][0] not in down]
+        if kept:
+            out[bfr_id] = kept
+    return out

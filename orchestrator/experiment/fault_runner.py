@@ -17,6 +17,7 @@ from orchestrator.experiment.faults import (
     counters_across_restarts,
     fault_lines,
     late_faults,
+    reroutes,
     unexplained_downs,
     unexplained_line,
 )
@@ -167,6 +168,34 @@ class FaultRunner:
             r.detections = bfd_detections(r, ends, events, self.zero, later[0] if later else self.end_s)
         return touched
 
+    def _reroutes(self) -> None:
+        """What each link fault's two ends' fast-reroute bypasses did (docs/bier.md, "Fast reroute")."""
+        import json
+
+        from orchestrator.lab.linkset import link_ends, parse_endpoint
+
+        links = [r for r in self.records if r.fault.kind == "link" and r.started_s is not None]
+        bier = self.session.plan.bier
+        if not links or bier is None or not bier.fast_reroute:
+            return
+        data_path = self.lab_dir / "topology-data.json"
+        data = json.loads(data_path.read_text())
+        events: dict[str, list[dict]] = {}
+        for k, r in enumerate(links):
+            node, interface = parse_endpoint(r.fault.target)
+            ends = [e.node for e in link_ends(data, node, interface, str(data_path)) if e.runs_agent]
+            if len(ends) != 2:
+                continue
+            for end in ends:
+                if end not in events:
+                    try:
+                        events[end] = self.session.agent(end).bift()["fast_reroute"]["events"]
+                    except Exception:  # no BIER there (or gone): nothing switched
+                        events[end] = []
+            later = [o.started_s for o in links[k + 1 :] if o.fault.target == r.fault.target]
+            across = [(ends[0], ends[1]), (ends[1], ends[0])]
+            r.reroutes = reroutes(r, across, events, self.zero, later[0] if later else self.end_s)
+
     def counters_after(self, after: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
         """The agents' counters after the run as the deltas need them: a restarted agent counted from zero
         again, so its counters before each restart are added back."""
@@ -188,6 +217,7 @@ class FaultRunner:
         never happened leaves the run other than the one asked for."""
         events = self._bfd_events()
         touched = self._detections(events) if events is not None else set()
+        self._reroutes()
         if events is not None:
             downs = unexplained_downs(events, touched, self.zero, self.end_s)
             if downs:

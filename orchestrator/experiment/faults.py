@@ -38,6 +38,8 @@ class FaultRecord:
     effect_s: float | None = None
     # A link fault on a lab running BFD (docs/bfd.md): what each end's session did about it (Detection).
     detections: list[Detection] = field(default_factory=list)
+    # A link fault under BIER fast reroute (docs/bier.md): each end's bypass around it going on or off.
+    reroutes: list[Reroute] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -49,6 +51,7 @@ class FaultRecord:
             "lines": self.lines,
             "error": self.error,
             **({"bfd": [d.to_dict() for d in self.detections]} if self.detections else {}),
+            **({"fast_reroute": [r.to_dict() for r in self.reroutes]} if self.reroutes else {}),
         }
 
     def late_s(self, time_scale: TimeScale) -> float | None:
@@ -155,6 +158,62 @@ def detection_line(record: FaultRecord, time_scale: TimeScale) -> str | None:
     return f"fault {record.fault.describe()}: BFD saw it " + ", ".join(each)
 
 
+@dataclass(frozen=True)
+class Reroute:
+    """One end of a link fault switching its fast-reroute bypass to the neighbour across the link:
+    ``after_s`` wall seconds from when the fault began to be applied to the bypass going ``on`` (or
+    ``off``, when the fault gave the link back)."""
+
+    node: str
+    neighbor: str
+    state: str  # on or off
+    after_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def reroutes(
+    record: FaultRecord,
+    across: Iterable[tuple[str, str]],
+    events: Mapping[str, Iterable[Mapping[str, Any]]],
+    zero: float,
+    until_s: float | None,
+) -> list[Reroute]:
+    """Each end's first bypass switch for the link after the fault began (``record.started_s``, seconds
+    after the run's ``zero``) and before ``until_s``. ``across``: (node, the neighbour across the link);
+    ``events``: each node's ``fast_reroute.events`` from ``aidcnet ctl show bift`` (``at_ns``, ``on``: the
+    neighbours whose bypass is on from then). A switch is an event that changes whether the neighbour is
+    in ``on``; an end whose bypass never went on for this link (it had another next hop) has none."""
+    if record.started_s is None:
+        return []
+    out = []
+    for node, neighbor in across:
+        was_on = False
+        for event in events.get(node, ()):
+            at_s = event["at_ns"] / 1e9 - zero
+            now_on = neighbor in event["on"]
+            if until_s is not None and at_s >= until_s:
+                break
+            if at_s >= record.started_s and now_on != was_on:
+                out.append(Reroute(node, neighbor, "on" if now_on else "off", at_s - record.started_s))
+                break
+            was_on = now_on
+    return out
+
+
+def reroute_line(record: FaultRecord, time_scale: TimeScale) -> str | None:
+    """``fault ...: fast reroute: spine1's bypass to leaf1 on after 310.0 ns``, in fabric time beside wall
+    time; None when no bypass switched. (The BIER modes send through it; the others run beside it.)"""
+    if not record.reroutes:
+        return None
+    clock = Clock(time_scale)
+    each = [
+        f"{r.node}'s bypass to {r.neighbor} {r.state} after {clock.both(r.after_s)}" for r in record.reroutes
+    ]
+    return f"fault {record.fault.describe()}: fast reroute: " + ", ".join(each)
+
+
 def unexplained_downs(
     events: Mapping[str, Iterable[Mapping[str, Any]]],
     touched: set[tuple[str, str]],
@@ -198,9 +257,7 @@ def fault_lines(records: Iterable[FaultRecord], time_scale: TimeScale) -> list[s
         effect = "" if late is None else f", in effect {clock.both(late)} after its time"
         took = "" if r.done_s is None else f", done after {wall(r.done_s - r.started_s)}"
         out.append(f"fault {r.fault.describe()} at {clock.both(r.started_s)}{effect}{took}")
-        line = detection_line(r, time_scale)
-        if line is not None:
-            out.append(line)
+        out.extend(line for line in (detection_line(r, time_scale), reroute_line(r, time_scale)) if line)
     return out
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -26,7 +27,7 @@ from aidcnet.bgp.bier_routes import BgpBirt, BgpPath, bgp_paths, birt_from_bgp, 
 from aidcnet.bier.bift import SELF, Bift, LabelKey, birt_around, build_bifts
 from aidcnet.bier.bitstring import bfr_id_to_si_bit
 from aidcnet.bier.edge_policy import PortPolicy, from_config
-from aidcnet.bier.fast_reroute import usable_bypasses
+from aidcnet.bier.fast_reroute import rows_kept_for_bypass, usable_bypasses
 from aidcnet.bier.header import BierProto
 from aidcnet.ipv4 import QP_PORT_BASE, ROCEV2_PORT, Ipv4DecodeError, UdpDatagram, build_udp, parse_udp
 from aidcnet.roles import Role
@@ -74,6 +75,9 @@ def edge_policies(bier: Bier) -> dict[str, PortPolicy]:
     return from_config(bier.model_dump(mode="json")["edge_policy"], bier.bsl)
 
 
+# Fast-reroute switches kept for `show bift` (a run reads the ones its faults caused).
+BYPASS_EVENTS_KEPT = 256
+
 # Host-BIER wraps application data as IPv4/UDP from the host's loopback to this SSM group and RoCEv2's
 # port, so captures decode as MPLS-in-UDP / BIER / IPv4 / UDP; the UDP source port is the QP.
 HOST_BIER_GROUP = "232.1.0.1"
@@ -101,7 +105,13 @@ class BierService:
         self.bypasses = {nbr: (b.via, tuple(b.labels)) for nbr, b in bier.bypass.items()}
         self.active_bypass: dict[str, tuple[str, tuple[int, ...]]] = {}
         self.bypass_switches = 0
+        # when each switch happened and the neighbours whose bypass was on from then (a run's fault record)
+        self.bypass_events: deque[dict[str, Any]] = deque(maxlen=BYPASS_EVENTS_KEPT)
         self._down_nbrs: frozenset[str] = frozenset()
+        # bift: bgp: every BFR-id's last next hops BGP gave, and the BIRT the BIFTs were built from (BGP's,
+        # plus the rows it lost to a dead link that a bypass carries: rows_kept_for_bypass)
+        self._last_hops: dict[int, list[str]] = {}
+        self.bgp_forwarding: dict[int, list[str]] = {}
         bifts, neighbors, local_labels = build_tables(bier, {} if self.bgp_birt is not None else None)
         self.bifts = bifts
         self.dataplane = BierDataplane(
@@ -258,49 +268,59 @@ class BierService:
         for problem in new.problems:
             if problem not in self.bgp_birt.problems:
                 log.warning("BIER over BGP: %s", problem)
-        if new.birt == self.bgp_birt.birt:
-            self.bgp_birt = new
+        for bfr_id, hops in new.birt.items():
+            self._last_hops[bfr_id] = list(hops)
+        changed = new.birt != self.bgp_birt.birt
+        forwarding = rows_kept_for_bypass(new.birt, self._last_hops, self._down_nbrs, self.bypasses)
+        if forwarding != self.bgp_forwarding and (problem := self._install(forwarding)) is not None:
+            self.bgp_birt.problems = [*new.problems, problem]
             return False
+        self.bgp_birt = new
+        self.switch_bypasses()
+        return changed
+
+    def _install(self, birt: Mapping[int, Sequence[str]]) -> str | None:
+        """BIFTs from ``birt`` into the dataplane(s); the problem (and the previous BIFTs kept) when they
+        cannot be built: BGP must not stop over a table we cannot build, and the problem shows in ``show
+        bift``."""
         try:
-            bifts, _neighbors, local_labels = build_tables(self.bier, new.birt)
+            bifts, _neighbors, local_labels = build_tables(self.bier, birt)
             self.dataplane.set_bifts(bifts, local_labels)
             if self.ebpf is not None:
                 self.ebpf.write_tables()
         except ValueError as exc:
-            # Called from the BGP service: a table we cannot build must not stop BGP; forwarding keeps the
-            # previous BIFTs and the problem shows in `aidcnet ctl show bift`.
-            log.error("BIER over BGP: BIFTs not rebuilt, keeping the previous ones: %s", exc)
-            self.bgp_birt.problems = [*new.problems, f"BIFTs not rebuilt: {exc}"]
-            return False
+            log.error("BIER: BIFTs not rebuilt, keeping the previous ones: %s", exc)
+            return f"BIFTs not rebuilt: {exc}"
         self.bifts = bifts
-        self.bgp_birt = new
-        self.switch_bypasses()
-        return True
+        if self.bgp_birt is None:
+            self.static_birt = dict(birt)
+        else:
+            self.bgp_forwarding = dict(birt)
+        return None
 
     def links_down(self, down: frozenset[str]) -> bool:
         """Forward around the neighbors behind the interfaces in ``down``: a static BIFT drops them from every
         row that has an equal-cost alternative (:func:`aidcnet.bier.bift.birt_around`), and where a row has
-        none, BIER-FRR sends their copies through their bypass (:meth:`switch_bypasses`). With ``bift: bgp``
-        the BIFTs wait for BGP (:meth:`apply_bgp`), and the bypasses carry the traffic until then. True when
-        anything changed."""
+        none, fast reroute sends their copies through their bypass (:meth:`switch_bypasses`). With ``bift:
+        bgp``, BGP withdraws what it learned over the dead link and :meth:`apply_bgp` rebuilds; the rows it
+        finds no other way for keep the dead neighbour, through its bypass, until it does. True when anything
+        changed."""
         self._down_nbrs = frozenset(n.name for n in self.bier.neighbors if n.interface in down)
         changed = False
         if self.bgp_birt is None:
             birt = birt_around(self.bier.birt, set(self._down_nbrs))
-            if birt != self.static_birt:
-                bifts, _neighbors, local_labels = build_tables(self.bier, birt)
-                self.dataplane.set_bifts(bifts, local_labels)
-                if self.ebpf is not None:
-                    self.ebpf.write_tables()
-                self.bifts, self.static_birt = bifts, birt
+            if birt != self.static_birt and self._install(birt) is None:
                 self.rerouted += 1
                 changed = True
+        else:
+            birt = rows_kept_for_bypass(self.bgp_birt.birt, self._last_hops, self._down_nbrs, self.bypasses)
+            changed = birt != self.bgp_forwarding and self._install(birt) is None
         return self.switch_bypasses() or changed
 
     def switch_bypasses(self) -> bool:
         """Turn on the bypass of every down neighbor the BIRT still forwards to, and off the others; True
         when that changed. The eBPF program hands the packets that need one to the Python dataplane."""
-        birt = self.static_birt if self.bgp_birt is None else self.bgp_birt.birt
+        birt = self.static_birt if self.bgp_birt is None else self.bgp_forwarding
         needed = {hop for hops in birt.values() for hop in hops}
         bypass = usable_bypasses(needed, self.bypasses, self._down_nbrs)
         if bypass == self.active_bypass:
@@ -310,6 +330,7 @@ class BierService:
             self.ebpf.punt(bypass)
         self.active_bypass = bypass
         self.bypass_switches += 1
+        self.bypass_events.append({"at_ns": time.time_ns(), "on": sorted(bypass)})
         log.info(
             "BIER fast reroute: bypass on for %s",
             ", ".join(f"{n} via {v}" for n, (v, _) in bypass.items()) or "none",
@@ -350,6 +371,7 @@ class BierService:
             "fast_reroute": {
                 "bypass": {n: {"via": v, "labels": list(ls)} for n, (v, ls) in self.bypasses.items()},
                 "on": sorted(self.active_bypass),
+                "events": list(self.bypass_events),
             },
             "bift": {
                 str(si): [

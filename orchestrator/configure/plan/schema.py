@@ -390,8 +390,9 @@ class PlanBier(knobs_of(Bier, BIER_KNOBS, _Plan)):  # type: ignore[misc]
     bsl: int
     # RFC 8296 §6 ingress policy on every BFR port (docs/bier.md, Edge policy); bier.yml turns it on.
     edge_policy: bool
-    # BIER-FRR link protection (docs/bier.md, Fast reroute): adjacency labels and a bypass per BFR-NBR.
-    fast_reroute: bool
+    # BIER fast reroute, link protection (docs/bier.md): adjacency labels and a bypass per BFR-NBR (a plan
+    # written before it existed has neither)
+    fast_reroute: bool = False
     # tenant -> its gpu hosts (sorted); a host in none may address the whole domain
     tenants: dict[str, list[str]]
     # How many SIs the BFR-ids use: (max BFR-id - 1) // BSL + 1; each BFR gets that many labels.

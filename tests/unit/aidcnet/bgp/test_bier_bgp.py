@@ -238,3 +238,77 @@ def test_bier_service_apply_bgp_rebuilds_only_on_change(monkeypatch) -> None:
         assert rows["bgp_prefixes"][str(h3)] == str(static["h3"].loopback.network)
     finally:
         service.close()
+
+
+@pytest.mark.parametrize("bgp_first", [True, False])
+def test_fast_reroute_keeps_the_rows_bgp_loses_to_a_dead_link_on_the_bypass(
+    monkeypatch, bgp_first: bool
+) -> None:
+    """spine1 over BGP loses leaf1: BGP withdraws the hosts behind leaf1 (no other path: back through
+    another leaf meets the spines' own AS), and whether the agent hears that before or after the carrier,
+    their rows keep leaf1 through the bypass until the link returns; a row BGP gives again wins."""
+    import functools
+
+    import aidcnet.agent.bier.service as svc
+    from aidcnet.agent.bier.dataplane import BierDataplane
+
+    monkeypatch.setattr(svc, "BierDataplane", functools.partial(BierDataplane, bind_addr="127.0.0.1", port=0))
+    static = leaf_spine("static")
+    spine1 = leaf_spine("bgp")["spine1"].bier
+    port = next(n.interface for n in spine1.neighbors if n.name == "leaf1")
+    h1 = static["h1"].bier.bfr_id
+
+    def view(dead: frozenset[str] = frozenset()) -> dict:
+        return {
+            p: (list(x.nexthops), x.bier.encode().hex()) for p, x in bgp_view(static, "spine1", dead).items()
+        }
+
+    def h1_hops() -> list[str] | None:
+        alts = service.dataplane.bifts[0].entries[h1]
+        return None if alts is None else [nbr for _f, nbr, _l in alts]
+
+    service = svc.BierService(spine1, host=False)
+    try:
+        service.apply_bgp(view())
+        assert h1_hops() == ["leaf1"] and service.dataplane.bypassed == []
+        steps = [
+            lambda: service.apply_bgp(view(frozenset({"leaf1"}))),
+            lambda: service.links_down(frozenset({port})),
+        ]
+        for step in steps if bgp_first else steps[::-1]:
+            step()
+        assert h1_hops() == ["leaf1"] and service.dataplane.bypassed == ["leaf1"]
+        assert service.bgp_birt is not None and h1 not in service.bgp_birt.birt  # BGP's own view: gone
+        # the link back: BGP again, and the bypass off
+        service.links_down(frozenset())
+        service.apply_bgp(view())
+        assert h1_hops() == ["leaf1"] and service.dataplane.bypassed == []
+    finally:
+        service.close()
+    # without fast reroute the row goes with BGP's withdrawal
+    plain = svc.BierService(spine1.model_copy(update={"bypass": {}, "adjacency_labels": {}}), host=False)
+    try:
+        service = plain
+        plain.apply_bgp(view())
+        plain.links_down(frozenset({port}))
+        plain.apply_bgp(view(frozenset({"leaf1"})))
+        assert h1_hops() is None
+    finally:
+        plain.close()
+
+
+def test_rows_kept_for_bypass() -> None:
+    from aidcnet.bier.fast_reroute import rows_kept_for_bypass
+
+    bypasses = {"leaf1": ("leaf2", [1, 2]), "leaf3": ("leaf1", [3, 4])}
+    last = {1: ["leaf1"], 2: ["leaf1", "leaf4"], 3: ["leaf3"], 4: ["leaf4"]}
+    birt = {4: ["leaf4"]}
+    # 1 and 2 were lost through leaf1: kept on it; 3's bypass leaves through leaf1, down too: not kept
+    assert rows_kept_for_bypass(birt, last, {"leaf1", "leaf3"}, bypasses) == {
+        4: ["leaf4"],
+        1: ["leaf1"],
+        2: ["leaf1"],
+    }
+    assert rows_kept_for_bypass(birt, last, set(), bypasses) == birt
+    # a row the underlay gives again is the underlay's
+    assert rows_kept_for_bypass({1: ["leaf9"]}, last, {"leaf1"}, bypasses)[1] == ["leaf9"]

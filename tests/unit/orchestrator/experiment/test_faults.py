@@ -259,6 +259,45 @@ def test_bfd_detections_are_each_ends_first_change_after_the_fault_began() -> No
     assert bfd_detections(FaultRecord(cut.fault), [("spine1", "eth1")], events, zero, None) == []
 
 
+def test_a_reroute_is_each_ends_first_bypass_switch_for_the_link_after_the_fault_began() -> None:
+    from orchestrator.experiment.faults import fault_lines, reroutes
+
+    zero = 1000.0
+
+    def event(at_s: float, *on: str) -> dict:
+        return {"at_ns": round((zero + at_s) * 1e9), "on": list(on)}
+
+    cut = FaultRecord(parse_fault("5us link leaf1:eth1 down"), started_s=0.10, effect_s=0.12)
+    back = FaultRecord(parse_fault("20us link leaf1:eth1 up"), started_s=0.40, effect_s=0.41)
+    events = {
+        "spine1": [
+            event(0.05, "leaf3"),  # before the fault: another link's bypass
+            event(0.1062, "leaf1", "leaf3"),  # leaf1's goes on
+            event(0.30, "leaf1"),  # leaf3's goes off: not this link's
+            event(0.43),  # leaf1's goes off again
+        ],
+        "leaf1": [],  # leaf1 had another next hop: no bypass, nothing switched
+    }
+    across = [("leaf1", "spine1"), ("spine1", "leaf1")]
+    got = reroutes(cut, across, events, zero, until_s=0.40)
+    assert [(r.node, r.neighbor, r.state, round(r.after_s, 6)) for r in got] == [
+        ("spine1", "leaf1", "on", 0.0062)
+    ]
+    assert [(r.state, round(r.after_s, 6)) for r in reroutes(back, across, events, zero, None)] == [
+        ("off", 0.03)
+    ]
+    # the next fault on the link came first: nothing to say about this one
+    assert reroutes(cut, across, events, zero, until_s=0.105) == []
+    cut.reroutes = got
+    assert cut.to_dict()["fast_reroute"] == [
+        {"node": "spine1", "neighbor": "leaf1", "state": "on", "after_s": pytest.approx(0.0062)}
+    ]
+    lines = fault_lines([cut], TimeScale(20000))
+    assert any(
+        "fast reroute: spine1's bypass to leaf1 on after 310.0 ns" in ln for ln in lines
+    ), lines
+
+
 def test_bfd_downs_on_links_no_fault_touched_are_named() -> None:
     from orchestrator.experiment.faults import unexplained_downs, unexplained_line
 
