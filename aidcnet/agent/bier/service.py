@@ -95,23 +95,7 @@ class BierService:
         self.bier = bier
         self.loopback = loopback
         self.sndbuf = sndbuf
-        # bift: bgp starts with only the own row; apply_bgp() fills the BIRT as best paths arrive.
-        self.bgp_birt: BgpBirt | None = BgpBirt() if bier.bift == "bgp" else None
-        # bift: static: the node file's BIRT as forwarding uses it, around the links that are down.
-        self.static_birt: dict[int, list[str]] = dict(bier.birt)
-        self.rerouted = 0  # times the static BIFTs were rebuilt around a link going down or coming up
-        # fast reroute (aidcnet/bier/fast_reroute.py): the bypass per BFR-NBR, the ones on now, and how often
-        # they changed
-        self.bypasses = {nbr: (b.via, tuple(b.labels)) for nbr, b in bier.bypass.items()}
-        self.active_bypass: dict[str, tuple[str, tuple[int, ...]]] = {}
-        self.bypass_switches = 0
-        # when each switch happened and the neighbours whose bypass was on from then (a run's fault record)
-        self.bypass_events: deque[dict[str, Any]] = deque(maxlen=BYPASS_EVENTS_KEPT)
-        self._down_nbrs: frozenset[str] = frozenset()
-        # bift: bgp: every BFR-id's last next hops BGP gave, and the BIRT the BIFTs were built from (BGP's,
-        # plus the rows it lost to a dead link that a bypass carries: rows_kept_for_bypass)
-        self._last_hops: dict[int, list[str]] = {}
-        self.bgp_forwarding: dict[int, list[str]] = {}
+        self._init_routing(bier)
         bifts, neighbors, local_labels = build_tables(bier, {} if self.bgp_birt is not None else None)
         self.bifts = bifts
         self.dataplane = BierDataplane(
@@ -170,6 +154,26 @@ class BierService:
             self.net_ebpf, self.net_ebpf_error = start_net_fast_path(
                 self.ebpf, self.edge, bier.host_ports, bier.flows
             )
+
+    def _init_routing(self, bier: Bier) -> None:
+        """Where the BIRT comes from, and what forwarding around dead links keeps (links_down, apply_bgp)."""
+        # bift: bgp starts with only the own row; apply_bgp() fills the BIRT as best paths arrive.
+        self.bgp_birt: BgpBirt | None = BgpBirt() if bier.bift == "bgp" else None
+        # bift: static: the node file's BIRT as forwarding uses it, around the links that are down.
+        self.static_birt: dict[int, list[str]] = dict(bier.birt)
+        self.rerouted = 0  # times the static BIFTs were rebuilt around a link going down or coming up
+        # fast reroute (aidcnet/bier/fast_reroute.py): the bypass per BFR-NBR, the ones on now, and how often
+        # they changed
+        self.bypasses = {nbr: (b.via, tuple(b.labels)) for nbr, b in bier.bypass.items()}
+        self.active_bypass: dict[str, tuple[str, tuple[int, ...]]] = {}
+        self.bypass_switches = 0
+        # when each switch happened and the neighbours whose bypass was on from then (a run's fault record)
+        self.bypass_events: deque[dict[str, Any]] = deque(maxlen=BYPASS_EVENTS_KEPT)
+        self._down_nbrs: frozenset[str] = frozenset()
+        # bift: bgp: every BFR-id's last next hops BGP gave, and the BIRT the BIFTs were built from (BGP's,
+        # plus the rows it lost to a dead link that a bypass carries: rows_kept_for_bypass)
+        self._last_hops: dict[int, list[str]] = {}
+        self.bgp_forwarding: dict[int, list[str]] = {}
 
     def _keep(self, payload: bytes, bfir_id: int, proto: int) -> None:
         entry: dict[str, Any] = {"bfir_id": bfir_id, "proto": proto}
