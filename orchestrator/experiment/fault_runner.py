@@ -181,6 +181,7 @@ class FaultRunner:
         data_path = self.lab_dir / "topology-data.json"
         data = json.loads(data_path.read_text())
         events: dict[str, list[dict]] = {}
+        first_copies: dict[str, list[dict]] = {}
         for k, r in enumerate(links):
             node, interface = parse_endpoint(r.fault.target)
             ends = [e.node for e in link_ends(data, node, interface, str(data_path)) if e.runs_agent]
@@ -189,12 +190,15 @@ class FaultRunner:
             for end in ends:
                 if end not in events:
                     try:
-                        events[end] = self.session.agent(end).bift()["fast_reroute"]["events"]
+                        fast_reroute = self.session.agent(end).bift()["fast_reroute"]
                     except Exception:  # no BIER there (or gone): nothing switched
-                        events[end] = []
+                        fast_reroute = {}
+                    events[end] = fast_reroute.get("events", [])
+                    first_copies[end] = fast_reroute.get("first_copies", [])
             later = [o.started_s for o in links[k + 1 :] if o.fault.target == r.fault.target]
             across = [(ends[0], ends[1]), (ends[1], ends[0])]
-            r.reroutes = reroutes(r, across, events, self.zero, later[0] if later else self.end_s)
+            until = later[0] if later else self.end_s
+            r.reroutes = reroutes(r, across, events, self.zero, until, first_copies)
 
     def counters_after(self, after: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
         """The agents' counters after the run as the deltas need them: a restarted agent counted from zero

@@ -168,6 +168,9 @@ class Reroute:
     neighbor: str
     state: str  # on or off
     after_s: float
+    # on: when the first copy went into the bypass (the first packet on the new path), from when the fault
+    # began; None when none did before the bypass went off again or the run ended
+    first_copy_s: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -179,12 +182,14 @@ def reroutes(
     events: Mapping[str, Iterable[Mapping[str, Any]]],
     zero: float,
     until_s: float | None,
+    first_copies: Mapping[str, Iterable[Mapping[str, Any]]] | None = None,
 ) -> list[Reroute]:
     """Each end's first bypass switch for the link after the fault began (``record.started_s``, seconds
     after the run's ``zero``) and before ``until_s``. ``across``: (node, the neighbour across the link);
     ``events``: each node's ``fast_reroute.events`` from ``aidcnet ctl show bift`` (``at_ns``, ``on``: the
-    neighbours whose bypass is on from then). A switch is an event that changes whether the neighbour is
-    in ``on``; an end whose bypass never went on for this link (it had another next hop) has none."""
+    neighbours whose bypass is on from then), ``first_copies`` its ``fast_reroute.first_copies``
+    (``neighbor``, ``at_ns``). A switch is an event that changes whether the neighbour is in ``on``; an end
+    whose bypass never went on for this link (it had another next hop) has none."""
     if record.started_s is None:
         return []
     out = []
@@ -196,10 +201,30 @@ def reroutes(
             if until_s is not None and at_s >= until_s:
                 break
             if at_s >= record.started_s and now_on != was_on:
-                out.append(Reroute(node, neighbor, "on" if now_on else "off", at_s - record.started_s))
+                first = _first_copy(first_copies, node, neighbor, zero, at_s, until_s) if now_on else None
+                state = "on" if now_on else "off"
+                since = None if first is None else first - record.started_s
+                out.append(Reroute(node, neighbor, state, at_s - record.started_s, since))
                 break
             was_on = now_on
     return out
+
+
+def _first_copy(
+    first_copies: Mapping[str, Iterable[Mapping[str, Any]]] | None,
+    node: str,
+    neighbor: str,
+    zero: float,
+    from_s: float,
+    until_s: float | None,
+) -> float | None:
+    """When (seconds after ``zero``) ``node`` first sent a copy into its bypass to ``neighbor`` from
+    ``from_s`` (the switch) on and before ``until_s``; None when it did not."""
+    for copy in (first_copies or {}).get(node, ()):
+        at_s = copy["at_ns"] / 1e9 - zero
+        if copy["neighbor"] == neighbor and at_s >= from_s and (until_s is None or at_s < until_s):
+            return at_s
+    return None
 
 
 def reroute_line(record: FaultRecord, time_scale: TimeScale) -> str | None:
@@ -209,7 +234,9 @@ def reroute_line(record: FaultRecord, time_scale: TimeScale) -> str | None:
         return None
     clock = Clock(time_scale)
     each = [
-        f"{r.node}'s bypass to {r.neighbor} {r.state} after {clock.both(r.after_s)}" for r in record.reroutes
+        f"{r.node}'s bypass to {r.neighbor} {r.state} after {clock.both(r.after_s)}"
+        + ("" if r.first_copy_s is None else f", its first copy after {clock.both(r.first_copy_s)}")
+        for r in record.reroutes
     ]
     return f"fault {record.fault.describe()}: fast reroute: " + ", ".join(each)
 

@@ -45,6 +45,7 @@ import selectors
 import socket
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from aidcnet.bier.bift import Bift, LabelKey, bifts_by_label
@@ -202,6 +203,10 @@ class BierDataplane:
         # copies take a tunnel
         self._adjacency: dict[int, str] = {}
         self._bypass: dict[str, tuple[str, bytes]] = {}
+        self.first_bypassed: deque[tuple[str, int]] = deque(maxlen=256)
+        """``(neighbour, wall ns)`` of the first copy into each bypass after it was switched on: when the
+        first packet took the new path."""
+        self._awaiting_first: set[str] = set()
         self.missing_ports: list[str] = []
         """Data ports the edge policy names that had no interface when it was set (see set_edge_policy)."""
         self._c["dropped-policy"] = 0
@@ -423,6 +428,7 @@ class BierDataplane:
             raise ValueError(f"bypass names {unknown}, which are not BFR-NBRs here")
         active = {nbr: (via, push(labels)) for nbr, (via, labels) in bypass.items()}
         with self._lock:
+            self._awaiting_first = {n for n in active if n in self._awaiting_first or n not in self._bypass}
             self._bypass = active
 
     @property
@@ -469,6 +475,9 @@ class BierDataplane:
                     out.append((stack + pkt, dest[via]))
                     out_nbrs.append(via)
                     c["bypass.sent"] += 1
+                    if nbr in self._awaiting_first:
+                        self._awaiting_first.discard(nbr)
+                        self.first_bypassed.append((nbr, time.time_ns()))
                     continue
                 out.append((pkt, dest[nbr]))
                 out_nbrs.append(nbr)

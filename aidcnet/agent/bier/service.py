@@ -376,6 +376,8 @@ class BierService:
                 "bypass": {n: {"via": v, "labels": list(ls)} for n, (v, ls) in self.bypasses.items()},
                 "on": sorted(self.active_bypass),
                 "events": list(self.bypass_events),
+                # the first copy into each bypass after it went on: the first packet on the new path
+                "first_copies": [{"neighbor": n, "at_ns": t} for n, t in self.dataplane.first_bypassed],
             },
             "bift": {
                 str(si): [

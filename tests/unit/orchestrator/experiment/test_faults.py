@@ -279,10 +279,13 @@ def test_a_reroute_is_each_ends_first_bypass_switch_for_the_link_after_the_fault
         "leaf1": [],  # leaf1 had another next hop: no bypass, nothing switched
     }
     across = [("leaf1", "spine1"), ("spine1", "leaf1")]
-    got = reroutes(cut, across, events, zero, until_s=0.40)
-    assert [(r.node, r.neighbor, r.state, round(r.after_s, 6)) for r in got] == [
-        ("spine1", "leaf1", "on", 0.0062)
-    ]
+    # the first copy into it: one before the switch (another cut), one for leaf3's bypass, then this one
+    copies = {"spine1": [{"neighbor": n, "at_ns": round((zero + t) * 1e9)} for n, t in
+                         (("leaf1", 0.02), ("leaf3", 0.107), ("leaf1", 0.108), ("leaf1", 0.2))]}  # fmt: skip
+    got = reroutes(cut, across, events, zero, until_s=0.40, first_copies=copies)
+    assert [
+        (r.node, r.neighbor, r.state, round(r.after_s, 6), round(r.first_copy_s or 0, 6)) for r in got
+    ] == [("spine1", "leaf1", "on", 0.0062, 0.008)]
     assert [(r.state, round(r.after_s, 6)) for r in reroutes(back, across, events, zero, None)] == [
         ("off", 0.03)
     ]
@@ -290,11 +293,19 @@ def test_a_reroute_is_each_ends_first_bypass_switch_for_the_link_after_the_fault
     assert reroutes(cut, across, events, zero, until_s=0.105) == []
     cut.reroutes = got
     assert cut.to_dict()["fast_reroute"] == [
-        {"node": "spine1", "neighbor": "leaf1", "state": "on", "after_s": pytest.approx(0.0062)}
+        {
+            "node": "spine1",
+            "neighbor": "leaf1",
+            "state": "on",
+            "after_s": pytest.approx(0.0062),
+            "first_copy_s": pytest.approx(0.008),
+        }
     ]
     lines = fault_lines([cut], TimeScale(20000))
     assert any(
-        "fast reroute: spine1's bypass to leaf1 on after 310.0 ns" in ln for ln in lines
+        "fast reroute: spine1's bypass to leaf1 on after 310.0 ns = 6.20 ms (wall), "
+        "its first copy after 400.0 ns" in ln
+        for ln in lines
     ), lines
 
 

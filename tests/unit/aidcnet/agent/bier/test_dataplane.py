@@ -575,6 +575,7 @@ def test_a_bypass_carries_a_dead_links_copies_to_its_neighbour_exactly_once() ->
         lab.settle()
         s1 = lab.dps["S1"].counters()
         assert s1["tx.nbr.L1.packets"] == 0 and s1["bypass.sent"] > 0
+        assert [n for n, _at in lab.dps["S1"].first_bypassed] == ["L1"]  # the first copy only
         expected = sorted([b"from-l2-%d" % e for e in range(32)] + [b"from-l3-%d" % e for e in range(32)])
         assert sorted(p for p, *_ in lab.got["L1"]) == expected  # every one, once
         passed = sum(dp.counters()["bypass.passed"] for dp in lab.dps.values())
@@ -589,6 +590,12 @@ def test_a_bypass_carries_a_dead_links_copies_to_its_neighbour_exactly_once() ->
         lab.settle()
         assert lab.dps["S1"].counters()["bypass.sent"] == s1["bypass.sent"]
         assert [p for p, *_ in lab.got["L1"]].count(b"after") == 2
+        # on again: its first copy is noted again
+        lab.dps["S1"].set_bypass({"L1": bypasses["L1"]})
+        for entropy in range(8):
+            lab.dps["L2"].impose(b"again", [1], BierProto.IPV4, entropy)
+        lab.settle()
+        assert [n for n, _at in lab.dps["S1"].first_bypassed] == ["L1", "L1"]
     finally:
         lab.close()
 
