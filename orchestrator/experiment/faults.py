@@ -192,6 +192,9 @@ def reroutes(
     whose bypass never went on for this link (it had another next hop) has none."""
     if record.started_s is None:
         return []
+    # a fault that gives the link back turns bypasses off; an "on" then is the agent hearing BGP's routes
+    # come back a moment before the carrier, not a reroute
+    want_on = not record.fault.gives_back
     out = []
     for node, neighbor in across:
         was_on = False
@@ -200,7 +203,7 @@ def reroutes(
             now_on = neighbor in event["on"]
             if until_s is not None and at_s >= until_s:
                 break
-            if at_s >= record.started_s and now_on != was_on:
+            if at_s >= record.started_s and now_on != was_on and now_on == want_on:
                 first = _first_copy(first_copies, node, neighbor, zero, at_s, until_s) if now_on else None
                 state = "on" if now_on else "off"
                 since = None if first is None else first - record.started_s

@@ -38,6 +38,10 @@ _TIME = re.compile(r"^(?P<n>(?:\d+(?:\.\d*)?|\.\d+)(?:e-?\d+)?)(?P<unit>ns|us|µ
 _UNIT_S = {None: 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
 
 
+# The link change that undoes each one ("for D", and Fault.gives_back).
+_UNDO: dict[str, tuple[str, ...]] = {"down": ("up",), "loss": ("loss", "0"), "delay": ("delay", "0")}
+
+
 class FaultSpecError(ValueError):
     pass
 
@@ -57,6 +61,11 @@ class Fault:
 
     def describe(self) -> str:
         return " ".join((self.kind, self.target, *self.words, *((ONE_WAY,) if self.one_way else ())))
+
+    @property
+    def gives_back(self) -> bool:
+        """A link fault that undoes one (``up``, ``loss 0``, ``delay 0``, as ``for D`` writes them)."""
+        return self.kind == "link" and self.words in _UNDO.values()
 
 
 def parse_seconds(text: str) -> float:
@@ -106,7 +115,7 @@ def parse_faults(text: str) -> list[Fault]:
     change = Fault(at_s, kind, target, rest, text, one_way)
     if lasting_s is None:
         return [change]
-    undo = {"down": ("up",), "loss": ("loss", "0"), "delay": ("delay", "0")}.get(rest[0])
+    undo = _UNDO.get(rest[0])
     if undo is None:
         raise FaultSpecError(f"fault {text!r}: 'for D' undoes down, loss or delay, not {rest[0]}")
     return [change, Fault(at_s + lasting_s, kind, target, undo, text, one_way)]

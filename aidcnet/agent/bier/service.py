@@ -77,6 +77,11 @@ def edge_policies(bier: Bier) -> dict[str, PortPolicy]:
 
 # Fast-reroute switches kept for `show bift` (a run reads the ones its faults caused).
 BYPASS_EVENTS_KEPT = 256
+# bift: bgp: how long (wall) a row BGP lost to a dead link keeps that neighbour through its bypass. Long
+# enough for the other BFRs' BGP to move off this one (well under a second in our labs: BGP runs in wall
+# time at any scale), and not for ever: a neighbour whose every link died (a node failure) is behind no
+# bypass, and its rows must go with BGP's.
+BGP_BYPASS_HOLD_S = 1.0
 
 # Host-BIER wraps application data as IPv4/UDP from the host's loopback to this SSM group and RoCEv2's
 # port, so captures decode as MPLS-in-UDP / BIER / IPv4 / UDP; the UDP source port is the QP.
@@ -174,6 +179,8 @@ class BierService:
         # plus the rows it lost to a dead link that a bypass carries: rows_kept_for_bypass)
         self._last_hops: dict[int, list[str]] = {}
         self.bgp_forwarding: dict[int, list[str]] = {}
+        self._down_since: dict[str, float] = {}  # monotonic seconds each down neighbour went down
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def _keep(self, payload: bytes, bfir_id: int, proto: int) -> None:
         entry: dict[str, Any] = {"bfir_id": bfir_id, "proto": proto}
@@ -203,6 +210,7 @@ class BierService:
         self.received.append(entry)
 
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
         self.dataplane.attach(loop)
         if self.ebpf is not None:
             self.ebpf.attach_loop(loop)
@@ -275,7 +283,7 @@ class BierService:
         for bfr_id, hops in new.birt.items():
             self._last_hops[bfr_id] = list(hops)
         changed = new.birt != self.bgp_birt.birt
-        forwarding = rows_kept_for_bypass(new.birt, self._last_hops, self._down_nbrs, self.bypasses)
+        forwarding = rows_kept_for_bypass(new.birt, self._last_hops, self._held_down(), self.bypasses)
         if forwarding != self.bgp_forwarding and (problem := self._install(forwarding)) is not None:
             self.bgp_birt.problems = [*new.problems, problem]
             return False
@@ -310,6 +318,10 @@ class BierService:
         finds no other way for keep the dead neighbour, through its bypass, until it does. True when anything
         changed."""
         self._down_nbrs = frozenset(n.name for n in self.bier.neighbors if n.interface in down)
+        now = time.monotonic()
+        self._down_since = {n: self._down_since.get(n, now) for n in self._down_nbrs}
+        if self.bgp_birt is not None and self._loop is not None and now in self._down_since.values():
+            self._loop.call_later(BGP_BYPASS_HOLD_S, self.hold_expired)
         changed = False
         if self.bgp_birt is None:
             birt = birt_around(self.bier.birt, set(self._down_nbrs))
@@ -317,8 +329,22 @@ class BierService:
                 self.rerouted += 1
                 changed = True
         else:
-            birt = rows_kept_for_bypass(self.bgp_birt.birt, self._last_hops, self._down_nbrs, self.bypasses)
+            birt = rows_kept_for_bypass(self.bgp_birt.birt, self._last_hops, self._held_down(), self.bypasses)
             changed = birt != self.bgp_forwarding and self._install(birt) is None
+        return self.switch_bypasses() or changed
+
+    def _held_down(self, now: float | None = None) -> frozenset[str]:
+        """The down neighbours whose rows BGP lost are still kept for their bypass (BGP_BYPASS_HOLD_S)."""
+        now = time.monotonic() if now is None else now
+        return frozenset(n for n, since in self._down_since.items() if now - since < BGP_BYPASS_HOLD_S)
+
+    def hold_expired(self, now: float | None = None) -> bool:
+        """bift: bgp: drop the kept rows of neighbours down for BGP_BYPASS_HOLD_S; True when the BIFTs
+        changed. By then BGP has moved the other BFRs off this one, or never will (a node failure)."""
+        if self.bgp_birt is None:
+            return False
+        birt = rows_kept_for_bypass(self.bgp_birt.birt, self._last_hops, self._held_down(now), self.bypasses)
+        changed = birt != self.bgp_forwarding and self._install(birt) is None
         return self.switch_bypasses() or changed
 
     def switch_bypasses(self) -> bool:

@@ -274,7 +274,9 @@ def test_a_reroute_is_each_ends_first_bypass_switch_for_the_link_after_the_fault
             event(0.05, "leaf3"),  # before the fault: another link's bypass
             event(0.1062, "leaf1", "leaf3"),  # leaf1's goes on
             event(0.30, "leaf1"),  # leaf3's goes off: not this link's
-            event(0.43),  # leaf1's goes off again
+            event(0.35),  # leaf1's goes off (BGP's rows back elsewhere)
+            event(0.405, "leaf1"),  # the link back: BGP's routes heard a moment before the carrier
+            event(0.43),  # leaf1's goes off again: the carrier
         ],
         "leaf1": [],  # leaf1 had another next hop: no bypass, nothing switched
     }
