@@ -121,6 +121,14 @@ def format_bift(reply: dict[str, Any]) -> str:
         ]
     if reply.get("bgp_problems"):
         out += ["", "BGP problems: " + "; ".join(map(str, reply["bgp_problems"]))]
+    bypasses = (reply.get("fast_reroute") or {}).get("bypass") or {}
+    if bypasses:
+        on = set(reply["fast_reroute"].get("on") or ())
+        rows = [
+            [nbr, b["via"], " ".join(map(str, b["labels"])), "on" if nbr in on else "-"]
+            for nbr, b in sorted(bypasses.items())
+        ]
+        out += ["", "fast reroute", table(["to BFR-NBR", "via", "labels pushed", "in use"], rows)]
     return "\n".join(out)
 
 

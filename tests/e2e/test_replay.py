@@ -265,7 +265,8 @@ def test_bfd_sees_a_one_way_cut_that_leaves_the_carrier_up(runtime: DockerRuntim
     """BFD on the leaf1--spine1 link (both node files reloaded with a ``bfd`` section, then put back):
     everything leaf1 sends on it is dropped, one way, so the carrier stays and netlink says nothing. Both
     ends take the link down within the detection time plus an interval, leaf1's static BIFT moves its far
-    rows to spine2, and when the loss is cleared the session and both next hops come back."""
+    rows to spine2, spine1 turns its fast-reroute bypass to leaf1 on, and when the loss is cleared the
+    session, both next hops and spine1's own link come back."""
     import base64
     import time
 
@@ -298,6 +299,9 @@ def test_bfd_sees_a_one_way_cut_that_leaves_the_carrier_up(runtime: DockerRuntim
 
     def states() -> set[str]:
         return {s["state"] for n in ends for s in sessions(n)["sessions"]}
+
+    def bypass_on(node: str) -> list[str]:
+        return session.agent(node).bift()["fast_reroute"]["on"]
 
     def far_hops() -> set[str]:
         rows = session.agent("leaf1").bift()["bift"]["0"]
@@ -333,6 +337,8 @@ def test_bfd_sees_a_one_way_cut_that_leaves_the_carrier_up(runtime: DockerRuntim
             for n in ends
         }
         wait(lambda: far_hops() == {"spine2"}, "leaf1 did not forward around the link BFD took down")
+        # and spine1, which has no other way to leaf1's hosts, sends them through its bypass
+        wait(lambda: bypass_on("spine1") == ["leaf1"], "spine1 did not turn its bypass to leaf1 on")
         took = {n: (e["at_ns"] - cut_ns) / 1e9 for n, e in downs.items()}
         print(f"BFD one-way cut at 1:{scale}: {downs}, detected after {took} s of wall time, "
               f"{ {n: t / scale * 1e6 for n, t in took.items()} } us of fabric time")  # fmt: skip
@@ -343,6 +349,7 @@ def test_bfd_sees_a_one_way_cut_that_leaves_the_carrier_up(runtime: DockerRuntim
         link_set(runtime, lab_dir(topo), uplink, "loss", "0", one_way=True)
         wait(lambda: states() == {"up"}, "the sessions did not come back")
         wait(lambda: far_hops() == {"spine1", "spine2"}, "leaf1 did not take spine1 back")
+        wait(lambda: bypass_on("spine1") == [], "spine1 kept its bypass on after the session came back")
         assert session.agent("leaf1").counters()["bfd.down"] >= 1
     finally:
         link_set(runtime, lab_dir(topo), uplink, "loss", "0", one_way=True)

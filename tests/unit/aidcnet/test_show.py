@@ -121,6 +121,24 @@ def test_bift_table_per_si_in_order_with_every_alternative():
     assert lines.index("SI 0") < lines.index("SI 1")
     rows = [line.split() for line in lines if line.startswith("5 ")]
     assert rows == [["5", "0x30", "spine1"], ["5", "0x30", "spine2"]]
+    assert "fast reroute" not in lines  # no bypasses: no section
+
+
+def test_bift_lists_the_fast_reroute_bypasses_and_which_are_in_use():
+    fast_reroute = {
+        "bypass": {
+            "spine2": {"via": "spine1", "labels": [55, 45]},
+            "spine1": {"via": "spine2", "labels": [59, 44]},
+        },
+        "on": ["spine1"],
+        "events": [],
+        "first_copies": [],
+    }
+    lines = format_bift({**BIFT, "fast_reroute": fast_reroute}).splitlines()
+    at = lines.index("fast reroute")
+    assert lines[at + 1].split() == ["to", "BFR-NBR", "via", "labels", "pushed", "in", "use"]
+    rows = [line.split() for line in lines[at + 2 :] if line.startswith("spine")]
+    assert rows == [["spine1", "spine2", "59", "44", "on"], ["spine2", "spine1", "55", "45", "-"]]
 
 
 @pytest.mark.parametrize(("what", "reply", "needle"), [("bgp", BGP, "Neighbor"), ("bift", BIFT, "SI 0")])
