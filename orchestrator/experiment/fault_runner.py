@@ -144,18 +144,20 @@ class FaultRunner:
                 events[node] = []
         return events
 
-    def _detections(self, events: dict[str, list[dict]]) -> set[tuple[str, str]]:
-        """What each link fault's two ends' sessions did (docs/bfd.md); returns the ends they touched."""
+    def _link_faults(self) -> list[tuple[FaultRecord, list[tuple[str, str]], float | None]]:
+        """Every link fault that began, with its link's two ends that run an agent ((node, interface)) and
+        when the next fault on that link began (or the run's end): the window that fault's reactions fall
+        in."""
         import json
 
         from orchestrator.lab.linkset import link_ends, parse_endpoint
 
         links = [r for r in self.records if r.fault.kind == "link" and r.started_s is not None]
-        touched: set[tuple[str, str]] = set()
         if not links:
-            return touched
+            return []
         data_path = self.lab_dir / "topology-data.json"
         data = json.loads(data_path.read_text())
+        out = []
         for k, r in enumerate(links):
             node, interface = parse_endpoint(r.fault.target)
             ends = [
@@ -163,31 +165,30 @@ class FaultRunner:
                 for e in link_ends(data, node, interface, str(data_path))
                 if e.runs_agent
             ]
-            touched.update(ends)
             later = [o.started_s for o in links[k + 1 :] if o.fault.target == r.fault.target]
-            r.detections = bfd_detections(r, ends, events, self.zero, later[0] if later else self.end_s)
+            out.append((r, ends, later[0] if later else self.end_s))
+        return out
+
+    def _detections(self, events: dict[str, list[dict]]) -> set[tuple[str, str]]:
+        """What each link fault's two ends' sessions did (docs/bfd.md); returns the ends they touched."""
+        touched: set[tuple[str, str]] = set()
+        for r, ends, until in self._link_faults():
+            touched.update(ends)
+            r.detections = bfd_detections(r, ends, events, self.zero, until)
         return touched
 
     def _reroutes(self) -> None:
         """What each link fault's two ends' fast-reroute bypasses did (docs/bier.md, "Fast reroute")."""
-        import json
-
-        from orchestrator.lab.linkset import link_ends, parse_endpoint
-
-        links = [r for r in self.records if r.fault.kind == "link" and r.started_s is not None]
         bier = self.session.plan.bier
-        if not links or bier is None or not bier.fast_reroute:
+        if bier is None or not bier.fast_reroute:
             return
-        data_path = self.lab_dir / "topology-data.json"
-        data = json.loads(data_path.read_text())
         events: dict[str, list[dict]] = {}
         first_copies: dict[str, list[dict]] = {}
-        for k, r in enumerate(links):
-            node, interface = parse_endpoint(r.fault.target)
-            ends = [e.node for e in link_ends(data, node, interface, str(data_path)) if e.runs_agent]
+        for r, ends, until in self._link_faults():
             if len(ends) != 2:
                 continue
-            for end in ends:
+            (a, _), (b, _) = ends
+            for end in (a, b):
                 if end not in events:
                     try:
                         fast_reroute = self.session.agent(end).bift()["fast_reroute"]
@@ -195,10 +196,7 @@ class FaultRunner:
                         fast_reroute = {}
                     events[end] = fast_reroute.get("events", [])
                     first_copies[end] = fast_reroute.get("first_copies", [])
-            later = [o.started_s for o in links[k + 1 :] if o.fault.target == r.fault.target]
-            across = [(ends[0], ends[1]), (ends[1], ends[0])]
-            until = later[0] if later else self.end_s
-            r.reroutes = reroutes(r, across, events, self.zero, until, first_copies)
+            r.reroutes = reroutes(r, [(a, b), (b, a)], events, self.zero, until, first_copies)
 
     def counters_after(self, after: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
         """The agents' counters after the run as the deltas need them: a restarted agent counted from zero

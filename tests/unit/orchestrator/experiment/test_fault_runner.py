@@ -50,3 +50,55 @@ def test_no_verdict_on_lateness_before_the_run_has_ended() -> None:
     session = SimpleNamespace(time_scale=SCALE)
     runner = FaultRunner([parse_fault("5us restart spine1")], session, None, None, 0.0)  # type: ignore[arg-type]
     assert runner.late_reasons(SCALE) == []
+
+
+def test_a_link_faults_bypass_switches_are_read_from_both_ends_into_its_record(tmp_path) -> None:
+    """judge(): the fast-reroute events and first copies of the cut link's two ends, in the fault's record
+    and its lines; an end that never switched (leaf1 here) is not listed."""
+    import json
+
+    (tmp_path / "topology-data.json").write_text(
+        json.dumps(
+            {
+                "nodes": {
+                    n: {"longname": f"clab-x-{n}", "image": "aidclab/bfr:latest"} for n in ("leaf1", "spine1")
+                },
+                "links": [
+                    {
+                        "a": {"node": "leaf1", "interface": "eth1"},
+                        "z": {"node": "spine1", "interface": "eth1"},
+                    }
+                ],
+            }
+        )
+    )
+    zero = 1000.0
+    fast_reroute = {
+        "spine1": {
+            "events": [{"at_ns": round((zero + 0.105) * 1e9), "on": ["leaf1"]}],
+            "first_copies": [{"neighbor": "leaf1", "at_ns": round((zero + 0.11) * 1e9)}],
+        },
+        "leaf1": {"events": [], "first_copies": []},
+    }
+    agents = {n: SimpleNamespace(bift=lambda n=n: {"fast_reroute": fast_reroute[n]}) for n in fast_reroute}
+    plan = SimpleNamespace(bier=SimpleNamespace(fast_reroute=True), bfd=None)
+    session = SimpleNamespace(time_scale=SCALE, plan=plan, agent=agents.__getitem__)
+    runner = FaultRunner([parse_fault("5us link spine1:eth1 down")], session, None, tmp_path, 0.0)  # type: ignore[arg-type]
+    runner.zero, runner.end_s = zero, 0.5
+    (record,) = runner.records
+    record.started_s, record.effect_s = 0.10, 0.101
+    outcome = SimpleNamespace(settings={}, lines=[], messages=[], problem=None)
+    runner.judge(outcome, SCALE)  # type: ignore[arg-type]
+    (fault,) = outcome.settings["faults"]
+    assert [(r["node"], r["neighbor"], r["state"]) for r in fault["fast_reroute"]] == [
+        ("spine1", "leaf1", "on")
+    ]
+    assert round(fault["fast_reroute"][0]["after_s"], 6) == 0.005
+    assert round(fault["fast_reroute"][0]["first_copy_s"], 6) == 0.01
+    assert any("spine1's bypass to leaf1 on after 250.0 ns" in line for line in outcome.lines), outcome.lines
+    # a lab without fast reroute: nothing read, nothing said
+    plan.bier.fast_reroute = False
+    record.reroutes = []
+    outcome = SimpleNamespace(settings={}, lines=[], messages=[], problem=None)
+    runner.judge(outcome, SCALE)  # type: ignore[arg-type]
+    assert "fast_reroute" not in outcome.settings["faults"][0]
