@@ -82,6 +82,7 @@ bench: images
 	$(PY) bench/memory.py
 	$(PY) bench/bier_forwarding_netns.py
 	$(PY) bench/edge_policy.py
+	$(PY) bench/fast_reroute.py
 	$(PY) bench/replay.py
 	$(PY) bench/allreduce.py
 	$(PY) bench/fare.py

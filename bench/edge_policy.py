@@ -15,11 +15,8 @@ Run: python bench/edge_policy.py [--packets 200000] [--rounds 5] [--size 256]
 
 from __future__ import annotations
 
-import argparse
-import statistics
-import subprocess
 import sys
-import time
+from pathlib import Path
 
 from aidcnet.agent.bier.dataplane import BierDataplane
 from aidcnet.bier.bift import build_bifts
@@ -27,17 +24,10 @@ from aidcnet.bier.edge_policy import HOST, HostBfir, PortPolicy
 from aidcnet.bier.header import BierHeader
 from aidcnet.bier.routing import compute_birts, undirected
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.loopback import cpu_under_load, loopback_parser, print_ratios
+
 BSL = 64
-SENDER = """
-import socket, sys, time
-n, payload, dst = int(sys.argv[1]), bytes.fromhex(sys.argv[2]), (sys.argv[3], int(sys.argv[4]))
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-s.bind((sys.argv[5], 0))
-for i in range(n):
-    s.sendto(payload, dst)
-    if i % 64 == 63:
-        time.sleep(0.0002)  # loopback drops what the BFR has not read: offer a little below its rate
-"""
 
 
 def build(block: int) -> tuple[BierDataplane, BierDataplane, dict[str, str], int]:
@@ -59,28 +49,13 @@ def build(block: int) -> tuple[BierDataplane, BierDataplane, dict[str, str], int
 def one(
     b: BierDataplane, c: BierDataplane, addrs: dict[str, str], label: int, packets: int, size: int
 ) -> float:
-    """Forwarded packets per CPU second of B's thread."""
+    """Forwarded packets per CPU second of B's work."""
     payload = BierHeader(bift_id=label, bsl=BSL, bitstring=0b100, bfir_id=1).encode()
     payload += bytes(max(0, size - len(payload)))
     before = b.counters()["forwarded"]
-    sender = subprocess.Popen([sys.executable, "-c", SENDER, str(packets), payload.hex(), addrs["B"], "6635",
-                               addrs["A"]])  # fmt: skip
-    cpu = 0.0
-    quiet_since = None
-    while True:
-        start = time.thread_time()
-        got = b.poll_once()
-        cpu += time.thread_time() - start
-        while c.poll_once():
-            pass
-        if got:
-            quiet_since = None
-        elif sender.poll() is not None:
-            quiet_since = quiet_since or time.monotonic()
-            if time.monotonic() - quiet_since > 0.2:
-                break
+    cpu = cpu_under_load({"B": b, "C": c}, addrs["A"], addrs["B"], payload, packets)
     forwarded = b.counters()["forwarded"] - before
-    return forwarded / cpu if cpu else 0.0
+    return forwarded / cpu["B"] if cpu["B"] else 0.0
 
 
 def line(block: int, name: str, packets: int, size: int) -> float:
@@ -114,18 +89,8 @@ def free_block() -> int:
 LINES = ("policy off", "policy on", "policy on + stamps")
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--packets", type=int, default=200_000, help="packets offered per line and round")
-    p.add_argument("--rounds", type=int, default=5, help="rounds of the three lines (default 5)")
-    p.add_argument(
-        "--size", type=int, default=256, help="UDP payload bytes, BIER header included (default 256)"
-    )
-    return p
-
-
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    args = loopback_parser(__doc__).parse_args(argv)
     block = free_block()
     rates: dict[str, list[float]] = {name: [] for name in LINES}
     for r in range(args.rounds):
@@ -134,15 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"round {r + 1}: " + ", ".join(f"{n} {rates[n][-1] / 1e3:.1f} k/CPU-s" for n in LINES), flush=True
         )
-    base = rates["policy off"]
-    head = f"edge policy, Python dataplane, {args.size} B, 1->1:"
-    print(f"{head} policy off {statistics.median(base) / 1e3:.1f} k pkt/CPU-s (baseline)")
-    for name in LINES[1:]:
-        ratio = statistics.median(x / y for x, y in zip(rates[name], base, strict=True))
-        print(
-            f"{head} {name} {statistics.median(rates[name]) / 1e3:.1f} k pkt/CPU-s, "
-            f"{ratio:.3f}x the baseline of its round (median of {args.rounds} rounds)"
-        )
+    print_ratios(f"edge policy, Python dataplane, {args.size} B, 1->1:", rates, "policy off")
     return 0
 
 
