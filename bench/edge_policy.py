@@ -15,6 +15,7 @@ Run: python bench/edge_policy.py [--packets 200000] [--rounds 5] [--size 256]
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -89,8 +90,12 @@ def free_block() -> int:
 LINES = ("policy off", "policy on", "policy on + stamps")
 
 
+def parser() -> argparse.ArgumentParser:
+    return loopback_parser(__doc__)
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = loopback_parser(__doc__).parse_args(argv)
+    args = parser().parse_args(argv)
     block = free_block()
     rates: dict[str, list[float]] = {name: [] for name in LINES}
     for r in range(args.rounds):

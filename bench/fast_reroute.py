@@ -14,6 +14,7 @@ Run: python bench/fast_reroute.py [--packets 200000] [--rounds 5] [--size 256]
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -85,8 +86,12 @@ def free_block() -> int:
     raise SystemExit("no free 127.2.x.0/24 block with port 6635 free")
 
 
+def parser() -> argparse.ArgumentParser:
+    return loopback_parser(__doc__)
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = loopback_parser(__doc__).parse_args(argv)
+    args = parser().parse_args(argv)
     block = free_block()
     rates: dict[str, list[float]] = {"direct": [], "bypass at the PLR": [], "pop at a transit": []}
     for r in range(args.rounds):

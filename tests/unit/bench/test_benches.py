@@ -13,12 +13,14 @@ import pytest
 from orchestrator.paths import ROOT
 
 BENCH = ROOT / "bench"
-# Modules in bench/ that are not benches: the lab lifecycle the benches share, and the traffic source
-# bench/bier_forwarding_netns.py runs in the source's namespace.
-HELPERS = {"harness", "bier_sender"}
+# Modules in bench/ that are not benches: what the benches share (the lab lifecycle; the loopback load
+# of the Python-dataplane benches), which has no main, and the traffic source bench/bier_forwarding_netns.py
+# runs in the source's namespace.
+LIBRARIES = {"harness", "loopback"}
+HELPERS = {*LIBRARIES, "bier_sender"}
 MODULES = sorted(p.stem for p in BENCH.glob("*.py"))
 BENCHES = [m for m in MODULES if m not in HELPERS]
-MAINS = [m for m in MODULES if m != "harness"]
+MAINS = [m for m in MODULES if m not in LIBRARIES]
 MAKE_LINE = re.compile(r"^\t\$\(PY\) bench/(\w+)\.py(.*)$", re.M)
 
 
