@@ -9,12 +9,20 @@ share set identifier 0 (SI = (id-1) // BSL, RFC 8279 §3).
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Iterator
 
 from aidcnet.bier.fast_reroute import adjacency_labels, bypass_path, tunnel
 from aidcnet.config import BierBypass
 from aidcnet.roles import Role
 from orchestrator.configure.plan.context import Context, Source, clash, natural_key, problem
-from orchestrator.configure.plan.schema import GroupVars, LabPlan, PlanBier, PlanError, PlanGroup
+from orchestrator.configure.plan.schema import (
+    GroupVars,
+    LabPlan,
+    PlanBier,
+    PlanEndpoint,
+    PlanError,
+    PlanGroup,
+)
 from orchestrator.lab.roles import ROLES, Place, role_named
 
 BSLS = (64, 128, 256, 512, 1024, 2048, 4096)
@@ -103,6 +111,8 @@ def apply(plan: LabPlan, ctx: Context) -> LabPlan:
         plan.nodes[name].bfr_id = next_id
         owner[next_id] = (Source("automatic allocation", f"bfr_id of {name}"), name)
     assign_labels(plan)
+    if fast_reroute:
+        assign_fast_reroute(plan)
     plan.bier.groups = [plan_group(plan, ctx, i, g) for i, g in enumerate(ctx.vars.bier.groups)]
     return plan
 
@@ -165,24 +175,39 @@ def assign_labels(plan: LabPlan) -> None:
         node.bier_label_base = base
 
 
-def bier_adjacency(plan: LabPlan) -> dict[str, list[str]]:
-    """Every BFR's BFR-NBRs: the nodes at the other end of its links that are BFRs with an address there
-    (the neighbours :func:`orchestrator.configure.plan.configs.bier_config` writes), sorted."""
-    adjacency: dict[str, set[str]] = {
-        n.name: set() for n in plan.nodes.values() if n.bfr_id is not None and n.bier_label_base is not None
-    }
+def bfr_links(plan: LabPlan, name: str | None = None) -> Iterator[tuple[PlanEndpoint, PlanEndpoint]]:
+    """The BFR-NBR rule: every (local, remote) end pair of a link between two BFRs with BIER labels whose
+    remote end has an address (``name``: only the links of that BFR). These are the neighbours a node file
+    lists, and the adjacency fast reroute routes its bypasses over."""
     for link in plan.links:
-        a, b = link.a, link.b
-        if a.node in adjacency and b.node in adjacency and a.node != b.node and a.address and b.address:
-            adjacency[a.node].add(b.node)
-            adjacency[b.node].add(a.node)
+        if link.a.node == link.b.node:
+            continue
+        for local, remote in ((link.a, link.b), (link.b, link.a)):
+            if name is not None and local.node != name:
+                continue
+            here, there = plan.nodes[local.node], plan.nodes[remote.node]
+            if (
+                remote.address is not None
+                and here.bier_label_base is not None
+                and there.bier_label_base is not None
+            ):
+                yield local, remote
+
+
+def bier_adjacency(plan: LabPlan) -> dict[str, list[str]]:
+    """Every BFR's BFR-NBRs (:func:`bfr_links`), sorted."""
+    adjacency: dict[str, set[str]] = {
+        n.name: set() for n in plan.nodes.values() if n.bier_label_base is not None
+    }
+    for local, remote in bfr_links(plan):
+        adjacency[local.node].add(remote.node)
     return {name: sorted(nbrs, key=natural_key) for name, nbrs in adjacency.items()}
 
 
-def fast_reroute_config(plan: LabPlan, name: str) -> tuple[dict[str, int], dict[str, BierBypass]]:
-    """Fast reroute for BFR ``name`` (aidcnet/bier/fast_reroute.py): its adjacency label per BFR-NBR, and
-    a bypass per BFR-NBR that has one. Adjacency labels follow every BFR's BIER labels, one per directed
-    BFR adjacency of the lab; a bypass's inner nodes are switches."""
+def assign_fast_reroute(plan: LabPlan) -> None:
+    """Fast reroute (aidcnet/bier/fast_reroute.py) for every BFR: its adjacency label per BFR-NBR and a
+    bypass per BFR-NBR that has one. Adjacency labels follow every BFR's BIER labels, one per directed BFR
+    adjacency of the lab; a bypass's inner nodes are switches."""
     adjacency = bier_adjacency(plan)
     ids = [n.bfr_id for n in plan.nodes.values() if n.bfr_id is not None]
     first = FIRST_UNRESERVED_LABEL + (max(ids, default=0)) * plan.bier.si_count
@@ -196,10 +221,13 @@ def fast_reroute_config(plan: LabPlan, name: str) -> tuple[dict[str, int], dict[
     def transit(node: str) -> bool:
         return role_named(plan.nodes[node].role).place is Place.SWITCH
 
-    bypass: dict[str, BierBypass] = {}
-    for nbr in adjacency.get(name, []):
-        path = bypass_path(adjacency, name, nbr, transit)
-        if path is not None:
-            via, stack = tunnel(path, labels)
-            bypass[nbr] = BierBypass(via=via, labels=stack)
-    return labels.get(name, {}), bypass
+    for name, nbrs in adjacency.items():
+        node = plan.nodes[name]
+        node.bier_adjacency_labels = labels.get(name, {})
+        bypass: dict[str, BierBypass] = {}
+        for nbr in nbrs:
+            path = bypass_path(adjacency, name, nbr, transit)
+            if path is not None:
+                via, stack = tunnel(path, labels)
+                bypass[nbr] = BierBypass(via=via, labels=stack)
+        node.bier_bypass = bypass

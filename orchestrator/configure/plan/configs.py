@@ -21,7 +21,7 @@ from aidcnet.config import (
 )
 from aidcnet.roles import AGENT_ROLES, Role
 from orchestrator.configure.plan.bfd import bfd_config
-from orchestrator.configure.plan.bier import fast_reroute_config
+from orchestrator.configure.plan.bier import bfr_links
 from orchestrator.configure.plan.context import natural_key
 from orchestrator.configure.plan.igmp import igmp_config
 from orchestrator.configure.plan.ina import ina_config
@@ -177,30 +177,25 @@ def bier_config(plan: LabPlan, name: str) -> Bier | None:
     if node.bfr_id is None or node.bier_label_base is None:
         return None
     neighbors: dict[str, BierNeighbor] = {}
+    for local, remote in bfr_links(plan, name):
+        assert remote.address is not None and plan.nodes[remote.node].bier_label_base is not None
+        neighbors.setdefault(
+            remote.node,
+            BierNeighbor(
+                name=remote.node,
+                address=remote.address.ip,
+                interface=local.interface,
+                label_base=plan.nodes[remote.node].bier_label_base,
+            ),
+        )
     edge_policy: dict[str, BierPortPolicy] = {}
-    for link in plan.links:
-        for local, remote in ((link.a, link.b), (link.b, link.a)):
-            peer = plan.nodes[remote.node]
-            if plan.bier.edge_policy and local.node == name and local.address and remote.address:
-                edge_policy[local.interface] = port_policy(
-                    node.role, peer, remote.address.ip, tenant_ids(plan, remote.node)
-                )
-            if (
-                local.node != name
-                or peer.bfr_id is None
-                or remote.address is None
-                or peer.bier_label_base is None
-            ):
-                continue
-            neighbors.setdefault(
-                remote.node,
-                BierNeighbor(
-                    name=remote.node,
-                    address=remote.address.ip,
-                    interface=local.interface,
-                    label_base=peer.bier_label_base,
-                ),
-            )
+    if plan.bier.edge_policy:
+        for link in plan.links:
+            for local, remote in ((link.a, link.b), (link.b, link.a)):
+                if local.node == name and local.address and remote.address:
+                    edge_policy[local.interface] = port_policy(
+                        node.role, plan.nodes[remote.node], remote.address.ip, tenant_ids(plan, remote.node)
+                    )
     by_node = {other.name: other.bfr_id for other in plan.nodes.values() if other.bfr_id is not None}
     birt: dict[int, list[str]] = {}
     if plan.bier.bift == "static":
@@ -225,7 +220,6 @@ def bier_config(plan: LabPlan, name: str) -> Bier | None:
             mine = sorted({port for leaf, port in g.receiver_ports.values() if leaf == name}, key=natural_key)
             if mine:
                 members.append(BierMembership(group=g.group, interfaces=mine))
-    adjacency_labels, bypass = fast_reroute_config(plan, name) if plan.bier.fast_reroute else ({}, {})
     return Bier(
         bfr_id=node.bfr_id,
         sub_domain=plan.bier.sub_domain,
@@ -241,8 +235,8 @@ def bier_config(plan: LabPlan, name: str) -> Bier | None:
         app_port=HOST_APP_PORT if node.role == Role.GPU_HOST else None,
         flows=flows,
         members=members,
-        adjacency_labels=adjacency_labels,
-        bypass=bypass,
+        adjacency_labels=node.bier_adjacency_labels,
+        bypass=node.bier_bypass,
     )
 
 

@@ -29,7 +29,7 @@ from pydantic import (
     model_validator,
 )
 
-from aidcnet.config import Bfd, Bgp, Bier, Igmp, InaDtype, InaJob, InaOp
+from aidcnet.config import Bfd, Bgp, Bier, BierBypass, Igmp, InaDtype, InaJob, InaOp
 
 PLAN_VERSION = 1
 MAX_ASN = 4294967295
@@ -308,6 +308,10 @@ class PlanNode(_Plan):
     bfr_id: int | None = None
     # This BFR's BIFT-ids (MPLS labels): label_base + SI, one per SI in use (RFC 8296 §2.1.1.1).
     bier_label_base: int | None = None
+    # BIER fast reroute (docs/bier.md): this BFR's adjacency label per BFR-NBR and its bypass tunnel per
+    # BFR-NBR that has one; computed once per plan, since a bypass depends on the whole lab's adjacency.
+    bier_adjacency_labels: dict[str, int] = Field(default_factory=dict)
+    bier_bypass: dict[str, BierBypass] = Field(default_factory=dict)
     planes: list[int] = Field(default_factory=list)
     routes: list[PlanRoute] = Field(default_factory=list)
 

@@ -125,3 +125,23 @@ def test_the_wire_format_docs_bypass_example_is_what_the_plan_gives_spine1():
     assert (bypass.via, bypass.labels, cfgs["leaf1"].bier.label_base) == ("leaf2", [45, 58], 24)
     assert push(bypass.labels).hex(" ") == "00 02 d0 40 00 03 a0 40"
     assert encode_lse(24, 0, 1, 63).hex(" ") == "00 01 81 3f"
+
+
+def test_the_bypasses_are_planned_once_and_read_back_from_plan_yml(tmp_path):
+    """The plan computes every BFR's adjacency labels and bypasses (they depend on the whole lab), and a node
+    file made from plan.yml read back carries the same ones; with fast reroute off the plan has none."""
+    from orchestrator.configure.plan import read_plan, write_plan
+
+    topo = load_topology(LABS / "leaf-spine.clab.yml")
+    plan = build_plan(topo, LabVars.model_validate({}))
+    assert plan.nodes["spine1"].bier_bypass["leaf1"].labels == [45, 58]
+    write_plan(plan, tmp_path / "plan.yml")
+    again = node_configs(read_plan(tmp_path / "plan.yml"))
+    for name, cfg in node_configs(plan).items():
+        if cfg.bier is not None:
+            assert (again[name].bier.bypass, again[name].bier.adjacency_labels) == (
+                cfg.bier.bypass,
+                cfg.bier.adjacency_labels,
+            ), name
+    off = build_plan(topo, LabVars.model_validate({"bier": {"fast_reroute": False}}))
+    assert not any(n.bier_bypass or n.bier_adjacency_labels for n in off.nodes.values())
