@@ -37,7 +37,7 @@ PREFIX = "aidcnet"
 # (pattern over the full counter name, label name). The label value is group "v"; the family name is
 # the name with that segment cut out. Order matters: the first match wins.
 LABEL_RULES: tuple[tuple[re.Pattern[str], str], ...] = (
-    (re.compile(r"^(?P<head>bier\.[rt]x\.nbr)\.(?P<v>.+)\.(?P<tail>packets|bytes)$"), "neighbor"),
+    (re.compile(r"^(?P<head>bier\.[rt]x\.nbr)\.(?P<v>.+)\.(?P<tail>packets|bytes|errors)$"), "neighbor"),
     (re.compile(r"^(?P<head>bier\.rx\.src)\.(?P<v>.+)\.(?P<tail>packets|bytes)$"), "source"),
     (re.compile(r"^(?P<head>bier\.if)\.(?P<v>[^.]+)\.(?P<tail>[a-z_]+)$"), "interface"),
     (re.compile(r"^(?P<head>net-bier\.port)\.(?P<v>[^.]+)\.(?P<tail>[^.]+)$"), "interface"),

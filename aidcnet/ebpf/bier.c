@@ -740,6 +740,7 @@ static long emit(__u32 i, void *data)
 
 	if (!nb || !nb->ifindex) {
 		cnt(C_TX_ERRORS, 1);
+		nbr_cnt(nidx, NC_TX_ERRORS, 1);
 		return 0;
 	}
 	struct hdr *want = &s->next;
@@ -769,6 +770,7 @@ static long emit(__u32 i, void *data)
 		s->cur = *want;
 		if (bpf_clone_redirect(e->skb, nb->ifindex, 0)) {
 			cnt(C_TX_ERRORS, 1);
+			nbr_cnt(nidx, NC_TX_ERRORS, 1);
 			return 0;
 		}
 	}
@@ -1215,6 +1217,7 @@ static long emit_imp(__u32 i, void *data)
 
 	if (!nb || !nb->ifindex) {
 		cnt(C_TX_ERRORS, 1);
+		nbr_cnt(nidx, NC_TX_ERRORS, 1);
 		return 0;
 	}
 	struct hdr *want = &s->next;
@@ -1286,6 +1289,7 @@ static long emit_imp(__u32 i, void *data)
 		s->redirect = nb->ifindex;
 	} else if (bpf_clone_redirect(skb, nb->ifindex, 0)) {
 		cnt(C_TX_ERRORS, 1);
+		nbr_cnt(nidx, NC_TX_ERRORS, 1);
 		return 0;
 	}
 	s->sent++;

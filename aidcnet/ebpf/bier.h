@@ -158,6 +158,7 @@ enum bier_nbr_counter {
 	NC_RX_BYTES,
 	NC_TX_PACKETS,
 	NC_TX_BYTES,
+	NC_TX_ERRORS, /* copies for this neighbour that could not leave: no port (a link down), a refused redirect */
 	NC_NUM
 };
 

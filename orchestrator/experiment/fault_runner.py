@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from aidcnet.timescale import TimeScale
+from orchestrator.configure.plan.bier import bier_adjacency
 from orchestrator.experiment.faults import (
     FailureDomain,
     FaultRecord,
@@ -20,6 +21,7 @@ from orchestrator.experiment.faults import (
     reroutes,
     unexplained_downs,
     unexplained_line,
+    unprotected,
 )
 from orchestrator.experiment.session import LabSession
 from orchestrator.lab.fault_spec import Fault, check_targets, schedule
@@ -169,6 +171,16 @@ class FaultRunner:
             out.append((r, ends, later[0] if later else self.end_s))
         return out
 
+    def downed_ports(self) -> dict[str, set[str]]:
+        """node -> its interfaces that a link fault took down during the run (both ends of the link): what
+        was lost there is the fault's (fidelity.fault_port_losses)."""
+        out: dict[str, set[str]] = {}
+        for r, ends, _until in self._link_faults():
+            if r.fault.words[:1] == ("down",):
+                for node, interface in ends:
+                    out.setdefault(node, set()).add(interface)
+        return out
+
     def _detections(self, events: dict[str, list[dict]]) -> set[tuple[str, str]]:
         """What each link fault's two ends' sessions did (docs/bfd.md); returns the ends they touched."""
         touched: set[tuple[str, str]] = set()
@@ -179,9 +191,11 @@ class FaultRunner:
 
     def _reroutes(self) -> None:
         """What each link fault's two ends' fast-reroute bypasses did (docs/bier.md, "Fast reroute")."""
-        bier = self.session.plan.bier
-        if bier is None or not bier.fast_reroute:
+        plan = self.session.plan
+        if plan.bier is None or not plan.bier.fast_reroute:
             return
+        adjacency = bier_adjacency(plan)
+        bypassed = {name: set(plan.nodes[name].bier_bypass) for name in adjacency}
         events: dict[str, list[dict]] = {}
         first_copies: dict[str, list[dict]] = {}
         for r, ends, until in self._link_faults():
@@ -197,6 +211,7 @@ class FaultRunner:
                     events[end] = fast_reroute.get("events", [])
                     first_copies[end] = fast_reroute.get("first_copies", [])
             r.reroutes = reroutes(r, [(a, b), (b, a)], events, self.zero, until, first_copies)
+            r.unprotected = unprotected(r, [(a, b), (b, a)], adjacency, bypassed)
 
     def counters_after(self, after: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
         """The agents' counters after the run as the deltas need them: a restarted agent counted from zero

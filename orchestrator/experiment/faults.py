@@ -9,10 +9,11 @@ and in fabric time.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from aidcnet.bier.fast_reroute import bypass_path
 from aidcnet.timescale import TimeScale
 from orchestrator.experiment.clock import Clock, format_seconds, wall
 from orchestrator.experiment.records import MessageResult
@@ -40,6 +41,8 @@ class FaultRecord:
     detections: list[Detection] = field(default_factory=list)
     # A link fault under BIER fast reroute (docs/bier.md): each end's bypass around it going on or off.
     reroutes: list[Reroute] = field(default_factory=list)
+    # ... and the ends whose plan has no bypass to the neighbour across it (Unprotected).
+    unprotected: list[Unprotected] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -52,6 +55,11 @@ class FaultRecord:
             "error": self.error,
             **({"bfd": [d.to_dict() for d in self.detections]} if self.detections else {}),
             **({"fast_reroute": [r.to_dict() for r in self.reroutes]} if self.reroutes else {}),
+            **(
+                {"fast_reroute_unprotected": [u.to_dict() for u in self.unprotected]}
+                if self.unprotected
+                else {}
+            ),
         }
 
     def late_s(self, time_scale: TimeScale) -> float | None:
@@ -176,6 +184,51 @@ class Reroute:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class Unprotected:
+    """One end of a link fault whose plan has no fast-reroute bypass to the neighbour across the link: its
+    copies for that neighbour are lost until the link is back (or, with ``bier.bift: bgp``, until the
+    senders' routes move off it). ``through_hosts``: a way round exists, but every one passes a GPU host,
+    and hosts do not transit (on the superpod, a plane is one switch and its GPUs)."""
+
+    node: str
+    neighbor: str
+    through_hosts: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# Link actions that take a link away (in whole or in part); "up", "loss 0" and the rest give it back or
+# change its rate.
+_TAKES_AWAY = ("down", "loss")
+
+
+def unprotected(
+    record: FaultRecord,
+    across: Iterable[tuple[str, str]],
+    adjacency: Mapping[str, Sequence[str]],
+    bypassed: Mapping[str, Collection[str]],
+) -> list[Unprotected]:
+    """The ends of a link fault that takes the link away whose plan has no bypass to the neighbour across
+    it. ``across``: (node, the neighbour across the link); ``adjacency``: every BFR's BFR-NBRs;
+    ``bypassed``: each BFR's neighbours that have a bypass in the plan. An end that is not a BFR, or whose
+    neighbour is not a BFR-NBR, is not listed."""
+    if (
+        record.fault.kind != "link"
+        or record.fault.gives_back
+        or record.fault.words[:1] not in [(w,) for w in _TAKES_AWAY]
+    ):
+        return []
+    out = []
+    for node, neighbor in across:
+        if neighbor not in adjacency.get(node, ()) or neighbor in bypassed.get(node, ()):
+            continue
+        around = bypass_path(adjacency, node, neighbor, lambda _node: True)
+        out.append(Unprotected(node, neighbor, through_hosts=around is not None))
+    return out
+
+
 def reroutes(
     record: FaultRecord,
     across: Iterable[tuple[str, str]],
@@ -233,7 +286,7 @@ def _first_copy(
 def reroute_line(record: FaultRecord, time_scale: TimeScale) -> str | None:
     """``fault ...: fast reroute: spine1's bypass to leaf1 on after 310.0 ns``, in fabric time beside wall
     time; None when no bypass switched. (The BIER modes send through it; the others run beside it.)"""
-    if not record.reroutes:
+    if not record.reroutes and not record.unprotected:
         return None
     clock = Clock(time_scale)
     each = [
@@ -241,6 +294,11 @@ def reroute_line(record: FaultRecord, time_scale: TimeScale) -> str | None:
         + ("" if r.first_copy_s is None else f", its first copy after {clock.both(r.first_copy_s)}")
         for r in record.reroutes
     ]
+    for through_hosts in (True, False):
+        ends = [f"{u.node} to {u.neighbor}" for u in record.unprotected if u.through_hosts == through_hosts]
+        if ends:
+            why = "every way round passes a GPU host" if through_hosts else "there is no other way round"
+            each.append(f"no bypass for {' or '.join(ends)} ({why})")
     return f"fault {record.fault.describe()}: fast reroute: " + ", ".join(each)
 
 

@@ -16,7 +16,7 @@ here are the veth's (wall) rates; :class:`aidcnet.timescale.TimeScale` turns wal
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -206,6 +206,50 @@ def unfinished_reasons(unfinished: Mapping[str, str]) -> list[str]:
         f"node {node}: still sending when the run gave up on it ({what}): the run did not finish"
         for node, what in sorted(unfinished.items())
     ]
+
+
+# The part of a node-wide loss counter that one port accounts for ({interface}: its name).
+PORT_SHARES = {
+    "bier.tx.errors": "bier.if.{interface}.tx_errors",
+    "net-bier.rx-errors": "net-bier.port.{interface}.rx-errors",
+}
+IF_DROPS = ("rx drop", "tx drop")
+
+
+def fault_port_losses(
+    drops: Mapping[str, Mapping[str, int]],
+    deltas: Mapping[str, Mapping[str, int]],
+    downed: Mapping[str, Collection[str]],
+) -> tuple[dict[str, dict[str, int]], list[str]]:
+    """Takes out of a run's drops (node -> {where: n}: ``IF rx drop``, ``IF tx drop``, ``agent COUNTER``)
+    the ones at ports a fault took down during the run (``downed``: node -> interfaces): a copy sent into a
+    dead port is what the fault costs, the thing the run measures, not a loss of our software. An agent's
+    node-wide counter gives up only its port's own share (:data:`PORT_SHARES`, from ``deltas``, the agents'
+    counters over the run); what is left of it, and every other drop, is still judged. Returns the drops
+    left and one note per node for what was taken out."""
+    left: dict[str, dict[str, int]] = {}
+    notes: list[str] = []
+    for node, counters in drops.items():
+        ports = set(downed.get(node, ()))
+        kept = dict(counters)
+        moved: list[str] = []
+        for interface in sorted(ports):
+            for kind in IF_DROPS:
+                if n := kept.pop(f"{interface} {kind}", 0):
+                    moved.append(f"{interface} {kind} {n}")
+            for counter, share in PORT_SHARES.items():
+                where = f"agent {counter}"
+                n = min(kept.get(where, 0), deltas.get(node, {}).get(share.format(interface=interface), 0))
+                if n:
+                    kept[where] -= n
+                    moved.append(f"{interface}'s share of {where} {n}")
+        left[node] = {where: n for where, n in kept.items() if n}
+        if moved:
+            notes.append(
+                f"node {node}: counted at ports a fault took down, the fault's loss and not the emulator's "
+                f"(one packet may be in two counters): {', '.join(moved)}"
+            )
+    return left, notes
 
 
 def agent_losses(deltas: Mapping[str, Mapping[str, int]]) -> dict[str, dict[str, int]]:

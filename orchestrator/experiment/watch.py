@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +22,7 @@ from orchestrator.experiment.fidelity import (
     agent_losses,
     agent_waits,
     bottleneck_bound,
+    fault_port_losses,
     verdict,
 )
 from orchestrator.experiment.records import BoundRecord, LinkEndTiming, NodeTiming, TimingRecord
@@ -177,6 +178,8 @@ class FabricWatch:
         self._fabric_after: Fabric | None = None
         self._injected_delta: dict[str, int] = {}
         self._other: dict[str, dict[str, int]] = {}
+        # What faults cost at the ports they took down (fidelity.fault_port_losses), a line per node.
+        self.fault_losses: list[str] = []
 
     @property
     def shaped(self) -> bool:
@@ -282,18 +285,19 @@ class FabricWatch:
         agent_deltas: dict[str, dict[str, int]],
         due_spans: dict[str, list[tuple[float, float]]] | None = None,
         late: list[str] | None = None,
+        downed: Mapping[str, Collection[str]] | None = None,
     ) -> TimingRecord | None:
         """The run's timing record, judged once the driver has the agents' counters over the run: a packet
         our software dropped spoils the timing as much as one the kernel dropped. ``due_spans``: per
         sending node, [(due, last datagram handed over)] of each op in wall-clock seconds, from the
         agents' accounts (a node that held data due while its links idled set the pace). ``late``: reasons
         the driver found something of ours ran late or could not be accounted (a fault that took effect
-        late, a node that stopped answering). None after a failed
-        run."""
+        late, a node that stopped answering). ``downed``: node -> its interfaces a fault took down during
+        the run, whose drops are the fault's (:func:`fault_port_losses`). None after a failed run."""
         if self.sampler is None:
             self.record = TimingRecord(lossless=self.lossless)
         elif self._fabric_after is not None:
-            judged = self._judge(agent_losses(agent_deltas), due_spans or {})
+            judged = self._judge(agent_losses(agent_deltas), due_spans or {}, agent_deltas, downed or {})
             update: dict[str, Any] = {"notes": [*judged.notes, *agent_waits(agent_deltas)]}
             if judged.faithful is not None and (late := [*agent_late(agent_deltas), *(late or [])]):
                 update |= {"reasons": [*judged.reasons, *late], "faithful": False}
@@ -301,7 +305,11 @@ class FabricWatch:
         return self.record
 
     def _judge(
-        self, agent_drops: dict[str, dict[str, int]], due_spans: dict[str, list[tuple[float, float]]]
+        self,
+        agent_drops: dict[str, dict[str, int]],
+        due_spans: dict[str, list[tuple[float, float]]],
+        agent_deltas: Mapping[str, Mapping[str, int]],
+        downed: Mapping[str, Collection[str]],
     ) -> TimingRecord:
         assert self.sampler is not None
         fabric = self._fabric_after
@@ -309,6 +317,7 @@ class FabricWatch:
         other = {node: dict(c) for node, c in self._other.items()}
         for node, counters in agent_drops.items():
             other.setdefault(node, {}).update(counters)
+        other, self.fault_losses = fault_port_losses(other, agent_deltas, downed)
         links = self.sampler.link_counters(self._injected_delta)
         relay_lost = other.pop(RELAY, {})
         nodes = self.sampler.node_counters(other, due_spans)
@@ -323,6 +332,7 @@ class FabricWatch:
             run_s=self.sampler.run_s,
         )
         judged = with_relay(judged, fabric, self.lab_dir, relay_lost)
+        judged = replace(judged, notes=[*judged.notes, *self.fault_losses])
         assert fabric.scale is not None
         carried = {c.name: c.tx_bytes for c in links if c.tx_bytes > 0}
         bound = None

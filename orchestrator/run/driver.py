@@ -159,8 +159,11 @@ def run_experiment(
             links=link_deltas(links_before, links_after, link_pairs(topo)),
             agents=(agents := agent_deltas(agents_before, agents_after)),
             messages=outcome.messages,
-            timing=watch.finish(agents, due_spans(outcome, finished.timestamp()), late),
+            timing=watch.finish(
+                agents, due_spans(outcome, finished.timestamp()), late, downed=faults.downed_ports()
+            ),
         )
+        outcome.lines.extend(watch.fault_losses)
         run_dir = save_judged(result, predicted, outcome, watch, results_dir)
     done = RunOutcome(load_run(run_dir), run_dir, outcome)
     m = done.result.metrics

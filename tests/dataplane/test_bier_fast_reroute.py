@@ -122,3 +122,38 @@ def test_a_bypass_passes_through_with_its_top_label_popped(lab: NetLab, bier_obj
             assert c["ebpf.punted"] == len(packets) - 1
     finally:
         dut.close()
+
+
+@pytest.mark.parametrize("mode", ["ebpf", "python"])
+@pytest.mark.parametrize("lab", [3], indirect=True)
+def test_copies_into_a_port_that_is_down_are_counted_for_its_neighbour(
+    lab: NetLab, bier_obj: Path, mode: str
+) -> None:
+    """B's port to C is down and no bypass is on: the copies B could not send are C's errors
+    (tx.nbr.C.errors, if.<port>.tx_errors), which lets a run tell a dead port's loss (the fault's) from a
+    loss of our software elsewhere (orchestrator/experiment/fidelity.py fault_port_losses)."""
+    from orchestrator.lab.netns import parse_net_dev
+    from tests.dataplane.netlab import sh
+
+    dut, tables = _dut(lab, bier_obj, mode)
+    try:
+        packets = _packets()
+        to_c = sum(
+            nbr == "C" for pkt in packets for nbr, _copy in build_copies(pkt, forward_packet(pkt, tables))
+        )
+        sh("ip", "-n", lab.dut, "link", "set", lab.dut_if[NAMES.index("C")], "down")
+        got = dut.run(packets)
+        c = dut.counters()
+        assert got[NAMES.index("C")] == []
+        # the eBPF program hands a packet's last copy to the kernel with no answer (TC_ACT_REDIRECT): the
+        # down port drops it there, in the interface's tx drops, which a run reads per port too
+        unseen = c["tx.nbr.C.packets"] if mode == "ebpf" else 0
+        assert c["tx.nbr.C.errors"] + unseen == to_c > 0 and c["tx.nbr.C.errors"] > 0
+        assert c[f"if.{lab.dut_if[NAMES.index('C')]}.tx_errors"] == c["tx.nbr.C.errors"]
+        assert c["tx.nbr.A.errors"] == c["tx.nbr.E.errors"] == 0
+        # the port's own count: on eBPF every copy sent into it (the refused ones too), on Python none
+        # (the socket refused them before they reached it)
+        port = parse_net_dev(sh("ip", "netns", "exec", lab.dut, "cat", "/proc/net/dev"))[lab.dut_if[1]]
+        assert port["tx_drop"] == (to_c if mode == "ebpf" else 0)
+    finally:
+        dut.close()

@@ -26,8 +26,8 @@ Counters (:meth:`BierDataplane.counters`, a flat JSON-ready dict), in packets un
 * ``bypass.sent``: copies sent through a fast-reroute bypass (:mod:`aidcnet.bier.fast_reroute`; counted
   in ``tx.nbr.*`` of the tunnel's first hop); ``bypass.passed``: bypass packets this BFR popped and
   passed on (each also ``accepted``);
-* ``tx.packets``/``tx.bytes``/``tx.errors`` and ``tx.nbr.<nbr>.packets``/``.bytes``;
-* ``if.<ifname>.rx_packets``/``rx_bytes``/``tx_packets``/``tx_bytes``: the neighbor counters
+* ``tx.packets``/``tx.bytes``/``tx.errors`` and ``tx.nbr.<nbr>.packets``/``.bytes``/``.errors``;
+* ``if.<ifname>.rx_packets``/``rx_bytes``/``tx_packets``/``tx_bytes``/``tx_errors``: the neighbor counters
   summed per local interface.
 
 Known limit: the single socket is bound to the BIER port, so every copy leaves with UDP
@@ -173,7 +173,9 @@ class BierDataplane:
         self._rx_keys: dict[str, tuple[str, str]] = {
             addr: (f"rx.nbr.{nbr}.packets", f"rx.nbr.{nbr}.bytes") for addr, nbr in self._nbr_by_addr.items()
         }
-        self._tx_keys = {nbr: (f"tx.nbr.{nbr}.packets", f"tx.nbr.{nbr}.bytes") for nbr in neighbors}
+        self._tx_keys = {
+            nbr: (f"tx.nbr.{nbr}.packets", f"tx.nbr.{nbr}.bytes", f"tx.nbr.{nbr}.errors") for nbr in neighbors
+        }
         # A plain dict with the fixed keys present: ``c[k] += 1`` then stays on the exact-dict
         # fast path, which a Counter (a dict subclass) does not get.
         self._c: dict[str, int] = dict.fromkeys(_fixed_counter_names(), 0)
@@ -503,9 +505,11 @@ class BierDataplane:
         if self.lossless and self.io.stopped_at is not None:
             failed = self._send_rest(out, failed)
         bad = set(failed)
+        tx_keys = self._tx_keys
         if bad:
             c["tx.errors"] += len(bad)
-        tx_keys = self._tx_keys
+            for i in bad:  # per neighbour too: a copy into a port a fault took down is the fault's loss
+                c[tx_keys[out_nbrs[i]][2]] += 1
         sent = 0
         sent_bytes = 0
         for i, nbr in enumerate(out_nbrs):
@@ -703,7 +707,13 @@ class BierDataplane:
         for nbr, (addr, ifname) in self.neighbors.items():
             rx = self._rx_keys[addr]
             tx = self._tx_keys[nbr]
-            pairs = (("rx_packets", rx[0]), ("rx_bytes", rx[1]), ("tx_packets", tx[0]), ("tx_bytes", tx[1]))
+            pairs = (
+                ("rx_packets", rx[0]),
+                ("rx_bytes", rx[1]),
+                ("tx_packets", tx[0]),
+                ("tx_bytes", tx[1]),
+                ("tx_errors", tx[2]),
+            )
             for name, key in pairs:
                 ikey = f"if.{ifname}.{name}"
                 out[ikey] = out.get(ikey, 0) + out[key]

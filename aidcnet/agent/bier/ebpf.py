@@ -107,7 +107,15 @@ COUNTERS: tuple[str, ...] = (
     "ebpf.reported",
     "ebpf.report-lost",
 )
-NBR_COUNTERS = ("rx.nbr.{}.packets", "rx.nbr.{}.bytes", "tx.nbr.{}.packets", "tx.nbr.{}.bytes")
+NBR_COUNTERS = (
+    "rx.nbr.{}.packets",
+    "rx.nbr.{}.bytes",
+    "tx.nbr.{}.packets",
+    "tx.nbr.{}.bytes",
+    "tx.nbr.{}.errors",
+)
+# The same per neighbour, summed per interface (``if.<ifname>.<name>``), as the Python dataplane does.
+IF_COUNTERS = ("rx_packets", "rx_bytes", "tx_packets", "tx_bytes", "tx_errors")
 
 
 class EbpfUnavailable(RuntimeError):
@@ -630,7 +638,7 @@ class BierMaps:
             values = per_nbr[idx * len(NBR_COUNTERS) : (idx + 1) * len(NBR_COUNTERS)]
             for fmt, value in zip(NBR_COUNTERS, values, strict=True):
                 out[fmt.format(name)] = value
-            for fmt, value in zip(("rx_packets", "rx_bytes", "tx_packets", "tx_bytes"), values, strict=True):
+            for fmt, value in zip(IF_COUNTERS, values, strict=True):
                 key = f"if.{ifname}.{fmt}"
                 out[key] = out.get(key, 0) + value
         return out

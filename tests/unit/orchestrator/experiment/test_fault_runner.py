@@ -52,53 +52,107 @@ def test_no_verdict_on_lateness_before_the_run_has_ended() -> None:
     assert runner.late_reasons(SCALE) == []
 
 
-def test_a_link_faults_bypass_switches_are_read_from_both_ends_into_its_record(tmp_path) -> None:
-    """judge(): the fast-reroute events and first copies of the cut link's two ends, in the fault's record
-    and its lines; an end that never switched (leaf1 here) is not listed."""
+def _leaf_spine_plan():
+    from orchestrator.configure.plan import build_plan
+    from orchestrator.configure.plan.schema import LabVars
+    from orchestrator.lab.topology import load_topology
+    from orchestrator.paths import LABS
+
+    return build_plan(load_topology(LABS / "leaf-spine.clab.yml"), LabVars.model_validate({}))
+
+
+def _judge_link_fault(tmp_path, plan, fault: str, ends: tuple[tuple[str, str], ...], fast_reroute: dict):
+    """judge() a run with one link fault begun at 0.10 s (wall) on a lab of the link ``ends`` whose agents
+    answer ``show bift`` with ``fast_reroute``; returns the run's outcome."""
     import json
 
+    (a_node, a_if), (z_node, z_if) = ends
     (tmp_path / "topology-data.json").write_text(
         json.dumps(
             {
                 "nodes": {
-                    n: {"longname": f"clab-x-{n}", "image": "aidclab/bfr:latest"} for n in ("leaf1", "spine1")
+                    n: {"longname": f"clab-x-{n}", "image": "aidclab/bfr:latest"} for n in (a_node, z_node)
                 },
                 "links": [
-                    {
-                        "a": {"node": "leaf1", "interface": "eth1"},
-                        "z": {"node": "spine1", "interface": "eth1"},
-                    }
+                    {"a": {"node": a_node, "interface": a_if}, "z": {"node": z_node, "interface": z_if}}
                 ],
             }
         )
     )
-    zero = 1000.0
-    fast_reroute = {
-        "spine1": {
-            "events": [{"at_ns": round((zero + 0.105) * 1e9), "on": ["leaf1"]}],
-            "first_copies": [{"neighbor": "leaf1", "at_ns": round((zero + 0.11) * 1e9)}],
-        },
-        "leaf1": {"events": [], "first_copies": []},
-    }
     agents = {n: SimpleNamespace(bift=lambda n=n: {"fast_reroute": fast_reroute[n]}) for n in fast_reroute}
-    plan = SimpleNamespace(bier=SimpleNamespace(fast_reroute=True), bfd=None)
     session = SimpleNamespace(time_scale=SCALE, plan=plan, agent=agents.__getitem__)
-    runner = FaultRunner([parse_fault("5us link spine1:eth1 down")], session, None, tmp_path, 0.0)  # type: ignore[arg-type]
-    runner.zero, runner.end_s = zero, 0.5
+    runner = FaultRunner([parse_fault(fault)], session, None, tmp_path, 0.0)  # type: ignore[arg-type]
+    runner.zero, runner.end_s = ZERO, 0.5
     (record,) = runner.records
     record.started_s, record.effect_s = 0.10, 0.101
     outcome = SimpleNamespace(settings={}, lines=[], messages=[], problem=None)
     runner.judge(outcome, SCALE)  # type: ignore[arg-type]
+    return outcome
+
+
+ZERO = 1000.0
+
+
+def test_a_link_faults_bypass_switches_are_read_from_both_ends_into_its_record(tmp_path) -> None:
+    """judge(): the fast-reroute events and first copies of the cut link's two ends, in the fault's record
+    and its lines; an end that never switched (leaf1 here) is not listed."""
+    plan = _leaf_spine_plan()
+    fast_reroute = {
+        "spine1": {
+            "events": [{"at_ns": round((ZERO + 0.105) * 1e9), "on": ["leaf1"]}],
+            "first_copies": [{"neighbor": "leaf1", "at_ns": round((ZERO + 0.11) * 1e9)}],
+        },
+        "leaf1": {"events": [], "first_copies": []},
+    }
+    link = (("leaf1", "eth1"), ("spine1", "eth1"))
+    outcome = _judge_link_fault(tmp_path, plan, "5us link spine1:eth1 down", link, fast_reroute)
     (fault,) = outcome.settings["faults"]
     assert [(r["node"], r["neighbor"], r["state"]) for r in fault["fast_reroute"]] == [
         ("spine1", "leaf1", "on")
     ]
     assert round(fault["fast_reroute"][0]["after_s"], 6) == 0.005
     assert round(fault["fast_reroute"][0]["first_copy_s"], 6) == 0.01
+    assert "fast_reroute_unprotected" not in fault  # both ends have a bypass to the other in the plan
     assert any("spine1's bypass to leaf1 on after 250.0 ns" in line for line in outcome.lines), outcome.lines
     # a lab without fast reroute: nothing read, nothing said
     plan.bier.fast_reroute = False
-    record.reroutes = []
-    outcome = SimpleNamespace(settings={}, lines=[], messages=[], problem=None)
-    runner.judge(outcome, SCALE)  # type: ignore[arg-type]
-    assert "fast_reroute" not in outcome.settings["faults"][0]
+    outcome = _judge_link_fault(tmp_path, plan, "5us link spine1:eth1 down", link, fast_reroute)
+    assert not {"fast_reroute", "fast_reroute_unprotected"} & set(outcome.settings["faults"][0])
+
+
+def test_a_cut_host_link_says_neither_end_has_a_bypass(tmp_path) -> None:
+    """h1 hangs off leaf1 by one link: the plan has no bypass either way, and the run says so (its copies
+    are lost until the link is back); giving the link back says nothing of it."""
+    plan = _leaf_spine_plan()
+    quiet = {n: {"events": [], "first_copies": []} for n in ("leaf1", "h1")}
+    link = (("h1", "eth1"), ("leaf1", "eth3"))
+    outcome = _judge_link_fault(tmp_path, plan, "5us link leaf1:eth3 down", link, quiet)
+    (fault,) = outcome.settings["faults"]
+    assert fault["fast_reroute_unprotected"] == [
+        {"node": "leaf1", "neighbor": "h1", "through_hosts": False},
+        {"node": "h1", "neighbor": "leaf1", "through_hosts": False},
+    ]
+    assert any(
+        line.endswith("fast reroute: no bypass for leaf1 to h1 or h1 to leaf1 (there is no other way round)")
+        for line in outcome.lines
+    ), outcome.lines
+    outcome = _judge_link_fault(tmp_path, plan, "5us link leaf1:eth3 up", link, quiet)
+    assert "fast_reroute_unprotected" not in outcome.settings["faults"][0]
+
+
+def test_a_link_taken_down_names_both_its_ends_as_downed(tmp_path) -> None:
+    """What was lost at either end of a link a fault took down is the fault's (fidelity.fault_port_losses);
+    a link given back, or a fault that never began, downs nothing."""
+    plan = _leaf_spine_plan()
+    quiet = {n: {"events": [], "first_copies": []} for n in ("leaf1", "h1")}
+    link = (("h1", "eth1"), ("leaf1", "eth3"))
+    _judge_link_fault(tmp_path, plan, "5us link leaf1:eth3 down", link, quiet)
+    session = SimpleNamespace(time_scale=SCALE, plan=plan)
+    for fault, began, want in (
+        ("5us link leaf1:eth3 down", True, {"leaf1": {"eth3"}, "h1": {"eth1"}}),
+        ("5us link leaf1:eth3 up", True, {}),
+        ("5us link leaf1:eth3 down", False, {}),
+    ):
+        runner = FaultRunner([parse_fault(fault)], session, None, tmp_path, 0.0)  # type: ignore[arg-type]
+        runner.records[0].started_s = 0.1 if began else None
+        assert runner.downed_ports() == want, fault

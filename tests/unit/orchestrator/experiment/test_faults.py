@@ -336,3 +336,45 @@ def test_bfd_downs_on_links_no_fault_touched_are_named() -> None:
     assert [(d.node, d.interface, d.reason) for d in downs] == [("leaf1", "eth2", "loss")]
     line = unexplained_line(downs, TimeScale(10000))
     assert line.startswith("BFD took down links no fault touched: leaf1:eth2 at 40.0 µs"), line
+
+
+def test_an_end_without_a_bypass_says_whether_a_way_round_only_passes_hosts() -> None:
+    """Two planes of two GPUs (the superpod's shape): L1's way round its cut link to G2 passes G1, a host,
+    so the plan has no bypass and the record says why; an end with a bypass, a neighbour that is not a
+    BFR-NBR, and a fault that does not take the link away are not listed."""
+    from orchestrator.experiment.faults import FaultRecord, Unprotected, unprotected
+    from orchestrator.lab.fault_spec import parse_fault
+
+    adjacency = {"L1": ["G1", "G2"], "L2": ["G1", "G2"], "G1": ["L1", "L2"], "G2": ["L1", "L2"]}
+    cut = FaultRecord(parse_fault("1us link L1:eth2 down"))
+    assert unprotected(cut, [("L1", "G2"), ("G2", "L1")], adjacency, {"G2": {"L1"}}) == [
+        Unprotected("L1", "G2", through_hosts=True)
+    ]
+    lossy = FaultRecord(parse_fault("1us link L1:eth2 loss 5"))
+    assert unprotected(lossy, [("L1", "h9")], adjacency, {}) == []  # h9: no BFR-NBR of L1
+    for words in ("up", "bandwidth 400G", "loss 0"):
+        assert (
+            unprotected(FaultRecord(parse_fault(f"1us link L1:eth2 {words}")), [("L1", "G2")], adjacency, {})
+            == []
+        )
+    alone = {"L1": ["G1"], "G1": ["L1"]}
+    assert unprotected(cut, [("L1", "G1")], alone, {}) == [Unprotected("L1", "G1", through_hosts=False)]
+
+
+def test_the_superpod_plan_has_no_bypass_for_a_gpu_port() -> None:
+    """Every way round a superpod link passes a GPU host: the plan gives no BFR a bypass, and a cut port is
+    reported as such."""
+    from orchestrator.configure.plan import build_plan
+    from orchestrator.configure.plan.bier import bier_adjacency
+    from orchestrator.configure.plan.schema import LabVars
+    from orchestrator.experiment.faults import FaultRecord, Unprotected, unprotected
+    from orchestrator.lab.fault_spec import parse_fault
+    from orchestrator.lab.topology import load_topology
+    from orchestrator.paths import LABS
+
+    plan = build_plan(load_topology(LABS / "superpod.clab.yml"), LabVars.model_validate({}))
+    assert plan.bier.fast_reroute and not any(n.bier_bypass for n in plan.nodes.values())
+    record = FaultRecord(parse_fault("1us link L1:eth5 down"))
+    assert unprotected(record, [("L1", "G5")], bier_adjacency(plan), {}) == [
+        Unprotected("L1", "G5", through_hosts=True)
+    ]

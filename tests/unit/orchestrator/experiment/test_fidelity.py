@@ -511,3 +511,59 @@ def test_every_sender_the_run_gave_up_on_is_a_reason_naming_it() -> None:
     assert unfinished_reasons({}) == []
     (reason,) = unfinished_reasons({"h1": "3/16 ops sent"})
     assert reason.startswith("node h1: still sending") and "3/16 ops sent" in reason
+
+
+def test_drops_at_a_port_a_fault_took_down_are_the_faults_and_only_its_share():
+    """spine1:eth1 was cut: its tx drops and its share of the agent's node-wide tx.errors are the fault's (a
+    note); the rest of tx.errors, drops at another port and another node's drops still spoil the run."""
+    from orchestrator.experiment.fidelity import fault_port_losses
+
+    drops = {
+        "spine1": {"eth1 tx drop": 5, "eth2 tx drop": 1, "agent bier.tx.errors": 3, "udp RcvbufErrors": 0},
+        "leaf1": {"eth1 rx drop": 2, "agent net-bier.rx-errors": 1},
+    }
+    deltas = {
+        "spine1": {"bier.tx.errors": 3, "bier.if.eth1.tx_errors": 2, "bier.if.eth2.tx_errors": 1},
+        "leaf1": {"net-bier.rx-errors": 1, "net-bier.port.eth1.rx-errors": 1},
+    }
+    left, notes = fault_port_losses(drops, deltas, {"spine1": {"eth1"}, "leaf1": {"eth1"}})
+    assert left == {"spine1": {"eth2 tx drop": 1, "agent bier.tx.errors": 1}, "leaf1": {}}
+    said = (
+        "counted at ports a fault took down, the fault's loss and not the emulator's "
+        "(one packet may be in two counters)"
+    )
+    assert notes == [
+        f"node spine1: {said}: eth1 tx drop 5, eth1's share of agent bier.tx.errors 2",
+        f"node leaf1: {said}: eth1 rx drop 2, eth1's share of agent net-bier.rx-errors 1",
+    ]
+    v = verdict([], [NodeCounters(n, 0.1, d) for n, d in left.items()])
+    assert not v.faithful and len(v.reasons) == 2  # spine1's eth2 and the rest of its tx.errors
+    nothing_down, no_notes = fault_port_losses(drops, deltas, {})
+    assert no_notes == [] and nothing_down == {n: {k: c for k, c in d.items() if c} for n, d in drops.items()}
+
+
+@given(
+    node_drops=st.dictionaries(
+        st.sampled_from(["eth1 tx drop", "eth1 rx drop", "eth2 tx drop"]), st.integers(0, 9)
+    ),
+    agent_total=st.integers(0, 9),
+    port_share=st.integers(0, 12),
+    down=st.sets(st.sampled_from(["eth1", "eth2"])),
+)
+def test_a_faults_share_never_takes_more_than_was_counted(node_drops, agent_total, port_share, down):
+    from orchestrator.experiment.fidelity import fault_port_losses
+
+    drops = {"n": {**node_drops, "agent bier.tx.errors": agent_total}}
+    deltas = {"n": {"bier.tx.errors": agent_total, "bier.if.eth1.tx_errors": port_share}}
+    left, _notes = fault_port_losses(drops, deltas, {"n": down})
+    kept = left["n"]
+    assert all(0 < n <= drops["n"][k] for k, n in kept.items())
+    for where, n in drops["n"].items():
+        port = where.split()[0]
+        if where.startswith("agent"):
+            taken = min(agent_total, port_share) if "eth1" in down else 0
+            assert kept.get(where, 0) == agent_total - taken
+        elif port in down:
+            assert where not in kept
+        else:
+            assert kept.get(where, 0) == n

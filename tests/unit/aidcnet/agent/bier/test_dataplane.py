@@ -145,6 +145,31 @@ def test_impose_delivers_exactly_once_to_each_bfer(lab: Lab) -> None:
     check_accounting(lab)
 
 
+def test_a_copy_the_kernel_refuses_is_counted_for_its_neighbour_and_port(lab: Lab) -> None:
+    """B cannot send to C (its port is down, say): those copies count in tx.errors and in C's own
+    tx.nbr.C.errors and if.<port>.tx_errors, so a run can tell a dead port's loss from any other."""
+    b = lab.dps["B"]
+    c_addr = lab.addrs["C"]
+    send = b.io.send
+
+    def refuse_c(msgs, failed=None):
+        ok = [(i, m) for i, m in enumerate(msgs) if m[1][0] != c_addr]
+        sent = send([m for _i, m in ok], None)
+        if failed is not None:
+            failed.extend(i for i, m in enumerate(msgs) if m[1][0] == c_addr)
+        return sent
+
+    b.io.send = refuse_c  # type: ignore[method-assign]
+    for entropy in range(4):
+        assert lab.dps["A"].impose(b"p%d" % entropy, [3, 4], BierProto.IPV6, entropy) == 1
+    lab.settle()
+    c = b.counters()
+    assert c["tx.errors"] == 4 and c["tx.nbr.C.errors"] == 4 and c["tx.nbr.D.errors"] == 0
+    port_to_c = dict(b.neighbors)["C"][1]
+    assert c[f"if.{port_to_c}.tx_errors"] == 4 and c["tx.nbr.D.packets"] == 4
+    assert lab.delivered_to() == {"D": 4}
+
+
 def test_impose_many_is_impose_per_payload_in_one_batch(lab: Lab) -> None:
     """A message's fragments imposed together: the same copies, headers and counters as one impose per
     fragment, and from A a single sendmmsg for all of them."""
