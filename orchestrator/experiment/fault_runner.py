@@ -247,7 +247,7 @@ class FaultRunner:
         if outcome.messages:  # a run of messages: who the faults cost anything (an AllReduce is judged whole)
             domain = FailureDomain.of(outcome.messages)
             outcome.settings["failure_domain"] = domain.to_dict()
-            outcome.lines.append(domain.describe())
+            outcome.lines.append(domain.describe(time_scale))
         problems = [p for r in self.records if (p := r.problem()) is not None]
         if problems and outcome.problem is None:
             outcome.problem = problems[0]

@@ -8,6 +8,8 @@ and in fabric time.
 
 from __future__ import annotations
 
+import itertools
+import statistics
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -360,32 +362,118 @@ def counters_across_restarts(segments: list[Mapping[str, int]], after: Mapping[s
 
 
 @dataclass(frozen=True)
+class Outage:
+    """How long one receiver went without (wall seconds after the run's zero), seen where it shows: in the
+    arrivals of the source whose messages it missed over the longest span. ``from_s``: when the last
+    message of that source it got before its first miss arrived (0.0: none did, from the run's zero);
+    ``back_s``: when the first it got after its last miss arrived (None: none did). Messages of a source
+    are taken in the order it sends them (their ids), so the gap spans the misses and the spacing of the
+    messages around them: a bound from above, as fine as the trace's messages are."""
+
+    source: str
+    from_s: float
+    back_s: float | None
+    # The median gap between that source's arrivals at the receiver, the outage's aside (None: fewer
+    # than two): what "without" means against how often that source's messages come anyway.
+    usual_s: float | None = None
+
+    @property
+    def for_s(self) -> float | None:
+        """None: never back. Never below 0: a message sent after the misses may arrive before one sent
+        ahead of them (another path), and then that source's arrivals had no gap."""
+        return None if self.back_s is None else max(0.0, self.back_s - self.from_s)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "for_s": self.for_s}
+
+
+@dataclass(frozen=True)
 class FailureDomain:
     """Who a run with faults failed (seed 001's minimal failure domain): of the receivers the trace names,
-    the messages each one missed (none missing: nothing was lost, whatever broke)."""
+    the messages each one missed (none missing: nothing was lost, whatever broke), and for how long it
+    went without them (:class:`Outage`)."""
 
     receivers: int
     missed: Mapping[str, int]  # receiver -> messages it was owed and did not get whole
     owed: Mapping[str, int]  # receiver -> messages the trace sends it
+    outages: Mapping[str, Outage] = field(default_factory=dict)
 
     @classmethod
     def of(cls, messages: Iterable[MessageResult]) -> FailureDomain:
         owed: Counter[str] = Counter()
         missed: Counter[str] = Counter()
+        # (receiver, source) -> [(message id, arrival or None: missed)]
+        flows: dict[tuple[str, str], list[tuple[int, float | None]]] = {}
         for message in messages:
             got = set(message.delivered)
             for receiver in message.expected:
                 owed[receiver] += 1
                 missed[receiver] += receiver not in got
-        return cls(len(owed), {r: n for r, n in sorted(missed.items()) if n}, dict(sorted(owed.items())))
+                if receiver not in got:
+                    flows.setdefault((receiver, message.src), []).append((message.id, None))
+                elif receiver in message.latency:  # (a record without latencies says nothing of when)
+                    arrival = message.sent_at + message.latency[receiver]
+                    flows.setdefault((receiver, message.src), []).append((message.id, arrival))
+        outages: dict[str, Outage] = {}
+        for (receiver, source), flow in sorted(flows.items()):
+            outage = _flow_outage(source, sorted(flow))
+            if outage is not None and _longer(outage, outages.get(receiver)):
+                outages[receiver] = outage
+        missed_any = {r: n for r, n in sorted(missed.items()) if n}
+        return cls(len(owed), missed_any, dict(sorted(owed.items())), outages)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"receivers": self.receivers, "touched": len(self.missed), "missed": dict(self.missed)}
+        return {
+            "receivers": self.receivers,
+            "touched": len(self.missed),
+            "missed": dict(self.missed),
+            **({"outage": {r: o.to_dict() for r, o in self.outages.items()}} if self.outages else {}),
+        }
 
-    def describe(self) -> str:
+    def describe(self, time_scale: TimeScale | None = None) -> str:
+        """The run's line; with ``time_scale``, each receiver's outage in fabric time beside wall time."""
         if not self.missed:
             return f"failure domain: none of the {self.receivers} receivers missed a message"
-        each = ", ".join(f"{r} {n} of {self.owed[r]}" for r, n in self.missed.items())
+
+        def how_long(receiver: str) -> str:
+            outage = self.outages.get(receiver)
+            if outage is None or time_scale is None:
+                return ""
+            if outage.for_s is None:
+                return f", {outage.source}'s not back by the run's end"
+            if outage.for_s == 0:
+                return f", no gap in {outage.source}'s"
+            clock = Clock(time_scale)
+            usual = "" if outage.usual_s is None else f" (one every {clock.time(outage.usual_s)} otherwise)"
+            return f", {clock.both(outage.for_s)} without {outage.source}'s{usual}"
+
+        each = ", ".join(f"{r} {n} of {self.owed[r]}{how_long(r)}" for r, n in self.missed.items())
         return (
             f"failure domain: {len(self.missed)} of the {self.receivers} receivers missed messages ({each})"
         )
+
+
+def _flow_outage(source: str, flow: list[tuple[int, float | None]]) -> Outage | None:
+    """The gap in one source's arrivals at a receiver around the messages it missed (``flow``: (id,
+    arrival or None) in send order); None when it missed none."""
+    misses = [i for i, (_id, arrival) in enumerate(flow) if arrival is None]
+    if not misses:
+        return None
+    before = [a for _id, a in flow[: misses[0]] if a is not None]
+    after = [a for _id, a in flow[misses[-1] + 1 :] if a is not None]
+    gaps = [
+        later - earlier
+        for side in (sorted(before), sorted(after))
+        for earlier, later in itertools.pairwise(side)
+    ]
+    usual = statistics.median(gaps) if gaps else None
+    return Outage(source, max(before, default=0.0), min(after) if after else None, usual)
+
+
+def _longer(outage: Outage, than: Outage | None) -> bool:
+    """A source never back outlasts any other; else the longer gap (the first source named, on a tie)."""
+    if than is None:
+        return True
+    if than.for_s is None:
+        return False
+    return outage.for_s is None or outage.for_s > than.for_s

@@ -24,11 +24,12 @@ Pure: built from :class:`RunResult` records; the report's ``requirements`` secti
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from aidcnet.modes import HOST_BIER, MEMBERSHIP, MESSAGE, PER_RECEIVER, RELIABLE, Mode
-from orchestrator.experiment.clock import format_seconds, wall
+from orchestrator.experiment.clock import Clock, format_seconds, wall
 from orchestrator.experiment.conditions import Conditions
 from orchestrator.experiment.faults import FailureDomain
 from orchestrator.experiment.membership import control_overhead
@@ -155,10 +156,18 @@ def failure(run: RunResult | None) -> str:
         return "no run with a link fault"
     faults = link_faults(Conditions.of(run))
     domain = FailureDomain.of(run.messages)
-    return (
+    text = (
         f"{sum(domain.missed.values())} of {sum(domain.owed.values())} deliveries missed, by "
         f"{len(domain.missed)} of {domain.receivers} receivers ({faults[0][0]})"
     )
+    if not domain.outages:
+        return text
+    receiver, outage = max(
+        domain.outages.items(), key=lambda item: math.inf if item[1].for_s is None else item[1].for_s
+    )
+    if outage.for_s is None:
+        return f"{text}; {receiver} had none of {outage.source}'s after its misses"
+    return f"{text}; longest without: {receiver}, {Clock.of_run(run).time(outage.for_s)} of {outage.source}'s"
 
 
 def newest(runs: Iterable[RunResult]) -> RunResult | None:

@@ -209,6 +209,9 @@ def test_a_reliable_replay_survives_a_link_down_and_a_bfr_restart_mid_run(runtim
     assert all(r["error"] is None and r["done_s"] is not None for r in records), records
     d = done.result.metrics.delivery
     assert done.ok and d.delivered == d.expected == 56 and d.duplicates == 0, (d, done.mode.problem)
+    # whatever broke, the reliable transport's failure domain is empty, and the run says so
+    assert done.result.meta.settings["failure_domain"] == {"receivers": 7, "touched": 0, "missed": {}}
+    assert "failure domain: none of the 7 receivers missed a message" in done.mode.lines
     sources = done.result.meta.settings["reliable"]["sources"]
     assert sources.get("sender.receivers-failed", 0) == 0
     # The restart came while h1's link was still busy (2 MiB at 400G is 42 µs of fabric time): DATA through

@@ -215,9 +215,74 @@ def test_the_failure_domain_names_each_receiver_that_missed_a_message() -> None:
     )
     assert (domain.receivers, dict(domain.missed)) == (3, {"h3": 2, "h4": 1})
     assert domain.describe() == "failure domain: 2 of the 3 receivers missed messages (h3 2 of 2, h4 1 of 2)"
-    assert domain.to_dict() == {"receivers": 3, "touched": 2, "missed": {"h3": 2, "h4": 1}}
+    # no arrival times in these records: of h1's messages h3 and h4 got none after their misses
+    assert domain.to_dict() == {
+        "receivers": 3,
+        "touched": 2,
+        "missed": {"h3": 2, "h4": 1},
+        "outage": {
+            r: {"source": "h1", "from_s": 0.0, "back_s": None, "usual_s": None, "for_s": None}
+            for r in ("h3", "h4")
+        },
+    }
     whole = FailureDomain.of([message(0, ["h2", "h3"], ["h3", "h2"])])
     assert whole.describe() == "failure domain: none of the 2 receivers missed a message"
+
+
+def test_the_failure_domain_says_how_long_each_receiver_went_without() -> None:
+    """The gap in a source's arrivals at a receiver around the messages it missed (in the source's send
+    order, its ids), the longest over the receiver's sources; a source whose messages never came back is
+    open; a message sent after the misses that overtook one sent before them leaves no gap."""
+    from orchestrator.experiment.faults import FailureDomain, Outage
+    from orchestrator.experiment.records import MessageResult
+
+    def message(i: int, src: str, expected: list[str], arrivals: dict[str, float]) -> MessageResult:
+        return MessageResult(
+            id=i, src=src, expected=expected, delivered=list(arrivals), bytes=8, sent_at=0.01 * i,
+            latency={r: a - 0.01 * i for r, a in arrivals.items()},
+        )  # fmt: skip
+
+    messages = [
+        message(0, "h1", ["h2", "h3"], {"h2": 0.10, "h3": 0.10}),
+        message(1, "h1", ["h2"], {}),
+        message(2, "h1", ["h2"], {}),
+        message(3, "h1", ["h2", "h3"], {"h2": 0.40, "h3": 0.30}),
+        message(4, "h5", ["h2"], {"h2": 0.05}),
+        message(5, "h5", ["h2"], {}),
+        message(6, "h5", ["h2"], {"h2": 0.15}),  # h5's gap at h2: 0.10, shorter than h1's 0.30
+        message(7, "h6", ["h3"], {"h3": 0.20}),
+        message(8, "h6", ["h3"], {}),  # and nothing of h6's after it
+        message(9, "h7", ["h4"], {"h4": 0.50}),
+        message(10, "h7", ["h4"], {}),
+        message(11, "h7", ["h4"], {"h4": 0.45}),  # overtook the one before the miss: no gap
+        message(12, "h1", ["h2"], {"h2": 0.50}),  # h1's usual gap at h2, besides the outage: 0.10
+    ]
+    domain = FailureDomain.of(messages)
+    assert dict(domain.missed) == {"h2": 3, "h3": 1, "h4": 1}
+    h2, h3, h4 = (domain.outages[r] for r in ("h2", "h3", "h4"))
+    assert (h2.source, h2.from_s, h2.back_s, round(h2.for_s, 6)) == ("h1", 0.10, 0.40, 0.30)
+    assert round(h2.usual_s, 6) == 0.10
+    assert (h3.source, h3.from_s, h3.back_s, h3.for_s) == ("h6", 0.20, None, None)
+    assert (h4.source, h4.for_s) == ("h7", 0.0)
+    assert domain.describe(TimeScale(20000)) == (
+        "failure domain: 3 of the 3 receivers missed messages (h2 3 of 8, 15.0 µs = 300.00 ms (wall) without "
+        "h1's (one every 5.0 µs otherwise), h3 1 of 4, h6's not back by the run's end, h4 1 of 3, no gap in "
+        "h7's)"
+    )
+    assert domain.to_dict()["outage"]["h2"] == {
+        "source": "h1",
+        "from_s": 0.10,
+        "back_s": 0.40,
+        "usual_s": h2.usual_s,
+        "for_s": h2.for_s,
+    }
+    assert (
+        domain.describe()
+        == "failure domain: 3 of the 3 receivers missed messages (h2 3 of 8, h3 1 of 4, h4 1 of 3)"
+    )
+    # missed first of all: from the run's zero
+    first = FailureDomain.of([message(0, "h1", ["h2"], {}), message(1, "h1", ["h2"], {"h2": 0.2})])
+    assert first.outages["h2"] == Outage("h1", 0.0, 0.2)
 
 
 def test_bfd_detections_are_each_ends_first_change_after_the_fault_began() -> None:

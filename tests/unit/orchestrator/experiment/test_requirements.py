@@ -87,9 +87,11 @@ def test_reliability_comes_from_the_lossiest_run_and_failure_from_a_link_fault_r
         column.cells[RELIABILITY]
         == f"{(expected - 1) / expected:.2%} of {expected} at 5.00% loss per link end"
     )
-    # h3 missed ops 1 and 2: two of the 12 (message, receiver) pairs, one receiver of the three
-    assert (
-        column.cells[FAILURE] == "2 of 12 deliveries missed, by 1 of 3 receivers (10us link leaf2:eth1 down)"
+    # h3 missed ops 1 and 2: two of the 12 (message, receiver) pairs, one receiver of the three; from its
+    # op 0's arrival to its op 3's, it had none of h1's (the fixture's messages, at 1:1000)
+    assert column.cells[FAILURE] == (
+        "2 of 12 deliveries missed, by 1 of 3 receivers (10us link leaf2:eth1 down); "
+        "longest without: h3, 3.0 µs of h1's"
     )
     assert _columns([clean])["host-bier"][FAILURE] == "no run with a link fault"
     assert _columns([clean])["host-bier"][RELIABILITY] == "100.00% of 12 with no loss (no run under loss)"
