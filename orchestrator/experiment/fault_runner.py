@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from aidcnet.timescale import TimeScale
 from orchestrator.configure.plan.bier import bier_adjacency
 from orchestrator.experiment.faults import (
+    Detection,
     FailureDomain,
     FaultRecord,
     bfd_detections,
@@ -48,6 +49,7 @@ class FaultRunner:
         self.lab_dir = lab_dir
         self.start_lead_s = start_lead_s  # from the run step's start to the run's zero (the mode's)
         self.zero = 0.0  # wall time of the run's zero, set as the run step begins (__enter__)
+        self.unexplained: list[Detection] = []  # BFD downs on links no fault touched (judge)
         self.end_s: float | None = None  # the run step's end, seconds after the zero (__exit__)
         # node -> the counters its agent answered each restart with (the run's share spans restarts).
         self.segments: dict[str, list[dict[str, int]]] = {}
@@ -224,10 +226,13 @@ class FaultRunner:
 
     def late_reasons(self, time_scale: TimeScale) -> list[str]:
         """Why the run is not faithful on account of its faults' timing: any that took effect late
-        (:func:`late_faults`); none before the run step has ended."""
+        (:func:`late_faults`), and BFD sessions that went down on links no fault touched (found by
+        :meth:`judge`: the run's forwarding changed for our software's sake, not the links'); none before
+        the run step has ended."""
         if self.end_s is None:
             return []
-        return late_faults(self.records, self.end_s, time_scale)
+        unexplained = [unexplained_line(self.unexplained, time_scale)] if self.unexplained else []
+        return [*late_faults(self.records, self.end_s, time_scale), *unexplained]
 
     def judge(self, outcome: ModeOutcome, time_scale: TimeScale) -> None:
         """The faults into the run's record (``settings.faults``), lines and verdict: a fault that failed or
@@ -239,7 +244,7 @@ class FaultRunner:
             downs = unexplained_downs(events, touched, self.zero, self.end_s)
             if downs:
                 outcome.settings["bfd_unexplained"] = [d.to_dict() for d in downs]
-                outcome.lines.append(unexplained_line(downs, time_scale))
+                self.unexplained = downs  # a reason of the verdict (late_reasons), which prints it
         if not self.records:
             return
         outcome.settings["faults"] = [r.to_dict() for r in self.records]

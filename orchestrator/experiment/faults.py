@@ -329,7 +329,8 @@ def unexplained_line(downs: Iterable[Detection], time_scale: TimeScale) -> str:
     each = ", ".join(f"{d.node}:{d.interface} at {clock.both(d.after_s)} ({d.reason})" for d in downs)
     return (
         f"BFD took down links no fault touched: {each}; each was out of forwarding until its session came "
-        "back (a link carrying more than its BFD packets can wait behind in the shaper's queue: docs/bfd.md)"
+        "back, so the run's forwarding was not the fabric's (a link carrying more than its BFD packets can "
+        "wait behind in the shaper's queue, and a late agent sends late: docs/bfd.md)"
     )
 
 

@@ -90,6 +90,8 @@ AGENT_WAIT_COUNTERS = ("bier.tx.waits",)
 # The reliable transport's wake-ups that came later than a quarter of its least retransmission timeout
 # with work pending, and by how much in all (aidcnet/agent/reliable/service.py, LATE_SHARE).
 AGENT_LATE_COUNTERS = ("reliable.late-wakeups", "reliable.late-us")
+# BFD control packets an agent sent more than half an interval late (aidcnet/agent/bfd/service.py).
+BFD_LATE = "bfd.tx.late"
 # ... and the datagrams it took in later than that after the kernel received them (an ACK held in a busy
 # agent's socket: a sender's timer fired for it in a run the other checks held, at two scales).
 AGENT_LATE_ARRIVAL_COUNTERS = ("reliable.late-arrivals", "reliable.late-arrival-us")
@@ -152,12 +154,21 @@ class Confirmation:
 
 
 def agent_waits(deltas: Mapping[str, Mapping[str, int]]) -> list[str]:
-    return [
+    """Notes: what the agents waited for, and BFD control packets they sent late (``bfd.tx.late``: a peer
+    may read a late one as loss; a session that went down for it is a reason of its own,
+    ``FaultRunner.late_reasons``)."""
+    waits = [
         f"node {node}: its BFR waited {counters[name]} times for room to send ({name})"
         for node, counters in sorted(deltas.items())
         for name in AGENT_WAIT_COUNTERS
         if counters.get(name)
     ]
+    late_bfd = [
+        f"node {node}: its BFD sent {counters[BFD_LATE]} control packets more than half an interval late"
+        for node, counters in sorted(deltas.items())
+        if counters.get(BFD_LATE)
+    ]
+    return [*waits, *late_bfd]
 
 
 def agent_late(deltas: Mapping[str, Mapping[str, int]]) -> list[str]:

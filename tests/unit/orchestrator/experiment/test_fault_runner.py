@@ -156,3 +156,34 @@ def test_a_link_taken_down_names_both_its_ends_as_downed(tmp_path) -> None:
         runner = FaultRunner([parse_fault(fault)], session, None, tmp_path, 0.0)  # type: ignore[arg-type]
         runner.records[0].started_s = 0.1 if began else None
         assert runner.downed_ports() == want, fault
+
+
+def test_a_bfd_session_down_on_a_link_no_fault_touched_makes_the_run_not_faithful(tmp_path) -> None:
+    """A plain run (no faults) on a lab running BFD: leaf1's session on eth2 went down mid-run. The link's
+    forwarding changed for a reason that is not the fabric's (a late agent, BFD behind data in the shaper's
+    one queue), so the verdict names it; a down before the run's zero, or none, does not."""
+    plan = _leaf_spine_plan().model_copy(deep=True)
+    plan.bfd.enabled = True
+    zero = ZERO
+
+    def events_of(at_s: float) -> dict:
+        down = {"interface": "eth2", "state": "down", "reason": "detection-time", "late_s": 0.0}
+        return {
+            n: ([{**down, "at_ns": round((zero + at_s) * 1e9)}] if n == "leaf1" else []) for n in plan.nodes
+        }
+
+    for at_s, spoils in ((0.2, True), (-0.5, False)):
+        events = events_of(at_s)
+        agents = {n: SimpleNamespace(call=lambda _op, e=events[n]: {"events": e}) for n in plan.nodes}
+        session = SimpleNamespace(time_scale=SCALE, plan=plan, agent=agents.__getitem__)
+        runner = FaultRunner([], session, None, tmp_path, 0.0)  # type: ignore[arg-type]
+        runner.zero, runner.end_s = zero, 0.5
+        outcome = SimpleNamespace(settings={}, lines=[], messages=[], problem=None)
+        runner.judge(outcome, SCALE)  # type: ignore[arg-type]
+        reasons = runner.late_reasons(SCALE)
+        if spoils:
+            (reason,) = reasons
+            assert reason.startswith("BFD took down links no fault touched: leaf1:eth2 at 10.0 µs"), reason
+            assert outcome.settings["bfd_unexplained"][0]["interface"] == "eth2"
+        else:
+            assert reasons == [] and "bfd_unexplained" not in outcome.settings

@@ -228,6 +228,13 @@ def test_a_bfr_that_waited_is_a_note_naming_it():
     assert notes == ["node spine1: its BFR waited 13 times for room to send (bier.tx.waits)"]
 
 
+def test_late_bfd_sends_are_a_note_naming_the_node():
+    """A late control packet changes nothing by itself (a session that went down for it is a reason of
+    its own, FaultRunner.late_reasons), so it is a note."""
+    notes = agent_waits({"leaf1": {"bfd.tx.late": 4}, "spine1": {"bfd.tx.late": 0}})
+    assert notes == ["node leaf1: its BFD sent 4 control packets more than half an interval late"]
+
+
 def test_a_reliable_transport_that_woke_late_is_a_reason_naming_its_node():
     deltas = {
         "h1": {"reliable.late-wakeups": 2, "reliable.late-us": 812_000},
