@@ -160,10 +160,9 @@ def run_experiment(
             agents=(agents := agent_deltas(agents_before, agents_after)),
             messages=outcome.messages,
             timing=watch.finish(
-                agents, due_spans(outcome, finished.timestamp()), late, downed=faults.downed_ports()
+                agents, due_spans(outcome, finished.timestamp()), late, faults.downed_ports()
             ),
         )
-        outcome.lines.extend(watch.fault_losses)
         run_dir = save_judged(result, predicted, outcome, watch, results_dir)
     done = RunOutcome(load_run(run_dir), run_dir, outcome)
     m = done.result.metrics
@@ -195,6 +194,7 @@ def save_judged(
             "" if predicted is None else predicted.by,
             None if predicted is None else predicted.propagation_s,
         )
+    outcome.lines.extend(watch.fault_losses)  # what the faults cost at the ports they took down
     run_dir = save_run(result.model_copy(update={"metrics": metrics, "timing": timing}), results_dir)
     for name, text in outcome.files.items():
         (run_dir / name).write_text(text)

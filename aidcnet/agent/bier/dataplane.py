@@ -105,6 +105,11 @@ OUTCOME_COUNTERS: tuple[str, ...] = (
 DEFAULT_TTL = 64
 
 
+def _tx_keys_of(nbr: str) -> tuple[str, str, str]:
+    """A neighbour's transmit counters: copies sent, their bytes, and copies the kernel refused."""
+    return (f"tx.nbr.{nbr}.packets", f"tx.nbr.{nbr}.bytes", f"tx.nbr.{nbr}.errors")
+
+
 def _fixed_counter_names() -> list[str]:
     return [
         *("rx.packets", "rx.bytes", "rx.errors", "rx.src.other.packets", "rx.src.other.bytes"),
@@ -173,9 +178,7 @@ class BierDataplane:
         self._rx_keys: dict[str, tuple[str, str]] = {
             addr: (f"rx.nbr.{nbr}.packets", f"rx.nbr.{nbr}.bytes") for addr, nbr in self._nbr_by_addr.items()
         }
-        self._tx_keys = {
-            nbr: (f"tx.nbr.{nbr}.packets", f"tx.nbr.{nbr}.bytes", f"tx.nbr.{nbr}.errors") for nbr in neighbors
-        }
+        self._tx_keys = {nbr: _tx_keys_of(nbr) for nbr in neighbors}
         # A plain dict with the fixed keys present: ``c[k] += 1`` then stays on the exact-dict
         # fast path, which a Counter (a dict subclass) does not get.
         self._c: dict[str, int] = dict.fromkeys(_fixed_counter_names(), 0)
