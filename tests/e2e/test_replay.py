@@ -451,3 +451,45 @@ def _ends(session: LabSession, a: str, b: str) -> dict[str, str]:
         if {link.a.node, link.b.node} == {a, b}
         for end in (link.a, link.b)
     }
+
+
+def test_a_cut_host_port_costs_its_host_alone_and_says_so(runtime: DockerRuntime, lab, moe_runs) -> None:
+    """h1's port on leaf1 goes down at 1 µs of the MoE sample, for longer than the run. Nothing can go
+    round a host's only link, and the run says so. Every message missed is one to or from h1, and the
+    run says for how long: h1's messages never came back at the others, nor theirs at h1. What leaf1
+    counted into the dead port is printed as the fault's loss, never a reason the run is not faithful."""
+    from orchestrator.experiment.modes.base import RunOptions
+    from orchestrator.lab.fault_spec import schedule
+    from orchestrator.lab.labdir import lab_dir
+    from orchestrator.lab.linkset import link_set
+    from orchestrator.run.driver import run_experiment
+
+    topo, results = lab
+    session = LabSession.open(topo, runtime)
+    port = _ends(session, "h1", "leaf1")["leaf1"]
+    faults = schedule([f"1us link leaf1:{port} down"])
+    try:
+        done = run_experiment(
+            topo, TRACE, "host-bier", RunOptions(faults=tuple(faults)), runtime=runtime,
+            results_dir=results.parent / "cut-host-port",
+        )  # fmt: skip
+    finally:
+        link_set(runtime, lab_dir(topo), f"leaf1:{port}", "up")
+    for line in done.mode.lines:
+        print(line)
+    settings = done.result.meta.settings
+    (record,) = settings["faults"]
+    assert {(u["node"], u["neighbor"], u["through_hosts"]) for u in record["fast_reroute_unprotected"]} == {
+        ("leaf1", "h1", False),
+        ("h1", "leaf1", False),
+    }
+    missed = [(m.src, r) for m in done.result.messages for r in m.expected if r not in m.delivered]
+    assert missed and all("h1" in pair for pair in missed), missed
+    outages = settings["failure_domain"]["outage"]
+    assert set(outages) == {r for _src, r in missed}
+    assert all(o["source"] == "h1" and o["back_s"] is None for r, o in outages.items() if r != "h1"), outages
+    assert outages["h1"]["back_s"] is None, outages
+    lost = [line for line in done.mode.lines if line.startswith("node leaf1: counted at ports a fault took")]
+    assert lost and f"{port} tx drop" in lost[0], done.mode.lines
+    reasons = done.result.timing.reasons if done.result.timing else []
+    assert not [r for r in reasons if r.startswith("node leaf1: ") and f"{port} " in r], reasons
