@@ -90,11 +90,11 @@ AGENT_WAIT_COUNTERS = ("bier.tx.waits",)
 # The reliable transport's wake-ups that came later than a quarter of its least retransmission timeout
 # with work pending, and by how much in all (aidcnet/agent/reliable/service.py, LATE_SHARE).
 AGENT_LATE_COUNTERS = ("reliable.late-wakeups", "reliable.late-us")
-# BFD control packets an agent sent more than half an interval late (aidcnet/agent/bfd/service.py).
-BFD_LATE = "bfd.tx.late"
 # ... and the datagrams it took in later than that after the kernel received them (an ACK held in a busy
 # agent's socket: a sender's timer fired for it in a run the other checks held, at two scales).
 AGENT_LATE_ARRIVAL_COUNTERS = ("reliable.late-arrivals", "reliable.late-arrival-us")
+# BFD control packets an agent sent more than half an interval late (aidcnet/agent/bfd/service.py).
+BFD_LATE = "bfd.tx.late"
 
 
 def pace_reason(completion_fabric_s: float, predicted_fabric_s: float, by: str) -> str | None:
