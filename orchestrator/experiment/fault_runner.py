@@ -178,7 +178,7 @@ class FaultRunner:
         was lost there is the fault's (fidelity.fault_port_losses)."""
         out: dict[str, set[str]] = {}
         for r, ends, _until in self._link_faults():
-            if r.fault.words[:1] == ("down",):
+            if r.fault.action == "down":
                 for node, interface in ends:
                     out.setdefault(node, set()).add(interface)
         return out

@@ -216,11 +216,7 @@ def unprotected(
     it. ``across``: (node, the neighbour across the link); ``adjacency``: every BFR's BFR-NBRs;
     ``bypassed``: each BFR's neighbours that have a bypass in the plan. An end that is not a BFR, or whose
     neighbour is not a BFR-NBR, is not listed."""
-    if (
-        record.fault.kind != "link"
-        or record.fault.gives_back
-        or record.fault.words[:1] not in [(w,) for w in _TAKES_AWAY]
-    ):
+    if record.fault.gives_back or record.fault.action not in _TAKES_AWAY:
         return []
     out = []
     for node, neighbor in across:

@@ -63,6 +63,11 @@ class Fault:
         return " ".join((self.kind, self.target, *self.words, *((ONE_WAY,) if self.one_way else ())))
 
     @property
+    def action(self) -> str:
+        """A link fault's action (``down``, ``up``, ``loss``, ``bandwidth``, ``delay``); "" for a restart."""
+        return self.words[0] if self.kind == "link" and self.words else ""
+
+    @property
     def gives_back(self) -> bool:
         """A link fault that undoes one (``up``, ``loss 0``, ``delay 0``, as ``for D`` writes them)."""
         return self.kind == "link" and self.words in _UNDO.values()
