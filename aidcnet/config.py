@@ -135,6 +135,19 @@ class BierBypass(_Model):
     labels: list[int] = Field(min_length=1)
 
 
+class BierNnhBypass(_Model):
+    """BIER-FRR node protection toward one next-next hop (docs/bier.md, Fast reroute): while the BFR-NBR it
+    protects is down, the copy's bits for ``bfr_ids`` go to ``nnh`` with its BIER label, ``labels`` pushed
+    above it, out through BFR-NBR ``via``. ``labels`` is empty when the next-next hop is a BFR-NBR too."""
+
+    nnh: str = Field(min_length=1)
+    # the next-next hop's BIFT-id for SI 0, as BierNeighbor.label_base
+    label_base: int = Field(ge=16, le=0xFFFFF)
+    via: str
+    labels: list[int] = Field(default_factory=list)
+    bfr_ids: list[int] = Field(min_length=1)
+
+
 class Bier(_Model):
     """BIER settings and static forwarding state of a BFR (RFC 8279, RFC 8296).
 
@@ -168,6 +181,8 @@ class Bier(_Model):
     # the link to it is down; both empty: off.
     adjacency_labels: dict[str, int] = Field(default_factory=dict)
     bypass: dict[str, BierBypass] = Field(default_factory=dict)
+    # ... and node protection: per BFR-NBR, the tunnels to its next hops that avoid it altogether
+    nnh_bypass: dict[str, list[BierNnhBypass]] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _consistent(self) -> Bier:
@@ -184,6 +199,8 @@ class Bier(_Model):
                 )
             if bypass.via == nbr:
                 raise ValueError(f"bypass.{nbr}: a bypass cannot leave through the link it protects")
+        for nbr, tunnels in self.nnh_bypass.items():
+            self._check_nnh(nbr, tunnels, names)
         for bfr_id, hops in self.birt.items():
             if not 1 <= bfr_id <= 65535:
                 raise ValueError(f"birt.{bfr_id}: BFR-id must be 1..65535")
@@ -193,6 +210,29 @@ class Bier(_Model):
             if not hops:
                 raise ValueError(f"birt.{bfr_id}: needs at least one next hop (leave unreachable ids out)")
         return self
+
+    @staticmethod
+    def _check_nnh(nbr: str, tunnels: list[BierNnhBypass], names: set[str]) -> None:
+        """A next-next hop is usually not a BFR-NBR of ours (that is the point), so only the protected
+        neighbour and each tunnel's first hop must be."""
+        where = f"nnh_bypass.{nbr}"
+        if nbr not in names:
+            raise ValueError(f"{where}: {nbr} is not in bier.neighbors")
+        seen: set[int] = set()
+        for t in tunnels:
+            if t.via not in names:
+                raise ValueError(f"{where}: first hop {t.via} (to {t.nnh}) is not in bier.neighbors")
+            if nbr in (t.via, t.nnh):
+                raise ValueError(f"{where}: the tunnel to {t.nnh} must avoid {nbr}, the node it protects")
+            if (t.via == t.nnh) == bool(t.labels):
+                raise ValueError(
+                    f"{where}: the tunnel to {t.nnh} via {t.via} pushes labels exactly when its first hop "
+                    "is not the next-next hop itself"
+                )
+            twice = seen.intersection(t.bfr_ids)
+            if twice:
+                raise ValueError(f"{where}: BFR-ids {sorted(twice)} are sent to two next-next hops")
+            seen.update(t.bfr_ids)
 
 
 class IgmpPort(_Model):

@@ -129,6 +129,23 @@ def format_bift(reply: dict[str, Any]) -> str:
             for nbr, b in sorted(bypasses.items())
         ]
         out += ["", "fast reroute", table(["to BFR-NBR", "via", "labels pushed", "in use"], rows)]
+    nnh = (reply.get("fast_reroute") or {}).get("nnh_bypass") or {}
+    if nnh:
+        on = set(reply["fast_reroute"].get("on") or ())
+        rows = [
+            [
+                nbr,
+                t["nnh"],
+                t["via"],
+                " ".join(map(str, t["labels"])) or "-",
+                " ".join(map(str, t["bfr_ids"])),
+                "on" if nbr in on else "-",
+            ]
+            for nbr, tunnels in sorted(nnh.items())
+            for t in tunnels
+        ]
+        headers = ["around BFR-NBR", "to next-next hop", "via", "labels pushed", "BFR-ids", "in use"]
+        out += ["", "fast reroute, node protection", table(headers, rows)]
     return "\n".join(out)
 
 

@@ -21,17 +21,48 @@ The path is a shortest one around the protected link whose inner nodes are trans
 a GPU host is a path's end, never its middle), with neighbours taken in sorted order so every run builds
 the same tunnel. One failed link at a time is protected; a bypass whose first hop is down too is not
 used (:func:`usable_bypasses`).
+
+Node protection (the draft's tunnel to the next-next hop) covers what a link bypass cannot: N itself dead.
+Its link bypass ends at N, so it carries nothing then. For the BFR-ids the PLR reaches only through N, the
+PLR looks up N's own next hop for each (the next-next hop, NNH: :func:`next_next_hops`) and sends the
+copy's bits for those ids straight to that NNH, with the NNH's BIER label, through a tunnel that avoids N
+altogether (:func:`node_bypass_path`). The BitString it sends each NNH is the part of the copy N would have
+passed to that NNH, so the BFERs still get one copy each. Bits with no NNH tunnel (N's own BFR-id, or one
+whose every NNH is cut off without N) keep N's link bypass. Which kind of failure it was does not matter:
+the NNH tunnels are right for a dead link too, and are taken whenever N is seen down.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
 
 from aidcnet.bier.mpls import MAX_LABEL, encode_lse
 
 BYPASS_TTL = 64
 """The TTL of every pushed adjacency entry (the pipe model: the BIER-TTL below is not touched)."""
+
+
+@dataclass(frozen=True)
+class NnhTunnel:
+    """Node protection toward one next-next hop: the copy's bits for ``bfr_ids`` go to ``nnh`` with its
+    BIER label (``label_base`` + SI), pushed ``labels`` above it, out through BFR-NBR ``via``."""
+
+    nnh: str
+    label_base: int
+    via: str
+    labels: tuple[int, ...]
+    bfr_ids: tuple[int, ...]
+
+    def masks(self, bsl: int) -> dict[int, int]:
+        """``{SI: BitString of bfr_ids in that SI}`` at BSL ``bsl`` (RFC 8279 §4: id k is bit (k-1) mod BSL
+        of SI (k-1) // BSL)."""
+        out: dict[int, int] = {}
+        for bfr_id in self.bfr_ids:
+            si, bit = divmod(bfr_id - 1, bsl)
+            out[si] = out.get(si, 0) | 1 << bit
+        return out
 
 
 def bypass_path(
@@ -41,22 +72,83 @@ def bypass_path(
     ``transit`` accepts; None when there is none (the link is a bridge of the transit graph)."""
     if nbr not in adjacency.get(plr, ()):
         raise ValueError(f"{nbr!r} is not a neighbour of {plr!r}")
-    parent: dict[str, str] = {plr: plr}
-    queue = deque([plr])
+    return _shortest(adjacency, plr, nbr, transit, lambda here, there: here == plr and there == nbr)
+
+
+def node_bypass_path(
+    adjacency: Mapping[str, Sequence[str]],
+    plr: str,
+    nbr: str,
+    nnh: str,
+    transit: Callable[[str], bool],
+) -> list[str] | None:
+    """The shortest path ``[plr, ..., nnh]`` that does not pass through ``nbr`` at all, through nodes
+    ``transit`` accepts; None when ``nnh`` cannot be reached without ``nbr``. ``[plr, nnh]`` when the
+    next-next hop is the PLR's neighbour too."""
+    if nbr not in adjacency.get(plr, ()):
+        raise ValueError(f"{nbr!r} is not a neighbour of {plr!r}")
+    if nnh in (plr, nbr):
+        raise ValueError(f"a next-next hop of {plr!r} through {nbr!r} cannot be {nnh!r}")
+    return _shortest(adjacency, plr, nnh, transit, lambda _here, there: there == nbr)
+
+
+def _shortest(
+    adjacency: Mapping[str, Sequence[str]],
+    start: str,
+    goal: str,
+    transit: Callable[[str], bool],
+    avoid: Callable[[str, str], bool],
+) -> list[str] | None:
+    """Breadth first from ``start`` to ``goal`` over the steps ``avoid`` allows, inner nodes ``transit``,
+    neighbours in sorted order (one path, the same every time)."""
+    parent: dict[str, str] = {start: start}
+    queue = deque([start])
     while queue:
         here = queue.popleft()
         for there in sorted(adjacency[here]):
-            if there in parent or (here == plr and there == nbr):
+            if there in parent or avoid(here, there):
                 continue
             parent[there] = here
-            if there == nbr:
-                path = [nbr]
-                while path[-1] != plr:
+            if there == goal:
+                path = [goal]
+                while path[-1] != start:
                     path.append(parent[path[-1]])
                 return path[::-1]
             if transit(there):
                 queue.append(there)
     return None
+
+
+def next_next_hops(
+    adjacency: Mapping[str, Sequence[str]],
+    birts: Mapping[str, Mapping[int, Sequence[str]]],
+    plr: str,
+    nbr: str,
+    transit: Callable[[str], bool],
+) -> dict[str, tuple[list[str], list[int]]]:
+    """Node protection of ``plr``'s BFR-NBR ``nbr``: ``{nnh: (path avoiding nbr, BFR-ids)}``.
+
+    Only the BFR-ids the PLR's own BIRT sends to ``nbr`` alone need it (an id with another equal-cost next
+    hop has a loop-free alternate already). For each, the NNH is ``nbr``'s first next hop (in its BIRT's
+    order) that a path around ``nbr`` reaches; an id with none (``nbr``'s own, or one behind it alone) is
+    left to the link bypass. The NNH is on a shortest path from ``nbr``, so its own rows for those ids
+    lead away from ``nbr`` and the PLR: the copy cannot come back."""
+    paths: dict[str, list[str] | None] = {}
+    out: dict[str, tuple[list[str], list[int]]] = {}
+    theirs = birts.get(nbr, {})
+    for bfr_id, hops in sorted(birts.get(plr, {}).items()):
+        if list(hops) != [nbr]:
+            continue
+        for nnh in theirs.get(bfr_id, ()):
+            if nnh in (plr, nbr):
+                continue
+            if nnh not in paths:
+                paths[nnh] = node_bypass_path(adjacency, plr, nbr, nnh, transit)
+            path = paths[nnh]
+            if path is not None:
+                out.setdefault(nnh, (path, []))[1].append(bfr_id)
+                break
+    return out
 
 
 def adjacency_labels(adjacency: Mapping[str, Sequence[str]], first: int) -> dict[str, dict[str, int]]:
@@ -77,11 +169,12 @@ def adjacency_labels(adjacency: Mapping[str, Sequence[str]], first: int) -> dict
 
 
 def tunnel(path: Sequence[str], labels: Mapping[str, Mapping[str, int]]) -> tuple[str, list[int]]:
-    """``(first hop, labels to push, top first)`` for a bypass ``path`` from :func:`bypass_path`: the
-    first hop pops the top label and sends the rest to the next inner node, and so on; the last inner
-    node sends the packet to the protected neighbour with only its BIER label left."""
-    if len(path) < 3:
-        raise ValueError(f"a bypass needs at least one node between its ends, got {list(path)}")
+    """``(first hop, labels to push, top first)`` for a bypass ``path`` from :func:`bypass_path` or
+    :func:`node_bypass_path`: the first hop pops the top label and sends the rest to the next inner node,
+    and so on; the last inner node sends the packet to the path's end with only its BIER label left. A
+    path of two nodes (a next-next hop that is a neighbour too) pushes nothing."""
+    if len(path) < 2:
+        raise ValueError(f"a bypass needs two ends, got {list(path)}")
     return path[1], [labels[path[i]][path[i + 1]] for i in range(1, len(path) - 1)]
 
 
@@ -104,22 +197,37 @@ def usable_bypasses(
     }
 
 
+def usable_nnh_tunnels(
+    needed: Collection[str], tunnels: Mapping[str, Sequence[NnhTunnel]], down: Collection[str]
+) -> dict[str, tuple[NnhTunnel, ...]]:
+    """The node-protection tunnels to switch on, as :func:`usable_bypasses` for link bypasses: those of
+    every down neighbour still ``needed`` whose first hop is up."""
+    out: dict[str, tuple[NnhTunnel, ...]] = {}
+    for nbr in sorted(needed):
+        if nbr in down:
+            usable = tuple(t for t in tunnels.get(nbr, ()) if t.via not in down)
+            if usable:
+                out[nbr] = usable
+    return out
+
+
 def rows_kept_for_bypass(
     birt: Mapping[int, Sequence[str]],
     last_hops: Mapping[int, Sequence[str]],
     down: Collection[str],
-    bypasses: Mapping[str, tuple[str, Sequence[int]]],
+    first_hops: Mapping[str, Collection[str]],
 ) -> dict[int, list[str]]:
     """The BIRT a routing underlay gives (``birt``) plus every row it lost to a link that is ``down``:
     a BFR-id it has no row for whose last next hops (``last_hops``) include a down neighbour with a usable
-    bypass keeps those neighbours, so its copies go through their bypass until the underlay finds another
-    way. (On a Clos, BGP at a spine that loses a leaf has no other way at all: every path back through
-    another leaf meets the spines' own AS.) A row the underlay gives again replaces the kept one."""
+    tunnel (one of its ``first_hops``, link bypass or node protection, is up) keeps those neighbours, so its
+    copies go through their tunnels until the underlay finds another way. (On a Clos, BGP at a spine that
+    loses a leaf has no other way at all: every path back through another leaf meets the spines' own AS.)
+    A row the underlay gives again replaces the kept one."""
     out = {bfr_id: list(hops) for bfr_id, hops in birt.items()}
     for bfr_id, hops in last_hops.items():
         if bfr_id in out:
             continue
-        kept = [hop for hop in hops if hop in down and hop in bypasses and bypasses[hop][0] not in down]
+        kept = [hop for hop in hops if hop in down and any(v not in down for v in first_hops.get(hop, ()))]
         if kept:
             out[bfr_id] = kept
     return out

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from aidcnet.bier.bift import bifts_by_label, build_bifts
-from aidcnet.bier.fast_reroute import push
+from aidcnet.bier.fast_reroute import NnhTunnel, push
 from aidcnet.bier.forwarding import build_copies, forward_packet
-from aidcnet.bier.header import BierHeader
+from aidcnet.bier.header import BierHeader, make_copy
 from aidcnet.bier.mpls import encode_lse
 from aidcnet.bier.routing import compute_birts, undirected
 from tests.dataplane.netlab import NetLab
@@ -94,6 +94,51 @@ def test_a_dead_links_copies_take_the_bypass_and_come_back_when_it_is_off(
         assert dut.counters()["bypass.sent"] == to_c
         if mode == "ebpf":
             assert dut.counters()["ebpf.punted"] == to_c
+    finally:
+        dut.close()
+
+
+# Node protection of C at B: C's next hop for D (BFR-id 1) is D, reached from B without C as if over E and
+# one more BFR; F (BFR-id 2) has no such tunnel, so its bit keeps C's link bypass.
+NNH_D = NnhTunnel("D", 1300, "E", (7002,), (1,))
+
+
+@pytest.mark.parametrize("mode", ["ebpf", "python"])
+@pytest.mark.parametrize("lab", [3], indirect=True)
+def test_node_protection_gives_each_next_next_hop_its_bits_with_its_label(
+    lab: NetLab, bier_obj: Path, mode: str
+) -> None:
+    dut, tables = _dut(lab, bier_obj, mode)
+    try:
+        packets = _packets()
+        _via, labels = BYPASS_TO_C  # E, as NNH_D
+        want: list[list[bytes]] = [[] for _ in NAMES]
+        to_d = to_f = 0
+        for pkt in packets:
+            res = forward_packet(pkt, tables)
+            for (nbr, bits, label), (_nbr, copy) in zip(res.copies, build_copies(pkt, res), strict=True):
+                if nbr != "C":
+                    want[NAMES.index(nbr)].append(lab.copy_frame(NAMES.index(nbr), bytes(copy)))
+                    continue
+                e = NAMES.index("E")
+                if bits & 0b01:  # D's bit: straight to D, D's label, only D's bit
+                    to_d += 1
+                    to_d_copy = push(NNH_D.labels) + make_copy(pkt, 0, 1300, res.ttl, 0b01, 64)
+                    want[e].append(lab.copy_frame(e, bytes(to_d_copy)))
+                if bits & 0b10:  # F's bit: to C around its link, C's label, only F's bit
+                    to_f += 1
+                    to_c_copy = push(labels) + make_copy(pkt, 0, label, res.ttl, 0b10, 64)
+                    want[e].append(lab.copy_frame(e, bytes(to_c_copy)))
+        dut.dp.set_bypass({"C": BYPASS_TO_C}, {"C": [NNH_D]})
+        if dut.ebpf is not None:
+            dut.ebpf.punt(["C"])
+        got = dut.run(packets)
+        got, want = ([sorted(f, key=lambda x: x[42:]) for f in fs] for fs in (got, want))
+        check_payloads(got, want)
+        assert got[NAMES.index("C")] == []
+        c = dut.counters()
+        assert (c["bypass.nnh.sent"], c["bypass.sent"]) == (to_d, to_d + to_f) and to_d > 0 and to_f > 0
+        assert c["tx.nbr.E.packets"] == len(want[NAMES.index("E")])
     finally:
         dut.close()
 

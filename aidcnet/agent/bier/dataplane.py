@@ -24,8 +24,10 @@ Counters (:meth:`BierDataplane.counters`, a flat JSON-ready dict), in packets un
 * ``dropped-bits.<reason>``: BFERs (BitString bits) discarded for a reason, including bits
   dropped from packets that were otherwise forwarded (e.g. one unreachable BFER);
 * ``bypass.sent``: copies sent through a fast-reroute bypass (:mod:`aidcnet.bier.fast_reroute`; counted
-  in ``tx.nbr.*`` of the tunnel's first hop); ``bypass.passed``: bypass packets this BFR popped and
-  passed on (each also ``accepted``);
+  in ``tx.nbr.*`` of the tunnel's first hop), ``bypass.nnh.sent`` the ones of them that went to a next-next
+  hop (node protection: one copy for a dead neighbour becomes one per next-next hop, the extra ones counted
+  in ``replicated``); ``bypass.passed``: bypass packets this BFR popped and passed on (each also
+  ``accepted``);
 * ``tx.packets``/``tx.bytes``/``tx.errors`` and ``tx.nbr.<nbr>.packets``/``.bytes``/``.errors``;
 * ``if.<ifname>.rx_packets``/``rx_bytes``/``tx_packets``/``tx_bytes``/``tx_errors``: the neighbor counters
   summed per local interface.
@@ -52,10 +54,17 @@ from aidcnet.bier.bift import Bift, LabelKey, bifts_by_label
 from aidcnet.bier.bitstring import bfr_id_to_si_bit, bitstrings_from_ids
 from aidcnet.bier.edge_policy import POLICY_REASONS, PortPolicy, check_bypass
 from aidcnet.bier.edge_policy import check as policy_check
-from aidcnet.bier.fast_reroute import push
+from aidcnet.bier.fast_reroute import NnhTunnel, push
 from aidcnet.bier.forwarding import DROP_REASONS, ForwardResult, build_copies, forward
 from aidcnet.bier.forwarding import impose as impose_decision
-from aidcnet.bier.header import DECODE_REASONS, BierDecodeError, BierHeader, BierProto, peek_bift_id
+from aidcnet.bier.header import (
+    DECODE_REASONS,
+    BierDecodeError,
+    BierHeader,
+    BierProto,
+    make_copy,
+    peek_bift_id,
+)
 from aidcnet.bier.mpls import MPLS_IN_UDP_PORT, encode_bier_udp_payload, parse_bier_udp_payload, unpack_lse
 from aidcnet.udpio import (
     DEFAULT_BATCH,
@@ -115,7 +124,7 @@ def _fixed_counter_names() -> list[str]:
         *("rx.packets", "rx.bytes", "rx.errors", "rx.src.other.packets", "rx.src.other.bytes"),
         *("tx.packets", "tx.bytes", "tx.errors", "tx.waits"),
         *OUTCOME_COUNTERS,
-        *("bypass.sent", "bypass.passed"),
+        *("bypass.sent", "bypass.nnh.sent", "bypass.passed"),
         *(f"dropped-malformed.{r}" for r in sorted(DECODE_REASONS)),
         *(f"dropped-bits.{r}" for r in sorted(DROP_REASONS)),
     ]
@@ -204,17 +213,26 @@ class BierDataplane:
         self._policy: dict[str, PortPolicy] = {}
         # ingress ifindex -> the port's name and policy (None: a data port the policy leaves open)
         self._ports: dict[int, tuple[str, PortPolicy | None]] = {}
-        # fast reroute (set_adjacency_labels, set_bypass): our adjacency labels; the neighbours whose
-        # copies take a tunnel
+        self._init_fast_reroute()
+        self.missing_ports: list[str] = []
+        """Data ports the edge policy names that had no interface when it was set (see set_edge_policy)."""
+        self._c["dropped-policy"] = 0
+
+    def _init_fast_reroute(self) -> None:
+        """No bypass on, no adjacency label: fast reroute off until set_adjacency_labels and set_bypass."""
+        # our adjacency labels (the label a bypass through us pops -> the BFR-NBR it goes to), and the link
+        # bypass per neighbour whose copies take one: (first hop, the label stack pushed)
         self._adjacency: dict[int, str] = {}
         self._bypass: dict[str, tuple[str, bytes]] = {}
+        # node protection: per neighbour, (BitString per (BSL, SI), next-next hop's label base, first hop,
+        # pushed labels) for each of its next-next hops
+        self._nnh: dict[str, list[tuple[dict[tuple[int, int], int], int, str, bytes]]] = {}
+        # every neighbour with either on: the one test a copy meets on the fast path
+        self._rerouted: frozenset[str] = frozenset()
         self.first_bypassed: deque[tuple[str, int]] = deque(maxlen=256)
         """``(neighbour, wall ns)`` of the first copy into each bypass after it was switched on: when the
         first packet took the new path."""
         self._awaiting_first: set[str] = set()
-        self.missing_ports: list[str] = []
-        """Data ports the edge policy names that had no interface when it was set (see set_edge_policy)."""
-        self._c["dropped-policy"] = 0
 
     def set_edge_policy(self, policies: Mapping[str, PortPolicy]) -> None:
         """Enforce RFC 8296 §6 on received packets: ``policies`` per local ifname.  The port is the
@@ -425,16 +443,43 @@ class BierDataplane:
         with self._lock:
             self._adjacency = dict(adjacency)
 
-    def set_bypass(self, bypass: Mapping[str, tuple[str, Sequence[int]]]) -> None:
+    def set_bypass(
+        self,
+        bypass: Mapping[str, tuple[str, Sequence[int]]],
+        nnh: Mapping[str, Sequence[NnhTunnel]] | None = None,
+    ) -> None:
         """Send every copy for a BFR-NBR in ``bypass`` (``{nbr: (first hop, labels)}``) through its tunnel
-        instead of its link, from the next packet on; an empty mapping switches them all off."""
-        unknown = sorted({n for n, (via, _labels) in bypass.items() for n in (n, via)} - set(self._dest))
+        instead of its link, from the next packet on; with node protection (``nnh``), a copy for a BFR-NBR
+        there first gives each next-next hop its bits, straight to it, and only the bits left take the link
+        bypass (or the link, when it has none). Empty mappings switch them all off."""
+        nnh = nnh or {}
+        named = {n for n, (via, _labels) in bypass.items() for n in (n, via)}
+        named |= {n for nbr, tunnels in nnh.items() for n in (nbr, *(t.via for t in tunnels))}
+        unknown = sorted(named - set(self._dest))
         if unknown:
             raise ValueError(f"bypass names {unknown}, which are not BFR-NBRs here")
         active = {nbr: (via, push(labels)) for nbr, (via, labels) in bypass.items()}
+        bsls = {bift.bsl for bift in self.tables.values()}
+        split = {
+            nbr: [
+                (
+                    {(bsl, si): m for bsl in bsls for si, m in t.masks(bsl).items()},
+                    t.label_base,
+                    t.via,
+                    push(t.labels),
+                )
+                for t in tunnels
+            ]
+            for nbr, tunnels in nnh.items()
+            if tunnels
+        }
+        rerouted = frozenset(active) | frozenset(split)
         with self._lock:
-            self._awaiting_first = {n for n in active if n in self._awaiting_first or n not in self._bypass}
+            awaiting = self._awaiting_first
+            self._awaiting_first = {n for n in rerouted if n in awaiting or n not in self._rerouted}
             self._bypass = active
+            self._nnh = split
+            self._rerouted = rerouted
 
     @property
     def adjacency_labels(self) -> dict[int, str]:
@@ -443,8 +488,55 @@ class BierDataplane:
 
     @property
     def bypassed(self) -> list[str]:
-        """The BFR-NBRs whose copies take their bypass now."""
-        return sorted(self._bypass)
+        """The BFR-NBRs whose copies take their bypass (link or node protection) now."""
+        return sorted(self._rerouted)
+
+    def _reroute(
+        self,
+        buf: bytes | bytearray | memoryview,
+        res: ForwardResult,
+        bift: Bift,
+        i: int,
+        pkt: bytearray,
+        out: list[Datagram],
+        out_nbrs: list[str],
+    ) -> None:
+        """BIER fast reroute of copy ``i`` (``pkt``) of ``res``, for a BFR-NBR whose link is down and that has
+        node protection: each next-next hop gets its share of the copy's bits with its own BIER label, and
+        the rest goes to the neighbour itself around the dead link (its link bypass), or into its link when
+        it has no bypass."""
+        c = self._c
+        dest = self._dest
+        nbr, bits, label = res.copies[i]
+        whole = bits
+        to_nnh = 0
+        for masks, label_base, via, stack in self._nnh.get(nbr, ()):
+            mine = bits & masks.get((bift.bsl, bift.si), 0)
+            if mine:
+                copy = make_copy(buf, 0, label_base + bift.si, res.ttl, mine, bift.bsl)
+                out.append((stack + copy, dest[via]))
+                out_nbrs.append(via)
+                bits &= ~mine
+                to_nnh += 1
+        link = self._bypass.get(nbr)
+        if bits:
+            if bits != whole:
+                assert label is not None  # build_copies made pkt with it
+                pkt = make_copy(buf, 0, label, res.ttl, bits, bift.bsl)
+            via = link[0] if link is not None else nbr
+            out.append((link[1] + pkt if link is not None else pkt, dest[via]))
+            out_nbrs.append(via)
+        tunnelled = to_nnh + (1 if bits and link is not None else 0)
+        c["bypass.nnh.sent"] += to_nnh
+        c["bypass.sent"] += tunnelled
+        c["replicated"] += to_nnh + (1 if bits else 0) - 1  # this one copy became that many datagrams
+        if tunnelled and nbr in self._awaiting_first:
+            self._note_first(nbr)
+
+    def _note_first(self, nbr: str) -> None:
+        """The first copy for ``nbr`` took its bypass since it went on: when the new path began."""
+        self._awaiting_first.discard(nbr)
+        self.first_bypassed.append((nbr, time.time_ns()))
 
     def _rx_key_for(self, src: str) -> tuple[str, str]:
         # An unbounded set of spoofed sources must not grow the counters without limit.
@@ -472,17 +564,19 @@ class BierDataplane:
         if copies:
             res.bsl = bift.bsl
             dest = self._dest
-            bypass = self._bypass
-            for nbr, pkt in build_copies(buf, res):
-                if bypass and nbr in bypass:
-                    # BIER fast reroute: the copy N would have had, carried to N around the dead link
-                    via, stack = bypass[nbr]
+            rerouted = self._rerouted
+            for i, (nbr, pkt) in enumerate(build_copies(buf, res)):
+                if rerouted and nbr in rerouted:
+                    if nbr in self._nnh:
+                        self._reroute(buf, res, bift, i, pkt, out, out_nbrs)
+                        continue
+                    # link protection alone: the copy N would have had, carried to N around the dead link
+                    via, stack = self._bypass[nbr]
                     out.append((stack + pkt, dest[via]))
                     out_nbrs.append(via)
                     c["bypass.sent"] += 1
                     if nbr in self._awaiting_first:
-                        self._awaiting_first.discard(nbr)
-                        self.first_bypassed.append((nbr, time.time_ns()))
+                        self._note_first(nbr)
                     continue
                 out.append((pkt, dest[nbr]))
                 out_nbrs.append(nbr)

@@ -27,7 +27,7 @@ from aidcnet.bgp.bier_routes import BgpBirt, BgpPath, bgp_paths, birt_from_bgp, 
 from aidcnet.bier.bift import SELF, Bift, LabelKey, birt_around, build_bifts
 from aidcnet.bier.bitstring import bfr_id_to_si_bit
 from aidcnet.bier.edge_policy import PortPolicy, from_config
-from aidcnet.bier.fast_reroute import rows_kept_for_bypass, usable_bypasses
+from aidcnet.bier.fast_reroute import NnhTunnel, rows_kept_for_bypass, usable_bypasses, usable_nnh_tunnels
 from aidcnet.bier.header import BierProto
 from aidcnet.ipv4 import QP_PORT_BASE, ROCEV2_PORT, Ipv4DecodeError, UdpDatagram, build_udp, parse_udp
 from aidcnet.roles import Role
@@ -170,7 +170,20 @@ class BierService:
         # fast reroute (aidcnet/bier/fast_reroute.py): the bypass per BFR-NBR, the ones on now, and how often
         # they changed
         self.bypasses = {nbr: (b.via, tuple(b.labels)) for nbr, b in bier.bypass.items()}
+        self.nnh_tunnels = {
+            nbr: tuple(
+                NnhTunnel(t.nnh, t.label_base, t.via, tuple(t.labels), tuple(t.bfr_ids)) for t in tunnels
+            )
+            for nbr, tunnels in bier.nnh_bypass.items()
+        }
+        # every tunnel's first hop per protected neighbour: a row BGP lost is kept while one is up
+        self._tunnel_first_hops: dict[str, set[str]] = {}
+        for nbr, (via, _labels) in self.bypasses.items():
+            self._tunnel_first_hops.setdefault(nbr, set()).add(via)
+        for nbr, tunnels in self.nnh_tunnels.items():
+            self._tunnel_first_hops.setdefault(nbr, set()).update(t.via for t in tunnels)
         self.active_bypass: dict[str, tuple[str, tuple[int, ...]]] = {}
+        self.active_nnh: dict[str, tuple[NnhTunnel, ...]] = {}
         self.bypass_switches = 0
         # when each switch happened and the neighbours whose bypass was on from then (a run's fault record)
         self.bypass_events: deque[dict[str, Any]] = deque(maxlen=BYPASS_EVENTS_KEPT)
@@ -283,7 +296,7 @@ class BierService:
         for bfr_id, hops in new.birt.items():
             self._last_hops[bfr_id] = list(hops)
         changed = new.birt != self.bgp_birt.birt
-        forwarding = rows_kept_for_bypass(new.birt, self._last_hops, self._held_down(), self.bypasses)
+        forwarding = self._kept(new.birt)
         if forwarding != self.bgp_forwarding and (problem := self._install(forwarding)) is not None:
             self.bgp_birt.problems = [*new.problems, problem]
             return False
@@ -329,9 +342,14 @@ class BierService:
                 self.rerouted += 1
                 changed = True
         else:
-            birt = rows_kept_for_bypass(self.bgp_birt.birt, self._last_hops, self._held_down(), self.bypasses)
+            birt = self._kept(self.bgp_birt.birt)
             changed = birt != self.bgp_forwarding and self._install(birt) is None
         return self.switch_bypasses() or changed
+
+    def _kept(self, birt: Mapping[int, Sequence[str]], now: float | None = None) -> dict[int, list[str]]:
+        """bift: bgp: BGP's ``birt`` plus the rows it lost to a neighbour held down whose tunnels carry them
+        (:func:`rows_kept_for_bypass`)."""
+        return rows_kept_for_bypass(birt, self._last_hops, self._held_down(now), self._tunnel_first_hops)
 
     def _held_down(self, now: float | None = None) -> frozenset[str]:
         """The down neighbours whose rows BGP lost are still kept for their bypass (BGP_BYPASS_HOLD_S)."""
@@ -343,7 +361,7 @@ class BierService:
         changed. By then BGP has moved the other BFRs off this one, or never will (a node failure)."""
         if self.bgp_birt is None:
             return False
-        birt = rows_kept_for_bypass(self.bgp_birt.birt, self._last_hops, self._held_down(now), self.bypasses)
+        birt = self._kept(self.bgp_birt.birt, now)
         changed = birt != self.bgp_forwarding and self._install(birt) is None
         return self.switch_bypasses() or changed
 
@@ -353,18 +371,19 @@ class BierService:
         birt = self.static_birt if self.bgp_birt is None else self.bgp_forwarding
         needed = {hop for hops in birt.values() for hop in hops}
         bypass = usable_bypasses(needed, self.bypasses, self._down_nbrs)
-        if bypass == self.active_bypass:
+        nnh = usable_nnh_tunnels(needed, self.nnh_tunnels, self._down_nbrs)
+        if bypass == self.active_bypass and nnh == self.active_nnh:
             return False
-        self.dataplane.set_bypass(bypass)
+        self.dataplane.set_bypass(bypass, nnh)
+        on = sorted({*bypass, *nnh})
         if self.ebpf is not None:
-            self.ebpf.punt(bypass)
-        self.active_bypass = bypass
+            self.ebpf.punt(on)
+        self.active_bypass, self.active_nnh = bypass, nnh
         self.bypass_switches += 1
-        self.bypass_events.append({"at_ns": time.time_ns(), "on": sorted(bypass)})
-        log.info(
-            "BIER fast reroute: bypass on for %s",
-            ", ".join(f"{n} via {v}" for n, (v, _) in bypass.items()) or "none",
-        )
+        self.bypass_events.append({"at_ns": time.time_ns(), "on": on})
+        routes = [f"{t.nnh} via {t.via} (node protection of {n})" for n, ts in nnh.items() for t in ts]
+        routes += [f"{n} via {via}" for n, (via, _labels) in bypass.items()]
+        log.info("BIER fast reroute: bypass on for %s", ", ".join(routes) or "none")
         return True
 
     def counters(self) -> dict[str, int]:
@@ -400,7 +419,15 @@ class BierService:
             # BIER fast reroute: every bypass this BFR has, and the neighbours whose copies take theirs now
             "fast_reroute": {
                 "bypass": {n: {"via": v, "labels": list(ls)} for n, (v, ls) in self.bypasses.items()},
-                "on": sorted(self.active_bypass),
+                # node protection: per neighbour, its next-next hops' tunnels and the BFR-ids each carries
+                "nnh_bypass": {
+                    n: [
+                        {"nnh": t.nnh, "via": t.via, "labels": list(t.labels), "bfr_ids": list(t.bfr_ids)}
+                        for t in tunnels
+                    ]
+                    for n, tunnels in self.nnh_tunnels.items()
+                },
+                "on": sorted({*self.active_bypass, *self.active_nnh}),
                 "events": list(self.bypass_events),
                 # the first copy into each bypass after it went on: the first packet on the new path
                 "first_copies": [{"neighbor": n, "at_ns": t} for n, t in self.dataplane.first_bypassed],

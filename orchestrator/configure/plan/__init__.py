@@ -61,8 +61,8 @@ __all__ = [
     "write_plan",
 ]
 
-# Order matters: tiers feed ASNs and BFR-ID order, addresses feed routes, planes read the tiers' graph,
-# the time scale divides the bandwidth.
+# Order matters: tiers feed ASNs and BFR-ID order, addresses feed routes, routes feed BIER fast reroute's
+# next-next hops, planes read the tiers' graph, the time scale divides the bandwidth.
 FEATURES = (
     tiers,
     addressing,
@@ -71,8 +71,8 @@ FEATURES = (
     delay,
     planes,
     asn,
-    bier,
     routes,
+    bier,
     bgp,
     ina,
     igmp,

@@ -9,10 +9,10 @@ share set identifier 0 (SI = (id-1) // BSL, RFC 8279 §3).
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 
-from aidcnet.bier.fast_reroute import adjacency_labels, bypass_path, tunnel
-from aidcnet.config import BierBypass
+from aidcnet.bier.fast_reroute import adjacency_labels, bypass_path, next_next_hops, tunnel
+from aidcnet.config import BierBypass, BierNnhBypass
 from aidcnet.roles import Role
 from orchestrator.configure.plan.context import Context, Source, clash, natural_key, problem
 from orchestrator.configure.plan.schema import (
@@ -204,10 +204,27 @@ def bier_adjacency(plan: LabPlan) -> dict[str, list[str]]:
     return {name: sorted(nbrs, key=natural_key) for name, nbrs in adjacency.items()}
 
 
+def static_birt(plan: LabPlan, name: str, neighbors: Collection[str]) -> dict[int, list[str]]:
+    """``name``'s BIRT as the static routes give it: a BFER's next hops are the unicast next hops toward
+    its loopback (BIER follows the underlay's routing, RFC 8279 §6.4), restricted to the BFR-NBRs in
+    ``neighbors``; BFR-ids with none are left out."""
+    by_node = {other.name: other.bfr_id for other in plan.nodes.values() if other.bfr_id is not None}
+    birt: dict[int, list[str]] = {}
+    for route in plan.nodes[name].routes:
+        bfr_id = by_node.get(route.to)
+        hops = sorted({h.neighbor for h in route.nexthops if h.neighbor in neighbors}, key=natural_key)
+        if bfr_id is not None and hops:
+            birt[bfr_id] = hops
+    return dict(sorted(birt.items()))
+
+
 def assign_fast_reroute(plan: LabPlan) -> None:
-    """Fast reroute (aidcnet/bier/fast_reroute.py) for every BFR: its adjacency label per BFR-NBR and a
-    bypass per BFR-NBR that has one. Adjacency labels follow every BFR's BIER labels, one per directed BFR
-    adjacency of the lab; a bypass's inner nodes are switches."""
+    """Fast reroute (aidcnet/bier/fast_reroute.py) for every BFR: its adjacency label per BFR-NBR, a link
+    bypass per BFR-NBR that has one, and node protection (tunnels to the next-next hops) where the BIRT
+    reaches some BFR-ids through one BFR-NBR alone. Adjacency labels follow every BFR's BIER labels, one
+    per directed BFR adjacency of the lab; a tunnel's inner nodes are switches. The next-next hops come
+    from the static routes' BIRTs, which BIER over BGP follows too (both are the underlay's shortest
+    paths)."""
     adjacency = bier_adjacency(plan)
     ids = [n.bfr_id for n in plan.nodes.values() if n.bfr_id is not None]
     first = FIRST_UNRESERVED_LABEL + (max(ids, default=0)) * plan.bier.si_count
@@ -221,13 +238,25 @@ def assign_fast_reroute(plan: LabPlan) -> None:
     def transit(node: str) -> bool:
         return role_named(plan.nodes[node].role).place is Place.SWITCH
 
+    birts = {name: static_birt(plan, name, nbrs) for name, nbrs in adjacency.items()}
     for name, nbrs in adjacency.items():
         node = plan.nodes[name]
         node.bier_adjacency_labels = labels.get(name, {})
         bypass: dict[str, BierBypass] = {}
+        nnh_bypass: dict[str, list[BierNnhBypass]] = {}
         for nbr in nbrs:
             path = bypass_path(adjacency, name, nbr, transit)
             if path is not None:
                 via, stack = tunnel(path, labels)
                 bypass[nbr] = BierBypass(via=via, labels=stack)
+            if len(nbrs) < 2:
+                continue  # every way out is through nbr
+            for nnh, (path, bfr_ids) in next_next_hops(adjacency, birts, name, nbr, transit).items():
+                via, stack = tunnel(path, labels)
+                base = plan.nodes[nnh].bier_label_base
+                assert base is not None  # a BFR-NBR's next hop is a BFR with labels (bfr_links)
+                nnh_bypass.setdefault(nbr, []).append(
+                    BierNnhBypass(nnh=nnh, label_base=base, via=via, labels=stack, bfr_ids=bfr_ids)
+                )
         node.bier_bypass = bypass
+        node.bier_nnh_bypass = nnh_bypass

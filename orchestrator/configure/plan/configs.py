@@ -21,7 +21,7 @@ from aidcnet.config import (
 )
 from aidcnet.roles import AGENT_ROLES, Role
 from orchestrator.configure.plan.bfd import bfd_config
-from orchestrator.configure.plan.bier import bfr_links
+from orchestrator.configure.plan.bier import bfr_links, static_birt
 from orchestrator.configure.plan.context import natural_key
 from orchestrator.configure.plan.igmp import igmp_config
 from orchestrator.configure.plan.ina import ina_config
@@ -171,8 +171,7 @@ def tenant_ids(plan: LabPlan, host: str) -> list[int] | None:
 
 
 def bier_config(plan: LabPlan, name: str) -> Bier | None:
-    """BIER settings plus the static BIRT: a BFER's next hops are the unicast next hops toward its
-    loopback (BIER follows the underlay's routing, RFC 8279 §6.4), restricted to BFR neighbors."""
+    """BIER settings plus the static BIRT (:func:`static_birt`) and the fast reroute the plan worked out."""
     node = plan.nodes[name]
     if node.bfr_id is None or node.bier_label_base is None:
         return None
@@ -196,14 +195,7 @@ def bier_config(plan: LabPlan, name: str) -> Bier | None:
                     edge_policy[local.interface] = port_policy(
                         node.role, plan.nodes[remote.node], remote.address.ip, tenant_ids(plan, remote.node)
                     )
-    by_node = {other.name: other.bfr_id for other in plan.nodes.values() if other.bfr_id is not None}
-    birt: dict[int, list[str]] = {}
-    if plan.bier.bift == "static":
-        for route in node.routes:
-            bfr_id = by_node.get(route.to)
-            hops = sorted({h.neighbor for h in route.nexthops if h.neighbor in neighbors}, key=natural_key)
-            if bfr_id is not None and hops:
-                birt[bfr_id] = hops
+    birt = static_birt(plan, name, neighbors) if plan.bier.bift == "static" else {}
     host_ports = (
         sorted(
             (n.interface for n in neighbors.values() if plan.nodes[n.name].role == Role.GPU_HOST),
@@ -229,7 +221,7 @@ def bier_config(plan: LabPlan, name: str) -> Bier | None:
         label_base=node.bier_label_base,
         si_count=plan.bier.si_count,
         neighbors=sorted(neighbors.values(), key=lambda n: natural_key(n.name)),
-        birt=dict(sorted(birt.items())),
+        birt=birt,
         host_ports=host_ports,
         edge_policy=dict(sorted(edge_policy.items(), key=lambda kv: natural_key(kv[0]))),
         app_port=HOST_APP_PORT if node.role == Role.GPU_HOST else None,
@@ -237,6 +229,7 @@ def bier_config(plan: LabPlan, name: str) -> Bier | None:
         members=members,
         adjacency_labels=node.bier_adjacency_labels,
         bypass=node.bier_bypass,
+        nnh_bypass=node.bier_nnh_bypass,
     )
 
 

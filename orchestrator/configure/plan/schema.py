@@ -29,7 +29,7 @@ from pydantic import (
     model_validator,
 )
 
-from aidcnet.config import Bfd, Bgp, Bier, BierBypass, Igmp, InaDtype, InaJob, InaOp
+from aidcnet.config import Bfd, Bgp, Bier, BierBypass, BierNnhBypass, Igmp, InaDtype, InaJob, InaOp
 
 PLAN_VERSION = 1
 MAX_ASN = 4294967295
@@ -312,6 +312,8 @@ class PlanNode(_Plan):
     # BFR-NBR that has one; computed once per plan, since a bypass depends on the whole lab's adjacency.
     bier_adjacency_labels: dict[str, int] = Field(default_factory=dict)
     bier_bypass: dict[str, BierBypass] = Field(default_factory=dict)
+    # ... and node protection: per BFR-NBR, tunnels to its next hops around it
+    bier_nnh_bypass: dict[str, list[BierNnhBypass]] = Field(default_factory=dict)
     planes: list[int] = Field(default_factory=list)
     routes: list[PlanRoute] = Field(default_factory=list)
 

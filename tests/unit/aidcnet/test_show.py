@@ -139,6 +139,18 @@ def test_bift_lists_the_fast_reroute_bypasses_and_which_are_in_use():
     assert lines[at + 1].split() == ["to", "BFR-NBR", "via", "labels", "pushed", "in", "use"]
     rows = [line.split() for line in lines[at + 2 :] if line.startswith("spine")]
     assert rows == [["spine1", "spine2", "59", "44", "on"], ["spine2", "spine1", "55", "45", "-"]]
+    assert "fast reroute, node protection" not in lines
+
+
+def test_bift_lists_the_next_next_hop_tunnels_of_node_protection():
+    fast_reroute = {
+        "bypass": {"r2": {"via": "r5", "labels": [45, 41, 38]}},
+        "nnh_bypass": {"r2": [{"nnh": "r3", "via": "r5", "labels": [45, 41], "bfr_ids": [3, 8]}]},
+        "on": ["r2"],
+    }
+    lines = format_bift({**BIFT, "fast_reroute": fast_reroute}).splitlines()
+    at = lines.index("fast reroute, node protection")
+    assert lines[at + 2].split() == ["r2", "r3", "r5", "45", "41", "3", "8", "on"]
 
 
 @pytest.mark.parametrize(("what", "reply", "needle"), [("bgp", BGP, "Neighbor"), ("bift", BIFT, "SI 0")])

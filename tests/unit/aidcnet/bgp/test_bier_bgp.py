@@ -306,7 +306,7 @@ def test_fast_reroute_keeps_the_rows_bgp_loses_to_a_dead_link_on_the_bypass(
 def test_rows_kept_for_bypass() -> None:
     from aidcnet.bier.fast_reroute import rows_kept_for_bypass
 
-    bypasses = {"leaf1": ("leaf2", [1, 2]), "leaf3": ("leaf1", [3, 4])}
+    bypasses = {"leaf1": {"leaf2"}, "leaf3": {"leaf1"}}  # each one's tunnels' first hops
     last = {1: ["leaf1"], 2: ["leaf1", "leaf4"], 3: ["leaf3"], 4: ["leaf4"]}
     birt = {4: ["leaf4"]}
     # 1 and 2 were lost through leaf1: kept on it; 3's bypass leaves through leaf1, down too: not kept
@@ -318,3 +318,5 @@ def test_rows_kept_for_bypass() -> None:
     assert rows_kept_for_bypass(birt, last, set(), bypasses) == birt
     # a row the underlay gives again is the underlay's
     assert rows_kept_for_bypass({1: ["leaf9"]}, last, {"leaf1"}, bypasses)[1] == ["leaf9"]
+    # node protection: one tunnel of leaf3's whose first hop is up is enough to keep its row
+    assert rows_kept_for_bypass(birt, last, {"leaf1", "leaf3"}, {"leaf3": {"leaf1", "leaf4"}})[3] == ["leaf3"]

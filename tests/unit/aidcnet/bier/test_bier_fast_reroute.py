@@ -11,14 +11,18 @@ from hypothesis import strategies as st
 
 from aidcnet.bier.fast_reroute import (
     BYPASS_TTL,
+    NnhTunnel,
     adjacency_labels,
     bypass_path,
+    next_next_hops,
+    node_bypass_path,
     push,
     tunnel,
     usable_bypasses,
+    usable_nnh_tunnels,
 )
 from aidcnet.bier.mpls import decode_lse
-from aidcnet.bier.routing import undirected
+from aidcnet.bier.routing import compute_birts, undirected
 
 # leaf-spine as the lab ships it, two hosts per leaf: hosts end paths, switches carry them
 LEAVES, SPINES = ["leaf1", "leaf2", "leaf3"], ["spine1", "spine2"]
@@ -56,8 +60,10 @@ def test_the_tunnel_pushes_the_inner_nodes_adjacency_labels() -> None:
     via, stack = tunnel(["spine1", "leaf2", "spine2", "leaf1"], labels)
     assert via == "leaf2"
     assert stack == [labels["leaf2"]["spine2"], labels["spine2"]["leaf1"]]
-    with pytest.raises(ValueError, match="at least one node between"):
-        tunnel(["spine1", "leaf1"], labels)
+    # a next-next hop that is a neighbour too: straight there, nothing pushed
+    assert tunnel(["spine1", "leaf1"], labels) == ("leaf1", [])
+    with pytest.raises(ValueError, match="two ends"):
+        tunnel(["spine1"], labels)
 
 
 def test_adjacency_labels_are_one_per_directed_adjacency() -> None:
@@ -140,3 +146,72 @@ def test_a_bypass_avoids_its_link_is_shortest_and_its_labels_lead_to_the_neighbo
                 here = nxt
                 seen.append(here)
             assert seen == path
+
+
+# A ring of five BFRs, each a BFER: from c1, c3 is two hops over c2 and three the other way, so c1's row
+# for c3 has one next hop and no loop-free alternate (a ring of four would have two equal ways).
+RING = [("c1", "c2"), ("c2", "c3"), ("c3", "c4"), ("c4", "c5"), ("c5", "c1")]
+RING_IDS = {f"c{i}": i for i in range(1, 6)}
+
+
+def test_node_protection_sends_a_dead_neighbours_downstream_to_its_next_hop_around_it() -> None:
+    adj = undirected(RING)
+    birts = compute_birts(adj, RING_IDS)
+    assert list(birts["c1"][3]) == ["c2"] and list(birts["c1"][4]) == ["c5"]
+    nnh = next_next_hops(adj, birts, "c1", "c2", lambda n: True)
+    # c3 only: c2's own id has no next-next hop (its link bypass carries it)
+    assert nnh == {"c3": (["c1", "c5", "c4", "c3"], [3])}
+    assert node_bypass_path(adj, "c1", "c2", "c3", lambda n: True) == ["c1", "c5", "c4", "c3"]
+    # no transit allowed: nothing reaches c3 without c2
+    assert next_next_hops(adj, birts, "c1", "c2", lambda n: False) == {}
+    with pytest.raises(ValueError, match="cannot be"):
+        node_bypass_path(adj, "c1", "c2", "c2", lambda n: True)
+    assert (
+        next_next_hops(CLOS, compute_birts(CLOS, {"h1": 1, "h2": 2, "h3": 3}), "spine1", "leaf1", switch)
+        == {}
+    )
+
+
+def test_a_next_next_hop_tunnel_is_used_while_its_first_hop_is_up() -> None:
+    t5 = NnhTunnel("c3", 300, "c5", (7, 8), (3,))
+    t9 = NnhTunnel("c9", 900, "c9", (), (9,))
+    tunnels = {"c2": (t5, t9)}
+    assert usable_nnh_tunnels({"c2"}, tunnels, {"c2"}) == {"c2": (t5, t9)}
+    assert usable_nnh_tunnels({"c2"}, tunnels, {"c2", "c9"}) == {"c2": (t5,)}
+    assert usable_nnh_tunnels({"c2"}, tunnels, set()) == {}  # not down
+    assert usable_nnh_tunnels(set(), tunnels, {"c2"}) == {}  # not needed
+    assert NnhTunnel("x", 16, "y", (), (1, 3, 64, 65, 200)).masks(64) == {0: 0b101 | 1 << 63, 1: 1, 3: 1 << 7}
+
+
+@settings(max_examples=300, deadline=None)
+@given(graphs())
+def test_node_protection_reaches_every_bfer_it_takes_without_the_dead_node_or_a_loop(
+    case: tuple[dict[str, list[str]], set[str]],
+) -> None:
+    """For every PLR and protected neighbour N: each next-next hop's tunnel avoids N, and from the NNH the
+    BFR-ids it carries are forwarded (by every node's BIRT, any ECMP choice) to their BFER without ever
+    reaching N or coming back to the PLR; an id is given to at most one NNH, and only ids the PLR sends to
+    N alone."""
+    adj, hosts = case
+    transit = set(adj) - hosts
+    ids = {node: i + 1 for i, node in enumerate(sorted(adj))}
+    birts = compute_birts(adj, ids)
+    by_id = {i: node for node, i in ids.items()}
+    for plr, nbrs in adj.items():
+        for nbr in nbrs:
+            seen: set[int] = set()
+            for nnh, (path, bfr_ids) in next_next_hops(adj, birts, plr, nbr, lambda n: n in transit).items():
+                assert path[0] == plr and path[-1] == nnh and nbr not in path
+                assert set(path[1:-1]) <= transit
+                assert not seen & set(bfr_ids)
+                seen |= set(bfr_ids)
+                for bfr_id in bfr_ids:
+                    assert list(birts[plr][bfr_id]) == [nbr] and nnh in birts[nbr][bfr_id]
+                    frontier, reached = {nnh}, set()
+                    while frontier:  # every node the copy can reach, over every ECMP choice
+                        here = frontier.pop()
+                        assert here not in (nbr, plr)
+                        reached.add(here)
+                        if here != by_id[bfr_id]:
+                            frontier |= set(birts[here][bfr_id]) - reached
+                    assert by_id[bfr_id] in reached

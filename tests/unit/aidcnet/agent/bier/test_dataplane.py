@@ -22,7 +22,7 @@ from aidcnet.agent.bier.dataplane import DROP_COUNTERS, BierDataplane
 from aidcnet.agent.bier.host import BierHost
 from aidcnet.bier.bift import build_bifts
 from aidcnet.bier.edge_policy import FABRIC, HOST, HostBfir, PortPolicy
-from aidcnet.bier.fast_reroute import adjacency_labels, bypass_path, push, tunnel
+from aidcnet.bier.fast_reroute import NnhTunnel, adjacency_labels, bypass_path, next_next_hops, push, tunnel
 from aidcnet.bier.header import BierHeader, BierProto
 from aidcnet.bier.routing import compute_birts, undirected
 
@@ -621,6 +621,60 @@ def test_a_bypass_carries_a_dead_links_copies_to_its_neighbour_exactly_once() ->
             lab.dps["L2"].impose(b"again", [1], BierProto.IPV4, entropy)
         lab.settle()
         assert [n for n, _at in lab.dps["S1"].first_bypassed] == ["L1", "L1"]
+    finally:
+        lab.close()
+
+
+# Node protection on a ring of five BFERs: C1 reaches C3 over C2 alone (three hops the other way).
+RING_EDGES = [("C1", "C2"), ("C2", "C3"), ("C3", "C4"), ("C4", "C5"), ("C5", "C1")]
+RING_IDS = {f"C{i}": i for i in range(1, 6)}
+
+
+def test_node_protection_delivers_past_a_dead_neighbour_once_and_a_link_bypass_alone_does_not() -> None:
+    lab = make_lab(RING_EDGES, RING_IDS)
+    try:
+        labels = adjacency_labels(lab.adj, 5000)
+        for name, dp in lab.dps.items():
+            dp.set_adjacency_labels({label: nbr for nbr, label in labels[name].items()})
+        path = bypass_path(lab.adj, "C1", "C2", lambda n: True)
+        assert path == ["C1", "C5", "C4", "C3", "C2"]
+        link = tunnel(path, labels)
+        nnh = next_next_hops(lab.adj, compute_birts(lab.adj, RING_IDS), "C1", "C2", lambda n: True)
+        (to_c3, bfr_ids), *_ = nnh.values()
+        assert list(nnh) == ["C3"] and bfr_ids == [3]
+        via, stack = tunnel(to_c3, labels)
+        tunnels = {"C2": [NnhTunnel("C3", lab.labels["C3"][(0, BSL, 0)], via, tuple(stack), (3,))]}
+        c1 = lab.dps["C1"]
+
+        def send(tag: bytes) -> None:
+            for entropy in range(8):
+                c1.impose(b"%s-%d" % (tag, entropy), [2, 3, 4], BierProto.IPV4, entropy)
+            lab.settle()
+
+        def got(name: str, tag: bytes) -> list[bytes]:
+            return sorted(p for p, *_ in lab.got[name] if p.startswith(tag))
+
+        want = [b"x-%d" % e for e in range(8)]
+        # only the link C1-C2 is down: C2 gets its own bit over the link bypass, C3 its bit straight
+        c1.set_bypass({"C2": link}, tunnels)
+        assert c1.bypassed == ["C2"]
+        send(b"x")
+        assert [got(n, b"x") for n in ("C2", "C3", "C4")] == [want] * 3  # each once
+        c = c1.counters()
+        assert (c["tx.nbr.C2.packets"], c["bypass.nnh.sent"], c["bypass.sent"]) == (0, 8, 16)
+        assert c["tx.packets"] == c["forwarded"] + c["replicated"] == 24
+        assert [n for n, _at in c1.first_bypassed] == ["C2"]
+        # C2 itself is dead: C3 still gets every packet, once; a link bypass alone (to C2) reaches no one
+        lab.dps.pop("C2").close()
+        send(b"y")
+        assert got("C3", b"y") == [b"y-%d" % e for e in range(8)] == got("C4", b"y")
+        c1.set_bypass({"C2": link})
+        send(b"z")
+        assert got("C3", b"z") == [] and len(got("C4", b"z")) == 8
+        for name, dp in lab.dps.items():
+            c = dp.counters()
+            assert c["rx.packets"] + c["imposed"] == c["accepted"] + sum(c[k] for k in WHOLE_DROPS), name
+            assert c["tx.packets"] == c["forwarded"] + c["replicated"] + c["bypass.passed"], name
     finally:
         lab.close()
 

@@ -143,5 +143,61 @@ def test_the_bypasses_are_planned_once_and_read_back_from_plan_yml(tmp_path):
                 cfg.bier.bypass,
                 cfg.bier.adjacency_labels,
             ), name
+    ring = build_plan(load_topology(LABS / "ring.clab.yml"), LabVars.model_validate({}))
+    write_plan(ring, tmp_path / "ring.yml")
+    assert (
+        node_configs(read_plan(tmp_path / "ring.yml"))["r1"].bier.nnh_bypass
+        == ring.nodes["r1"].bier_nnh_bypass
+    )
+    assert ring.nodes["r1"].bier_nnh_bypass["r2"]
     off = build_plan(topo, LabVars.model_validate({"bier": {"fast_reroute": False}}))
-    assert not any(n.bier_bypass or n.bier_adjacency_labels for n in off.nodes.values())
+    assert not any(n.bier_bypass or n.bier_adjacency_labels or n.bier_nnh_bypass for n in off.nodes.values())
+
+
+def test_the_ring_plans_node_protection_and_a_dead_neighbour_switches_it_on(monkeypatch):
+    """On labs/ring.clab.yml r1 reaches r3 and h3 over r2 alone: the plan gives r1 a tunnel to r3 round
+    the other side (r5, r4) for their BFR-ids, and r2 going down at r1 turns it on beside r2's link bypass."""
+    import functools
+
+    import pytest
+
+    import aidcnet.agent.bier.service as svc
+    from aidcnet.agent.bier.dataplane import BierDataplane
+    from aidcnet.config import Bier
+
+    monkeypatch.setattr(svc, "BierDataplane", functools.partial(BierDataplane, bind_addr="127.0.0.1", port=0))
+    cfgs = configs("ring")
+    # no host port: the network-BIER edge wants a real interface for it, and this test is the transit
+    r1 = cfgs["r1"].bier.model_copy(
+        update={"edge_policy": {}, "dataplane": "python", "host_ports": [], "flows": [], "members": []}
+    )
+    (to_r3,) = r1.nnh_bypass["r2"]
+    assert (to_r3.nnh, to_r3.via, to_r3.label_base) == ("r3", "r5", cfgs["r3"].bier.label_base)
+    assert to_r3.labels == [cfgs["r5"].bier.adjacency_labels["r4"], cfgs["r4"].bier.adjacency_labels["r3"]]
+    assert to_r3.bfr_ids == sorted([cfgs["r3"].bier.bfr_id, cfgs["h3"].bier.bfr_id])
+    # no BFR on leaf-spine, the superpod or regional has a row that needs one
+    assert not any(
+        c.bier and c.bier.nnh_bypass for lab in ("leaf-spine", "regional") for c in configs(lab).values()
+    )
+    port = next(n.interface for n in r1.neighbors if n.name == "r2")
+    service = svc.BierService(r1, host=False)
+    try:
+        assert service.links_down(frozenset({port})) is True
+        assert service.dataplane.bypassed == ["r2"] and service.active_nnh["r2"][0].nnh == "r3"
+        assert service.bift_rows()["fast_reroute"]["nnh_bypass"]["r2"][0]["via"] == "r5"
+        assert service.links_down(frozenset()) is True and service.dataplane.bypassed == []
+    finally:
+        service.close()
+    # a node file whose tunnel leaves through the node it protects, or gives a BFR-id to two, is refused
+    bad = r1.model_dump()
+    bad["nnh_bypass"]["r2"][0]["via"] = "r2"
+    with pytest.raises(ValueError, match="must avoid r2"):
+        Bier.model_validate(bad)
+    bad = r1.model_dump()
+    bad["nnh_bypass"]["r2"].append({**bad["nnh_bypass"]["r2"][0], "nnh": "r4"})
+    with pytest.raises(ValueError, match="sent to two next-next hops"):
+        Bier.model_validate(bad)
+    bad = r1.model_dump()
+    bad["nnh_bypass"]["r2"][0]["labels"] = []
+    with pytest.raises(ValueError, match="pushes labels exactly when"):
+        Bier.model_validate(bad)
