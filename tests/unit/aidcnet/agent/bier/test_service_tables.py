@@ -127,6 +127,19 @@ def test_the_wire_format_docs_bypass_example_is_what_the_plan_gives_spine1():
     assert encode_lse(24, 0, 1, 63).hex(" ") == "00 01 81 3f"
 
 
+def test_the_wire_format_docs_node_protection_example_is_what_the_plan_gives_r1():
+    """docs/bier-wire-format.md, "Node protection": the bytes it prints for r1's tunnel to r3 round r2."""
+    from aidcnet.bier.fast_reroute import push
+    from aidcnet.bier.mpls import encode_lse
+
+    cfgs = configs("ring")
+    (tunnel,) = cfgs["r1"].bier.nnh_bypass["r2"]
+    assert (tunnel.nnh, tunnel.via, tunnel.labels, tunnel.bfr_ids) == ("r3", "r5", [45, 41], [3, 8])
+    assert (cfgs["h3"].bier.bfr_id, cfgs["r3"].bier.bfr_id, tunnel.label_base) == (3, 8, 23)
+    assert push(tunnel.labels).hex(" ") == "00 02 d0 40 00 02 90 40"
+    assert encode_lse(23, 0, 1, 63).hex(" ") == "00 01 71 3f"
+
+
 def test_the_bypasses_are_planned_once_and_read_back_from_plan_yml(tmp_path):
     """The plan computes every BFR's adjacency labels and bypasses (they depend on the whole lab), and a node
     file made from plan.yml read back carries the same ones; with fast reroute off the plan has none."""
