@@ -83,6 +83,7 @@ bench: images
 	$(PY) bench/bier_forwarding_netns.py
 	$(PY) bench/edge_policy.py
 	$(PY) bench/fast_reroute.py
+	$(PY) bench/node_protection.py
 	$(PY) bench/replay.py
 	$(PY) bench/allreduce.py
 	$(PY) bench/fare.py
