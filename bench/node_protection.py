@@ -1,6 +1,6 @@
 """A dead BFR on a ring, with and without BIER fast reroute: what node protection saves (docs/faults.md).
 
-On a copy of labs/ring.clab.yml, h1 sends a model to the other four hosts (host-BIER, 4 MiB in 16 chunks of
+On a copy of labs/ring5.clab.yml, h1 sends a model to the other four hosts (host-BIER, 4 MiB in 16 chunks of
 256 KiB) while every link of r2 is down from 20 µs to 120 µs of fabric time. r1 reaches r3, and h3 behind
 it, only over r2: without fast reroute (the baseline, measured in the same run) h3 loses every chunk sent
 while r2 is down; with it, r1 sends h3's copies to r3 the other way round (node protection), and h3 should
@@ -24,9 +24,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from aidclab.pytest import Lab  # noqa: E402
+from aidcnet.modes import Mode  # noqa: E402
 from bench.harness import bench_lab, bench_parser, set_vars, workload  # noqa: E402
 from orchestrator.lab.fault_spec import schedule  # noqa: E402
 
+LAB = "ring5"
 HOSTS = ["h1", "h2", "h3", "h4", "h5"]
 CHUNKS = 16
 # every link of r2 at once: the node, as the rest of the ring sees it
@@ -40,7 +42,7 @@ def run(lab: Lab, trace: Path, fast_reroute: bool, bift: str) -> tuple[Counter[s
     lab.configure()
     if bift == "bgp":
         lab.wait_routes()
-    outcome = lab.replay(trace, "host-bier", faults=tuple(schedule(CUT)))
+    outcome = lab.replay(trace, Mode.HOST_BIER, faults=tuple(schedule(CUT)))
     missed = Counter(receiver for _op, receiver in outcome.missing)
     t, m = outcome.result.timing, outcome.result.metrics
     assert t is not None and m is not None
@@ -65,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     delivered: dict[bool, list[int]] = {False: [], True: []}
-    with bench_lab("ring", f"{args.name_prefix}ring") as lab:
+    with bench_lab(LAB, f"{args.name_prefix}{LAB}") as lab:
         trace = workload(
             lab.workdir / "model-dist.jsonl",
             "model-dist",
@@ -78,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
                 delivered[fast_reroute].append(CHUNKS - missed["h3"])
                 print(line, flush=True)
     off, on = (statistics.median(delivered[k]) for k in (False, True))
-    head = f"node protection, ring, bift {args.bift}: h3 received"
+    head = f"node protection, {LAB}, bift {args.bift}: h3 received"
     print(f"{head} {off:g} of {CHUNKS} chunks without fast reroute (baseline)")
     ratio = f"{on / off:.2f}x the baseline" if off else "the baseline received none"
     print(f"{head} {on:g} of {CHUNKS} chunks with fast reroute, {ratio} (median of {args.rounds} rounds)")

@@ -132,7 +132,7 @@ def test_the_wire_format_docs_node_protection_example_is_what_the_plan_gives_r1(
     from aidcnet.bier.fast_reroute import push
     from aidcnet.bier.mpls import encode_lse
 
-    cfgs = configs("ring")
+    cfgs = configs("ring5")
     (tunnel,) = cfgs["r1"].bier.nnh_bypass["r2"]
     assert (tunnel.nnh, tunnel.via, tunnel.labels, tunnel.bfr_ids) == ("r3", "r5", [45, 41], [3, 8])
     assert (cfgs["h3"].bier.bfr_id, cfgs["r3"].bier.bfr_id, tunnel.label_base) == (3, 8, 23)
@@ -156,7 +156,7 @@ def test_the_bypasses_are_planned_once_and_read_back_from_plan_yml(tmp_path):
                 cfg.bier.bypass,
                 cfg.bier.adjacency_labels,
             ), name
-    ring = build_plan(load_topology(LABS / "ring.clab.yml"), LabVars.model_validate({}))
+    ring = build_plan(load_topology(LABS / "ring5.clab.yml"), LabVars.model_validate({}))
     write_plan(ring, tmp_path / "ring.yml")
     assert (
         node_configs(read_plan(tmp_path / "ring.yml"))["r1"].bier.nnh_bypass
@@ -179,7 +179,7 @@ def test_the_ring_plans_node_protection_and_a_dead_neighbour_switches_it_on(monk
     from aidcnet.config import Bier
 
     monkeypatch.setattr(svc, "BierDataplane", functools.partial(BierDataplane, bind_addr="127.0.0.1", port=0))
-    cfgs = configs("ring")
+    cfgs = configs("ring5")
     # no host port: the network-BIER edge wants a real interface for it, and this test is the transit
     r1 = cfgs["r1"].bier.model_copy(
         update={"edge_policy": {}, "dataplane": "python", "host_ports": [], "flows": [], "members": []}
