@@ -24,7 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from aidcnet.agent.control import Op
-from aidcnet.modes import COLLECTIVE, Mode, in_order
+from aidcnet.modes import Mode
 from aidcnet.paths import DEFAULT_CONFIG_PATH
 from aidcnet.roles import AGENT_ROLES
 
@@ -116,9 +116,12 @@ def _add_traffic_verbs(verbs: Any) -> None:
     ina_verbs.add_parser("show", help="jobs and slots in use")
     reset = ina_verbs.add_parser("reset", help="forget every slot of a job")
     reset.add_argument("job", type=int)
-    ar = ina_verbs.add_parser("allreduce", help="AllReduce this worker's generated array (gpu-host)")
+    ar = ina_verbs.add_parser(
+        "allreduce",
+        help="AllReduce this worker's generated array over the job's INA switches (gpu-host; the ring and "
+        "parameter-server baselines need every worker told the others: aidclab replay --mode ring or ps)",
+    )
     ar.add_argument("--job", type=int, required=True)
-    ar.add_argument("--mode", choices=in_order(COLLECTIVE), default=Mode.INA)
     ar.add_argument("--elements", type=int, default=4096, help="array length (default 4096)")
     ar.add_argument("--seed", type=int, default=0, help="seed of the generated arrays (same on every worker)")
     ar.add_argument("--chunk-base", type=int, default=0, help="first chunk number (default 0)")
@@ -165,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         return _ask(
             Op.ALLREDUCE,
             job=args.job,
-            mode=args.mode,
+            mode=Mode.INA,
             elements=args.elements,
             seed=args.seed,
             chunk_base=args.chunk_base,

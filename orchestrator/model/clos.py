@@ -53,6 +53,8 @@ def sub_domain_size(bsl: int) -> int:
 
 def sub_domains(max_id: int, bsl: int) -> int:
     return -(-max_id // sub_domain_size(bsl))
+
+
 # (op, receiver) pairs the engine works on at once: ~15 int64/float64 arrays of this length are live
 # in the BIER tree, so 4M pairs keep its working set near 0.5 GiB whatever the step's size.
 CHUNK_PAIRS = 4_000_000
@@ -216,11 +218,11 @@ class ClosModel:
         self.pod_of_leaf = np.arange(fabric.leaves) // fabric.leaves_per_pod
 
     # -- one batch ------------------------------------------------------------------------------------
-    def run(self, mode: str, batches: OpArrays | Iterable[OpArrays], lab: str | None = None) -> ModelRun:
+    def run(self, mode: Mode, batches: OpArrays | Iterable[OpArrays], lab: str | None = None) -> ModelRun:
         return self.runs((mode,), batches, lab)[mode]
 
     def runs(
-        self, modes: Sequence[str], batches: OpArrays | Iterable[OpArrays], lab: str | None = None
+        self, modes: Sequence[Mode], batches: OpArrays | Iterable[OpArrays], lab: str | None = None
     ) -> dict[str, ModelRun]:
         """Every mode in one pass over the batches, so a trace of 60M ops is streamed, never held."""
         for mode in modes:
@@ -369,7 +371,7 @@ class ClosModel:
         return np.concatenate(parts)
 
     def _finish(
-        self, mode: str, loads: _Loads, stats: dict[str, Any], sources: np.ndarray, lab: str | None
+        self, mode: Mode, loads: _Loads, stats: dict[str, Any], sources: np.ndarray, lab: str | None
     ) -> ModelRun:
         arr = self.link_arrays(loads)
         endpoints = self._endpoints()
@@ -393,7 +395,7 @@ class ClosModel:
         host_packets = float(loads.host_up[:, 1].sum() + loads.host_down[:, 1].sum())
         switch_packets = float(total[1]) - host_packets
         per_mode = {Mode.UNICAST: (udp, udp), Mode.HOST_BIER: (bier, bier), Mode.NET_BIER: (udp, bier)}
-        per_packet = per_mode[Mode(mode)]
+        per_packet = per_mode[mode]
         stats["header_bytes"] = host_packets * per_packet[0] + switch_packets * per_packet[1]
         return ModelRun(
             lab=lab or self.fabric.name,

@@ -71,7 +71,7 @@ class CollectiveModel:
         self.packets_in: Counter[str] = Counter()
 
     # -- shared ------------------------------------------------------------------------------------
-    def _job(self, op: TraceOp, mode: str) -> Any:
+    def _job(self, op: TraceOp, mode: Mode) -> Any:
         from orchestrator.experiment.modes import mode_class
         from orchestrator.experiment.modes.collective import job_for
 

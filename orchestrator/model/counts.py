@@ -95,7 +95,7 @@ class ModelRun:
     """What a replay of one trace in one mode would count, computed instead of measured."""
 
     lab: str
-    mode: str
+    mode: Mode
     links: list[LinkLoad]
     # node -> agent counter (the names of the agents' ``show counters``) -> count over the run
     agents: dict[str, dict[str, int]]

@@ -170,7 +170,7 @@ class Prediction:
     """A trace's completion in one mode, in fabric seconds, and what set its pace."""
 
     lab: str
-    mode: str
+    mode: str  # the mode's name, or a closed-loop step's modes (StepModes' name)
     completion_s: float
     ops: dict[int, OpTime]
     pace: str | None  # the link end (direction) that was full for longest
@@ -284,7 +284,7 @@ class TimeModel:
     def predict(
         self,
         ops: Sequence[AnyOp],
-        mode: str | StepModes,
+        mode: Mode | StepModes,
         starts: Mapping[int, float] | None = None,
         ps_host: str | None = None,
     ) -> Prediction:
@@ -316,14 +316,13 @@ class TimeModel:
             raise ModelError(f"lab {self.model.plan.lab}, mode {mode}: {exc}") from exc
         return self._prediction(mode, run, op_times)
 
-    def predict_step(self, ops: list[AnyOp], mode: str | StepModes, ps_host: str | None) -> Prediction:
+    def predict_step(self, ops: list[AnyOp], mode: Mode | StepModes, ps_host: str | None) -> Prediction:
         """A closed-loop step (``orchestrator.model.timing_step``): its completion as a replay measures
         it (first message issued to last byte or AllReduce result in), and the step's own times."""
         from orchestrator.model.timing_step import StepModel
 
         if not isinstance(mode, StepModes):
-            plain = Mode(mode)
-            mode = StepModes(plain, None) if plain in STEP_MESSAGES else StepModes(None, plain)
+            mode = StepModes(mode, None) if mode in STEP_MESSAGES else StepModes(None, mode)
         step = StepModel(self, self.links.network(), ops, mode, ps_host)
         try:
             run = step.run()
@@ -341,7 +340,7 @@ class TimeModel:
 
     # -- the message modes ----------------------------------------------------------------------
     def _run_messages(
-        self, net: FluidNetwork, ops: list[TraceOp], mode: str, starts: Mapping[int, float]
+        self, net: FluidNetwork, ops: list[TraceOp], mode: Mode, starts: Mapping[int, float]
     ) -> tuple[FluidRun, dict[int, OpTime]]:
         keys: dict[int, list[Any]] = {}
         groups = self.model.net_bier_groups(ops) if mode == Mode.NET_BIER else {}
@@ -358,7 +357,7 @@ class TimeModel:
             op.id: OpTime(starts[op.id], max(run.flows[k].delivered for k in keys[op.id])) for op in ops
         }
 
-    def message_flows(self, op: TraceOp, mode: str, group: str | None = None) -> list[Flow]:
+    def message_flows(self, op: TraceOp, mode: Mode, group: str | None = None) -> list[Flow]:
         """A unicast op is one flow per receiver; a BIER op one flow over its replication tree
         (network-BIER: in ``group``, the one the replay gives it over the whole trace)."""
         if mode == Mode.UNICAST:
@@ -383,7 +382,8 @@ class TimeModel:
         return Flow((op.id, dst), dirs, part * nbytes, part * len(frags), latency)
 
     # -- the answer -----------------------------------------------------------------------------
-    def _prediction(self, mode: str, run: FluidRun, op_times: dict[int, OpTime]) -> Prediction:
+    def _prediction(self, label: str, run: FluidRun, op_times: dict[int, OpTime]) -> Prediction:
+        """``label``: the mode's name, or a step's modes (Prediction.mode)."""
         links = self.links
         first = min(t.start for t in op_times.values())
         completion = max(t.finish for t in op_times.values()) - first
@@ -398,7 +398,7 @@ class TimeModel:
         ]
         return Prediction(
             lab=self.model.plan.lab,
-            mode=str(mode),
+            mode=str(label),
             completion_s=completion,
             ops=op_times,
             pace=None if pace_d is None else links.names[pace_d],

@@ -39,7 +39,7 @@ STILL = 0.0
 
 
 def run_collectives(
-    tm: Any, net: FluidNetwork, ops: list[TraceOp], mode: str, starts: Mapping[int, float],
+    tm: Any, net: FluidNetwork, ops: list[TraceOp], mode: Mode, starts: Mapping[int, float],
     ps_host: str | None,
 ) -> tuple[FluidRun, dict[int, tuple[float, float]]]:  # fmt: skip
     """Every op's (start, finish) in fabric seconds. ``tm``: the ``orchestrator.model.timing.TimeModel``
@@ -70,7 +70,7 @@ class _Driver:
     as a closed-loop step's workers have all joined (:meth:`begin`, ``on_finished`` told of each end)."""
 
     def __init__(
-        self, tm: Any, net: FluidNetwork, mode: str, ops: list[TraceOp], starts: Mapping[int, float],
+        self, tm: Any, net: FluidNetwork, mode: Mode, ops: list[TraceOp], starts: Mapping[int, float],
         ps_host: str | None, on_finished: Callable[[TraceOp, float], None] | None = None,
     ):  # fmt: skip
         self.tm, self.net, self.mode, self.starts, self.ps_host = tm, net, mode, starts, ps_host
@@ -96,7 +96,7 @@ class _Driver:
             self._settled(run, at)  # a job of one worker has nothing to send
 
     def begin(self, op: TraceOp, at: float) -> None:
-        protocol = {Mode.INA: _Ina, Mode.RING: _Ring, Mode.PS: _Ps}[Mode(self.mode)]
+        protocol = {Mode.INA: _Ina, Mode.RING: _Ring, Mode.PS: _Ps}[self.mode]
         run = protocol(self, op, self.jobs[op.id])
         self.started[op.id] = at
         self.running[op.id] = run

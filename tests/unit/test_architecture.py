@@ -267,14 +267,12 @@ def test_the_replay_service_knows_no_mode() -> None:
 
 
 # The same words in other vocabularies, each defined in its own one place: a trace op kind (what a
-# workload does, not how a run carries it), the agent's `ina` control operation and ctl verb, the PS
-# address field of an AllReduce request, containerlab's `kind: linux`, and Python's platform name.
+# workload does, not how a run carries it), the agent's `ina` control operation and ctl verb,
+# containerlab's `kind: linux`, and Python's platform name.
 OTHER_VOCABULARIES = {
     ("unicast", "orchestrator/workloads/trace.py"),
     ("ina", "aidcnet/agent/control.py"),
     ("ina", "aidcnet/cli.py"),
-    ("ps", "orchestrator/experiment/modes/ps.py"),
-    ("ps", "aidcnet/agent/ina/worker.py"),
     ("linux", "orchestrator/lab/topology.py"),
     ("linux", "aidcnet/udpio.py"),
     # The agent's `igmp` control operation, the node file's and lab vars' `igmp` section, and the

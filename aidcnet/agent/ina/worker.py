@@ -4,10 +4,11 @@
 
 * ``ina``: chunks go to the host's first hop toward the job's VAT root (UDP 4792); results come back
   by BIER (the host's BIER service hands them over, :meth:`on_bier_udp`).
-* ``ps``: the same INA packets go straight to a parameter server host, which runs the very same
-  aggregator as a VAT root on a server (the draft's §1 "PS") and answers every worker by unicast.
-* ``ring``: reduce-scatter + all-gather between the workers on UDP 4793, every message acknowledged
-  (docs/allreduce.md).
+* ``ps``: the same INA packets go straight to a parameter server host (the request's ``to``), which runs
+  the very same aggregator as a VAT root on a server (the draft's §1 "PS") and answers every worker by
+  unicast.
+* ``ring``: reduce-scatter + all-gather between the workers on UDP 4793 (the request's ``addresses``),
+  every message acknowledged (docs/allreduce.md).
 
 All three retransmit on timeout, so a lost packet costs time, never a wrong or missing result. The
 timeout is RFC 6298's (:mod:`aidcnet.rto`): the request's ``timeout_s`` is only the initial RTO, then it
@@ -21,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
+import re
 import socket
 import time
 from collections import Counter
@@ -50,7 +52,6 @@ from aidcnet.ina.worker import (
     worker_array,
 )
 from aidcnet.ipv4 import UdpDatagram
-from aidcnet.modes import COLLECTIVE, Mode, in_order
 from aidcnet.rto import RtoEstimator
 from aidcnet.udpio import (
     BatchIO,
@@ -66,6 +67,23 @@ log = logging.getLogger("aidcnet.ina.worker")
 # An AllReduce's result, its retransmits, when it started (epoch s) and its timer's final state.
 _Outcome = tuple[np.ndarray, int, float, RtoEstimator]
 _BUF = 32 << 20
+# An AllReduce's counter label (``allreduce.<label>``): the collective mode's name, as the host sends it.
+COUNTER_LABEL = re.compile(r"[a-z][a-z0-9-]{0,31}")
+
+
+def counter_label(request: Mapping[str, Any]) -> str:
+    """The label an AllReduce ``request`` is counted under (``allreduce.<label>``: its ``mode``), once the
+    request is known to say what runs. What runs comes from what the request carries, never from a mode's
+    name (the host's mode class filled it in): ``addresses``, a ring of those ranks; ``to``, a tree whose
+    root is that address (a parameter server); neither, the job's own aggregation tree."""
+    if "addresses" in request and "to" in request:
+        raise ValueError("an AllReduce is a ring (addresses) or a tree (to), not both")
+    if "mode" not in request:
+        raise ValueError("an AllReduce request names its mode, the label it is counted under")
+    label = str(request["mode"])
+    if not COUNTER_LABEL.fullmatch(label):
+        raise ValueError(f"mode {label!r}: a counter label is a short lower-case name")
+    return label
 
 
 def _udp_socket(port: int, queue_bytes: int | None) -> tuple[socket.socket, BatchIO]:
@@ -371,9 +389,7 @@ class InaWorkerService:
         """Run one AllReduce of this worker's generated array (``worker_array(seed, bfr_id, elements)``)
         and report its digest; ``start_at`` (epoch seconds) lines up the workers' starts."""
         job_id = int(request["job"])
-        mode = Mode(request.get("mode", Mode.INA))  # the request's name, parsed once
-        if mode not in COLLECTIVE:
-            raise ValueError(f"mode {mode}: an AllReduce runs in {', '.join(in_order(COLLECTIVE))}")
+        label = counter_label(request)
         member = self.members.get(job_id)
         if member is None:
             known = sorted(self.members)
@@ -407,19 +423,19 @@ class InaWorkerService:
             job_id, member, values, op, dtype, fixed_point_scale, chunk_base, per_chunk,
             timeout, min_rto, max_rto, margin, deadline, fut,
         )  # fmt: skip
-        if mode == Mode.RING:
+        if "addresses" in request:
             addrs = {int(k): str(v) for k, v in request["addresses"].items()}
             result, retransmits, t0, rto = await self._ring(run, addrs, start_at)
         else:
-            dst = str(member.next_hop) if mode == Mode.INA else str(request["ps"])
+            dst = str(request.get("to") or member.next_hop)
             result, retransmits, t0, rto = await self._tree(run, dst, start_at)
         end = time.time()
-        self.c[f"allreduce.{mode}"] += 1
+        self.c[f"allreduce.{label}"] += 1
         self.c["retransmits"] += retransmits
         reply: dict[str, Any] = {
             "ok": True,
             "job": job_id,
-            "mode": mode,
+            "mode": label,
             "bfr_id": self.bfr_id,
             "elements": elements,
             "seconds": round(end - t0, 6),

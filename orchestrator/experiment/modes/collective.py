@@ -124,12 +124,9 @@ class CollectiveMode(ExperimentMode):
 
     # -- hooks for the modes ------------------------------------------------------------------------
     def aggregation_point(self, plan: LabPlan, job: PlanInaJob) -> str | None:
-        """The node every worker's data converges on, whose ingress the report shows: the parameter
-        server (ps), the job's root switch (ina); None for ring, whose load is spread over the workers."""
-        if self.name == Mode.PS:
-            return self.options.ps_host or default_ps_host(plan, job)
-        if self.name == Mode.INA:
-            return job.root
+        """The node every worker's data converges on, whose ingress the report shows (the parameter
+        server, the job's root switch: the modes say); None, as for ring, when the load is spread over the
+        workers."""
         return None
 
     def check_job(self, job: PlanInaJob) -> None:
@@ -141,7 +138,9 @@ class CollectiveMode(ExperimentMode):
             )
 
     def before_op(self, session: LabSession, job: PlanInaJob, request: dict[str, Any]) -> None:
-        """Prepare the lab for one AllReduce of ``job`` and add what the workers need to ``request``."""
+        """Prepare the lab for one AllReduce of ``job`` and add what the workers need to ``request``: a
+        ring's ``addresses``, a tree's root ``to`` when it is not the job's own (the worker reads what to
+        run from them, ``aidcnet.agent.ina.worker``)."""
 
     # -- one AllReduce ------------------------------------------------------------------------------
     def allreduce(

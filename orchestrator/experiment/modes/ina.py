@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from aidcnet.modes import Mode
-from orchestrator.configure.plan.schema import PlanInaJob
+from orchestrator.configure.plan.schema import LabPlan, PlanInaJob
 from orchestrator.experiment.modes import register
 from orchestrator.experiment.modes.collective import CollectiveMode
 from orchestrator.experiment.session import LabSession
@@ -22,3 +22,6 @@ class Ina(CollectiveMode):
     def before_op(self, session: LabSession, job: PlanInaJob, request: dict[str, Any]) -> None:
         for switch in [*job.vat, *job.transit]:
             session.agent(switch).ina_reset(job.job)
+
+    def aggregation_point(self, plan: LabPlan, job: PlanInaJob) -> str | None:
+        return job.root

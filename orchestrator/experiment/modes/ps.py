@@ -22,9 +22,13 @@ class ParameterServer(CollectiveMode):
     summary = "a parameter server host (--ps-host, default the first gpu-host outside the job)"
 
     def before_op(self, session: LabSession, job: PlanInaJob, request: dict[str, Any]) -> None:
-        ps = self.options.ps_host or default_ps_host(session.plan, job)
+        ps = self.aggregation_point(session.plan, job)
         session.agent(ps).ps_serve(**serve_request(session.plan, job))
-        request["ps"] = str(session.plan.nodes[ps].loopback.ip)  # type: ignore[union-attr]
+        request["to"] = str(session.plan.nodes[ps].loopback.ip)  # type: ignore[union-attr]
+
+    def aggregation_point(self, plan: LabPlan, job: PlanInaJob) -> str:
+        """The parameter server: ``--ps-host``, or the first GPU host outside the job."""
+        return self.options.ps_host or default_ps_host(plan, job)
 
 
 def serve_request(plan: LabPlan, job: PlanInaJob) -> dict[str, Any]:

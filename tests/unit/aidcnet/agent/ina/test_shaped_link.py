@@ -84,7 +84,7 @@ async def main():
     queue = extra.pop("queue_bytes", None)  # what the node file tells the agent of its queues
     svc = InaWorkerService(Ina(members=[member]), bfr_id=3, bsl=256, loopback=me, queue_bytes=queue)
     svc.attach(loop)
-    reply = await svc.allreduce({"job": 1, "mode": "ps", "ps": ps, "deadline_s": 30, **extra})
+    reply = await svc.allreduce({"job": 1, "mode": "ps", "to": ps, "deadline_s": 30, **extra})
     reply["counters"] = svc.counters()
     svc.close(loop)
     print(json.dumps(reply))

@@ -12,7 +12,7 @@ import socket
 import numpy as np
 import pytest
 
-from aidcnet.agent.ina.worker import InaWorkerService
+from aidcnet.agent.ina.worker import InaWorkerService, counter_label
 from aidcnet.config import Ina, InaMember
 from aidcnet.ina.fixedpoint import from_fixed, to_fixed
 from aidcnet.ina.header import DType, Op
@@ -65,10 +65,11 @@ async def run(
 
         svc._send = lossy  # type: ignore[method-assign]
     try:
+        # what the host's mode class puts in the request: the tree's root, or the ring's ranks
+        carries = {"ps": {"to": "127.0.0.1"}, "ring": {"addresses": {"3": "127.0.0.1"}}}.get(mode, {})
         reply = await svc.allreduce(
-            {"job": 4, "mode": mode, "elements": 5000, "seed": 2, "ps": "127.0.0.1",
-             "addresses": {"3": "127.0.0.1"}, "chunk_elements": 1000, "timeout_s": 0.05, "deadline_s": 20,
-             **extra}
+            {"job": 4, "mode": mode, "elements": 5000, "seed": 2, **carries,
+             "chunk_elements": 1000, "timeout_s": 0.05, "deadline_s": 20, **extra}
         )  # fmt: skip
     finally:
         svc.close(asyncio.get_running_loop())
@@ -92,8 +93,24 @@ def test_a_lost_result_is_recovered_by_the_retransmit_timer():
 
 
 def test_one_rank_ring_is_its_own_result():
-    reply, _svc = asyncio.run(run("ring"))
+    reply, svc = asyncio.run(run("ring"))
     assert reply["digest"] == expected()
+    assert svc.c["allreduce.ring"] == 1 and svc.c["ps.completed"] == 0
+
+
+def test_the_request_says_what_runs_and_a_mixed_or_odd_one_is_refused():
+    """The worker runs what the request carries (a ring's addresses, a tree's root), whatever its mode is
+    called; a request that is both, or whose counter label is not a name, is refused before anything
+    runs."""
+    reply, svc = asyncio.run(run("my-ps", to="127.0.0.1"))
+    assert reply["digest"] == expected() and svc.c["allreduce.my-ps"] == 1 and svc.c["ps.completed"] == 5
+    with pytest.raises(ValueError, match=r"a ring \(addresses\) or a tree \(to\), not both"):
+        asyncio.run(run("ring", to="127.0.0.1"))
+    with pytest.raises(ValueError, match="counter label"):
+        asyncio.run(run("PS!", to="127.0.0.1"))
+    with pytest.raises(ValueError, match="names its mode"):
+        counter_label({"job": 4, "to": "127.0.0.1"})
+    assert counter_label({"mode": "ring", "addresses": {}}) == "ring"
 
 
 @pytest.mark.parametrize("mode", ["ps", "ring"])
