@@ -15,6 +15,7 @@ Run: python bench/node_protection.py [--rounds 2] [--bift static|bgp]
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import sys
 from collections import Counter
@@ -56,16 +57,20 @@ def run(lab: Lab, trace: Path, fast_reroute: bool, bift: str) -> tuple[Counter[s
     return missed, line
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = bench_parser(__doc__)
-    parser.add_argument("--rounds", type=int, default=2, help="rounds of both runs (default 2)")
-    parser.add_argument(
+def parser() -> argparse.ArgumentParser:
+    p = bench_parser(__doc__)
+    p.add_argument("--rounds", type=int, default=2, help="rounds of both runs (default 2)")
+    p.add_argument(
         "--bift",
         choices=("static", "bgp"),
         default="static",
         help="where the BIFT comes from (default static)",
     )
-    args = parser.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     delivered: dict[bool, list[int]] = {False: [], True: []}
     with bench_lab(LAB, f"{args.name_prefix}{LAB}") as lab:
         trace = workload(
