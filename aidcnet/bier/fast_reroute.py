@@ -89,6 +89,10 @@ def node_bypass_path(
         raise ValueError(f"{nbr!r} is not a neighbour of {plr!r}")
     if nnh in (plr, nbr):
         raise ValueError(f"a next-next hop of {plr!r} through {nbr!r} cannot be {nnh!r}")
+    # The last step into nnh comes from the PLR or a transit node other than nbr: with none (a host behind
+    # nbr alone), no search is needed, and a spine of a large Clos has one per host of every leaf.
+    if not any(v == plr or transit(v) for v in adjacency.get(nnh, ()) if v != nbr):
+        return None
     return _shortest(adjacency, plr, nnh, transit, lambda _here, there: there == nbr)
 
 

@@ -235,10 +235,14 @@ def assign_fast_reroute(plan: LabPlan) -> None:
             f"{plan.topology}: BIER fast reroute: {exc}; turn bier.fast_reroute off or use fewer BFRs"
         ) from exc
 
-    def transit(node: str) -> bool:
-        return role_named(plan.nodes[node].role).place is Place.SWITCH
+    switches = {name for name, n in plan.nodes.items() if role_named(n.role).place is Place.SWITCH}
 
-    birts = {name: static_birt(plan, name, nbrs) for name, nbrs in adjacency.items()}
+    def transit(node: str) -> bool:
+        return node in switches
+
+    # A BFR with one BFR-NBR neither protects (every way out is through it) nor forwards for a PLR (its only
+    # next hop is the PLR itself), so only the others' BIRTs are needed: on bsl256 that skips 256 hosts.
+    birts = {name: static_birt(plan, name, nbrs) for name, nbrs in adjacency.items() if len(nbrs) >= 2}
     for name, nbrs in adjacency.items():
         node = plan.nodes[name]
         node.bier_adjacency_labels = labels.get(name, {})

@@ -215,3 +215,37 @@ def test_node_protection_reaches_every_bfer_it_takes_without_the_dead_node_or_a_
                         if here != by_id[bfr_id]:
                             frontier |= set(birts[here][bfr_id]) - reached
                     assert by_id[bfr_id] in reached
+
+
+def _hops_without_node(adj: dict[str, list[str]], a: str, b: str, dead: str, transit: set[str]) -> int | None:
+    dist = {a: 0}
+    queue = deque([a])
+    while queue:
+        u = queue.popleft()
+        if u != a and u not in transit:
+            continue
+        for v in adj[u]:
+            if v == dead or v in dist:
+                continue
+            dist[v] = dist[u] + 1
+            queue.append(v)
+    return dist.get(b)
+
+
+@settings(max_examples=300, deadline=None)
+@given(graphs())
+def test_a_next_next_hop_tunnel_exists_exactly_when_a_way_round_the_node_does(
+    case: tuple[dict[str, list[str]], set[str]],
+) -> None:
+    """node_bypass_path finds a shortest path round the dead neighbour whenever there is one (its quick
+    refusal of a next-next hop behind the neighbour alone never hides one)."""
+    adj, hosts = case
+    transit = set(adj) - hosts
+    for plr, nbrs in adj.items():
+        for nbr in nbrs:
+            for nnh in adj:
+                if nnh in (plr, nbr):
+                    continue
+                path = node_bypass_path(adj, plr, nbr, nnh, lambda n: n in transit)
+                best = _hops_without_node(adj, plr, nnh, nbr, transit)
+                assert (None if path is None else len(path) - 1) == best
