@@ -268,7 +268,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         metavar='"AT WHAT"',
         help="a fault during the run, repeatable (docs/faults.md): at AT of fabric time after the run's "
         "zero (the trace's t = 0; 8us, 0.5ms, 1e-5s), 'link NODE:IF down|up|bandwidth BW|loss P ...' as "
-        "aidclab link set does it, or 'restart NODE' (a BFR's or INA switch's agent restarts in place and "
+        "aidclab link set does it (add 'for D' to undo it D later), 'node NODE down [for D]' (every link of "
+        "NODE at once: a dead node), or 'restart NODE' (a BFR's or INA switch's agent restarts in place and "
         "loses its state). The run records when each took effect; one that fails or never comes makes the "
         "command exit 1",
     )

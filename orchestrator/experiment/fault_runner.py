@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from aidcnet.timescale import TimeScale
 from orchestrator.configure.plan.bier import bier_adjacency
+from orchestrator.configure.plan.context import natural_key
 from orchestrator.experiment.faults import (
     Detection,
     FailureDomain,
@@ -25,7 +26,7 @@ from orchestrator.experiment.faults import (
     unprotected,
 )
 from orchestrator.experiment.session import LabSession
-from orchestrator.lab.fault_spec import Fault, check_targets, schedule
+from orchestrator.lab.fault_spec import Fault, check_targets, expand_nodes, schedule
 from orchestrator.lab.linkset import Runtime
 
 if TYPE_CHECKING:
@@ -67,6 +68,11 @@ class FaultRunner:
 
         faults = sorted([*schedule(session.plan.faults), *spec.options.faults], key=lambda f: f.at_s)
         check_targets(faults, {n: str(p.role) for n, p in session.plan.nodes.items()}, topo.name)
+        ports: dict[str, list[str]] = {}
+        for link in session.plan.links:
+            for end in (link.a, link.b):
+                ports.setdefault(end.node, []).append(end.interface)
+        faults = expand_nodes(faults, {n: sorted(ifs, key=natural_key) for n, ifs in ports.items()})
         if faults and runtime is None:
             runtime = DockerRuntime()
         return cls(faults, session, runtime, lab_dir(topo), spec.start_lead_s)  # type: ignore[arg-type]

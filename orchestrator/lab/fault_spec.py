@@ -10,7 +10,10 @@ A fault is a time and an action:
 * ``AT link NODE:IF down for D`` and ``AT link NODE:IF loss ... for D``: the change, and its undoing D
   later (``up``, ``loss 0``); ``AT link NODE:IF flap D N``: down for D, up for D, N times;
 * ``AT restart NODE``: the node's agent restarts in place (the same process id, a fresh program): every
-  state it held is gone (BIFT, aggregation windows, BGP sessions) and comes back from its node file.
+  state it held is gone (BIFT, aggregation windows, BGP sessions) and comes back from its node file;
+* ``AT node NODE down [for D]``: a dead node as the rest of the lab sees it, every link of NODE down (and
+  up again D later): :func:`expand_nodes` makes it one link fault per link, at the same time, once the
+  lab's links are known.
 
 AT is fabric time after the run's zero (``20us``, ``0.5ms``, ``1e-5s``; a bare number is seconds): the
 moment the senders start, which is the trace's ``t = 0``, on the same clock as the trace's ops, so a fault
@@ -20,7 +23,7 @@ falls at the same point of a run at any time scale.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from orchestrator.lab.linkset import ACTIONS as LINK_ACTIONS
@@ -28,8 +31,8 @@ from orchestrator.lab.linkset import parse_endpoint
 from orchestrator.lab.roles import ROLES, role_named
 
 FORMS = (
-    "AT link NODE:IF down|up|bandwidth BW|loss P ... [one-way] [for D], AT link NODE:IF flap D N, or "
-    "AT restart NODE (AT, D: fabric time, e.g. 20us or 0.5ms)"
+    "AT link NODE:IF down|up|bandwidth BW|loss P ... [one-way] [for D], AT link NODE:IF flap D N, "
+    "AT node NODE down [for D], or AT restart NODE (AT, D: fabric time, e.g. 20us or 0.5ms)"
 )
 ONE_WAY = "one-way"
 # The actions `aidclab link set --one-way` takes: the others change both ends of a link at once.
@@ -103,6 +106,8 @@ def parse_faults(text: str) -> list[Fault]:
         if rest or ":" in target:
             raise FaultSpecError(f"fault {text!r}: restart takes one node name; want AT restart NODE")
         return [Fault(at_s, kind, target, (), text)]
+    if kind == "node":
+        return _node(text, at_s, target, rest)
     if kind != "link":
         raise FaultSpecError(f"fault {text!r}: {kind!r} is not a fault; want {FORMS}")
     try:
@@ -160,6 +165,42 @@ def _flap(text: str, at_s: float, target: str, args: tuple[str, ...]) -> list[Fa
         Fault(at_s + i * period_s, "link", target, ("down",) if i % 2 == 0 else ("up",), text)
         for i in range(2 * count)
     ]
+
+
+def _node(text: str, at_s: float, target: str, rest: tuple[str, ...]) -> list[Fault]:
+    """``node NODE down [for D]``: the node fault and, with ``for D``, its undoing (``up``) D later."""
+    if ":" in target:
+        raise FaultSpecError(f"fault {text!r}: node takes a node name; want AT node NODE down [for D]")
+    if rest == ("down",):
+        return [Fault(at_s, "node", target, ("down",), text)]
+    if len(rest) == 3 and rest[:2] == ("down", "for"):
+        lasting_s = _seconds_of(text, rest[2])
+        return [
+            Fault(at_s, "node", target, ("down",), text),
+            Fault(at_s + lasting_s, "node", target, ("up",), text),
+        ]
+    raise FaultSpecError(
+        f"fault {text!r}: a node goes down, for a time or for good; want AT node NODE down [for D]"
+    )
+
+
+def expand_nodes(faults: Iterable[Fault], ports: Mapping[str, Sequence[str]]) -> list[Fault]:
+    """Every ``node`` fault as one link fault per link of its node (``ports``: node -> its link interfaces),
+    at the node fault's time and with its text; the other faults as they are. A node fault on a node with
+    no link is an error."""
+    out: list[Fault] = []
+    for fault in faults:
+        if fault.kind != "node":
+            out.append(fault)
+            continue
+        interfaces = ports.get(fault.node, ())
+        if not interfaces:
+            raise FaultSpecError(f"fault {fault.text!r}: {fault.node} has no link to take down")
+        out += [
+            Fault(fault.at_s, "link", f"{fault.node}:{ifname}", fault.words, fault.text)
+            for ifname in interfaces
+        ]
+    return out
 
 
 def schedule(texts: Iterable[str]) -> list[Fault]:

@@ -187,3 +187,30 @@ def test_a_bfd_session_down_on_a_link_no_fault_touched_makes_the_run_not_faithfu
             assert outcome.settings["bfd_unexplained"][0]["interface"] == "eth2"
         else:
             assert reasons == [] and "bfd_unexplained" not in outcome.settings
+
+
+def test_a_runs_node_fault_becomes_a_link_fault_per_link_of_the_node() -> None:
+    """``--fault "20us node r2 down for 100us"`` on ring5: the runner's records are r2's three links going
+    down at 20 µs and up at 120 µs, each as a link fault the rest of the run (reroutes, the port-loss rule,
+    the failure domain) already knows."""
+    from orchestrator.configure.plan import build_plan
+    from orchestrator.experiment.modes.base import RunOptions
+    from orchestrator.lab.fault_spec import schedule
+    from orchestrator.lab.topology import load_topology
+    from orchestrator.paths import LABS
+
+    topo = load_topology(LABS / "ring5.clab.yml")
+    session = SimpleNamespace(time_scale=SCALE, plan=build_plan(topo))
+    spec = SimpleNamespace(
+        options=RunOptions(faults=tuple(schedule(["20us node r2 down for 100us"]))), start_lead_s=0.0
+    )
+    runner = FaultRunner.for_run(spec, session, topo, runtime=object())  # type: ignore[arg-type]
+    got = [(round(r.fault.at_s * 1e6), r.fault.describe()) for r in runner.records]
+    assert got == [
+        (20, "link r2:eth1 down"),
+        (20, "link r2:eth2 down"),
+        (20, "link r2:eth3 down"),
+        (120, "link r2:eth1 up"),
+        (120, "link r2:eth2 up"),
+        (120, "link r2:eth3 up"),
+    ]

@@ -19,6 +19,7 @@ from orchestrator.lab.fault_spec import (
     Fault,
     FaultSpecError,
     check_targets,
+    expand_nodes,
     parse_fault,
     parse_faults,
     parse_seconds,
@@ -61,6 +62,9 @@ def test_the_forms_a_user_writes() -> None:
         ("1 link leaf1:eth1 loss", "loss needs a value"),
         ("1 restart spine1 now", "restart takes one node name"),
         ("1 reboot spine1", "'reboot' is not a fault"),
+        ("1 node spine1:eth1 down", "node takes a node name"),
+        ("1 node spine1 up", "want AT node NODE down [for D]"),
+        ("1 node spine1 down for soon", "'soon' is not a time"),
     ],
 )
 def test_each_mistake_is_named_with_the_fault(text: str, says: str) -> None:
@@ -95,6 +99,30 @@ def test_for_and_flap_expand_into_a_change_and_its_undoing() -> None:
     # Expanded faults keep their time order among the others.
     faults = schedule(["12us restart spine1", "8us link leaf1:eth1 down for 6us"])
     assert [f.words[0] if f.words else f.kind for f in faults] == ["down", "restart", "up"]
+
+
+def test_a_node_down_is_every_link_of_the_node_down_at_once() -> None:
+    """``node NODE down [for D]``: one link fault per link of the node, all at its time, with its text, and
+    their undoing D later; the lab's other faults stay as they are."""
+    text = "20us node r2 down for 100us"
+    ports = {"r2": ["eth1", "eth2", "eth3"], "r1": ["eth1"]}
+    faults = expand_nodes(schedule([text, "30us link r1:eth1 loss 0.1"]), ports)
+    assert [(round(f.at_s * 1e6), f.kind, f.target, f.words) for f in faults] == [
+        (20, "link", "r2:eth1", ("down",)),
+        (20, "link", "r2:eth2", ("down",)),
+        (20, "link", "r2:eth3", ("down",)),
+        (30, "link", "r1:eth1", ("loss", "0.1")),
+        (120, "link", "r2:eth1", ("up",)),
+        (120, "link", "r2:eth2", ("up",)),
+        (120, "link", "r2:eth3", ("up",)),
+    ]
+    assert {f.text for f in faults if f.target.startswith("r2:")} == {text}
+    assert [f.gives_back for f in faults if f.target == "r2:eth1"] == [False, True]
+    check_targets(parse_faults("1 node leaf1 down"), ROLES, "lab")
+    with pytest.raises(FaultSpecError, match="no node r9"):
+        check_targets(parse_faults("1 node r9 down"), ROLES, "lab")
+    with pytest.raises(FaultSpecError, match="r5 has no link to take down"):
+        expand_nodes(parse_faults("1 node r5 down"), ports)
 
 
 def test_schedule_is_in_time_order_keeping_the_given_order_among_equal_times() -> None:
