@@ -38,6 +38,7 @@ from collections import deque
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
+from aidcnet.bier.bitstring import bitstrings_from_ids
 from aidcnet.bier.mpls import MAX_LABEL, encode_lse
 
 BYPASS_TTL = 64
@@ -56,13 +57,8 @@ class NnhTunnel:
     bfr_ids: tuple[int, ...]
 
     def masks(self, bsl: int) -> dict[int, int]:
-        """``{SI: BitString of bfr_ids in that SI}`` at BSL ``bsl`` (RFC 8279 §4: id k is bit (k-1) mod BSL
-        of SI (k-1) // BSL)."""
-        out: dict[int, int] = {}
-        for bfr_id in self.bfr_ids:
-            si, bit = divmod(bfr_id - 1, bsl)
-            out[si] = out.get(si, 0) | 1 << bit
-        return out
+        """``{SI: BitString of bfr_ids in that SI}`` at BSL ``bsl``."""
+        return bitstrings_from_ids(self.bfr_ids, bsl)
 
 
 def bypass_path(

@@ -68,11 +68,12 @@ class FaultRunner:
 
         faults = sorted([*schedule(session.plan.faults), *spec.options.faults], key=lambda f: f.at_s)
         check_targets(faults, {n: str(p.role) for n, p in session.plan.nodes.items()}, topo.name)
-        ports: dict[str, list[str]] = {}
-        for link in session.plan.links:
-            for end in (link.a, link.b):
-                ports.setdefault(end.node, []).append(end.interface)
-        faults = expand_nodes(faults, {n: sorted(ifs, key=natural_key) for n, ifs in ports.items()})
+        ports = {
+            f.node: sorted((local.interface for _l, local, _r in topo.links_of(f.node)), key=natural_key)
+            for f in faults
+            if f.kind == "node"
+        }
+        faults = expand_nodes(faults, ports)
         if faults and runtime is None:
             runtime = DockerRuntime()
         return cls(faults, session, runtime, lab_dir(topo), spec.start_lead_s)  # type: ignore[arg-type]
