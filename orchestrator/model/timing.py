@@ -16,6 +16,7 @@ Pure: no files, no containers, no clock.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -189,6 +190,9 @@ class Prediction:
     # A closed-loop step (docs/training.md): each host's times and what they cost its GPU.
     step_times: StepTimes | None = field(default=None, repr=False)
     step: StepMetrics | None = None
+    # Per INA switch, the INA datagrams its agent takes in and sends on (in Python, whatever the
+    # dataplane): work beside the forwarding that ``nodes`` counts.
+    aggregated: dict[str, int] = field(default_factory=dict)
 
     def peak_pps(self, window_s: float, received: bool = False) -> dict[str, float]:
         """Per node that sends (or with ``received``, that receives), the most packets per fabric second
@@ -299,11 +303,12 @@ class TimeModel:
             return self.predict_step(ops, mode, ps_host)
         starts = dict(starts) if starts is not None else {op.id: op.t for op in ops}
         net = self.links.network()
+        aggregated: Counter[str] = Counter()
         try:
             if mode in COLLECTIVE:
                 from orchestrator.model.timing_collectives import run_collectives
 
-                run, spans = run_collectives(self, net, ops, mode, starts, ps_host)
+                run, spans, aggregated = run_collectives(self, net, ops, mode, starts, ps_host)
                 op_times = {i: OpTime(start, finish) for i, (start, finish) in spans.items()}
             elif mode in MODELLED:
                 run, op_times = self._run_messages(net, ops, mode, starts)
@@ -314,7 +319,9 @@ class TimeModel:
             raise
         except ValueError as exc:  # the collectives' own refusals, a flow over a link that is down
             raise ModelError(f"lab {self.model.plan.lab}, mode {mode}: {exc}") from exc
-        return self._prediction(mode, run, op_times)
+        prediction = self._prediction(mode, run, op_times)
+        prediction.aggregated = dict(aggregated)
+        return prediction
 
     def predict_step(self, ops: list[AnyOp], mode: Mode | StepModes, ps_host: str | None) -> Prediction:
         """A closed-loop step (``orchestrator.model.timing_step``): its completion as a replay measures
@@ -336,6 +343,8 @@ class TimeModel:
         prediction = self._prediction(str(mode), run, {i: OpTime(a, b) for i, (a, b) in spans.items()})
         prediction.step_times = step.times
         prediction.step = analyse(ops, step.times)
+        if step.driver is not None:
+            prediction.aggregated = dict(step.driver.aggregated)
         return prediction
 
     # -- the message modes ----------------------------------------------------------------------

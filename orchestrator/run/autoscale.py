@@ -86,8 +86,9 @@ class Demand:
     """What a trace asks of the lab, from the time model: its completion in fabric time, the packets each
     node's software handles (hosts: sent + received datagrams; BFRs: copies forwarded), the packets on
     all links together, the datagrams a reliable mode's feedback adds to each node's agent (in Python,
-    whatever the dataplane: :func:`feedback_datagrams`), and the packets the delay relay holds (those sent
-    on a delayed link end)."""
+    whatever the dataplane: :func:`feedback_datagrams`), the INA datagrams each INA switch's agent
+    aggregates (in Python too), and the packets the delay relay holds (those sent on a delayed link
+    end)."""
 
     fabric_s: float
     host_packets: Mapping[str, int] = field(default_factory=dict)
@@ -95,6 +96,11 @@ class Demand:
     link_packets: int = 0
     feedback_packets: Mapping[str, int] = field(default_factory=dict)
     relay_packets: int = 0
+    aggregated_packets: Mapping[str, int] = field(default_factory=dict)
+
+    def python_datagrams(self, node: str) -> int:
+        """The datagrams ``node``'s agent handles in Python beside its role's own packets."""
+        return self.feedback_packets.get(node, 0) + self.aggregated_packets.get(node, 0)
 
 
 def feedback_datagrams(
@@ -135,7 +141,8 @@ def demand_of(
 ) -> Demand:
     """The demand of a trace from the time model's prediction of it
     (:class:`orchestrator.model.timing.Prediction`): every host's datagrams sent and received, every
-    other agent's packets sent on (a BFR's or an INA switch's copies), every link's packets; ``roles``:
+    other agent's packets sent on (a BFR's or an INA switch's copies), the INA datagrams each switch
+    aggregates (``prediction.aggregated``), every link's packets; ``roles``:
     node -> its role; ``feedback``: a reliable mode's kind of feedback (:func:`feedback_datagrams`), which
     the model leaves out; ``delays``: each link end's delay, whose packets the relay holds where it is
     not 0."""
@@ -156,7 +163,8 @@ def demand_of(
     held = 0
     if delays and any(delays.values()):
         held = round(sum(n for end, n in prediction.link_packets.items() if delays.get(end)))
-    return Demand(prediction.completion_s, hosts, bfrs, links, extra, held)
+    aggregated = {n: k for n, k in prediction.aggregated.items() if k and roles.get(n) != Role.GPU_HOST}
+    return Demand(prediction.completion_s, hosts, bfrs, links, extra, held, aggregated)
 
 
 @dataclass(frozen=True)
@@ -201,19 +209,22 @@ def choose_scale(
         raise ValueError("a trace predicted to take no fabric time has no scale to choose")
     floors = [(floor, "tc's TBF must shape the fastest link"), *floors]
     needs: list[tuple[float, str]] = [(float(f), why) for f, why in floors]
-    for role, packets, cost in (
-        ("host", demand.host_packets, calibration.host_cpu_per_packet_s),
-        ("BFR", demand.bfr_packets, calibration.bfr_cpu_per_packet_s),
+    for role, packets, cost, aggregating in (
+        ("host", demand.host_packets, calibration.host_cpu_per_packet_s, ()),
+        ("BFR", demand.bfr_packets, calibration.bfr_cpu_per_packet_s, demand.aggregated_packets),
     ):
-        # A node's own packets at its role's cost, its feedback datagrams at a host agent's (Python).
-        cpu = {
-            node: n * cost + demand.feedback_packets.get(node, 0) * calibration.host_cpu_per_packet_s
-            for node, n in packets.items()
-        }
+        # A node's own packets at its role's cost, its feedback and INA datagrams at a host agent's (Python).
+        nodes = {*packets, *aggregating}
+        python_s = calibration.host_cpu_per_packet_s
+        cpu = {node: packets.get(node, 0) * cost + demand.python_datagrams(node) * python_s for node in nodes}
         if cpu and max(cpu.values()) > 0:
             node = max(cpu, key=lambda name: (cpu[name], name))
-            more = demand.feedback_packets.get(node, 0)
-            said = f"{packets[node]} packets" + (f" and {more} datagrams of feedback" if more else "")
+            more, ina = demand.feedback_packets.get(node, 0), demand.aggregated_packets.get(node, 0)
+            said = (
+                f"{packets.get(node, 0)} packets"
+                + (f" and {more} datagrams of feedback" if more else "")
+                + (f" and aggregates {ina} INA datagrams" if ina else "")
+            )
             needs.append(
                 (
                     cpu[node] / (AGENT_HEADROOM * demand.fabric_s),
@@ -230,14 +241,15 @@ def choose_scale(
                 f"fabric time, {relay_s:.3f} s of CPU here: at most {AGENT_HEADROOM:.0%} of its core",
             )
         )
-    feedback = sum(demand.feedback_packets.values())
+    feedback = sum(demand.feedback_packets.values()) + sum(demand.aggregated_packets.values())
     cpu_s = (
         demand.link_packets * calibration.machine_cpu_per_hop_s
         + feedback * calibration.host_cpu_per_packet_s
         + relay_s
     )
     if cpu_s > 0:
-        also = f" and its agents {feedback} datagrams of feedback" if feedback else ""
+        kinds = "feedback and aggregation" if demand.aggregated_packets else "feedback"
+        also = f" and its agents {feedback} datagrams of {kinds}" if feedback else ""
         also += " and the relay's holding them" if relay_s > 0 else ""
         needs.append(
             (

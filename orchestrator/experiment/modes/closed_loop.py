@@ -20,8 +20,6 @@ from aidcnet.agent.replay.protocol import Compute, ItemTimes, Reduction, ReplayL
 from aidcnet.ina.header import DType, Op
 from aidcnet.ina.worker import (
     DEFAULT_CHUNK_ELEMENTS,
-    DEFAULT_MAX_RTO_S,
-    DEFAULT_TIMEOUT_S,
     job_fixed_point_scale,
 )
 from aidcnet.modes import COLLECTIVE, STEP_COLLECTIVES, STEP_MESSAGES, StepModes, in_order
@@ -31,7 +29,7 @@ from orchestrator.experiment.modes.jobs import (
     job_for,
     job_round_trip_s,
     judge,
-    rto_for_round_trip,
+    worker_timers,
 )
 from orchestrator.experiment.modes.replaying import (
     build_messages,
@@ -162,7 +160,7 @@ class ClosedLoop:
             dtype = DType[job.dtype.upper()]
             point = self.collective.aggregation_point(session.plan, job)
             round_trip = job_round_trip_s(session.plan, session.delays, job, point)
-            wan = rto_for_round_trip(round_trip, session.time_scale)
+            timers = worker_timers(round_trip, session.time_scale, REDUCE_DEADLINE_S)
             elements = op.bytes // 4
             base = chunk_base.get(job.job, 0)
             chunk_base[job.job] = base + math.ceil(elements / DEFAULT_CHUNK_ELEMENTS)
@@ -170,14 +168,11 @@ class ClosedLoop:
                 **per_job[job.job],
                 "job": job.job, "mode": str(self.collective.name), "elements": elements,
                 "seed": self.mode.options.seed + op.id, "chunk_base": base,
-                "timeout_s": max(DEFAULT_TIMEOUT_S, wan["timeout_s"]),
-                "deadline_s": max(REDUCE_DEADLINE_S, wan["deadline_s"]),
+                **timers,
                 "scale": job_fixed_point_scale(len(job.workers)) if dtype is DType.FIXED32 else 0,
             }  # fmt: skip
             if dtype is not DType.INT32:
                 out[op.id]["values"] = True
-            if wan["max_rto_s"] > DEFAULT_MAX_RTO_S:
-                out[op.id]["max_rto_s"] = wan["max_rto_s"]
         return out
 
     # -- run --------------------------------------------------------------------------------------------

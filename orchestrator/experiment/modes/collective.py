@@ -26,11 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from aidcnet.ina.header import DType, Op
-from aidcnet.ina.worker import (
-    DEFAULT_MAX_RTO_S,
-    DEFAULT_TIMEOUT_S,
-    job_fixed_point_scale,
-)
+from aidcnet.ina.worker import DEFAULT_TIMEOUT_S, job_fixed_point_scale
 from aidcnet.modes import Mode
 from aidcnet.roles import Role
 from orchestrator.configure.plan.schema import LabPlan, PlanInaJob
@@ -44,7 +40,7 @@ from orchestrator.experiment.modes.jobs import (
     job_for,
     job_round_trip_s,
     judge,
-    rto_for_round_trip,
+    worker_timers,
 )
 from orchestrator.experiment.records import MessageResult
 from orchestrator.experiment.session import ExperimentError, LabSession
@@ -160,23 +156,22 @@ class CollectiveMode(ExperimentMode):
         op, dtype = Op[job.op.upper()], DType[job.dtype.upper()]
         arrays = job_arrays(plan, job, elements, seed)
         fixed_point_scale = job_fixed_point_scale(len(job.workers)) if dtype is DType.FIXED32 else 0
-        # A long path's round trip raises the timers (never lowers what the caller asked for).
-        wan = rto_for_round_trip(
+        # The lab's scale and a long path's round trip raise the timers (never below what the caller asked).
+        timers = worker_timers(
             job_round_trip_s(plan, session.delays, job, self.aggregation_point(plan, job)),
             session.time_scale,
+            deadline_s,
         )
-        deadline_s = max(deadline_s, wan["deadline_s"])
+        deadline_s = timers["deadline_s"]
         request: dict[str, Any] = {
             "job": job.job,
             "mode": self.name,
             "elements": elements,
             "seed": seed,
-            "timeout_s": max(timeout_s, wan["timeout_s"]),
-            "deadline_s": deadline_s,
+            **timers,
+            "timeout_s": max(timeout_s, timers["timeout_s"]),
             "scale": fixed_point_scale,
         }
-        if wan["max_rto_s"] > DEFAULT_MAX_RTO_S:
-            request["max_rto_s"] = wan["max_rto_s"]
         if dtype is not DType.INT32:
             request["values"] = True  # float results are judged on their values, not only their digest
         self.before_op(session, job, request)

@@ -1,6 +1,6 @@
-"""An AllReduce trace op's INA job on a lab, its workers' timers on a lab with delay and the judgement of its
-result on every worker; the collective modes and closed-loop steps both use them (the rules are in
-``orchestrator/experiment/modes/collective.py``'s docstring)."""
+"""An AllReduce trace op's INA job on a lab, its workers' timers at the lab's scale and delay, and the
+judgement of its result on every worker; the collective modes and closed-loop steps both use them (the
+rules are in ``orchestrator/experiment/modes/collective.py``'s docstring)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ import numpy as np
 from aidcnet.ina.header import DType, Op
 from aidcnet.ina.worker import (
     DEFAULT_MAX_RTO_S,
+    DEFAULT_MIN_RTO_S,
+    DEFAULT_RTO_MARGIN_S,
     DEFAULT_TIMEOUT_S,
     digest,
     exact_result,
@@ -91,19 +93,36 @@ def job_for(plan: LabPlan, op: TraceOp) -> PlanInaJob:
 
 
 DEADLINE_S = 300.0
+# The workers' timer defaults (``aidcnet.ina.worker``) are wall seconds chosen for our software's pace: an
+# agent off the CPU for tens of ms, an asyncio timer late. Up to this scale they also cover the swings of
+# a round trip through the fabric's queues. Above it those swings, which are fabric time, take longer on
+# the wall clock than the defaults wait: measured on leaf-spine's closed-loop MoE step with a ring
+# AllReduce (2026-12-05), 0 retransmissions at 1:8000 and 432 at 1:32000 (h2 alone 285), all spurious
+# (no loss), with 3.6 MB more on the links, so the two runs were two different runs. The timers therefore
+# stay the fabric times they are at this scale, and a run at any larger scale waits as long in fabric time.
+TIMERS_HOLD_TO = TimeScale(5000)
 
 
-def rto_for_round_trip(round_trip_s: float, time_scale: TimeScale) -> dict[str, float]:
-    """The workers' timers for a job whose longest round trip takes ``round_trip_s`` of fabric time
-    (docs/delay.md): the initial RTO at least twice that round trip on the wall clock and the largest RTO
-    at least four times it, so that a long link is waited for instead of retransmitted into; the
-    deadline grows with it. Within a DC (a round trip far below a second of wall time) they are the
-    RFC 6298 defaults, which stand for our software's pace, not the fabric's."""
+def worker_timers(
+    round_trip_s: float, time_scale: TimeScale, deadline_s: float = DEADLINE_S
+) -> dict[str, float]:
+    """The timers of an AllReduce's workers (the request's ``timeout_s``, ``min_rto_s``, ``max_rto_s``,
+    ``rto_margin_s`` and ``deadline_s``, wall seconds) for a job whose longest round trip takes
+    ``round_trip_s`` of fabric time (docs/delay.md), on a lab at ``time_scale``.
+
+    Each is the larger of its default and the fabric time the default stands for at
+    :data:`TIMERS_HOLD_TO`, so that from that scale up a run behaves the same in fabric time at any scale
+    (what ``aidclab replay --confirm`` checks). A long path raises them further: the initial RTO to at
+    least twice the round trip on the wall clock and the largest RTO to at least four times it, so that a
+    long link is waited for instead of retransmitted into; the deadline grows with it."""
+    stretch = max(1.0, time_scale.wall_s(TIMERS_HOLD_TO.fabric_s(1.0))) if time_scale.shaped else 1.0
     rtt = time_scale.wall_s(round_trip_s)
     return {
-        "timeout_s": max(DEFAULT_TIMEOUT_S, 2 * rtt),
-        "max_rto_s": max(DEFAULT_MAX_RTO_S, 4 * rtt),
-        "deadline_s": DEADLINE_S + 20 * rtt,
+        "timeout_s": max(DEFAULT_TIMEOUT_S * stretch, 2 * rtt),
+        "min_rto_s": DEFAULT_MIN_RTO_S * stretch,
+        "max_rto_s": max(DEFAULT_MAX_RTO_S * stretch, 4 * rtt),
+        "rto_margin_s": DEFAULT_RTO_MARGIN_S * stretch,
+        "deadline_s": deadline_s * stretch + 20 * rtt,
     }
 
 

@@ -15,7 +15,15 @@ from aidcnet.agent.control import Op
 from aidcnet.agent.replay.protocol import ReplayLoad
 from aidcnet.ina.header import DType
 from aidcnet.ina.header import Op as ReduceOp
-from aidcnet.ina.worker import DEFAULT_TIMEOUT_S, digest, exact_result, worker_array
+from aidcnet.ina.worker import (
+    DEFAULT_MAX_RTO_S,
+    DEFAULT_MIN_RTO_S,
+    DEFAULT_RTO_MARGIN_S,
+    DEFAULT_TIMEOUT_S,
+    digest,
+    exact_result,
+    worker_array,
+)
 from aidcnet.modes import Mode, StepModes
 from aidcnet.timescale import TimeScale
 from orchestrator.experiment.modes import mode_class
@@ -135,12 +143,14 @@ def test_every_host_is_told_its_sends_computes_and_joins() -> None:
 def test_a_long_round_trip_raises_the_allreduce_timers_as_the_collective_modes_do(monkeypatch) -> None:
     """On a lab with delay (docs/delay.md) a step's AllReduce requests carry the timers the collective
     modes would give the job: the RTO at least twice the round trip on the wall clock, the largest RTO
-    at least four times it; on a lab without delay, the defaults and no max_rto_s."""
+    at least four times it; on a lab without delay at 1:1000, the defaults."""
     from orchestrator.experiment.modes import closed_loop
 
     _spec, session = prepared(Mode.HOST_BIER, allreduce=Mode.RING)
     plain = session.agents["h2"].loads[0].reductions[0].request
-    assert plain["timeout_s"] == DEFAULT_TIMEOUT_S and "max_rto_s" not in plain
+    assert (plain["timeout_s"], plain["max_rto_s"]) == (DEFAULT_TIMEOUT_S, DEFAULT_MAX_RTO_S)
+    assert (plain["min_rto_s"], plain["rto_margin_s"]) == (DEFAULT_MIN_RTO_S, DEFAULT_RTO_MARGIN_S)
+    assert plain["deadline_s"] == closed_loop.REDUCE_DEADLINE_S
 
     round_trips: list[tuple[str, ...]] = []
 

@@ -202,6 +202,14 @@ def test_ina_aggregates_at_the_switch_and_disseminates_by_bier(n: int) -> None:
     result = BIER0 - UDP0 + f  # the result in BIER: the INA packet in its BIER encapsulation
     p = TimeModel(star(n)).predict([allreduce(n, DEFAULT_CHUNK_ELEMENTS)], Mode.INA)
     assert p.completion_s == pytest.approx((f + result) / C, rel=1e-9)
+    # s1's agent took in every worker's chunk and sent one result: its Python work, which the switch's
+    # forwarding counts (``nodes``) do not show.
+    assert p.aggregated == {"s1": n + 1}
+
+
+@pytest.mark.parametrize("mode", [Mode.RING, Mode.PS])
+def test_only_an_ina_switch_aggregates(mode: Mode) -> None:
+    assert TimeModel(star(2)).predict([allreduce(2, DEFAULT_CHUNK_ELEMENTS)], mode).aggregated == {}
 
 
 def test_windows_keep_a_parameter_server_at_its_link_rate() -> None:

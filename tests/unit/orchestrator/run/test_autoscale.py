@@ -161,6 +161,7 @@ class _Load:
 
 class _Prediction:
     completion_s = 43.1e-6
+    aggregated: ClassVar[dict[str, int]] = {}
 
     def nodes(self) -> dict[str, _Load]:
         loads = {h: _Load(n, 0, self.completion_s) for h, n in SENT.items()}
@@ -243,3 +244,23 @@ def test_a_calibration_from_before_the_relay_reads_as_having_no_relay_cost() -> 
     del old["relay_cpu_per_packet_s"]
     assert Calibration.model_validate(old).relay_cpu_per_packet_s is None
     assert "relay" not in MEASURED.describe() and "the delay relay 100.0 µs per packet" in RELAYED.describe()
+
+
+class _AllReduce(_Prediction):
+    # INA on leaf-spine: each leaf's agent takes its hosts' chunks and sends their partials on, spine1
+    # takes the partials and sends each result by BIER; the eBPF dataplane forwards everything else.
+    aggregated: ClassVar[dict[str, int]] = {"leaf1": 3960, "leaf2": 3960, "spine1": 6600, "h1": 7}
+
+
+def test_an_ina_switch_aggregates_in_python_whatever_its_dataplane() -> None:
+    ina = demand_of(_AllReduce(), ROLES)
+    assert ina.aggregated_packets == {"leaf1": 3960, "leaf2": 3960, "spine1": 6600}  # a host's are its own
+    choice = choose_scale(ina, MEASURED)
+    # spine1: 792 copies at 2 µs and 6600 datagrams at 216 µs = 1.427 s in 43.1 µs -> 1:132458 of its core,
+    # above the machine's (3168 hops at 122 µs, 14520 datagrams at 216 µs: 3.523 s over a core, 1:81744);
+    # the data alone needed 1:25000.
+    assert choice.time_scale.factor == 150000
+    assert choice.why[0].startswith("BFR spine1 handles 792 packets and aggregates 6600 INA datagrams")
+    assert choice.why[1].startswith(
+        "the lab moves 3168 packets over its links and its agents 14520 datagrams of feedback and aggregation"
+    )
