@@ -249,7 +249,14 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="largest replay fragment per datagram; each UDP payload is it plus the 12-byte RoCEv2 BTH "
         "(the default fits a 9500 MTU with BIER; docs/replay-payload.md)",
     )
-    p.add_argument("--drain", type=float, default=5.0, metavar="S", help="wait after the last send")
+    p.add_argument(
+        "--drain",
+        type=float,
+        default=5.0,
+        metavar="S",
+        help="once every sender is done, stop after S seconds (wall) in which nothing was sent or "
+        "received (what the senders queued on slow links is still waited for)",
+    )
     p.add_argument("--timeout", type=float, default=60.0, metavar="S", help=TIMEOUT_HELP)
     p.add_argument(
         "--gap-us", type=float, default=0.0, metavar="US", help="pause between datagrams a host sends"

@@ -19,6 +19,14 @@ from orchestrator.workloads.trace import TraceOp
 
 START_LEAD_S = 1.0
 POLL_S = 0.2
+# The share of the run's wall time the status polls may take. A poll is a request to every host's agent,
+# which a lab's own work waits behind on a small machine: on bsl256 (256 hosts) a round took most of the
+# pause between rounds, so the polls ran almost without pause, at the same wall rate at any time scale,
+# and a larger scale could not give the senders back their CPU.
+POLL_SHARE = 0.1
+# ... but never a longer pause than this: a round slowed by one host that did not answer must not leave the
+# rest unpolled (a host silent for STATUS_PATIENCE_S between two polls is given up).
+POLL_MAX_S = 1.0
 # A host that misses status polls this long is given up (a paused container); a busy one misses a few.
 STATUS_PATIENCE_S = 20.0
 
@@ -87,14 +95,15 @@ def start_and_wait(
     quiet_s: float = 0.0,
 ) -> tuple[int, dict[str, Any]]:
     """Start ``senders`` on one clock and poll every host until the senders are done and the ``expected``
-    (message, receiver) deliveries are in, or the drain or the deadline passes. Deliveries arrive up to a
-    path's delay after the last send (docs/delay.md): ``flight_s`` (:func:`flight_wall_s`) is waited for
-    too, in the deadline and the drain. The deadline is ``duration_s`` wall seconds of schedule and
-    ``options.timeout_s``, and later while the hosts still make progress: a run gives up only once nothing
-    has changed in any host's status for ``options.timeout_s`` plus ``quiet_s``, the longest a live run of
-    the mode may legitimately show no change (a reliable source backing off to its largest RTO, fabric
-    time at the lab's scale: a recovery at 1:60000 runs for minutes of wall time). Returns the start
-    (wall ns) and the send errors."""
+    (message, receiver) deliveries are in, or the drain or the deadline passes. The drain is
+    ``options.drain_s`` without any change after the senders are done (what they queued still crosses
+    the links). Deliveries arrive up to a path's delay after the last send (docs/delay.md): ``flight_s``
+    (:func:`flight_wall_s`) is waited for too, in the deadline and the drain. The deadline is
+    ``duration_s`` wall seconds of schedule and ``options.timeout_s``, and later while the hosts still make
+    progress: a run gives up only once nothing has changed in any host's status for ``options.timeout_s``
+    plus ``quiet_s``, the longest a live run of the mode may legitimately show no change (a reliable
+    source backing off to its largest RTO, fabric time at the lab's scale: a recovery at 1:60000 runs for
+    minutes of wall time). Returns the start (wall ns) and the send errors."""
     lost = session.lost
     status: dict[str, dict[str, Any]] = {}
     start_ns = time.time_ns() + int(START_LEAD_S * 1e9)
@@ -102,9 +111,12 @@ def start_and_wait(
         session.agent(name).replay_start(start_ns)
     deadline = time.monotonic() + START_LEAD_S + duration_s + flight_s + options.timeout_s
     drain_until: float | None = None
+    done_at: float | None = None
+    period = POLL_S  # the last round of polls and its pause
     last = ""
     seen, changed_at = progress_of(status), time.monotonic()
     while True:
+        round_began = time.monotonic()
         for n in hosts:
             agent = session.agent(n)
             reply = lost.call(
@@ -123,8 +135,13 @@ def start_and_wait(
         now = time.monotonic()
         if (progress := progress_of(status)) != seen:
             seen, changed_at = progress, now
-        if done and drain_until is None:
-            drain_until = now + options.drain_s + flight_s
+        if done:
+            # The drain counts from the senders' end or the last change, whichever is later: a sender is
+            # done once its datagrams are in its socket, and behind a slow shaper they may take far longer
+            # than the drain to cross (at 1:2000000 a 400G link carries 25 kB per wall second).
+            # No shorter than two rounds of polls, or a pause between them would end it unseen.
+            done_at = now if done_at is None else done_at
+            drain_until = max(done_at, changed_at) + max(options.drain_s, 2 * period) + flight_s
         if done and delivered >= expected:
             # A short settle so late duplicates are counted too.
             time.sleep(min(0.3, options.drain_s))
@@ -133,13 +150,21 @@ def start_and_wait(
         if (drain_until is not None and now > drain_until) or stalled:
             say(f"stopped waiting: {line}" + ("" if done else " (senders not done: timeout)"))
             break
-        time.sleep(POLL_S)
+        pause = poll_pause_s(time.monotonic() - round_began)
+        period = time.monotonic() - round_began + pause
+        time.sleep(pause)
     if not done:
         stop_senders([n for n in senders if not status.get(n, {}).get("done")], session, say)
     send_errors = {n: s["send_errors"] for n, s in status.items() if s.get("send_errors")}
     if send_errors:
         say(f"send errors: {send_errors}")
     return start_ns, send_errors
+
+
+def poll_pause_s(round_s: float) -> float:
+    """The pause after a round of status polls that took ``round_s``: :data:`POLL_S`, or long enough that
+    the polls take at most :data:`POLL_SHARE` of the wall time, up to :data:`POLL_MAX_S`."""
+    return min(POLL_MAX_S, max(POLL_S, round_s * (1 - POLL_SHARE) / POLL_SHARE))
 
 
 def stop_senders(names: list[str], session: LabSession, say: Say) -> None:

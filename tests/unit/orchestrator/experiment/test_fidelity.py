@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
@@ -574,3 +576,32 @@ def test_a_faults_share_never_takes_more_than_was_counted(node_drops, agent_tota
             assert where not in kept
         else:
             assert kept.get(where, 0) == n
+
+
+def _exact_shaper(rate_bps: int, frame: int, busy_s: float, phase: float, slow: float = 0.0) -> LinkCounters:
+    """A queue of ``busy_s`` worth of whole frames drained at ``rate_bps`` (``slow`` below it) by a shaper
+    that sends a frame the moment its tokens allow, its counters read every 0.1 s from ``phase``."""
+    frames = math.ceil(busy_s * rate_bps / 8 / frame) + 1
+    gap = frame * 8 / (rate_bps * (1 - slow))
+    meter, t = DrainMeter(rate_bps), phase
+    while t < frames * gap + 1.0:
+        sent = min(frames, int(t / gap) + 1) * frame
+        meter.sample(t, sent, frames * frame - sent)
+        t += 0.1
+    return LinkCounters("h1:eth1", rate_bps, sent, meter.busy_s, meter.busy_bytes, frame_bytes=9014,
+                        burst_bytes=2 * 9014)  # fmt: skip
+
+
+RATES = [100_000, 200_000, 500_000, 1_000_000, 20_000_000]
+
+
+@given(st.sampled_from(RATES), st.floats(0, 0.1), st.floats(1, 5))
+def test_an_exact_shaper_is_faithful_at_any_rate_whatever_the_grain_of_its_frames(rate, phase, busy_s):
+    # At 1:4000000 a 400G link sends a 7.5 kB frame every 0.6 s: a sampled spell reads up to a frame short.
+    link = _exact_shaper(rate, 7500, busy_s, phase)
+    assert verdict([link], []).faithful, verdict([link], []).reasons
+
+
+def test_a_slow_shaper_is_still_caught_at_the_usual_rates():
+    assert not verdict([_exact_shaper(20_000_000, 7500, 2.0, 0.05, slow=0.1)], []).faithful
+    assert verdict([_exact_shaper(20_000_000, 7500, 2.0, 0.05, slow=0.02)], []).faithful

@@ -98,3 +98,41 @@ def test_a_sender_given_up_on_is_stopped_and_one_that_finished_is_not() -> None:
     session = session_of(finished)
     wait_in(session, timeout_s=0.1)
     assert finished.stopped == 0 and session.unfinished == {}
+
+
+class SlowShaper(FakeSender):
+    """A sender done at once (its datagrams all in its socket) whose ``arriving`` messages arrive one every
+    ``every_s`` behind a slow shaper."""
+
+    def __init__(self, arriving: int, every_s: float) -> None:
+        super().__init__(moving=0, done_after=1)
+        self.arriving, self.every_s = arriving, every_s
+        self.began: float | None = None
+
+    def replay_status(self, timeout: float | None = None) -> dict[str, Any]:
+        self.polls += 1
+        self.began = self.began or time.monotonic()
+        got = min(self.arriving, int((time.monotonic() - self.began) / self.every_s))
+        return {"sent_ops": 1, "sent_datagrams": 1, "received_complete": got, "done": True}
+
+
+def test_the_drain_waits_while_what_the_senders_queued_still_arrives() -> None:
+    """Done at once, then a delivery every 50 ms: 40 of them take 2 s, ten times the 0.2 s drain, and all
+    are waited for; when 30 of the 40 were lost, the wait ends a drain after the tenth."""
+    options = RunOptions(drain_s=0.2, timeout_s=0.1)
+    for arriving in (40, 10):
+        sender = SlowShaper(arriving, every_s=0.05)
+        t0 = time.monotonic()
+        replaying.start_and_wait(session_of(sender), ["h1"], ["h1"], 40, 1, 0.0, options, lambda _: None)
+        took = time.monotonic() - t0
+        assert arriving * 0.05 <= took < arriving * 0.05 + 0.2 + 1.0
+
+
+def test_a_slow_round_of_polls_is_followed_by_a_longer_pause() -> None:
+    assert replaying.poll_pause_s(0.0) == replaying.POLL_S
+    # 256 hosts answering in 0.1 s: a pause of 0.9 s keeps the polls to a tenth of the wall time.
+    assert replaying.poll_pause_s(0.1) == pytest.approx(
+        0.1 * (1 - replaying.POLL_SHARE) / replaying.POLL_SHARE
+    )
+    # A round that waited on a silent host is no reason to leave the others unpolled for long.
+    assert replaying.poll_pause_s(30.0) == replaying.POLL_MAX_S
