@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from aidcnet.modes import COLLECTIVE, MODELLED, STEP_MESSAGES, Mode, StepModes, in_order
+from aidcnet.replay import fragment_sizes
 from orchestrator.lab.propagation import plan_delays
 from orchestrator.model.counts import Tally
 from orchestrator.model.exact import ModelError, PlanModel
@@ -193,6 +194,10 @@ class Prediction:
     # Per INA switch, the INA datagrams its agent takes in and sends on (in Python, whatever the
     # dataplane): work beside the forwarding that ``nodes`` counts.
     aggregated: dict[str, int] = field(default_factory=dict)
+    # Per host, the datagrams its sender issues at the moment the hosts issue the most (every op of the
+    # moment hands all its fragments to its socket at once; the fluid network spreads them at the links'
+    # pace instead).
+    issued_at_once: dict[str, int] = field(default_factory=dict)
 
     def peak_pps(self, window_s: float, received: bool = False) -> dict[str, float]:
         """Per node that sends (or with ``received``, that receives), the most packets per fabric second
@@ -321,6 +326,8 @@ class TimeModel:
             raise ModelError(f"lab {self.model.plan.lab}, mode {mode}: {exc}") from exc
         prediction = self._prediction(mode, run, op_times)
         prediction.aggregated = dict(aggregated)
+        if mode in MODELLED:
+            prediction.issued_at_once = self.issued_at_once(ops, op_times, mode)
         return prediction
 
     def predict_step(self, ops: list[AnyOp], mode: Mode | StepModes, ps_host: str | None) -> Prediction:
@@ -345,7 +352,24 @@ class TimeModel:
         prediction.step = analyse(ops, step.times)
         if step.driver is not None:
             prediction.aggregated = dict(step.driver.aggregated)
+        if mode.messages is not None:
+            messages = [op for op in ops if isinstance(op, TraceOp) and op.id in spans and op.dst]
+            times = {i: OpTime(a, b) for i, (a, b) in spans.items()}
+            prediction.issued_at_once = self.issued_at_once(messages, times, mode.messages)
         return prediction
+
+    def issued_at_once(
+        self, ops: Sequence[TraceOp], op_times: Mapping[int, OpTime], mode: Mode
+    ) -> dict[str, int]:
+        """Per source, the datagrams the message ``ops`` issue at the moment (their ``op_times`` start) the
+        most are issued: a unicast op one per fragment and receiver, a BIER op one per fragment."""
+        at: dict[float, Counter[str]] = {}
+        for op in ops:
+            frags = len(fragment_sizes(op.bytes, self.model.max_datagram))
+            issued = at.setdefault(op_times[op.id].start, Counter())
+            issued[op.src] += frags * (len(op.dst) if mode == Mode.UNICAST else 1)
+        busiest = max(at.values(), key=lambda issued: issued.total(), default=Counter())
+        return dict(busiest)
 
     # -- the message modes ----------------------------------------------------------------------
     def _run_messages(

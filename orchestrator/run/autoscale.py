@@ -11,6 +11,9 @@ the CPU they cost, shrink as ``1 / s``. The smallest scale at which
 * the whole lab stays within :data:`HEADROOM` of the machine's cores, and
 * the run lasts at least :data:`MIN_WALL_S` of wall time (long enough for the verdict's counters to see
   a node held back; a shorter run can only be judged on invariance),
+* the datagrams the hosts issue at one moment cost the machine's cores less wall time than the verdict
+  lets a node hold its work back (``fidelity.HELD_LIMIT_SHARE`` of the run): every sender hands its
+  datagrams to its socket at once, so on a big lab a sender may get a core only after all the others,
 
 is the one to use. The per-packet costs come from a calibration of this machine on this lab
 (:class:`Calibration`, ``clab-<lab>/calibration.json``, :mod:`orchestrator.run.calibrate`); the
@@ -28,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from aidcnet.roles import Role
 from aidcnet.timescale import TimeScale
+from orchestrator.experiment.fidelity import HELD_LIMIT_S, HELD_LIMIT_SHARE
 
 # The whole machine may use at most this share of its cores: the rest absorbs bursts (a MoE step's sends
 # all come at once) and the sampling, Docker and the orchestrator itself.
@@ -97,6 +101,9 @@ class Demand:
     feedback_packets: Mapping[str, int] = field(default_factory=dict)
     relay_packets: int = 0
     aggregated_packets: Mapping[str, int] = field(default_factory=dict)
+    # The datagrams the other hosts issue at the busiest moment before the one that issues the most has a
+    # core (Prediction.issued_at_once: all of them but that host's own, which keep its own link busy).
+    issued_at_once: int = 0
 
     def python_datagrams(self, node: str) -> int:
         """The datagrams ``node``'s agent handles in Python beside its role's own packets."""
@@ -164,7 +171,9 @@ def demand_of(
     if delays and any(delays.values()):
         held = round(sum(n for end, n in prediction.link_packets.items() if delays.get(end)))
     aggregated = {n: k for n, k in prediction.aggregated.items() if k and roles.get(n) != Role.GPU_HOST}
-    return Demand(prediction.completion_s, hosts, bfrs, links, extra, held, aggregated)
+    at_once = prediction.issued_at_once
+    others = sum(at_once.values()) - max(at_once.values(), default=0)
+    return Demand(prediction.completion_s, hosts, bfrs, links, extra, held, aggregated, others)
 
 
 @dataclass(frozen=True)
@@ -256,6 +265,16 @@ def choose_scale(
                 cpu_s / (HEADROOM * calibration.cores * demand.fabric_s),
                 f"the lab moves {demand.link_packets} packets over its links{also}, {cpu_s:.3f} s of CPU "
                 f"here: at most {HEADROOM:.0%} of {calibration.cores} cores",
+            )
+        )
+    burst_s = demand.issued_at_once * calibration.host_cpu_per_packet_s / calibration.cores
+    if burst_s > HELD_LIMIT_S:
+        needs.append(
+            (
+                burst_s / (HELD_LIMIT_SHARE * demand.fabric_s),
+                f"the hosts issue {demand.issued_at_once} datagrams at one moment besides the busiest one's, "
+                f"{burst_s:.3f} s of {calibration.cores} cores here: a sender may wait for them at most "
+                f"{HELD_LIMIT_SHARE:.0%} of the run",
             )
         )
     needs.append(

@@ -1018,6 +1018,18 @@ class EbpfBier:
             loop.call_later(RESOLVE_RETRY_S, self._retry_resolve, loop)
 
     def _retry_resolve(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Ask the kernel again for the neighbours still unresolved, then read its table. A neighbour that
+        was not up at the start and has sent nothing since never appears in the table by itself: on
+        bsl256 two leaves still had hosts unresolved at the first replay, whose copies took the Python
+        path and the kernel's queue for unresolved neighbours dropped 47 of them. The pings wait a second,
+        so they run in a thread, not in the agent's loop."""
+        if self.maps is None:
+            return
+        targets = [self.dp.neighbors[name] for name in self.unresolved if name in self.dp.neighbors]
+        asked = loop.run_in_executor(None, solicit, targets, self.run)
+        asked.add_done_callback(lambda _done: self._read_resolved(loop))
+
+    def _read_resolved(self, loop: asyncio.AbstractEventLoop) -> None:
         if self.maps is None:
             return
         try:

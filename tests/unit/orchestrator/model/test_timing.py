@@ -390,3 +390,17 @@ def test_k_times_the_bandwidth_takes_a_kth_of_the_time(raw: list, mode: Mode, k:
     base = timer().predict(ops, mode)
     scaled = timer(faster).predict(ops, mode, {o.id: o.t / k for o in ops})
     assert scaled.completion_s == pytest.approx(base.completion_s / k, rel=1e-6)
+
+
+@pytest.mark.parametrize("mode", [Mode.UNICAST, Mode.HOST_BIER])
+def test_what_the_hosts_issue_at_one_moment(mode: Mode) -> None:
+    # At t=0 h1 sends 2 fragments to three hosts and h2 one to two; at 1 µs h3 one fragment to one host.
+    model = leaf_spine()
+    big = model.max_datagram + 1  # two fragments
+    ops = [
+        op(0, "h1", ["h4", "h5", "h6"], big),
+        op(1, "h2", ["h7", "h8"], 1000),
+        op(2, "h3", ["h4"], 1000, 1e-6),
+    ]
+    p = TimeModel(model).predict(ops, mode)
+    assert p.issued_at_once == ({"h1": 2 * 3, "h2": 2} if mode == Mode.UNICAST else {"h1": 2, "h2": 1})

@@ -162,6 +162,7 @@ class _Load:
 class _Prediction:
     completion_s = 43.1e-6
     aggregated: ClassVar[dict[str, int]] = {}
+    issued_at_once: ClassVar[dict[str, int]] = {"h1": 264}
 
     def nodes(self) -> dict[str, _Load]:
         loads = {h: _Load(n, 0, self.completion_s) for h, n in SENT.items()}
@@ -263,4 +264,22 @@ def test_an_ina_switch_aggregates_in_python_whatever_its_dataplane() -> None:
     assert choice.why[0].startswith("BFR spine1 handles 792 packets and aggregates 6600 INA datagrams")
     assert choice.why[1].startswith(
         "the lab moves 3168 packets over its links and its agents 14520 datagrams of feedback and aggregation"
+    )
+
+
+def test_a_big_labs_senders_all_at_once_need_room_for_the_last_of_them() -> None:
+    # bsl256's 1,024-expert MoE step in unicast, 2026-12-05: 8151 datagrams at t=0 from 256 hosts, a
+    # host agent 195 µs of CPU each: 0.795 s of 2 cores before the last sender has a core. Run at
+    # 1:500000 (the machine's bound), hosts left their links idle with data due for up to 1.52 s of
+    # 9.98 s; the verdict allows 5% of the run, so the run must last 15.9 s: 1:2000000 for 9.7 µs.
+    calibration = MEASURED.model_copy(update={"host_cpu_per_packet_s": 195e-6})
+    demand = Demand(9.7e-6, {"h1": 82}, {}, 31644, issued_at_once=8151)
+    choice = choose_scale(demand, calibration)
+    assert choice.time_scale.factor == 2_000_000
+    assert choice.why[0].startswith(
+        "the hosts issue 8151 datagrams at one moment besides the busiest one's, 0.795 s of 2 cores here"
+    )
+    # One source alone (model distribution) keeps its own link busy from its first datagram: nothing asked.
+    assert not any(
+        "at one moment" in why for why in choose_scale(demand_of(_Prediction(), ROLES), MEASURED).why
     )
