@@ -96,6 +96,11 @@ class FabricSampler:
                     out[end.name] = st.backlog
         return out
 
+    def queued_bytes(self) -> int:
+        """Bytes the shapers' queues held at the last sample (0 before the first): what the fabric has yet
+        to carry. No read of its own: another thread may ask while the sampler runs."""
+        return sum(st.backlog for st in list(self.last.values()))
+
     def sample(self) -> None:
         total_cpu = 0.0
         t_host = time.monotonic()

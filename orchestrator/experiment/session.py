@@ -148,6 +148,9 @@ class LabSession:
     # node:interface -> the one-way delay of what each link end sends (fabric s; docs/delay.md), as
     # fabric.json had it when the session opened; empty: no link is long.
     delays: dict[str, float] = field(default_factory=dict)
+    # While a run's fabric is sampled: the bytes its shapers' queues held at the last sample
+    # (FabricWatch), so the driver waits for what is still on its way.
+    fabric_queued: Callable[[], int] | None = None
 
     @classmethod
     def open(cls, topo: Topology, runtime: DockerRuntime | None = None) -> LabSession:

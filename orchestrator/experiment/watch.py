@@ -261,12 +261,15 @@ class FabricWatch:
         assert self.fabric is not None
         self.faults_before = self._injected(self.fabric)
         self.drops_before = self._node_drops()
-        self._sampler().start()
+        sampler = self._sampler()
+        sampler.start()
+        self.session.fabric_queued = sampler.queued_bytes
         return self
 
     def __exit__(self, exc_type: object, *_rest: object) -> None:
         if self.sampler is None:
             return
+        self.session.fabric_queued = None
         self.sampler.stop()
         if exc_type is not None:
             return  # the run failed: its error is what the user needs, not a verdict

@@ -96,9 +96,10 @@ def start_and_wait(
 ) -> tuple[int, dict[str, Any]]:
     """Start ``senders`` on one clock and poll every host until the senders are done and the ``expected``
     (message, receiver) deliveries are in, or the drain or the deadline passes. The drain is
-    ``options.drain_s`` without any change after the senders are done (what they queued still crosses
-    the links). Deliveries arrive up to a path's delay after the last send (docs/delay.md): ``flight_s``
-    (:func:`flight_wall_s`) is waited for too, in the deadline and the drain. The deadline is
+    ``options.drain_s`` without any change after the senders are done, while no shaper's queue holds a
+    byte (what they queued still crosses the links: ``session.fabric_queued``). Deliveries arrive up to a
+    path's delay after the last send (docs/delay.md): ``flight_s`` (:func:`flight_wall_s`) is waited for
+    too, in the deadline and the drain. The deadline is
     ``duration_s`` wall seconds of schedule and ``options.timeout_s``, and later while the hosts still make
     progress: a run gives up only once nothing has changed in any host's status for ``options.timeout_s``
     plus ``quiet_s``, the longest a live run of the mode may legitimately show no change (a reliable
@@ -135,6 +136,8 @@ def start_and_wait(
         now = time.monotonic()
         if (progress := progress_of(status)) != seen:
             seen, changed_at = progress, now
+        elif session.fabric_queued is not None and session.fabric_queued():
+            changed_at = now  # the shapers still hold what the senders queued: it is on its way
         if done:
             # The drain counts from the senders' end or the last change, whichever is later: a sender is
             # done once its datagrams are in its socket, and behind a slow shaper they may take far longer

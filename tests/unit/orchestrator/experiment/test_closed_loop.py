@@ -72,6 +72,7 @@ class FakeSession:
         self.plan = SimpleNamespace(lab="lab1", ina=[JOB], nodes=nodes, bier=SimpleNamespace(groups=[]))
         self.time_scale = TimeScale(SCALE)
         self.delays: dict[str, float] = {}  # no link is long (LabSession.delays)
+        self.fabric_queued = None  # no sampler (LabSession.fabric_queued)
         self.agents = {n: FakeAgent(n, self) for n in HOSTS}
         self.lost = SimpleNamespace(call=lambda node, fn, patience_s=None: fn(), nodes={})
         self.start_ns = 0

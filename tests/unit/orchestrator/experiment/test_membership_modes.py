@@ -89,6 +89,7 @@ class FakeSession:
         )
         self.time_scale = TimeScale.of(scale)
         self.delays: dict[str, float] = {}  # no link is long (LabSession.delays)
+        self.fabric_queued = None  # no sampler (LabSession.fabric_queued)
         self.agents: dict[str, Any] = {n: FakeAgent(n, self) for n in HOSTS}
         self.agents.update({leaf: FakeLeaf(leaf, self) for leaf in LEAF_IDS})
         self.lost = SimpleNamespace(call=lambda node, fn: fn(), nodes={})

@@ -40,9 +40,10 @@ class FakeSender:
         }
 
 
-def session_of(sender: FakeSender) -> Any:
+def session_of(sender: FakeSender, queued: Any = None) -> Any:
+    """``queued``: the fabric's queued bytes as the run's sampler would give them (None: not sampled)."""
     lost = SimpleNamespace(nodes=set(), call=lambda node, fn, patience_s=None: fn())
-    return SimpleNamespace(lost=lost, agent=lambda name: sender, unfinished={})
+    return SimpleNamespace(lost=lost, agent=lambda name: sender, unfinished={}, fabric_queued=queued)
 
 
 @pytest.fixture(autouse=True)
@@ -136,3 +137,17 @@ def test_a_slow_round_of_polls_is_followed_by_a_longer_pause() -> None:
     )
     # A round that waited on a silent host is no reason to leave the others unpolled for long.
     assert replaying.poll_pause_s(30.0) == replaying.POLL_MAX_S
+
+
+def test_the_drain_waits_while_the_shapers_still_hold_bytes() -> None:
+    """Every host idle and done, but a slow shaper still holds 30 frames for 1.5 s: the drain of 0.2 s
+    counts from when its queue is empty, not from the last change the hosts showed."""
+    sender = SlowShaper(0, every_s=1.0)
+    began = time.monotonic()
+
+    def queued() -> int:
+        return 9014 * 30 if time.monotonic() - began < 1.5 else 0
+
+    options = RunOptions(drain_s=0.2, timeout_s=5.0)
+    replaying.start_and_wait(session_of(sender, queued), ["h1"], ["h1"], 1, 1, 0.0, options, lambda _: None)
+    assert 1.5 + 0.2 <= time.monotonic() - began < 1.5 + 0.2 + 1.0
