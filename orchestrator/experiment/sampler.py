@@ -27,6 +27,18 @@ from orchestrator.lab.shaping import (
     udp_rx_backlog,
 )
 
+# The share of one core the sampler may take. A sample reads every node's counters: on bsl256 (280 nodes)
+# a sweep took most of the 0.1 s period, so the sampler ran without pause and, with the status polls,
+# kept one of this 2-core machine's cores busy at any time scale: our measurement was the lab's busiest
+# program. A sweep that takes longer waits proportionally longer before the next.
+SAMPLER_SHARE = 0.2
+
+
+def sample_pause_s(period_s: float, sweep_s: float) -> float:
+    """The pause after a sweep that took ``sweep_s``: ``period_s``, or long enough that sweeping takes at
+    most :data:`SAMPLER_SHARE` of the time."""
+    return max(period_s, sweep_s * (1 - SAMPLER_SHARE) / SAMPLER_SHARE)
+
 
 class FabricSampler:
     """Samples every shaper's counters and every node's cgroup CPU time during a run, in a thread, and
@@ -72,6 +84,8 @@ class FabricSampler:
         self.first: dict[str, QdiscStats] = {}
         self.last: dict[str, QdiscStats] = {}
         self.samples = 0
+        self.sweep_s = 0.0  # wall seconds spent sweeping
+        self.longest_pause_s = 0.0
         self.started_at: float | None = None
         self.stopped_at: float | None = None
         self._handles: dict[str, IPRoute] = {}
@@ -128,11 +142,28 @@ class FabricSampler:
         self.samples += 1
 
     def _loop(self) -> None:
+        pause = self.period_s
         try:
-            while not self._stop.wait(self.period_s):  # type: ignore[union-attr]
+            while not self._stop.wait(pause):  # type: ignore[union-attr]
+                began = time.monotonic()
                 self.sample()
+                sweep = time.monotonic() - began
+                self.sweep_s += sweep
+                pause = sample_pause_s(self.period_s, sweep)
+                self.longest_pause_s = max(self.longest_pause_s, pause)
         except BaseException as exc:  # reported by stop(): a dead sampler must not pass for a clean run
             self.error = exc
+
+    def describe_pace(self) -> str | None:
+        """A note when the sweeps were slow enough to space the samples out, else None."""
+        if self.longest_pause_s <= self.period_s or not self.samples:
+            return None
+        sweep_ms = self.sweep_s / self.samples * 1e3
+        return (
+            f"sampler: a sweep of {len(self.by_node)} nodes took {sweep_ms:.0f} ms on average, so samples "
+            f"came up to {self.longest_pause_s:.2f} s apart (not {self.period_s:g} s) to keep the sampler "
+            f"within {SAMPLER_SHARE:.0%} of a core"
+        )
 
     @property
     def run_s(self) -> float:

@@ -335,7 +335,8 @@ class FabricWatch:
             run_s=self.sampler.run_s,
         )
         judged = with_relay(judged, fabric, self.lab_dir, relay_lost)
-        judged = replace(judged, notes=[*judged.notes, *self.fault_losses])
+        paced = self.sampler.describe_pace()
+        judged = replace(judged, notes=[*judged.notes, *self.fault_losses, *([paced] if paced else [])])
         assert fabric.scale is not None
         carried = {c.name: c.tx_bytes for c in links if c.tx_bytes > 0}
         bound = None

@@ -114,6 +114,9 @@ def test_reads_that_stall_do_not_make_the_shaper_look_fast(veth_pair, monkeypatc
         return handles[-1]
 
     monkeypatch.setattr(sampler, "open_netns", stalling)
+    # The stalls stand for reads the kernel answered late, not for a slow sweep: the samples keep their
+    # period (with the sampler's share, every stalled sweep would space the next out).
+    monkeypatch.setattr(sampler, "SAMPLER_SHARE", 1.0)
     s, _average, _frames = _deep_run(veth_pair)
     links = s.link_counters()
     a_end = {x.name: x for x in links}["a:fab0"]
@@ -162,3 +165,23 @@ def test_the_quiet_wait_speaks_only_when_there_was_something_to_wait_for() -> No
     assert line == "waited 0.40 s for 10000 B of earlier traffic to drain from 2 shaper queue(s)"
     stuck = QuietWait({"h1:eth1": 9000}, 10.0, {"h1:eth1": 4000}).describe()
     assert stuck is not None and "h1:eth1 4000 B" in stuck and "starts anyway" in stuck
+
+
+def test_a_slow_sweep_spaces_the_samples_out_to_keep_the_sampler_within_its_share() -> None:
+    assert sampler.sample_pause_s(0.1, 0.005) == 0.1  # a small lab: every 0.1 s
+    # 280 nodes at 150 ms a sweep: a 0.6 s pause, so sweeping takes a fifth of the time.
+    pause = sampler.sample_pause_s(0.1, 0.15)
+    assert abs(0.15 / (0.15 + pause) - sampler.SAMPLER_SHARE) < 1e-12
+
+
+def test_the_sampler_says_when_it_spaced_its_samples_out(veth_pair, monkeypatch) -> None:
+    monkeypatch.setattr(sampler, "SAMPLER_SHARE", 0.001)  # any sweep is too slow for this share
+    a = shaper("a", veth_pair.a_if, "b:fab1", RATE, DEEP_QUEUE)
+    b = shaper("b", veth_pair.b_if, "a:fab0", RATE, DEEP_QUEUE)
+    fabric = Fabric("fab", 1000, {a.name: a, b.name: b})
+    containers = {"a": veth_pair.a, "b": veth_pair.b}
+    with FabricSampler(fabric, containers.__getitem__, period_s=0.01, pid_of=lambda _n: os.getpid()) as s:
+        time.sleep(0.3)
+    note = s.describe_pace()
+    assert note is not None and note.startswith("sampler: a sweep of 2 nodes took"), note
+    assert s.longest_pause_s > 0.01
