@@ -86,7 +86,7 @@ class Agent:
 
     # -- configuration ------------------------------------------------------------------------------
     def _converge(self, target: NodeConfig | None) -> dict[str, int]:
-        from aidcnet.agent.kernel import apply_diff, hold_neighbors, read_state, resolve_neighbors
+        from aidcnet.agent.kernel import apply_diff, read_state, resolve_neighbors
         from aidcnet.netstate import KernelState, desired_state, diff_state, link_peers, managed_interfaces
 
         managed = managed_interfaces(target) | managed_interfaces(self.config)
@@ -94,9 +94,7 @@ class Agent:
         diff = diff_state(desired, read_state(managed), managed)
         apply_diff(diff)
         if target is not None:
-            peers = link_peers(target)
-            hold_neighbors({ifname for ifname, _own, _peer in peers})
-            resolve_neighbors(peers)
+            resolve_neighbors(link_peers(target))
         return diff.summary()
 
     async def _apply(self, target: NodeConfig | None) -> dict[str, int]:

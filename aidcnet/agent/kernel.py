@@ -286,31 +286,6 @@ class RouteTable:
 DISCARD_PORT = 9
 
 
-# How long the kernel keeps a link peer's ARP entry reachable without a confirmation, on every interface
-# the agent manages. The kernel's 30 s (of wall time) would let entries go stale during a replay, and UDP
-# confirms none: the probe that revives one then waits in the link's shaper queue behind the data, which at
-# a large time scale takes longer than the three seconds the kernel waits before it calls the neighbour
-# failed and drops what is sent to it. On bsl256 at 1:2000000 and 1:4000000 unicast runs lost 428 and 1267
-# of 8151 deliveries that way (host-BIER on eBPF, which keeps its own MACs, lost none). A fabric's own ARP
-# refresh is tens of seconds of fabric time, far beyond any run: one day of wall time stands for it.
-NEIGH_REACHABLE_MS = 24 * 3600 * 1000
-NEIGH_SYSCTL = "/proc/sys/net/ipv4/neigh"
-
-
-def hold_neighbors(ifnames: Iterable[str], root: str = NEIGH_SYSCTL) -> int:
-    """Keep the ARP entries of the interfaces ``ifnames`` reachable for :data:`NEIGH_REACHABLE_MS`; returns
-    how many were set (an interface that is gone is skipped)."""
-    done = 0
-    for ifname in ifnames:
-        try:
-            with open(os.path.join(root, ifname, "base_reachable_time_ms"), "w") as f:
-                f.write(str(NEIGH_REACHABLE_MS))
-            done += 1
-        except OSError:
-            continue
-    return done
-
-
 def resolve_neighbors(peers: list[tuple[str, str, str]]) -> int:
     """Send one datagram to each link peer so its ARP entry exists before traffic needs it: a burst to an
     unresolved neighbour waits in a short queue and overflows it (the lost first run of a fresh lab).

@@ -96,6 +96,29 @@ def opened_in(path: str, opener: Callable[[], T]) -> T:
     return made["value"]
 
 
+def swap_neigh_params(path: str, name: str, values: dict[str, str]) -> dict[str, str]:
+    """Set the neighbour (ARP) parameter ``name`` (``retrans_time_ms``, ``base_reachable_time_ms``) of each
+    interface in ``values`` to its value, inside the network namespace at ``path``; returns what each was.
+    An interface that is gone is left out (a namespace that is gone: nothing). From the host: a container
+    sees its /proc/sys read-only."""
+
+    def swap() -> dict[str, str]:
+        old = {}
+        for interface, value in values.items():
+            param = Path(f"/proc/sys/net/ipv4/neigh/{interface}/{name}")
+            try:
+                old[interface] = param.read_text().strip()
+                param.write_text(value)
+            except OSError:
+                continue
+        return old
+
+    try:
+        return opened_in(path, swap)
+    except OSError:
+        return {}
+
+
 def _libc() -> ctypes.CDLL:
     return ctypes.CDLL(None, use_errno=True)
 

@@ -50,7 +50,7 @@ from typing import Any
 from aidcnet.timescale import TimeScale
 from orchestrator.lab.delay import HoldLine, neighbour_retrans_ms
 from orchestrator.lab.fabric import EndShaper, Fabric
-from orchestrator.lab.netns import opened_in
+from orchestrator.lab.netns import opened_in, swap_neigh_params
 from orchestrator.lab.shaping import load_fabric, node_netns
 
 SOCKET_NAME = "delay-relay.sock"
@@ -216,17 +216,7 @@ def _tc_batch(netns: str, lines: str, what: str) -> None:
 def _neigh_retrans(netns: str, interface: str, value: str) -> str:
     """Set ``interface``'s ARP retransmit time (ms) in ``netns``; returns what it was ("" when the
     namespace or the interface is gone)."""
-
-    def swap() -> str:
-        path = Path(f"/proc/sys/net/ipv4/neigh/{interface}/retrans_time_ms")
-        old = path.read_text().strip()
-        path.write_text(value)
-        return old
-
-    try:
-        return opened_in(netns, swap)
-    except OSError:
-        return ""
+    return swap_neigh_params(netns, "retrans_time_ms", {interface: value}).get(interface, "")
 
 
 def relay_object() -> Path:

@@ -13,13 +13,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from aidcnet.agent.kernel import (
-    NEIGH_REACHABLE_MS,
     KernelError,
     RouteTable,
     apply_diff,
     apply_routes,
     apply_routes_per_request,
-    hold_neighbors,
     read_state,
 )
 from aidcnet.netstate import KernelState, NextHops, diff_state
@@ -225,19 +223,3 @@ def test_apply_diff_changes_addresses_and_mtus_and_names_what_the_kernel_refused
         too_big = KernelState(before.addresses, {}, {**before.mtus, "up3": 70000})
         with pytest.raises(KernelError, match=r"kernel refused to set mtu 70000 on up3: .*errno 22"):
             apply_diff(diff_state(too_big, before, managed), PROTO)
-
-
-def test_the_agent_holds_its_link_peers_arp_entries_for_a_day(node: tuple[str, str]) -> None:
-    """A peer's entry must not go stale in a replay (aidcnet.agent.kernel.NEIGH_REACHABLE_MS)."""
-    ns, _far = node
-
-    def reachable_ms(ifname: str) -> int:
-        path = f"net.ipv4.neigh.{ifname}.base_reachable_time_ms"
-        return int(subprocess.run(["ip", "netns", "exec", ns, "sysctl", "-n", path], capture_output=True,
-                                  text=True, check=True).stdout)  # fmt: skip
-
-    assert reachable_ms("up0") == 30_000  # the kernel's
-    with in_netns(ns):
-        assert hold_neighbors(["up0", "up1", "no-such-link"]) == 2
-    assert reachable_ms("up0") == reachable_ms("up1") == NEIGH_REACHABLE_MS
-    assert reachable_ms("up2") == 30_000

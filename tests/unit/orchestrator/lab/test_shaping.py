@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import time
 from dataclasses import replace
 
@@ -16,6 +17,7 @@ from pyroute2 import NetNS
 from orchestrator.experiment.fidelity import DrainMeter
 from orchestrator.lab.fabric import EndShaper, Fabric, tbf_burst
 from orchestrator.lab.shaping import (
+    NEIGH_REACHABLE_MS,
     FabricIOError,
     apply_shapers,
     cgroup_cpu_usec,
@@ -127,6 +129,23 @@ def test_replace_keeps_the_counters_of_the_running_shaper(veth_pair):
     st = qdisc_stats(pair.a_path)[pair.a_if]
     # A changed shaper, not a new one: what it sent so far is still counted.
     assert st.rate_bps == 25_000_000 and st.bytes >= sent
+
+
+def test_a_shaped_end_holds_its_peers_arp_entry_reachable_for_a_day(veth_pair):
+    """On a big scale a probe for a stale entry waits in the shaper's queue past the kernel's 3 s
+    (shaping.NEIGH_REACHABLE_MS); an unshaped end keeps the kernel's 30 s."""
+    pair = veth_pair
+
+    def reachable_ms(ns: str, iface: str) -> int:
+        path = f"net.ipv4.neigh.{iface}.base_reachable_time_ms"
+        out = subprocess.run(["ip", "netns", "exec", ns, "sysctl", "-n", path], capture_output=True)
+        return int(out.stdout)
+
+    assert reachable_ms(pair.a, pair.a_if) == 30_000
+    apply_shapers(pair.a_path, [shaper(pair.a, pair.a_if, "x:y", 50_000_000)])
+    apply_shapers(pair.b_path, [shaper(pair.b, pair.b_if, "x:y", 0)])
+    assert reachable_ms(pair.a, pair.a_if) == NEIGH_REACHABLE_MS
+    assert reachable_ms(pair.b, pair.b_if) == 30_000
 
 
 def test_a_missing_interface_is_named(veth_pair):
