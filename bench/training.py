@@ -46,9 +46,12 @@ COLLECTIVES = {"leaf-spine": in_order(STEP_COLLECTIVES - BASELINES), "bsl256": C
 # Comparisons a run's time may climb through (1:N against 1:2N, then 1:2N against 1:4N, ...) before the
 # bench calls it unconfirmed: the automatic scale is a prediction of what this machine keeps up with.
 CONFIRM_STEPS = 3
-# The step: DeepSeek-V3's shape at --layers layers; a smaller micro-batch on the 256-GPU lab.
+# The step: DeepSeek-V3's shape at --layers layers; a smaller micro-batch on the 256-GPU lab, and there
+# 1,024 experts (four per GPU, as bench/fidelity.py's bsl256 MoE): DeepSeek-V3's 256 would put one on each
+# of 256 GPUs, and top-8 on at most 4 nodes cannot be routed (the generator refuses it).
 LAYERS = 4
 TOKENS_PER_HOST = {"leaf-spine": 16, "bsl256": 4}
+EXPERTS = {"bsl256": 1024}
 
 
 def step_trace(lab: Lab, shipped: str) -> Path:
@@ -56,6 +59,7 @@ def step_trace(lab: Lab, shipped: str) -> Path:
     return workload(
         lab.workdir / "moe-step.jsonl", "moe-step", "--hosts", ",".join(hosts), "--layers", str(LAYERS),
         "--tokens-per-host", str(TOKENS_PER_HOST[shipped]), "--seed", "1",
+        *(("--experts", str(EXPERTS[shipped])) if shipped in EXPERTS else ()),
     )  # fmt: skip
 
 

@@ -119,3 +119,23 @@ def test_pipeline_step_sends_between_neighbours_and_runs_to_its_end():
     assert all(abs(H8.index(o.src) - H8.index(o.dst[0])) == 1 for o in sends)
     times = simulate(ops, lambda op, d: 5e-6)
     assert unfinished(ops, times) == []
+
+
+def test_the_training_benchs_step_can_be_routed_on_each_of_its_labs() -> None:
+    """bench/training.py's moe-step on every lab it runs: 256 GPUs holding DeepSeek-V3's 256 experts,
+    one each, cannot route top-8 on at most 4 nodes, so bsl256 takes 1,024."""
+    import pydantic
+
+    from bench.training import COLLECTIVES, EXPERTS, LAYERS, TOKENS_PER_HOST
+    from orchestrator.workloads.training import MoEStepParams
+
+    gpus = {"leaf-spine": 8, "bsl256": 256}
+    assert set(gpus) == set(COLLECTIVES)
+    for lab, n in gpus.items():
+        hosts = tuple(f"h{i}" for i in range(1, n + 1))
+        shape = {"hosts": hosts, "layers": LAYERS, "tokens_per_host": TOKENS_PER_HOST[lab]}
+        p = MoEStepParams(**shape, **({"experts": EXPERTS[lab]} if lab in EXPERTS else {}))
+        p.routing(p.tokens_per_host)
+    with pytest.raises(pydantic.ValidationError, match="cannot be found on max_nodes"):
+        p = MoEStepParams(hosts=tuple(f"h{i}" for i in range(1, 257)), layers=LAYERS)
+        p.routing(p.tokens_per_host)
