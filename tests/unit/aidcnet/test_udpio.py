@@ -322,3 +322,22 @@ def test_interface_index_is_asked_in_the_sockets_namespace(socks: list[socket.so
     assert udpio.ingress_ifindex([(socket.IPPROTO_IP, udpio.IP_PKTINFO, bytes(12))]) == 0
     assert udpio.ingress_ifindex([(socket.SOL_SOCKET, udpio.IP_PKTINFO, b"\x07" + bytes(11))]) == 0
     assert udpio.ingress_ifindex([]) == 0
+
+
+def _resident_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096
+
+
+def test_a_ring_costs_only_the_slots_a_batch_touches(socks: list[socket.socket]) -> None:
+    """A ring of 64 slots of 64 KiB is 4 MiB; its first use must not fill all of it. 256 hosts filling
+    theirs at a run's start held every one of them back (docs/time-and-fidelity.md, "Big labs")."""
+    a, b = socks[0], socks[1]
+    ios = [BatchIO(a, max_msgs=64, bufsize=65536) for _ in range(16)]
+    before = _resident_bytes()
+    for io in ios:
+        assert io.send([(b"x" * 100, b.getsockname())]) == 1
+    grown = _resident_bytes() - before
+    # 16 rings of 4 MiB each, one small datagram sent on each: a page or two per ring, not 64 MiB.
+    assert grown < 8 << 20, f"sending one datagram on 16 rings took {grown >> 20} MiB"
+    assert len(BatchIO(b, max_msgs=64).recv()) == 16
