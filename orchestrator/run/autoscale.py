@@ -101,8 +101,9 @@ class Demand:
     feedback_packets: Mapping[str, int] = field(default_factory=dict)
     relay_packets: int = 0
     aggregated_packets: Mapping[str, int] = field(default_factory=dict)
-    # The datagrams the other hosts issue at the busiest moment before the one that issues the most has a
-    # core (Prediction.issued_at_once: all of them but that host's own, which keep its own link busy).
+    # The copies (a datagram per fragment and receiver) the other hosts issue at the busiest moment before
+    # the one that issues the most has a core (Prediction.issued_at_once: all of them but that host's own,
+    # which keep its own link busy).
     issued_at_once: int = 0
 
     def python_datagrams(self, node: str) -> int:
@@ -272,7 +273,7 @@ def choose_scale(
         needs.append(
             (
                 burst_s / (HELD_LIMIT_SHARE * demand.fabric_s),
-                f"the hosts issue {demand.issued_at_once} datagrams at one moment besides the busiest one's, "
+                f"the hosts issue {demand.issued_at_once} copies at one moment besides the busiest one's, "
                 f"{burst_s:.3f} s of {calibration.cores} cores here: a sender may wait for them at most "
                 f"{HELD_LIMIT_SHARE:.0%} of the run",
             )

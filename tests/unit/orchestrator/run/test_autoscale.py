@@ -277,7 +277,7 @@ def test_a_big_labs_senders_all_at_once_need_room_for_the_last_of_them() -> None
     choice = choose_scale(demand, calibration)
     assert choice.time_scale.factor == 2_000_000
     assert choice.why[0].startswith(
-        "the hosts issue 8151 datagrams at one moment besides the busiest one's, 0.795 s of 2 cores here"
+        "the hosts issue 8151 copies at one moment besides the busiest one's, 0.795 s of 2 cores here"
     )
     # One source alone (model distribution) keeps its own link busy from its first datagram: nothing asked.
     assert not any(
