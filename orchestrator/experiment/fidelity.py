@@ -112,6 +112,28 @@ def pace_reason(completion_fabric_s: float, predicted_fabric_s: float, by: str) 
     )
 
 
+# A completion this far below the busiest link's bound (its bytes at its rate) is faster than any link can
+# carry them: the shapers let bytes through unpaced. A shaper's token bucket starts full and refills while
+# its link idles, so the first two frames after an idle spell leave at once. On a trace that puts a few
+# frames on each link that is a large share of the run (the superpod's 64-GPU MoE dispatch, about eight
+# frames on its busiest link, ended at 0.76x its bound), and no scale helps: the bucket is the same
+# number of frames, so the same fabric time, at every scale.
+UNDER_BOUND_LIMIT = 0.95
+
+
+def under_bound_reason(completion_fabric_s: float, bound_fabric_s: float, link: str) -> str | None:
+    """Why a run that ended before its busiest link could have carried its bytes is no time of the fabric."""
+    if bound_fabric_s <= 0 or completion_fabric_s >= UNDER_BOUND_LIMIT * bound_fabric_s:
+        return None
+    need, took = bound_fabric_s * 1e6, completion_fabric_s * 1e6
+    return (
+        f"completion {completion_fabric_s / bound_fabric_s:.2f}x the bound of {link} ({took:.2f} µs against "
+        f"the {need:.2f} µs its bytes need at its rate): the shapers let bytes through unpaced (each one's "
+        f"bucket of two frames, a large share of so short a run); a trace that puts more frames on each "
+        f"link can be timed"
+    )
+
+
 @dataclass(frozen=True)
 class Confirmation:
     """Two runs of one trace at two scales, held to time dilation's test: the same fabric completion

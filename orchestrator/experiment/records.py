@@ -367,17 +367,22 @@ class TimingRecord(_Model):
         hash may load one member more) or where the model does not cover the mode. A completion beyond
         fidelity.PREDICTED_LIMIT times it is not faithful unless a second scale confirms it.
         ``propagation_s``: what of the prediction the links' delay accounts for."""
-        from orchestrator.experiment.fidelity import pace_reason
+        from orchestrator.experiment.fidelity import pace_reason, under_bound_reason
 
         completion = self.fabric_s(completion_s)
         if completion is None or self.faithful is None:
             return self
+        judged = self
         bound = self.bound.fabric_s if self.bound is not None else 0.0
+        if self.bound is not None and (under := under_bound_reason(completion, bound, self.bound.link)):
+            # A reason of its own, not the pace's: a second scale cannot clear it (the bucket is as long in
+            # fabric time at any scale).
+            judged = self.model_copy(update={"reasons": [*self.reasons, under], "faithful": False})
         if bound > (predicted_fabric_s or 0.0):
             predicted_fabric_s, by = bound, f"the bound of {self.bound.link}"  # type: ignore[union-attr]
             propagation_s = None
         if predicted_fabric_s is None or predicted_fabric_s <= 0:
-            return self
+            return judged
         pace = PaceRecord(
             predicted_fabric_s=predicted_fabric_s,
             by=by,
@@ -386,7 +391,7 @@ class TimingRecord(_Model):
             reason=pace_reason(completion, predicted_fabric_s, by),
             propagation_s=None if propagation_s is None else max(propagation_s, 0.0),
         )
-        return self._rejudged(pace=pace, confirmation=self.confirmation)
+        return judged._rejudged(pace=pace, confirmation=self.confirmation)
 
     def confirmed_by(self, confirmation: ConfirmationRecord) -> TimingRecord:
         """This record with the outcome of a run at a second scale."""

@@ -25,6 +25,7 @@ from orchestrator.experiment.fidelity import (
     machine_reason,
     overlap,
     pace_reason,
+    under_bound_reason,
     verdict,
 )
 from orchestrator.experiment.records import BoundRecord, ConfirmationRecord, TimingRecord
@@ -461,6 +462,26 @@ def test_the_verdict_follows_the_prediction_then_the_confirmation():
     # the measured bound is the longer, and the reference.
     hashed = _timing(1.0, 0.9).paced(1.0, 30e-6, "the time model")
     assert hashed.pace is not None and hashed.pace.by == "the bound of h1:eth1" and hashed.faithful
+
+
+def test_a_run_that_beats_its_busiest_link_was_flattered_and_no_second_scale_clears_it():
+    # The superpod's 64-GPU MoE dispatch, 2026-12-05: 0.564 µs against the 0.746 µs its busiest downlink
+    # needs for its bytes, at 1:2000000 and again at 1:4000000 (the bucket is as long at every scale).
+    scale = 2_000_000
+    bound = BoundRecord(link="L1:eth35", bytes=1, rate_bps=1, wall_s=0.746e-6 * scale, fabric_s=0.746e-6)
+    untimed = TimingRecord(scale=scale, faithful=True, bound=bound)
+    t = untimed.paced(0.564e-6 * scale, 0.5e-6, "the time model")
+    assert not t.faithful
+    (why,) = t.reasons
+    assert why.startswith("completion 0.76x the bound of L1:eth35 (0.56 µs against the 0.75 µs")
+    assert "the shapers let bytes through unpaced" in why
+    record = ConfirmationRecord(
+        scale=2 * scale, completion_fabric_s=0.557e-6, off=0.013, same_bytes=True, confirmed=True, text="ok"
+    )
+    assert not t.confirmed_by(record).faithful
+    # Within the measuring's noise of the bound it stands.
+    assert untimed.paced(0.72e-6 * scale, None, "").faithful
+    assert under_bound_reason(0.72e-6, 0.746e-6, "L1:eth35") is None
 
 
 def test_a_busy_machine_is_cleared_by_a_confirmation_and_back_when_refuted():
