@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pyroute2 import IPRoute
 
 from orchestrator.experiment.fidelity import CpuMeter, DrainMeter, HeldMeter, LinkCounters, NodeCounters
-from orchestrator.lab.fabric import ETH_HEADER, EndShaper, Fabric
+from orchestrator.lab.fabric import EndShaper, Fabric
 from orchestrator.lab.shaping import (
     FabricIOError,
     QdiscStats,
@@ -225,7 +225,7 @@ class FabricSampler:
                     queue_drops=last.drops - first.drops,
                     injected_drops=(injected or {}).get(name, 0),
                     burst_bytes=end.burst_bytes,
-                    frame_bytes=end.mtu + ETH_HEADER,
+                    frame_bytes=end.frame_bytes,
                     skipped_readings=meter.skipped,
                 )
             )

@@ -31,10 +31,15 @@ class FabricError(ValueError):
     pass
 
 
+def frame_bytes(mtu: int) -> int:
+    """What one full frame of a link with this IP MTU costs its shaper."""
+    return mtu + ETH_HEADER
+
+
 def tbf_burst(rate_bps: int, mtu: int) -> int:
     """Token-bucket depth in bytes: two full frames (TBF drops a frame larger than its bucket, and one
     frame of slack keeps it from idling between timer ticks), or 1 ms of tokens at high rates."""
-    return max(2 * (mtu + ETH_HEADER), math.ceil(rate_bps * BURST_WALL_S / 8))
+    return max(2 * frame_bytes(mtu), math.ceil(rate_bps * BURST_WALL_S / 8))
 
 
 @dataclass(frozen=True)
@@ -60,6 +65,10 @@ class EndShaper:
     @property
     def delay(self) -> LinkDelay:
         return LinkDelay(self.delay_s, self.jitter_s)
+
+    @property
+    def frame_bytes(self) -> int:
+        return frame_bytes(self.mtu)
 
 
 @dataclass(frozen=True)

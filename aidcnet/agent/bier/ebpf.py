@@ -802,6 +802,12 @@ def solicit(targets: Sequence[tuple[str, str]], run: Runner) -> None:
         run(["sh", "-c", f"{pings} wait"])
 
 
+# The first wait before asking again for a neighbour the BFR could not resolve.
+RESOLVE_RETRY_S = 1.0
+# The longest wait between two asks for a neighbour that stays unresolved.
+RESOLVE_RETRY_MAX_S = 60.0
+
+
 class EbpfBier:
     """Attach the program to a BFR's interfaces and keep its maps in step with a BierDataplane.
 
@@ -1015,26 +1021,29 @@ class EbpfBier:
         if self.sock is not None:
             loop.add_reader(self.sock.fileno(), self.poll_deliveries)
         if self.unresolved:
-            loop.call_later(RESOLVE_RETRY_S, self._retry_resolve, loop)
+            loop.call_later(RESOLVE_RETRY_S, self._retry_resolve, loop, RESOLVE_RETRY_S)
 
-    def _retry_resolve(self, loop: asyncio.AbstractEventLoop) -> None:
+    def _retry_resolve(self, loop: asyncio.AbstractEventLoop, pause_s: float) -> None:
         """Ask the kernel again for the neighbours still unresolved, then read its table. A neighbour that
         was not up at the start and has sent nothing since never appears in the table by itself: on
         bsl256 two leaves still had hosts unresolved at the first replay, whose copies took the Python
         path and the kernel's queue for unresolved neighbours dropped 47 of them. The pings wait a second,
-        so they run in a thread, not in the agent's loop."""
+        so they run in a thread, not in the agent's loop. ``pause_s``: the wait before this ask; each
+        ask that finds a neighbour still missing doubles it, up to :data:`RESOLVE_RETRY_MAX_S`, so a
+        neighbour that is gone for good is not pinged every second for the agent's life."""
         if self.maps is None:
             return
         targets = [self.dp.neighbors[name] for name in self.unresolved if name in self.dp.neighbors]
         asked = loop.run_in_executor(None, solicit, targets, self.run)
-        asked.add_done_callback(lambda _done: self._read_resolved(loop))
+        asked.add_done_callback(lambda _done: self._read_resolved(loop, pause_s))
 
-    def _read_resolved(self, loop: asyncio.AbstractEventLoop) -> None:
+    def _read_resolved(self, loop: asyncio.AbstractEventLoop, pause_s: float) -> None:
         if self.maps is None:
             return
         try:
             if self.resolve_neighbors():
-                loop.call_later(RESOLVE_RETRY_S, self._retry_resolve, loop)
+                longer = min(2 * pause_s, RESOLVE_RETRY_MAX_S)
+                loop.call_later(longer, self._retry_resolve, loop, longer)
         except (EbpfUnavailable, OSError) as exc:
             log.warning("eBPF BIER: neighbour resolution failed: %s", exc)
 
@@ -1061,9 +1070,6 @@ class EbpfBier:
             return self.dp.counters()
         nbrs = {name: (idx, self.dp.neighbors[name][1]) for name, idx in self.nbr_index.items()}
         return merge_counters(self.maps.counters(nbrs), self.dp.counters())
-
-
-RESOLVE_RETRY_S = 1.0
 
 
 def local_addresses(run: Runner) -> list[str]:

@@ -30,13 +30,13 @@ def _bfr(commands: list[list[str]], resolved_after: int) -> EbpfBier:
 
 
 def test_an_unresolved_neighbour_is_asked_for_again_until_the_table_has_it(monkeypatch) -> None:
-    monkeypatch.setattr(ebpf, "RESOLVE_RETRY_S", 0.01)
+    monkeypatch.setattr(ebpf, "RESOLVE_RETRY_MAX_S", 0.02)
     commands: list[list[str]] = []
     bfr = _bfr(commands, resolved_after=3)
 
     async def run() -> None:
         loop = asyncio.get_running_loop()
-        bfr._retry_resolve(loop)
+        bfr._retry_resolve(loop, 0.01)
         for _ in range(200):
             await asyncio.sleep(0.01)
             if not bfr.unresolved:
@@ -48,3 +48,28 @@ def test_an_unresolved_neighbour_is_asked_for_again_until_the_table_has_it(monke
     pings = [c for c in commands if "ping" in " ".join(c)]
     assert len(pings) == 3
     assert all("-I eth1 10.0.1.2" in " ".join(c) and "10.0.0.1" not in " ".join(c) for c in pings)
+
+
+def test_a_neighbour_that_stays_unresolved_is_asked_for_less_and_less_often(monkeypatch) -> None:
+    monkeypatch.setattr(ebpf, "RESOLVE_RETRY_MAX_S", 0.08)
+    commands: list[list[str]] = []
+    bfr = _bfr(commands, resolved_after=10**6)
+    waits: list[float] = []
+
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        call_later = loop.call_later
+
+        def recorded(delay, callback, *args):  # type: ignore[no-untyped-def]
+            if callback == bfr._retry_resolve:
+                waits.append(delay)
+            return call_later(delay, callback, *args)
+
+        loop.call_later = recorded  # type: ignore[method-assign]
+        bfr._retry_resolve(loop, 0.01)
+        while len(waits) < 5:
+            await asyncio.sleep(0.01)
+
+    asyncio.run(asyncio.wait_for(run(), 10))
+    # Each ask that still finds the neighbour missing doubles the wait, up to the longest.
+    assert waits[:5] == [0.02, 0.04, 0.08, 0.08, 0.08]
