@@ -43,6 +43,12 @@ TRACES = {
 }
 
 
+# A generated MoE step's experts and tokens per host. The superpod's links are 800G: with 4 tokens per host
+# its busiest link carried about eight frames, and the shapers' buckets (two frames each, let through at
+# once) made up a quarter of the run; 64 tokens make them a small share.
+MOE = {"moe-1024": (1024, 8), "moe-64": (256, 64)}
+
+
 # Every link a hop's worth of length (docs/delay.md): what a leaf-spine fabric's completions gain.
 ONE_MICROSECOND = {"host": "1us", "fabric": "1us"}
 
@@ -52,8 +58,7 @@ def trace_for(lab: Lab, name: str) -> Path:
     if name.endswith("-sample"):
         return ROOT / "workloads" / f"{name}.jsonl"
     hosts = LabSession.open(lab.topo, lab.runtime).gpu_hosts()
-    experts = 1024 if name == "moe-1024" else 256
-    tokens = 8 if name == "moe-1024" else 4
+    experts, tokens = MOE[name]
     return moe_trace(
         lab.workdir / f"{name}.jsonl", hosts, steps=1, tokens_per_host=tokens, seed=1, experts=experts
     )
