@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from aidcnet.modes import COLLECTIVE, MODELLED, Mode, in_order
-from orchestrator.cli.args import HelpFormatter, add_lab_argument, add_mode_argument, load_lab
+from orchestrator.cli.args import HelpFormatter, add_lab_argument, add_mode_argument, at_least_one, load_lab
 
 EPILOG = """\
 examples:
@@ -28,8 +28,9 @@ examples:
 
 Unicast counters inside an ECMP group are the kernel hash's expectation (marked ~); the tier sums are exact.
 Predicted completion is fabric time from max-min fair flows over the same paths (docs/scale.md
-"Predicted time"); an op's t is fabric time, as the replay issues it; --against also prints each run's
-measured completion over the predicted one.
+"Predicted time"); where the kernel's ECMP hash decides a unicast path, the median of --hash-draws draws
+of its key, with their range; an op's t is fabric time, as the replay issues it; --against also prints
+each run's measured completion over the predicted one.
 The x columns are the baseline's bytes over the mode's: unicast for message traces, ps for AllReduce traces.
 Ring and ps datagrams follow the unicast routes, so they are hashed wherever unicast is.
 """
@@ -73,6 +74,22 @@ def add_parser(subparsers: Any) -> None:
         "on a BGP lab it moves FARE's weights and the per-plane shares",
     )
     r.add_argument("--down", action="append", default=[], metavar="NODE:IF", help="a link taken down")
+    r.add_argument(
+        "--hash-draws",
+        type=at_least_one,
+        default=argparse.SUPPRESS,
+        metavar="N",
+        help="draws of the kernel's ECMP hash key a unicast prediction takes the median of, where the hash "
+        "decides a path (default: the time model's, 9; 1: every member of an ECMP group carries its "
+        "expected share)",
+    )
+    r.add_argument(
+        "--qps",
+        type=at_least_one,
+        default=8,
+        metavar="N",
+        help="the replay's --qps: the unicast flows (UDP source ports) per host the hash tells apart",
+    )
     r.add_argument(
         "--against",
         action="append",
@@ -144,7 +161,7 @@ def _run(args: argparse.Namespace) -> int:
     modes = args.mode or list(in_order(COLLECTIVE if reduce else MODELLED))
     runs = {m: model.run(ops, m, ps_host=args.ps_host) for m in modes}
     _print_counts(runs)
-    timer = TimeModel(model, _conditions(args))
+    timer = TimeModel(model, _conditions(args), **_draws(args))
     predicted = {m: timer.predict(ops, m, None, args.ps_host) for m in modes}
     print("predicted completion (fabric time):")
     for p in predicted.values():
@@ -159,6 +176,12 @@ def _run(args: argparse.Namespace) -> int:
         Path(args.output).write_text(json.dumps(doc, indent=1, default=str))
         print(f"wrote {args.output}")
     return 1 if bad else 0
+
+
+def _draws(args: argparse.Namespace) -> dict[str, int]:
+    """The TimeModel's hash draws and QPs as the command line gives them."""
+    draws = getattr(args, "hash_draws", None)
+    return {"qps": args.qps} | ({} if draws is None else {"hash_draws": draws})
 
 
 def _read_ops(trace: str) -> list[Any]:
@@ -223,7 +246,11 @@ def _against(args: argparse.Namespace, model: Any, ops: list[Any], runs: dict[st
         return int(bool(diff))
     conditions = LinkConditions.of(measured.meta.settings.get("conditions"))
     same = conditions == _conditions(args)
-    timer = TimeModel(model, conditions) if same else TimeModel.for_plan(model.plan, conditions)
+    drawn = _draws(args) | {"qps": int(measured.meta.settings.get("qps") or args.qps)}
+    if same:
+        timer = TimeModel(model, conditions, **drawn)
+    else:
+        timer = TimeModel.for_plan(model.plan, conditions, **drawn)
     p = timer.predict(ops, mode, None, ps_host)
     print(
         f"  time: measured {fabric * 1e6:.4g} µs fabric at 1:{timing.scale}, "

@@ -154,6 +154,29 @@ class PlanModel:
             got = self._flows[key] = self._onward(src, dst, frozenset())
         return got
 
+    def unicast_path(self, src: str, dst: str, fraction: float) -> list[int]:
+        """The link directions of one src->dst flow whose ECMP hash falls at ``fraction`` (0 to 1) of the
+        hash's range. Every node of a lab runs on the host's one kernel and its one hash key, and the
+        5-tuple does not change on the way, so the same hash decides every hop (:func:`ecmp_member`)."""
+        if not 0 <= fraction < 1:
+            raise ValueError(f"a hash fraction is in [0, 1), not {fraction}")
+        path, node, seen = [], src, {src}
+        while node != dst:
+            nh = self.routes.get(node, {}).get(dst)
+            if not nh:
+                raise ModelError(f"{node} has no route to {dst} in the plan of lab {self.plan.lab}")
+            dev, neighbor, _w = nh[ecmp_member([w for _d, _n, w in nh], fraction)]
+            path.append(self.port[(node, dev)])
+            if neighbor in seen:
+                raise ModelError(f"routes to {dst} loop at {neighbor} in the plan of lab {self.plan.lab}")
+            node = neighbor
+            seen.add(node)
+        return path
+
+    def hashed(self, src: str, dst: str) -> bool:
+        """Whether the kernel's ECMP hash decides the path of src->dst (some hop has several next hops)."""
+        return any(share != 1 for share in self.unicast_flow(src, dst).values())
+
     def _onward(self, node: str, dst: str, before: frozenset[str]) -> dict[int, Fraction]:
         """The shares of one packet at ``node`` on its way to ``dst`` (``before``: the nodes it crossed),
         each node's own computed once per destination: every source behind it shares them."""
@@ -299,7 +322,14 @@ class PlanModel:
                 tally.count(node, "bier.dropped-no-entry")
                 continue
             self._dispatch(
-                node, impose(bift, bits, BIER_TTL, entropy), si, entropy, frame, tally, stats, payload,
+                node,
+                impose(bift, bits, BIER_TTL, entropy),
+                si,
+                entropy,
+                frame,
+                tally,
+                stats,
+                payload,
                 deliver_payload,
             )
         return len(by_si)
@@ -421,6 +451,18 @@ class PlanModel:
             stats["payload_bytes"] += frag * len(emitted)
             stats["header_bytes"] += udp0 * len(emitted)
         return packets
+
+
+def ecmp_member(weights: Sequence[int], fraction: float) -> int:
+    """The next hop the kernel takes for a hash at ``fraction`` of its 31-bit range: the first whose
+    cumulative weight's upper bound, scaled to 31 bits and rounded (``fib_nh_upper_bound``), the hash does
+    not exceed (``fib_select_multipath``), in the order the route lists them (the plan's)."""
+    h, total, cumulative = int(fraction * (1 << 31)), sum(weights), 0
+    for i, w in enumerate(weights):
+        cumulative += w
+        if h <= ((cumulative << 31) + total // 2) // total - 1:
+            return i
+    return len(weights) - 1
 
 
 def _mean(xs: list[int]) -> float | None:

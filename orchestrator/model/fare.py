@@ -119,9 +119,7 @@ def weighted_routes(
 ) -> dict[str, dict[str, list[tuple[str, str, int]]]]:
     """node -> destination node -> [(dev, neighbor node, weight)] for every node's loopback, as the
     kernel holds them on a BGP node (the plan's static routes are not installed there)."""
-    by_prefix = {
-        str(n.loopback.network): name for name, n in plan.nodes.items() if n.loopback is not None
-    }
+    by_prefix = {str(n.loopback.network): name for name, n in plan.nodes.items() if n.loopback is not None}
     out: dict[str, dict[str, list[tuple[str, str, int]]]] = {}
     for node, routes in selected.items():
         table: dict[str, list[tuple[str, str, int]]] = {}

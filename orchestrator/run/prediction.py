@@ -38,7 +38,10 @@ class Predicted:
         return self.prediction.completion_s
 
     def describe(self) -> str:
-        return f"predicted {self.fabric_s * 1e6:.2f} µs of fabric time by {self.by} (in {self.took_s:.1f} s)"
+        line = f"predicted {self.fabric_s * 1e6:.2f} µs of fabric time by {self.by}"
+        if self.prediction.hash_draws_s:
+            line += f", the median of {self.prediction.hash_spread()}"
+        return f"{line} (in {self.took_s:.1f} s)"
 
 
 def predict_run(
@@ -58,7 +61,10 @@ def predict_run(
     delay = spec.data_delay_fabric_s(session)
     starts = {op.id: op.t + delay for op in ops}
     links = replace(LinkConditions.of(conditions), delay_s=dict(session.delays))
-    prediction = TimeModel.for_plan(session.plan, links).predict(ops, mode, starts, spec.options.ps_host)
+    qps = spec.options.qps
+    prediction = TimeModel.for_plan(session.plan, links, qps=qps).predict(
+        ops, mode, starts, spec.options.ps_host
+    )
     by = "the time model" if mode == spec.name else f"the time model, as {mode}"
     if leaves_out:
         by += f" ({leaves_out})"
@@ -67,7 +73,7 @@ def predict_run(
         by += ", with the links' propagation delay"
         short = replace(links, delay_s=dict.fromkeys(session.delays, 0.0))
         propagation_s = prediction.completion_s - (
-            TimeModel.for_plan(session.plan, short)
+            TimeModel.for_plan(session.plan, short, qps=qps)
             .predict(ops, mode, starts, spec.options.ps_host)
             .completion_s
         )

@@ -20,8 +20,8 @@ from aidcnet.ina.worker import DEFAULT_CHUNK_ELEMENTS, ack_for
 from aidcnet.modes import Mode
 from orchestrator.configure.plan import build_plan
 from orchestrator.lab.topology import load_topology, resolve_lab
-from orchestrator.model.exact import ModelError, PlanModel
-from orchestrator.model.timing import LinkConditions, TimeModel
+from orchestrator.model.exact import ModelError, PlanModel, ecmp_member
+from orchestrator.model.timing import HashDraw, LinkConditions, TimeModel
 from orchestrator.model.wire import (
     bier_frame_overhead,
     replay_bier_frame_overhead,
@@ -95,7 +95,8 @@ def test_two_flows_sharing_a_link_get_half_each() -> None:
     p = timer().predict([op(0, "h3", ["h2"], 8000), op(1, "h4", ["h2"], 8000)], Mode.UNICAST)
     frame = 8000 + UDP
     assert p.ops[0].finish == p.ops[1].finish == pytest.approx((2 * frame + 3 * frame) / C, rel=1e-9)
-    assert p.pace == "leaf1:eth4"
+    # Full for as long: leaf1 -> h2, and the spine's port to leaf1 when the hash put both on one spine.
+    assert p.pace in ("leaf1:eth4", "spine1:eth1", "spine2:eth1")
 
 
 def test_a_flow_bottlenecked_elsewhere_leaves_its_share_to_the_other() -> None:
@@ -405,3 +406,77 @@ def test_what_the_hosts_issue_at_one_moment(mode: Mode) -> None:
     p = TimeModel(model).predict(ops, mode)
     # A copy per fragment and receiver in both modes: a BIER source's agent works per receiver as well.
     assert p.issued_at_once == {"h1": 2 * 3, "h2": 2}
+
+
+# ------------------------------------------------------------------------------- the kernel's ECMP hash
+
+
+def test_the_kernel_takes_the_first_next_hop_whose_upper_bound_the_hash_does_not_exceed() -> None:
+    # Four equal next hops: upper bounds 2^29 - 1, 2^30 - 1, 3 * 2^29 - 1, 2^31 - 1 of the 31-bit hash.
+    assert [ecmp_member([1, 1, 1, 1], f) for f in (0.0, 0.2499, 0.25, 0.5, 0.7499, 0.75, 0.9999)] == [
+        0, 0, 1, 2, 2, 3, 3,
+    ]  # fmt: skip
+    # Weights 1 and 3: the first takes a quarter of the range.
+    assert [ecmp_member([1, 3], f) for f in (0.2499, 0.25, 0.9)] == [0, 1, 1]
+
+
+@given(st.lists(st.integers(1, 255), min_size=1, max_size=16), st.floats(0, 1, exclude_max=True))
+def test_a_larger_hash_never_takes_an_earlier_next_hop_and_every_next_hop_is_taken(
+    weights: list[int], fraction: float
+) -> None:
+    i = ecmp_member(weights, fraction)
+    assert 0 <= i < len(weights)
+    assert ecmp_member(weights, min(fraction + 1e-3, 1 - 1e-12)) >= i
+    total = sum(weights)
+    for j in range(len(weights)):
+        middle = (sum(weights[:j]) + weights[j] / 2) / total
+        assert ecmp_member(weights, middle) == j
+
+
+def test_paths_over_the_hash_range_carry_the_expected_shares() -> None:
+    model = leaf_spine()
+    for src, dst in (("h1", "h3"), ("h1", "h8"), ("h1", "h2")):
+        n = 1000
+        crossed: dict[int, int] = {}
+        for k in range(n):
+            for d in model.unicast_path(src, dst, (k + 0.5) / n):
+                crossed[d] = crossed.get(d, 0) + 1
+        assert {d: c / n for d, c in crossed.items()} == {
+            d: float(s) for d, s in model.unicast_flow(src, dst).items()
+        }
+        assert model.hashed(src, dst) == (dst != "h2")  # h2 shares h1's leaf
+
+
+def test_a_flow_is_one_path_and_a_qps_flows_share_it() -> None:
+    # Ops 0 and 8 from h1 to h3 go on QP 0 both (8 QPs): one 5-tuple, one path under every draw; op 1 is
+    # QP 1, its own flow.
+    tm = timer()
+    ops = [op(0, "h1", ["h3"], 8000), op(8, "h1", ["h3"], 8000), op(1, "h1", ["h3"], 8000)]
+    apart = 0
+    for key in range(16):
+        tm.draw = HashDraw(key, 8)
+        first, same, other = (tm.message_flows(o, Mode.UNICAST)[0] for o in ops)
+        assert list(first.directions) == list(same.directions)
+        assert len(first.directions) == 4 and set(first.weight) == {1.0}
+        apart += list(first.directions) != list(other.directions)
+    assert 0 < apart < 16
+
+
+def test_a_unicast_prediction_is_the_median_of_the_hash_draws() -> None:
+    # h1 and h2 (leaf1) send to h3 and h4 (leaf2): on two spines each takes the bytes' time over one link;
+    # hashed onto one spine they share its links and take twice as long.
+    ops = [op(0, "h1", ["h3"], 80_000), op(1, "h2", ["h4"], 80_000)]
+    even = TimeModel(leaf_spine(), hash_draws=1).predict(ops, Mode.UNICAST)
+    assert even.hash_draws_s == ()
+    p = TimeModel(leaf_spine(), hash_draws=9).predict(ops, Mode.UNICAST)
+    draws = p.hash_draws_s
+    assert len(draws) == 9 and list(draws) == sorted(draws) and p.completion_s == draws[4]
+    frames = sum(frag + UDP for frag in leaf_spine().unicast_message(80_000)[0]) / C
+    apart = [d for d in draws if d < 1.5 * frames]
+    shared = [d for d in draws if d >= 1.5 * frames]
+    assert apart and shared, draws
+    assert len(set(apart)) == len(set(shared)) == 1
+    assert shared[0] - apart[0] == pytest.approx(frames, rel=1e-9)  # one message's bytes more on the spine
+    assert "the median of 9 draws of the kernel's ECMP hash" in p.describe()
+    # BIER's paths are the BFRs' own (its Entropy): no draws.
+    assert TimeModel(leaf_spine(), hash_draws=9).predict(ops, Mode.HOST_BIER).hash_draws_s == ()

@@ -13,7 +13,7 @@ from orchestrator.cli import build_parser
 from orchestrator.configure.plan import build_plan
 from orchestrator.experiment.results import save_run
 from orchestrator.lab.topology import load_topology, resolve_lab
-from orchestrator.model.timing import LinkConditions, TimeModel
+from orchestrator.model.timing import HASH_DRAWS, LinkConditions, TimeModel
 from orchestrator.workloads.trace import TraceHeader, TraceOp, TraceWriter
 from tests.unit.orchestrator.experiment import results_fixtures as fx
 
@@ -75,3 +75,19 @@ def test_against_a_run_uses_its_scale_and_conditions(
         f"  time: measured {measured * 1e6:.4g} µs fabric at 1:{SCALE}, predicted {predicted * 1e6:.4g} µs: "
         f"measured/predicted {measured / predicted:.2f}×"
     ) in out
+
+
+def test_hash_draws_are_the_time_models_and_one_is_the_even_split(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = tmp_path / "trace.jsonl"
+    write_trace(trace)
+    rc, out = cli(capsys, "leaf-spine", str(trace), "--mode", Mode.UNICAST)
+    assert rc == 0 and f"the median of {HASH_DRAWS} draws of the kernel's ECMP hash (" in out
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["model", "run", "--help"])
+    assert f"(default: the time model's, {HASH_DRAWS};" in " ".join(capsys.readouterr().out.split())
+    rc, out = cli(capsys, "leaf-spine", str(trace), "--mode", Mode.UNICAST, "--hash-draws", "1")
+    assert rc == 0 and "draws of the kernel's ECMP hash" not in out
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["model", "run", "leaf-spine", str(trace), "--hash-draws", "0"])
