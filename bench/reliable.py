@@ -65,6 +65,20 @@ def parser() -> argparse.ArgumentParser:
         help=f"reliable modes, comma-separated (of {', '.join(RELIABLE)})",
     )
     p.add_argument(
+        "--lossless-runs",
+        type=int,
+        default=1,
+        metavar="N",
+        help="at 0%% loss, run each mode N times and print every run's retransmissions (none is the bound: "
+        "a timer that fires without loss resent what was only late)",
+    )
+    p.add_argument(
+        "--confirm",
+        action="store_true",
+        help="confirm each run at 0%% loss at twice its scale (replay --confirm: the same fabric completion "
+        "within 5%% and the same bytes); its line says whether it held",
+    )
+    p.add_argument(
         "--dataplane",
         choices=("ebpf", "python"),
         default=None,
@@ -84,10 +98,12 @@ def lab_vars(shipped: str, scale: str | None, dataplane: str | None = None) -> d
     return lab_vars
 
 
-def one_run(lab: Lab, trace: Path, mode: Mode, p: float, timeout: float, hosts: set[str]) -> dict[str, Any]:
+def one_run(
+    lab: Lab, trace: Path, mode: Mode, p: float, timeout: float, hosts: set[str], confirm: bool = False
+) -> dict[str, Any]:
     set_loss(lab, p)
     try:
-        outcome = lab.replay(trace, mode, timeout_s=timeout)
+        outcome = lab.replay(trace, mode, timeout_s=timeout, confirm=confirm)
     finally:
         set_loss(lab, 0.0)
     m = outcome.result.metrics
@@ -115,6 +131,7 @@ def one_run(lab: Lab, trace: Path, mode: Mode, p: float, timeout: float, hosts: 
         # What the ratios compare: fabric time on shaped links (runs at two scales compare only in it),
         # else the wall time of unshaped ones.
         "compared": m.completion_fabric_time or m.completion_time or float("nan"),
+        "fabric": m.completion_fabric_time is not None,
         "timing": timing_summary(outcome.result),  # fabric time at the lab's scale, and the verdict
         "delivered": m.delivery.delivered,
         "expected": m.delivery.expected,
@@ -213,6 +230,20 @@ def report(p: float, runs: dict[Mode, dict[str, Any]]) -> list[str]:
     return lines
 
 
+def lossless_lines(runs: dict[Mode, list[dict[str, Any]]]) -> list[str]:
+    """Every run at 0% loss: its retransmissions (each one a timer that fired for what was only late, or a
+    repair asked for nothing) and its completion."""
+    lines = [f"loss 0%, {len(next(iter(runs.values())))} runs of each mode:"]
+    for mode, rs in runs.items():
+        retx = [r["causes"]["retransmitted"] for r in rs]
+        if all(r["fabric"] for r in rs):
+            times = ", ".join(f"{r['compared'] * 1e6:.1f}" for r in rs) + " µs fabric"
+        else:
+            times = ", ".join(f"{r['completion'] * 1e3:.1f}" for r in rs) + " ms wall"
+        lines.append(f"  {mode:24s}: retransmissions {retx} (in all {sum(retx)}), completion {times}")
+    return lines
+
+
 def net_lines(runs: dict[Mode, dict[str, Any]]) -> list[str]:
     """Network-BIER's aggregation (the leaves speak for their hosts) against the end-to-end ACKs and
     against host-BIER's aggregation measured in the same run."""
@@ -247,9 +278,18 @@ def main(argv: list[str] | None = None) -> int:
             "--chunk-bytes", args.chunk_bytes,
         )  # fmt: skip
         for p in losses:
-            runs = {mode: one_run(lab, trace, mode, p, args.timeout, set(hosts)) for mode in modes}
+            confirm = args.confirm and p == 0
+            runs = {mode: one_run(lab, trace, mode, p, args.timeout, set(hosts), confirm) for mode in modes}
             complete &= all(r["delivered"] == r["expected"] and not r["duplicates"] for r in runs.values())
             lines += report(p, runs)
+            if p == 0 and args.lossless_runs > 1:
+                more, hosts_ = range(args.lossless_runs - 1), set(hosts)
+                again = {
+                    mode: [runs[mode], *(one_run(lab, trace, mode, 0.0, args.timeout, hosts_) for _ in more)]
+                    for mode in modes
+                }
+                complete &= all(r["delivered"] == r["expected"] for rs in again.values() for r in rs)
+                lines += lossless_lines(again)
     print(
         f"bench reliable {args.lab}: model distribution {args.size} in {args.chunk_bytes} chunks, "
         f"{len(hosts)} hosts, time.scale {args.scale or 'as shipped'}, BIER dataplane "

@@ -348,6 +348,11 @@ class Sender:
             owing |= slot.owing
         return owing
 
+    @property
+    def can_send_new(self) -> bool:
+        """A queued message the window and the send budget have room for (a poll would send it)."""
+        return bool(self._queue) and self._may_send_new()
+
     def _may_send_new(self) -> bool:
         """The window, and the node's send budget, have room for the next queued message."""
         if serial.distance(self.base, self.next_seq) >= self.window:

@@ -441,6 +441,28 @@ def overlap(spans: Iterable[tuple[float, float]], t0: float, t1: float) -> float
     return covered
 
 
+Span = tuple[float, float]
+
+
+def without(spans: Iterable[Span], holes: Iterable[Span]) -> list[Span]:
+    """``spans`` less the time ``holes`` cover: what is left of each span, in pieces, in order."""
+    cut = sorted((a, b) for a, b in holes if b > a)
+    out: list[Span] = []
+    for a, b in spans:
+        cursor = a
+        for h0, h1 in cut:
+            if h1 <= cursor or h0 >= b:
+                continue
+            if h0 > cursor:
+                out.append((cursor, h0))
+            cursor = max(cursor, h1)
+            if cursor >= b:
+                break
+        if cursor < b:
+            out.append((cursor, b))
+    return out
+
+
 @dataclass(frozen=True)
 class HeldInterval:
     """One sampled interval of a node: how much of its busiest link end's rate it used, and whether

@@ -28,6 +28,7 @@ from orchestrator.experiment.fidelity import (
     Confirmation,
     unfinished_reasons,
     unresponsive_reasons,
+    without,
 )
 from orchestrator.experiment.metrics import agent_deltas, compute_metrics, link_deltas, link_pairs
 from orchestrator.experiment.modes import mode_class
@@ -287,12 +288,16 @@ def late_reasons(session: LabSession, faults: FaultRunner) -> list[str]:
 def due_spans(outcome: ModeOutcome, run_end_s: float) -> dict[str, list[tuple[float, float]]]:
     """Per sending host, [(due, last datagram handed to the kernel)] of each op in wall-clock seconds, from
     the agents' own accounts: the time each had data due and not yet sent (an op never sent is due to the
-    end of the run)."""
+    end of the run), less the spans a reliable source's protocol let it send nothing (it waited on the
+    fabric's answers)."""
     out: dict[str, list[tuple[float, float]]] = {}
     for host, times in outcome.op_times.items():
         for t in times:
             end = run_end_s if t.last_ns is None else t.last_ns / 1e9
             out.setdefault(host, []).append((t.due_ns / 1e9, max(end, t.due_ns / 1e9)))
+    for host, waits in outcome.protocol_waits.items():
+        if host in out:
+            out[host] = without(out[host], waits)
     return out
 
 

@@ -54,6 +54,7 @@ from aidcnet.reliable.header import (
 )
 from aidcnet.reliable.receiver import Receiver, ReceiverConfig
 from aidcnet.reliable.sender import BranchRto, SendBudget, Sender, SenderConfig, mask_ids
+from aidcnet.reliable.waits import ProtocolWaits
 from aidcnet.rto import RtoEstimator
 
 FEEDBACK_MODES = ("hop", "e2e", "net")
@@ -221,6 +222,14 @@ class ReliableNode:
         self.rx_stamp_ns = 0
         # ``on_data_sent(flow id, octets)``: each DATA transmission of this node's flows, as it is handed on.
         self.on_data_sent: Callable[[int, int], None] | None = None
+        # When this node, as a source, could send nothing until an answer or a timer (its endpoint opens
+        # the spans after each pass; feedback that lets it send closes them): the fidelity verdict's
+        # held check leaves them out (aidcnet/reliable/waits.py).
+        self.waits = ProtocolWaits()
+        self._sent = 0  # DATA transmissions so far (whether a poll sent any)
+        # The wall clock's ns (the realtime clock, as the kernel's receive stamps): what a wait ends at when
+        # the datagram that ended it has no stamp. The endpoint sets it; the default ends such a wait empty.
+        self.wall_ns: Callable[[], int] = lambda: 0
 
     # -- a run -------------------------------------------------------------------------------------
     def configure(self, settings: ReliableSettings, self_id: int | None) -> None:
@@ -239,6 +248,7 @@ class ReliableNode:
         self.feedback_to = {}
         self.receiver = Receiver(self_id, settings.receiver, settings.isn) if self_id is not None else None
         self.counters = Counter()
+        self.waits.reset()
 
     def forget_flows(self) -> int:
         """Before a run, on every node: forget what earlier runs left here (open aggregation windows,
@@ -540,7 +550,21 @@ class ReliableNode:
             return
         sender.on_feedback(msg, now, src)
         key = (msg.flow_id, 0) if key not in self.senders else key
+        sent = self._sent
         self._poll_sender(key, sender, now)
+        if self.waits.waiting and (self._sent > sent or self.can_send_new):
+            # The wait ended when this answer reached the host, not when our loop got to it.
+            self.waits.end(self.rx_stamp_ns or self.wall_ns())
+
+    @property
+    def can_send_new(self) -> bool:
+        """Some open flow has a message its window and the send budget have room for."""
+        return any(s.can_send_new for s in self._active.values())
+
+    @property
+    def sending(self) -> bool:
+        """Flows of this node are open: with nothing it may send, it waits on its protocol."""
+        return bool(self._active)
 
     def _poll_sender(self, key: tuple[int, int], sender: Sender, now: float) -> None:
         for tx in sender.poll(now):
@@ -554,6 +578,7 @@ class ReliableNode:
                 assert self.impose is not None
                 sport = HOP_SPORT if self.settings.feedback == "hop" else E2E_SPORT
                 self.impose(wire, mask_ids(tx.bfers), tx.data.flow_id & OP_MASK, sport)
+            self._sent += 1
             if self.on_data_sent is not None:
                 self.on_data_sent(tx.data.flow_id, len(wire))
         if sender.done:

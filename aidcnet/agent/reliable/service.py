@@ -156,6 +156,10 @@ class ReliableEndpoint:
         self.node = ReliableNode(
             bfr_id, self._send, toward, aggregator=aggregator or bfr_aggregator(timers(scale))
         )
+        self.node.wall_ns = time.time_ns
+        # What else holds this node's DATA before the kernel (the BIER service's queue, set by the part):
+        # while anything does, the node is not waiting on its protocol.
+        self.queued: Callable[[], bool] = lambda: False
         # Network-BIER DATA to the groups (open_multicast): its socket and outbox.
         self.group_out: Outbox | None = None
         self.errors = 0
@@ -272,6 +276,8 @@ class ReliableEndpoint:
         self._kicked = self.clock.wall()
         self._count_late(self._kicked)
         now = self.clock()
+        waits = self.node.waits
+        waits.end(time.time_ns())
         try:
             due = self.node.poll(now)
         except Exception:
@@ -282,6 +288,15 @@ class ReliableEndpoint:
         wait = IDLE_SLEEP_S if due is None else min(MAX_SLEEP_S, max(0.0, self.clock.wall_s(due - now)))
         self._due_wall = None if due is None else self._kicked + wait
         self._timer = self._loop.call_later(wait, self.kick)
+        if self.node.sending and not self._holding():
+            # The pass sent all the protocol allows: until an answer, or the timer just set, it waits.
+            now_ns = time.time_ns()
+            until = None if due is None else now_ns + round(max(0.0, self.clock.wall_s(due - now)) * 1e9)
+            waits.begin(now_ns, until)
+
+    def _holding(self) -> bool:
+        """DATA of this node waits in a queue of ours before the kernel (a full socket's)."""
+        return self.out.waiting or (self.group_out is not None and self.group_out.waiting) or self.queued()
 
     def _count_late(self, wall: float) -> None:
         """Count a pass that came later than :data:`LATE_SHARE` of the least RTO after the time it was due
@@ -304,8 +319,9 @@ class ReliableEndpoint:
             self.late_arrival_us += int(late * 1e6)
 
     def _late_threshold(self) -> float:
-        """:data:`LATE_SHARE` of the transport's least RTO, in wall seconds at the clock's scale."""
-        return self.clock.wall_s(LATE_SHARE * timers(self.clock.scale).min_rto)
+        """:data:`LATE_SHARE` of the transport's least RTO over the run's paths (its round trip included,
+        as the senders' is), in wall seconds at the clock's scale."""
+        return self.clock.wall_s(LATE_SHARE * timers(self.clock.scale, self.round_trip_s).min_rto)
 
     def rescale(self, scale: TimeScale) -> None:
         """The lab's time scale changed (a run rescales links and agents together): the clock follows,
@@ -321,6 +337,7 @@ class ReliableEndpoint:
         """The run's paths are this long (their longest propagation round trip, fabric seconds): the BFR
         timers wait for answers from that far (:meth:`aidcnet.reliable.timers.Timers.over`)."""
         self.round_trip_s = round_trip_s
+        self._late_after = self._late_threshold()
         if self._timed:
             self.node.aggregator.config = bfr_aggregator(timers(self.clock.scale, round_trip_s))
 
@@ -372,6 +389,7 @@ class ReliablePart(Service):
             return
         self.endpoint = ReliableEndpoint(bfr_id, self.toward, source=source, queue_bytes=queue, scale=scale)
         self.endpoint.node.impose = self._impose
+        self.endpoint.queued = lambda: bool(self._pending)
         self.endpoint.before_read = self._poll_reports
         self.endpoint.attach(asyncio.get_running_loop())
         self._source, self._queue = source, queue

@@ -102,6 +102,10 @@ class Sender(ABC):
     def status(self) -> dict[str, Any]:
         return self.signals.status()
 
+    def results(self) -> dict[str, Any]:
+        """What ``replay_results`` adds for this sender beside its op times and signalling."""
+        return self.signals.results()
+
     # -- shared by the socket senders ------------------------------------------------------------------
     async def sendto(self, sock: socket.socket, data: bytes, addr: Address, times: OpTimes) -> None:
         """One datagram, sent again after a full shaper queue (ENOBUFS: lossless on a shaped lab)."""
@@ -314,6 +318,7 @@ class ReliableSender(Sender):
         part = self.service.reliable
         assert part is not None
         node = part.node()
+        node.waits.end(times.due_ns)  # a wait on the protocol ends when there is new data to send
         now = part.endpoint.clock() if part.endpoint else time.monotonic()
         self.open_flow(node, replay_flow_id(node.settings.run or 0, op.id), op, frags, now)
         part.kick()
@@ -333,6 +338,13 @@ class ReliableSender(Sender):
         if part is not None and part.endpoint is not None:
             part.node().on_data_sent = None
         super().close()
+
+    def results(self) -> dict[str, Any]:
+        """And ``protocol_waits``: [start, end) wall ns of each span in which this source could send nothing
+        until an answer or a timer (aidcnet/reliable/waits.py)."""
+        part = self.service.reliable
+        waits = [] if part is None or part.endpoint is None else part.endpoint.node.waits.spans
+        return super().results() | {"protocol_waits": [list(span) for span in waits]}
 
     def status(self) -> dict[str, Any]:
         part = self.service.reliable

@@ -292,7 +292,7 @@ class ReplayService:
             **self.reassembly.to_dict(),
             "op_times": [t.to_wire() for t in self.op_times.values()],
         } | ({} if self.step is None else self.step.results())
-        return out | ({} if self.sender is None else self.sender.signals.results())
+        return out | ({} if self.sender is None else self.sender.results())
 
     # -- the schedule ----------------------------------------------------------------------------------
     def at_ns(self, t: float, wall_s: float = 0.0) -> int:

@@ -78,6 +78,9 @@ class ModeOutcome:
     # Message modes: per sending host, what it did with each op (when it was due, when its first and last
     # datagram went to the kernel, its bytes): where a host's link idled while it had data due.
     op_times: dict[str, list[OpTimes]] = field(default_factory=dict)
+    # Reliable modes: per source, the spans (wall seconds) its protocol let it send nothing (a full window,
+    # budget or a timer pending): data due then waited on the fabric's answers, not on our software.
+    protocol_waits: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
 
 
 class ExperimentMode(ABC):

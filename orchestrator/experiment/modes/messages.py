@@ -22,6 +22,7 @@ from orchestrator.experiment.modes.replaying import (
     build_messages,
     flight_wall_s,
     op_times,
+    protocol_waits,
     results_of,
     start_and_wait,
     trace_propagation_s,
@@ -146,6 +147,7 @@ class MessageMode(ExperimentMode):
             self.settings["propagation_s"] = one_way
         outcome = ModeOutcome(messages, self.settings, missing, wrong)
         outcome.op_times = op_times(self.replies)
+        outcome.protocol_waits = protocol_waits(self.replies)
         return outcome
 
 

@@ -221,6 +221,22 @@ def op_times(replies: dict[str, dict[str, Any]]) -> dict[str, list[OpTimes]]:
     return out
 
 
+def protocol_waits(replies: dict[str, dict[str, Any]]) -> dict[str, list[tuple[float, float]]]:
+    """Per reliable source, the spans (wall-clock seconds) in which its protocol let it send nothing until
+    an answer or a timer (``replay_results``' ``protocol_waits``, aidcnet/reliable/waits.py)."""
+    out = {}
+    for host, reply in replies.items():
+        raw = reply.get("protocol_waits") or []
+        try:
+            spans = [(int(a) / 1e9, int(b) / 1e9) for a, b in raw]
+        except (TypeError, ValueError):
+            what = f"{host}: protocol_waits must be [start ns, end ns] pairs, not {raw!r}"
+            raise ValueError(what) from None
+        if spans:
+            out[host] = spans
+    return out
+
+
 def results_of(session: LabSession, hosts: Any) -> dict[str, dict[str, Any]]:
     """Every host's ``replay_results`` reply (empty for a host that stopped answering)."""
     replies: dict[str, dict[str, Any]] = {}

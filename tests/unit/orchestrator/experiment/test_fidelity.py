@@ -27,6 +27,7 @@ from orchestrator.experiment.fidelity import (
     pace_reason,
     under_bound_reason,
     verdict,
+    without,
 )
 from orchestrator.experiment.records import BoundRecord, ConfirmationRecord, TimingRecord
 
@@ -419,6 +420,44 @@ def test_overlap_counts_each_instant_once(spans, t0, length):
     got = overlap(spans, t0, t0 + length)
     assert 0 <= got <= length + 1e-9
     assert got >= max((min(b, t0 + length) - max(a, t0) for a, b in spans), default=0.0) - 1e-9
+
+
+def test_a_reliable_source_waiting_on_its_window_is_not_held_and_the_rest_still_is():
+    # Over a long round trip a window-limited source sends a window (0.2 s at its rate), then waits 0.5 s
+    # for the answer, four times over: its op is due from 0 to 2.3 s, its link idle 1.5 s of that.
+    uses = ([1.0] * 2 + [0.0] * 5) * 3 + [1.0] * 2
+    waits = [(0.2, 0.7), (0.9, 1.4), (1.6, 2.1)]
+    m = _held_meter(uses)
+    assert held_reason("h1", m.held([(0.0, 2.3)]), run_s=2.3) is not None  # without the waits: held 1.5 s
+    assert m.held(without([(0.0, 2.3)], waits))[0] == pytest.approx(0.0, abs=1e-9)
+    # The same source slow to read its answers: each wait ends when the answer arrived, the 0.2 s after is
+    # ours and counts.
+    late = [(0.2, 0.5), (0.9, 1.2), (1.6, 1.9)]
+    total = m.held(without([(0.0, 2.3)], late))[0]
+    assert total == pytest.approx(0.6, abs=1e-6) and held_reason("h1", (total, total, 0.0), run_s=2.3)
+
+
+def test_without_cuts_each_span_by_the_holes():
+    assert without([(0.0, 10.0)], [(2.0, 3.0), (5.0, 6.0)]) == [(0.0, 2.0), (3.0, 5.0), (6.0, 10.0)]
+    assert without([(0.0, 1.0), (4.0, 5.0)], [(0.5, 4.5)]) == [(0.0, 0.5), (4.5, 5.0)]
+    assert without([(1.0, 2.0)], [(0.0, 3.0)]) == []
+    assert without([(1.0, 2.0)], [(1.5, 1.5), (3.0, 4.0)]) == [(1.0, 2.0)]
+
+
+@given(
+    st.lists(st.tuples(st.floats(0, 5), st.floats(0, 3)), max_size=6),
+    st.lists(st.tuples(st.floats(0, 5), st.floats(0, 3)), max_size=6),
+)
+def test_without_leaves_what_the_holes_do_not_cover(spans, holes):
+    spans = [(a, a + d) for a, d in spans]
+    holes = [(a, a + d) for a, d in holes]
+    left = without(spans, holes)
+    assert left == [piece for span in spans for piece in without([span], holes)]
+    for a, b in left:
+        assert a < b and overlap(holes, a, b) == pytest.approx(0.0, abs=1e-9)
+    for a, b in spans:
+        kept = sum(y - x for x, y in without([(a, b)], holes))
+        assert kept == pytest.approx((b - a) - overlap(holes, a, b), abs=1e-9)
 
 
 # -- pace against the prediction, and confirmation at a second scale --------------------------------------

@@ -412,6 +412,10 @@ def test_a_pass_held_past_a_quarter_of_the_least_rto_is_counted_late_and_an_earl
         assert ep.late_wakeups == 1 and ep.late_us == pytest.approx(400_000, abs=1)
         ep.rescale(TimeScale(20000))  # a faster scale: the same wall lateness is a larger share
         assert ep._late_after == pytest.approx(0.0625)
+        # Over a 4 ms round trip (a DCI) the least RTO is 8 ms longer: lateness of a few ms fires nothing.
+        ep.over_round_trip(0.004)
+        assert ep._late_after == pytest.approx(TimeScale(20000).wall_s(LATE_SHARE * (12.5e-6 + 0.008)))
+        assert ep._late_after == pytest.approx(timers(TimeScale(20000), 0.004).min_rto / 4 * 20000)
     finally:
         ep._loop = None
         ep.close()
@@ -474,3 +478,46 @@ def test_a_node_says_what_its_aggregation_sees() -> None:
     bier.current = None
     assert part.aggregation()["forward"] is None
     bier.sock.close()
+
+
+def test_a_source_waits_on_its_protocol_from_a_pass_to_the_answer_that_lets_it_send() -> None:
+    """A window of one over a long round trip: after the first DATA the source may send nothing until its
+    ACK arrives. That wait is the protocol's (the fidelity verdict leaves it out of the time the host had
+    data due); it ends at the kernel's stamp of the ACK, so the time our loop took to read it stays ours.
+    An ACK that opens nothing ends no wait, and a timer ends one when it runs out."""
+    from aidcnet.agent.reliable.node import ReliableSettings
+    from aidcnet.reliable.header import Ack
+
+    loop = asyncio.new_event_loop()
+    ep = ReliableEndpoint(1, lambda _b: None, source="127.0.0.1", bind="127.0.0.1", port=0)
+    try:
+        ep.node.configure(ReliableSettings(window=1, initial_rto=5.0, min_rto=5.0, max_rto=10.0), 1)
+        ep._loop = loop
+        ep.node.open_unicast_flows(5, {2: "127.0.0.1"}, [b"a", b"b", b"c"], ep.clock())
+        assert ep.node.totals()["sender.sent"] == 1
+        before = time.time_ns()
+        ep.kick()  # the pass: one DATA out, two behind the window
+        waits = ep.node.waits
+        assert waits.waiting and waits.spans == []
+        port = ep.rx.getsockname()[1]
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.sendto(Ack(bfir_id=1, flow_id=5, cum=0, reporter=2, highest=0).encode(), ("127.0.0.1", port))
+            time.sleep(0.05)
+            assert ep._read() == 1  # a duplicate of nothing: the window stays shut, the wait goes on
+            assert waits.waiting and waits.spans == []
+            s.sendto(Ack(bfir_id=1, flow_id=5, cum=1, reporter=2, highest=1).encode(), ("127.0.0.1", port))
+            arrived = time.time_ns()
+            time.sleep(0.2)  # the loop is busy: the ACK waits in the socket
+            assert ep._read() == 1
+        assert ep.node.totals()["sender.sent"] == 2
+        ((start, end),) = waits.spans
+        assert before <= start and arrived - 10_000_000 <= end <= arrived + 10_000_000  # the kernel's stamp
+        assert time.time_ns() - end >= 200_000_000  # the 0.2 s the ACK sat unread are not in it
+        ep.kick()  # the next pass: waiting again, now until the retransmission timer
+        assert waits.waiting
+        waits.end(time.time_ns() + 60 * 10**9)  # a pass long after the timer ran out ends it at the timer
+        assert waits.spans[-1][1] - waits.spans[-1][0] <= 10 * 10**9
+    finally:
+        ep._loop = None
+        ep.close()
+        loop.close()
