@@ -95,8 +95,8 @@ bench: images
 	$(PY) bench/udp_backpressure.py
 	$(PY) bench/delay_relay.py
 	$(PY) bench/inter_dc.py
-	$(PY) bench/reliable.py
-	$(PY) bench/reliable.py --lab superpod --scale 200000 --losses 0,0.05 --modes reliable-host-bier-e2e,reliable-host-bier
+	$(PY) bench/reliable.py --lossless-runs 5 --confirm
+	$(PY) bench/reliable.py --lab superpod --losses 0,0.01,0.05 --modes reliable-host-bier-e2e,reliable-host-bier --lossless-runs 5 --confirm
 	$(PY) bench/reliable_shaped.py
 	$(PY) bench/reliable_sim.py --fabric leaf-spine
 	$(PY) bench/reliable_sim.py --fabric superpod --seeds 3 --losses 0,0.05
