@@ -36,17 +36,7 @@ Ring and ps datagrams follow the unicast routes, so they are hashed wherever uni
 """
 
 
-def add_parser(subparsers: Any) -> None:
-    p = subparsers.add_parser(
-        "model",
-        help="compute a replay's counters without a lab (scale model, 64k GPUs)",
-        description="The scale model: per mode, the bytes and packets per link and direction, source egress, "
-        "BIER copies and packets per op that a replay would count, from the lab plan and aidcnet's own "
-        "BIFT construction and §6.5 forwarding.",
-        epilog=EPILOG,
-        formatter_class=HelpFormatter,
-    )
-    sub = p.add_subparsers(dest="model_cmd", required=True)
+def _add_run_parser(sub: Any) -> None:
     r = sub.add_parser(
         "run", help="model a trace over a lab or a generated fabric", formatter_class=HelpFormatter
     )
@@ -99,6 +89,20 @@ def add_parser(subparsers: Any) -> None:
     )
     r.add_argument("-o", "--output", help="write the model runs and predictions as JSON here")
     r.set_defaults(func=run)
+
+
+def add_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "model",
+        help="compute a replay's counters without a lab (scale model, 64k GPUs)",
+        description="The scale model: per mode, the bytes and packets per link and direction, source egress, "
+        "BIER copies and packets per op that a replay would count, from the lab plan and aidcnet's own "
+        "BIFT construction and §6.5 forwarding.",
+        epilog=EPILOG,
+        formatter_class=HelpFormatter,
+    )
+    sub = p.add_subparsers(dest="model_cmd", required=True)
+    _add_run_parser(sub)
     g = sub.add_parser(
         "generate",
         help="write a generated fabric as a containerlab topology file",
